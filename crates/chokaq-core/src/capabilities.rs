@@ -1,0 +1,77 @@
+use std::time::Duration;
+
+/// How finely a backend stores timestamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampPrecision {
+    /// PostgreSQL `timestamptz`.
+    Microsecond,
+    /// SQL Server `datetime2(7)`.
+    HundredNanoseconds,
+    /// Whole milliseconds.
+    Millisecond,
+}
+
+impl TimestampPrecision {
+    /// The smallest difference between two stored instants.
+    pub fn resolution(self) -> Duration {
+        match self {
+            TimestampPrecision::Microsecond => Duration::from_micros(1),
+            TimestampPrecision::HundredNanoseconds => Duration::from_nanos(100),
+            TimestampPrecision::Millisecond => Duration::from_millis(1),
+        }
+    }
+}
+
+/// What a backend can do, as data. The conformance suite gates cases on these flags, never on
+/// a backend's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// The database pushes wake-ups on enqueue ([`crate::Backend::wakeups`] returns a stream).
+    pub listen_notify: bool,
+    /// How finely timestamps are stored.
+    pub timestamp_precision: TimestampPrecision,
+    /// Test support can kill the backend's database connections mid-transaction.
+    pub kill_connections: bool,
+    /// Several OS processes may share one database safely.
+    pub multi_process: bool,
+    /// Enqueue can join the caller's own transaction.
+    pub transactional_enqueue: bool,
+}
+
+impl Capabilities {
+    /// Capabilities with everything optional switched off.
+    pub const fn minimal(timestamp_precision: TimestampPrecision) -> Self {
+        Capabilities {
+            listen_notify: false,
+            timestamp_precision,
+            kill_connections: false,
+            multi_process: true,
+            transactional_enqueue: false,
+        }
+    }
+
+    /// Sets `listen_notify`.
+    pub const fn with_listen_notify(mut self, v: bool) -> Self {
+        self.listen_notify = v;
+        self
+    }
+
+    /// Sets `kill_connections`.
+    pub const fn with_kill_connections(mut self, v: bool) -> Self {
+        self.kill_connections = v;
+        self
+    }
+
+    /// Sets `multi_process`.
+    pub const fn with_multi_process(mut self, v: bool) -> Self {
+        self.multi_process = v;
+        self
+    }
+
+    /// Sets `transactional_enqueue`.
+    pub const fn with_transactional_enqueue(mut self, v: bool) -> Self {
+        self.transactional_enqueue = v;
+        self
+    }
+}

@@ -1,0 +1,128 @@
+use std::fmt;
+
+/// The portable kind of an [`Error`]. Backends map their driver's errors to these kinds in
+/// exactly one function, by SQLSTATE or error number, never by message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller passed something invalid: a bad queue or schema name, a payload over the
+    /// limit, malformed JSON, an unknown job kind. Retrying the same call cannot succeed.
+    InvalidInput,
+    /// The named thing (a job, a queue) does not exist.
+    NotFound,
+    /// A uniqueness or state conflict that the caller should resolve (not a lost lease: that
+    /// is an ordinary [`crate::Fenced::LeaseLost`] outcome).
+    Conflict,
+    /// A failure that a retry is expected to fix: deadlock, serialization failure, lock
+    /// timeout.
+    Transient,
+    /// The database cannot be reached or went away (connection refused, terminated, pool
+    /// timed out, server shutting down).
+    Unavailable,
+    /// The backend does not support this operation.
+    Unsupported,
+    /// Anything else: the source is kept for diagnosis.
+    Other,
+}
+
+impl ErrorKind {
+    /// Whether an operation that failed with this kind may be retried as it is.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Transient | ErrorKind::Unavailable)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Transient => "transient",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Other => "error",
+        };
+        f.write_str(s)
+    }
+}
+
+/// The one error type of chokaq: a kind, a message, and the source error where there is one.
+///
+/// Messages never contain connection strings or passwords.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// `Result` with chokaq's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind` with a message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error { kind, message: message.into(), source: None }
+    }
+
+    /// A new error of `kind` with a message and the error that caused it.
+    pub fn with_source(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error { kind, message: message.into(), source: Some(source.into()) }
+    }
+
+    /// Shorthand for [`ErrorKind::InvalidInput`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// Shorthand for [`ErrorKind::NotFound`].
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Unsupported`].
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+
+    /// The portable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the kind prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether the failed operation may be retried as it is.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::with_source(ErrorKind::InvalidInput, format!("payload is not valid JSON for this type: {e}"), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_kinds() {
+        assert!(Error::new(ErrorKind::Transient, "deadlock").is_retryable());
+        assert!(Error::new(ErrorKind::Unavailable, "gone").is_retryable());
+        assert!(!Error::invalid("bad").is_retryable());
+        assert_eq!(Error::invalid("bad queue").to_string(), "invalid input: bad queue");
+    }
+}

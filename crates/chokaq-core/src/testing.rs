@@ -1,0 +1,60 @@
+//! Test support: what the conformance suite needs beyond the production API. Backends
+//! implement [`TestSupport`]; applications never call it.
+
+use async_trait::async_trait;
+
+use crate::{Backend, JobId, JobStatus, Result, Timestamp};
+
+/// A change forced onto a hot job, bypassing every guard, to put it into a given state
+/// (an old heartbeat, a past schedule). Fields left `None` are not touched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobPatch {
+    pub status: Option<JobStatus>,
+    pub attempt: Option<i32>,
+    /// `Some(None)` clears it.
+    pub scheduled_at: Option<Option<Timestamp>>,
+    pub heartbeat_at: Option<Option<Timestamp>>,
+    pub updated_at: Option<Timestamp>,
+    pub created_at: Option<Timestamp>,
+}
+
+/// In how many rows of each table an id appears (raw, no joins): the "exactly one place"
+/// check of the contract.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Presence {
+    pub hot: u32,
+    pub archive: u32,
+    pub dead: u32,
+}
+
+impl Presence {
+    /// Rows over all tables.
+    pub fn total(&self) -> u32 {
+        self.hot + self.archive + self.dead
+    }
+}
+
+/// Test-only access to a backend's storage.
+#[async_trait]
+pub trait TestSupport: Backend {
+    /// The database clock.
+    async fn db_now(&self) -> Result<Timestamp>;
+
+    /// Forces fields of a hot job; false when no hot row has the id.
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool>;
+
+    /// In which tables an id appears, counted raw.
+    async fn presence(&self, id: JobId) -> Result<Presence>;
+
+    /// Per-table row counts for a set of ids in one consistent read (hot, archive, dead).
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>>;
+
+    /// Kills the database sessions this backend's pool holds (capability `kill_connections`).
+    /// Returns how many were killed.
+    async fn kill_connections(&self) -> Result<u64> {
+        Err(crate::Error::unsupported("kill_connections is not supported by this backend"))
+    }
+
+    /// Drops everything this backend created (its schema). Used by runners after a suite.
+    async fn drop_schema(&self) -> Result<()>;
+}
