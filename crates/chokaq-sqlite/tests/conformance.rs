@@ -1,0 +1,2 @@
+//! Placeholder: written by the conformance work.
+fn main() {}
