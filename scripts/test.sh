@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Runs chokaq's whole test suite against real databases.
+#
+#   scripts/test.sh [extra cargo test args]
+#
+# PostgreSQL is found, in this order:
+#   1. $CHOKAQ_TEST_POSTGRES_URL;
+#   2. a server on 127.0.0.1:5432 (user postgres, trust auth; database `test`, else `postgres`);
+#   3. a throwaway cluster started from the local PostgreSQL binaries in a temporary
+#      directory (Debian's `postgresql` package is installed first if no binaries exist),
+#      stopped and deleted when the tests end.
+# SQL Server tests run when $CHOKAQ_TEST_MSSQL_URL is set, and show as ignored otherwise.
+# The T-SQL grammar check needs sqlfluff (PyPI); it is installed if missing.
+# Set CHOKAQ_TEST_REQUIRE=postgres,sqlite,sqlfluff to turn a missing database or tool into a
+# failure instead of ignored tests (CI does).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+log() { printf '[test.sh] %s\n' "$*" >&2; }
+
+PG_TMP=""
+cleanup() {
+    if [ -n "$PG_TMP" ] && [ -d "$PG_TMP" ]; then
+        log "stopping the throwaway PostgreSQL cluster"
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -m immediate stop >/dev/null 2>&1 || true
+        rm -rf "$PG_TMP"
+    fi
+}
+trap cleanup EXIT
+
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+pg_bin_dir() {
+    local d
+    for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+        if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then echo "$d"; return 0; fi
+    done
+    if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+        dirname "$(command -v initdb)"; return 0
+    fi
+    return 1
+}
+
+try_url() {
+    # Succeeds if a PostgreSQL server answers a query at the URL.
+    local url=$1
+    if command -v psql >/dev/null 2>&1; then
+        PGCONNECT_TIMEOUT=3 psql "$url" -Atqc 'select 1' >/dev/null 2>&1
+    else
+        # No client: fall back to a TCP check of the default port.
+        (exec 3<>/dev/tcp/127.0.0.1/5432) >/dev/null 2>&1
+    fi
+}
+
+start_throwaway_cluster() {
+    if ! PG_BIN=$(pg_bin_dir); then
+        log "no PostgreSQL binaries found: installing Debian's postgresql package"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+        PG_BIN=$(pg_bin_dir)
+    fi
+    if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+        useradd --system --home /var/lib/postgresql --shell /bin/bash postgres
+    fi
+    PG_TMP=$(mktemp -d /tmp/chokaq-pg.XXXXXX)
+    chmod 755 "$PG_TMP"
+    [ "$(id -u)" = 0 ] && chown postgres "$PG_TMP"
+    local port=55432
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") >/dev/null 2>&1; do port=$((port + 1)); done
+    log "starting a throwaway PostgreSQL cluster ($PG_BIN) on 127.0.0.1:$port"
+    as_pg "$PG_BIN/initdb" -D "$PG_TMP/data" -U postgres -A trust -E UTF8 >/dev/null
+    as_pg "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/server.log" -w -t 60 \
+        -o "-p $port -k $PG_TMP -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off" start >/dev/null
+    CHOKAQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+}
+
+if [ "${CHOKAQ_TEST_PG_THROWAWAY:-}" = 1 ]; then
+    # Exercises step 3 even where a server is running.
+    start_throwaway_cluster
+elif [ -n "${CHOKAQ_TEST_POSTGRES_URL:-}" ]; then
+    log "PostgreSQL from CHOKAQ_TEST_POSTGRES_URL"
+elif try_url "postgres://postgres@127.0.0.1:5432/test"; then
+    CHOKAQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/test"
+    log "PostgreSQL on 127.0.0.1:5432 (database test)"
+elif try_url "postgres://postgres@127.0.0.1:5432/postgres"; then
+    CHOKAQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/postgres"
+    log "PostgreSQL on 127.0.0.1:5432 (database postgres)"
+else
+    start_throwaway_cluster
+fi
+export CHOKAQ_TEST_POSTGRES_URL
+
+if ! command -v sqlfluff >/dev/null 2>&1; then
+    log "installing sqlfluff (T-SQL grammar check)"
+    python3 -m pip install --quiet --disable-pip-version-check 'sqlfluff>=3,<4' >&2 \
+        || log "could not install sqlfluff: the T-SQL grammar test will say so"
+    hash -r
+fi
+
+if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ]; then
+    log "CHOKAQ_TEST_MSSQL_URL is not set: SQL Server conformance cases will show as ignored"
+fi
+
+log "cargo test --workspace $*"
+cargo test --workspace "$@"
