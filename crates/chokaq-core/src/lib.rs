@@ -14,6 +14,7 @@ mod backend;
 mod capabilities;
 mod error;
 mod job;
+pub mod memory;
 mod retry;
 pub mod testing;
 mod types;

@@ -1,0 +1,763 @@
+//! [`MemoryBackend`]: the reference implementation of the contract, in memory.
+//!
+//! One mutex guards the whole store, so every operation is trivially atomic and every
+//! guard is exactly the one `SPEC.md` §2 names. It exists to state the semantics in code and
+//! to validate the conformance suite itself; it is not a database and proves nothing about
+//! one (capabilities: single process, no connections to kill).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DurationRound, Utc};
+
+use crate::testing::{JobPatch, Presence, TestSupport};
+use crate::{
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimRequest, ClaimedJob, DeadReason,
+    Enqueued, Error, ErrorKind, FailOutcome, FailResult, Fenced, HeartbeatReport, JobFilter, JobId, JobLocation,
+    JobPage, JobRecord, JobStatus, JobTable, Lease, LeaseRef, NewJob, PurgeRequest, PurgeTarget, QueueControl,
+    QueueName, QueueSettings, QueueStats, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot,
+    Timestamp, TimestampPrecision, WorkerId, ZombiePolicy,
+};
+
+#[derive(Debug, Default)]
+struct Store {
+    hot: BTreeMap<JobId, JobRecord>,
+    archive: BTreeMap<JobId, JobRecord>,
+    dead: BTreeMap<JobId, JobRecord>,
+    queues: HashMap<QueueName, QueueSettings>,
+    last_lease: i64,
+}
+
+/// The in-memory reference backend. Cheap to create; each instance is its own store.
+#[derive(Debug, Default)]
+pub struct MemoryBackend {
+    store: Mutex<Store>,
+    max_payload_bytes: usize,
+}
+
+fn now() -> Timestamp {
+    // Stored like PostgreSQL's timestamptz: whole microseconds.
+    let t = Utc::now();
+    t.duration_trunc(chrono::Duration::microseconds(1)).unwrap_or(t)
+}
+
+fn plus(t: Timestamp, d: Duration) -> Result<Timestamp> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .ok_or_else(|| Error::invalid(format!("duration {d:?} is out of range")))
+}
+
+fn minus(t: Timestamp, d: Duration) -> Timestamp {
+    chrono::Duration::from_std(d).ok().and_then(|d| t.checked_sub_signed(d)).unwrap_or(Timestamp::MIN_UTC)
+}
+
+fn due_at(r: &JobRecord) -> Timestamp {
+    r.scheduled_at.unwrap_or(r.created_at)
+}
+
+fn status_of(r: &JobRecord) -> Option<JobStatus> {
+    match r.location {
+        JobLocation::Hot(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn error_text(e: &str) -> String {
+    validate::truncate(e, validate::MAX_ERROR_LEN).to_string()
+}
+
+impl MemoryBackend {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryBackend { store: Mutex::new(Store::default()), max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn settings(store: &Store, q: &QueueName) -> QueueSettings {
+        store.queues.get(q).cloned().unwrap_or_else(|| QueueSettings::default_for(q.clone()))
+    }
+
+    fn insert(store: &mut Store, job: NewJob, at: Timestamp) -> Result<Enqueued> {
+        if let Some(key) = &job.idempotency_key {
+            if let Some(existing) = store.hot.values().find(|r| r.idempotency_key.as_deref() == Some(key)) {
+                return Ok(Enqueued { id: existing.id, duplicate: true });
+            }
+        }
+        let scheduled_at = match job.run_at {
+            RunAt::Now => None,
+            RunAt::At(t) => Some(t.duration_trunc(chrono::Duration::microseconds(1)).unwrap_or(t)),
+            RunAt::After(d) => Some(plus(at, d)?),
+        };
+        let id = JobId::new();
+        store.hot.insert(
+            id,
+            JobRecord {
+                id,
+                location: JobLocation::Hot(JobStatus::Pending),
+                queue: job.queue,
+                kind: job.kind,
+                payload: job.payload,
+                tags: job.tags,
+                idempotency_key: job.idempotency_key,
+                priority: job.priority,
+                attempt: 0,
+                max_attempts: job.max_attempts,
+                lease: None,
+                worker_id: None,
+                scheduled_at,
+                created_at: at,
+                started_at: None,
+                heartbeat_at: None,
+                updated_at: at,
+                finished_at: None,
+                last_error: None,
+                cancel_requested: false,
+                created_by: job.created_by,
+            },
+        );
+        Ok(Enqueued { id, duplicate: false })
+    }
+
+    /// Removes a hot row and files it as dead with `reason`.
+    fn to_dead(store: &mut Store, id: JobId, reason: DeadReason, error: Option<String>, at: Timestamp) {
+        if let Some(mut r) = store.hot.remove(&id) {
+            r.location = JobLocation::Dead(reason);
+            if error.is_some() {
+                r.last_error = error;
+            }
+            r.finished_at = Some(at);
+            r.updated_at = at;
+            store.dead.insert(id, r);
+        }
+    }
+
+    fn to_pending(r: &mut JobRecord, at: Timestamp) {
+        r.location = JobLocation::Hot(JobStatus::Pending);
+        r.worker_id = None;
+        r.cancel_requested = false;
+        r.updated_at = at;
+    }
+
+    /// The hot row held by `lease` in status `status`, if the lease still matches.
+    fn held(store: &mut Store, worker: WorkerId, lease: LeaseRef, status: JobStatus) -> Option<&mut JobRecord> {
+        store
+            .hot
+            .get_mut(&lease.id)
+            .filter(|r| r.lease == Some(lease.lease) && r.worker_id == Some(worker) && status_of(r) == Some(status))
+    }
+}
+
+fn claimed(r: &JobRecord) -> ClaimedJob {
+    ClaimedJob {
+        id: r.id,
+        queue: r.queue.clone(),
+        kind: r.kind.clone(),
+        payload: r.payload.clone(),
+        tags: r.tags.clone(),
+        idempotency_key: r.idempotency_key.clone(),
+        priority: r.priority,
+        status: status_of(r).unwrap_or(JobStatus::Fetched),
+        attempt: r.attempt,
+        max_attempts: r.max_attempts,
+        lease: r.lease.unwrap_or(Lease(0)),
+        worker_id: r.worker_id.unwrap_or(WorkerId(uuid::Uuid::nil())),
+        scheduled_at: r.scheduled_at,
+        created_at: r.created_at,
+        started_at: r.started_at,
+        heartbeat_at: r.heartbeat_at,
+        last_error: r.last_error.clone(),
+        created_by: r.created_by.clone(),
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal(TimestampPrecision::Microsecond).with_multi_process(false).with_kill_connections(false)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        job.validate(self.max_payload_bytes)?;
+        let mut s = self.lock();
+        Self::insert(&mut s, job, now())
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        if jobs.len() > crate::MAX_ENQUEUE_BATCH {
+            return Err(Error::invalid(format!(
+                "enqueue_many takes at most {} jobs, got {}",
+                crate::MAX_ENQUEUE_BATCH,
+                jobs.len()
+            )));
+        }
+        for j in &jobs {
+            j.validate(self.max_payload_bytes)?;
+        }
+        let mut s = self.lock();
+        let at = now();
+        // Validate the schedule of every job before inserting any.
+        for j in &jobs {
+            if let RunAt::After(d) = j.run_at {
+                plus(at, d)?;
+            }
+        }
+        jobs.into_iter().map(|j| Self::insert(&mut s, j, at)).collect()
+    }
+
+    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        req.validate()?;
+        let mut s = self.lock();
+        let at = now();
+        // Free slots per requested queue (None = unlimited); paused/inactive queues get 0.
+        let mut free: HashMap<QueueName, Option<u64>> = HashMap::new();
+        for q in &req.queues {
+            let st = Self::settings(&s, q);
+            let slots = if st.is_paused || !st.is_active {
+                Some(0)
+            } else {
+                st.max_workers.map(|max| {
+                    let active = s
+                        .hot
+                        .values()
+                        .filter(|r| {
+                            &r.queue == q
+                                && matches!(status_of(r), Some(JobStatus::Fetched) | Some(JobStatus::Processing))
+                        })
+                        .count() as u64;
+                    u64::from(max).saturating_sub(active)
+                })
+            };
+            free.insert(q.clone(), slots);
+        }
+        let mut candidates: Vec<&JobRecord> = s
+            .hot
+            .values()
+            .filter(|r| status_of(r) == Some(JobStatus::Pending) && due_at(r) <= at && free.contains_key(&r.queue))
+            .collect();
+        candidates.sort_by(|a, b| b.priority.cmp(&a.priority).then(due_at(a).cmp(&due_at(b))).then(a.id.cmp(&b.id)));
+        let mut picked = Vec::new();
+        for r in candidates {
+            if picked.len() as u32 >= req.limit {
+                break;
+            }
+            let slot = free.get_mut(&r.queue).expect("queue requested");
+            match slot {
+                Some(0) => continue,
+                Some(n) => *n -= 1,
+                None => {}
+            }
+            picked.push(r.id);
+        }
+        let mut out = Vec::with_capacity(picked.len());
+        for id in picked {
+            s.last_lease += 1;
+            let lease = Lease(s.last_lease);
+            let r = s.hot.get_mut(&id).expect("picked from hot");
+            r.lease = Some(lease);
+            r.worker_id = Some(req.worker);
+            r.updated_at = at;
+            match req.mode {
+                ClaimMode::Reserve => {
+                    r.location = JobLocation::Hot(JobStatus::Fetched);
+                }
+                ClaimMode::Start => {
+                    r.location = JobLocation::Hot(JobStatus::Processing);
+                    r.attempt += 1;
+                    r.started_at = Some(at);
+                    r.heartbeat_at = Some(at);
+                }
+            }
+            out.push(claimed(r));
+        }
+        Ok(out)
+    }
+
+    async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        let mut s = self.lock();
+        let at = now();
+        let mut out = BatchOutcome::default();
+        for l in leases {
+            match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+                Some(r) => {
+                    r.location = JobLocation::Hot(JobStatus::Processing);
+                    r.attempt += 1;
+                    r.started_at = Some(at);
+                    r.heartbeat_at = Some(at);
+                    r.updated_at = at;
+                    out.done.push(l.id);
+                }
+                None => out.lost.push(l.id),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        let mut s = self.lock();
+        let at = now();
+        let mut out = HeartbeatReport::default();
+        for l in leases {
+            match Self::held(&mut s, worker, *l, JobStatus::Processing) {
+                Some(r) => {
+                    r.heartbeat_at = Some(at);
+                    r.updated_at = at;
+                    out.held.push(l.id);
+                    if r.cancel_requested {
+                        out.cancel_requested.push(l.id);
+                    }
+                }
+                None => out.lost.push(l.id),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        let mut s = self.lock();
+        let at = now();
+        let mut out = BatchOutcome::default();
+        for l in leases {
+            if Self::held(&mut s, worker, *l, JobStatus::Processing).is_some() {
+                let mut r = s.hot.remove(&l.id).expect("held row exists");
+                r.location = JobLocation::Archived;
+                r.finished_at = Some(at);
+                r.updated_at = at;
+                s.archive.insert(l.id, r);
+                out.done.push(l.id);
+            } else {
+                out.lost.push(l.id);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+        let mut s = self.lock();
+        let at = now();
+        let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
+            return Ok(Fenced::LeaseLost);
+        };
+        let result = match outcome {
+            FailOutcome::Retry { delay, error } => {
+                if r.attempt >= r.max_attempts {
+                    Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(error_text(&error)), at);
+                    FailResult::DeadLettered(DeadReason::Failed)
+                } else {
+                    let when = plus(at, delay)?;
+                    Self::to_pending(r, at);
+                    r.scheduled_at = Some(when);
+                    r.last_error = Some(error_text(&error));
+                    FailResult::Retried { at: when }
+                }
+            }
+            FailOutcome::DeadLetter { reason, error } => {
+                Self::to_dead(&mut s, lease.id, reason, Some(error_text(&error)), at);
+                FailResult::DeadLettered(reason)
+            }
+            FailOutcome::Cancelled { error } => {
+                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, error.as_deref().map(error_text), at);
+                FailResult::DeadLettered(DeadReason::Cancelled)
+            }
+            FailOutcome::Snooze { delay } => {
+                let when = plus(at, delay)?;
+                Self::to_pending(r, at);
+                r.attempt = (r.attempt - 1).max(0);
+                r.scheduled_at = Some(when);
+                FailResult::Snoozed { until: when }
+            }
+        };
+        Ok(Fenced::Done(result))
+    }
+
+    async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        let mut s = self.lock();
+        let at = now();
+        let mut out = BatchOutcome::default();
+        for l in leases {
+            match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+                Some(r) => {
+                    Self::to_pending(r, at);
+                    out.done.push(l.id);
+                }
+                None => out.lost.push(l.id),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        let mut s = self.lock();
+        let at = now();
+        let mut report = RescueReport { ran: true, ..Default::default() };
+        let fetched_cutoff = minus(at, params.fetched_timeout);
+        let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
+        for r in s.hot.values() {
+            if todo.len() as u32 >= params.limit {
+                break;
+            }
+            match status_of(r) {
+                Some(JobStatus::Fetched) if r.updated_at < fetched_cutoff => todo.push((r.id, false)),
+                Some(JobStatus::Processing) => {
+                    let st = Self::settings(&s, &r.queue);
+                    let timeout = st.zombie_timeout.unwrap_or(params.default_zombie_timeout);
+                    if r.heartbeat_at.unwrap_or(r.updated_at) < minus(at, timeout) {
+                        todo.push((r.id, true));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (id, zombie) in todo {
+            let r = s.hot.get(&id).expect("listed above");
+            if !zombie {
+                let r = s.hot.get_mut(&id).expect("listed above");
+                Self::to_pending(r, at);
+                report.fetched_released += 1;
+                continue;
+            }
+            let policy = Self::settings(&s, &r.queue).zombie_policy;
+            if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
+                let r = s.hot.get_mut(&id).expect("listed above");
+                Self::to_pending(r, at);
+                report.zombies_retried += 1;
+            } else {
+                Self::to_dead(&mut s, id, DeadReason::Zombie, None, at);
+                report.zombies_dead += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        let mut s = self.lock();
+        let at = now();
+        let Some(r) = s.hot.get_mut(&id) else {
+            return Ok(CancelOutcome::NotLive);
+        };
+        match status_of(r) {
+            Some(JobStatus::Processing) => {
+                r.cancel_requested = true;
+                r.updated_at = at;
+                Ok(CancelOutcome::Requested)
+            }
+            _ => {
+                Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
+                Ok(CancelOutcome::Cancelled)
+            }
+        }
+    }
+
+    async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        validate::queue_name(queue.as_str())?;
+        let mut s = self.lock();
+        let mut st = Self::settings(&s, queue);
+        match control {
+            QueueControl::Pause => st.is_paused = true,
+            QueueControl::Resume => st.is_paused = false,
+            QueueControl::Activate => st.is_active = true,
+            QueueControl::Deactivate => st.is_active = false,
+            QueueControl::SetMaxWorkers(m) => st.max_workers = m,
+            QueueControl::SetZombieTimeout(t) => st.zombie_timeout = t,
+            QueueControl::SetZombiePolicy(p) => st.zombie_policy = p,
+        }
+        st.updated_at = Some(now());
+        s.queues.insert(queue.clone(), st.clone());
+        Ok(st)
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
+        let s = self.lock();
+        Ok(Self::settings(&s, queue))
+    }
+
+    async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
+        let mut s = self.lock();
+        let at = now();
+        let Some(r) = s.dead.get(&id) else {
+            return Ok(RequeueOutcome::NotFound);
+        };
+        if let Some(key) = &r.idempotency_key {
+            if s.hot.values().any(|h| h.idempotency_key.as_ref() == Some(key)) {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!("a live job holds the idempotency key of dead job {id}"),
+                ));
+            }
+        }
+        let mut r = s.dead.remove(&id).expect("checked above");
+        Self::to_pending(&mut r, at);
+        r.attempt = 0;
+        r.scheduled_at = None;
+        r.started_at = None;
+        r.heartbeat_at = None;
+        r.finished_at = None;
+        s.hot.insert(id, r);
+        Ok(RequeueOutcome::Requeued)
+    }
+
+    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+        if req.batch_size == 0 || req.max_batches == 0 {
+            return Err(Error::invalid("purge batch_size and max_batches must be at least 1"));
+        }
+        let mut s = self.lock();
+        let cutoff = minus(now(), req.older_than);
+        let budget = u64::from(req.batch_size) * u64::from(req.max_batches);
+        let table = match req.target {
+            PurgeTarget::Archive => &mut s.archive,
+            PurgeTarget::DeadLetter => &mut s.dead,
+        };
+        let ids: Vec<JobId> = table
+            .values()
+            .filter(|r| r.finished_at.is_some_and(|f| f < cutoff))
+            .filter(|r| req.queue.as_ref().is_none_or(|q| &r.queue == q))
+            .filter(|r| req.kind.as_ref().is_none_or(|k| &r.kind == k))
+            .filter(|r| req.reason.is_none_or(|reason| r.location == JobLocation::Dead(reason)))
+            .map(|r| r.id)
+            .take(budget as usize)
+            .collect();
+        for id in &ids {
+            table.remove(id);
+        }
+        Ok(ids.len() as u64)
+    }
+
+    async fn stats(&self) -> Result<StatsSnapshot> {
+        let s = self.lock();
+        let at = now();
+        let mut snap = StatsSnapshot { taken_at: Some(at), ..Default::default() };
+        let mut per: BTreeMap<String, QueueStats> = BTreeMap::new();
+        for r in s.hot.values().chain(s.archive.values()).chain(s.dead.values()) {
+            let qs = per
+                .entry(r.queue.to_string())
+                .or_insert_with(|| QueueStats { queue: r.queue.to_string(), ..Default::default() });
+            match r.location {
+                JobLocation::Hot(JobStatus::Pending) => {
+                    qs.pending += 1;
+                    snap.pending += 1;
+                    let due = due_at(r);
+                    if due <= at && qs.oldest_due_at.is_none_or(|o| due < o) {
+                        qs.oldest_due_at = Some(due);
+                    }
+                }
+                JobLocation::Hot(JobStatus::Fetched) => {
+                    qs.fetched += 1;
+                    snap.fetched += 1;
+                }
+                JobLocation::Hot(JobStatus::Processing) => {
+                    qs.processing += 1;
+                    snap.processing += 1;
+                }
+                JobLocation::Archived => {
+                    qs.archived += 1;
+                    snap.archived += 1;
+                }
+                JobLocation::Dead(_) => {
+                    qs.dead += 1;
+                    snap.dead += 1;
+                }
+            }
+        }
+        snap.queues = per.into_values().collect();
+        Ok(snap)
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        let s = self.lock();
+        Ok(s.hot.get(&id).or_else(|| s.archive.get(&id)).or_else(|| s.dead.get(&id)).cloned())
+    }
+
+    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+        if filter.limit == 0 || filter.limit > 1000 {
+            return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", filter.limit)));
+        }
+        let s = self.lock();
+        let table = match filter.table {
+            JobTable::Hot => &s.hot,
+            JobTable::Archive => &s.archive,
+            JobTable::DeadLetter => &s.dead,
+        };
+        let mut jobs: Vec<JobRecord> = table
+            .values()
+            .filter(|r| filter.after.is_none_or(|a| r.id > a))
+            .filter(|r| filter.queue.as_ref().is_none_or(|q| &r.queue == q))
+            .filter(|r| filter.status.is_none_or(|st| r.location == JobLocation::Hot(st)))
+            .filter(|r| filter.kind.as_ref().is_none_or(|k| &r.kind == k))
+            .filter(|r| filter.tag.as_ref().is_none_or(|t| r.tags.contains(t)))
+            .filter(|r| filter.created_from.is_none_or(|f| r.created_at >= f))
+            .filter(|r| filter.created_to.is_none_or(|t| r.created_at < t))
+            .take(filter.limit as usize + 1)
+            .cloned()
+            .collect();
+        let next = if jobs.len() > filter.limit as usize {
+            jobs.truncate(filter.limit as usize);
+            jobs.last().map(|r| r.id)
+        } else {
+            None
+        };
+        Ok(JobPage { jobs, next })
+    }
+}
+
+#[async_trait]
+impl TestSupport for MemoryBackend {
+    async fn db_now(&self) -> Result<Timestamp> {
+        Ok(now())
+    }
+
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        let mut s = self.lock();
+        let Some(r) = s.hot.get_mut(&id) else {
+            return Ok(false);
+        };
+        if let Some(st) = patch.status {
+            r.location = JobLocation::Hot(st);
+        }
+        if let Some(a) = patch.attempt {
+            r.attempt = a;
+        }
+        if let Some(v) = patch.scheduled_at {
+            r.scheduled_at = v;
+        }
+        if let Some(v) = patch.heartbeat_at {
+            r.heartbeat_at = v;
+        }
+        if let Some(v) = patch.updated_at {
+            r.updated_at = v;
+        }
+        if let Some(v) = patch.created_at {
+            r.created_at = v;
+        }
+        Ok(true)
+    }
+
+    async fn presence(&self, id: JobId) -> Result<Presence> {
+        let s = self.lock();
+        Ok(Presence {
+            hot: u32::from(s.hot.contains_key(&id)),
+            archive: u32::from(s.archive.contains_key(&id)),
+            dead: u32::from(s.dead.contains_key(&id)),
+        })
+    }
+
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
+        let s = self.lock();
+        Ok(ids
+            .iter()
+            .map(|id| {
+                (
+                    *id,
+                    Presence {
+                        hot: u32::from(s.hot.contains_key(id)),
+                        archive: u32::from(s.archive.contains_key(id)),
+                        dead: u32::from(s.dead.contains_key(id)),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn drop_schema(&self) -> Result<()> {
+        *self.lock() = Store::default();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BackendExt;
+
+    fn q(name: &str) -> QueueName {
+        QueueName::new(name).unwrap()
+    }
+
+    fn job(queue: &str) -> NewJob {
+        NewJob::build(queue, "test.v1").unwrap()
+    }
+
+    #[tokio::test]
+    async fn claim_start_complete_archives() {
+        let b = MemoryBackend::new();
+        let id = b.enqueue(job("a")).await.unwrap().id;
+        let w = WorkerId::random();
+        let got = b.claim(&ClaimRequest::new(w, vec![q("a")], 5, ClaimMode::Start)).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].attempt, 1);
+        assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::Done(()));
+        assert_eq!(b.presence(id).await.unwrap(), Presence { hot: 0, archive: 1, dead: 0 });
+        assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::LeaseLost);
+    }
+
+    #[tokio::test]
+    async fn cap_is_strict_inside_one_batch() {
+        let b = MemoryBackend::new();
+        for _ in 0..5 {
+            b.enqueue(job("c")).await.unwrap();
+        }
+        b.set_max_workers(&q("c"), Some(2)).await.unwrap();
+        let w = WorkerId::random();
+        let got = b.claim(&ClaimRequest::new(w, vec![q("c")], 10, ClaimMode::Reserve)).await.unwrap();
+        assert_eq!(got.len(), 2);
+        let more = b.claim(&ClaimRequest::new(w, vec![q("c")], 10, ClaimMode::Reserve)).await.unwrap();
+        assert!(more.is_empty());
+    }
+
+    #[tokio::test]
+    async fn idempotency_key_dedupes_live_jobs_only() {
+        let b = MemoryBackend::new();
+        let a = b.enqueue(job("k").idempotency_key("x")).await.unwrap();
+        let dup = b.enqueue(job("k").idempotency_key("x")).await.unwrap();
+        assert!(!a.duplicate);
+        assert!(dup.duplicate);
+        assert_eq!(a.id, dup.id);
+        assert_eq!(b.cancel(a.id).await.unwrap(), CancelOutcome::Cancelled);
+        let again = b.enqueue(job("k").idempotency_key("x")).await.unwrap();
+        assert!(!again.duplicate);
+        assert_ne!(again.id, a.id);
+    }
+
+    #[tokio::test]
+    async fn retry_then_dead_letter() {
+        let b = MemoryBackend::new();
+        let id = b.enqueue(job("r").max_attempts(2)).await.unwrap().id;
+        let w = WorkerId::random();
+        for attempt in 1..=2 {
+            b.force(id, &JobPatch { scheduled_at: Some(None), ..Default::default() }).await.unwrap();
+            let got = b.claim(&ClaimRequest::new(w, vec![q("r")], 1, ClaimMode::Start)).await.unwrap();
+            assert_eq!(got.len(), 1, "attempt {attempt}");
+            let out = b
+                .fail(w, got[0].lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: format!("e{attempt}") })
+                .await
+                .unwrap();
+            if attempt == 2 {
+                assert_eq!(out, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)));
+            }
+        }
+        let r = b.get_job(id).await.unwrap().unwrap();
+        assert_eq!(r.location, JobLocation::Dead(DeadReason::Failed));
+        assert_eq!(r.last_error.as_deref(), Some("e2"));
+    }
+
+    #[tokio::test]
+    async fn bad_input_changes_nothing() {
+        let b = MemoryBackend::new();
+        let bad = job("b").max_attempts(0);
+        let err = b.enqueue_many(vec![job("b"), bad]).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(b.stats().await.unwrap().total(), 0);
+    }
+}
