@@ -1,1 +1,55 @@
-//! placeholder
+//! # chokaq
+//!
+//! Database-backed background jobs: many workers claim jobs from one SQL table; no job is
+//! ever taken twice, a queue's `max_workers` cap is strict, and leases fence stale workers.
+//!
+//! This crate is the facade and the worker runtime. One dependency line gives both the
+//! runtime and a backend:
+//!
+//! ```toml
+//! chokaq = { version = "0.1", features = ["postgres"] }
+//! ```
+//!
+//! Then `chokaq::postgres::{PgBackend, PgConfig}` connects, [`Client`] enqueues typed jobs
+//! and [`Worker`] runs their handlers. See `docs/runtime.md` for the design.
+//!
+//! Delivery is at least once: a handler may run twice if its process dies after the
+//! handler's side effects and before the completion is written. Handlers must be idempotent.
+
+mod client;
+mod job;
+pub mod metrics_names;
+mod registry;
+mod signal;
+mod worker;
+
+pub use client::{new_job, Client, EnqueueBuilder};
+pub use job::{Job, JobContext, JobError, JobResult};
+pub use signal::{shutdown_token, wait_for_signal};
+pub use worker::{MaintenanceConfig, StatsHandle, Worker, WorkerBuilder, WorkerConfig, WorkerReport, SHUTDOWN_ERROR};
+
+/// The core contract: value types, the [`core::Backend`] trait, errors, the retry policy.
+pub use chokaq_core as core;
+pub use chokaq_core::{
+    Backend, BackendExt, ClaimMode, DeadReason, Enqueued, Error, ErrorKind, FailOutcome, JobId, JobKind, JobRecord,
+    NewJob, QueueName, Result, RetryPolicy, WorkerId,
+};
+pub use tokio_util::sync::CancellationToken;
+
+/// The PostgreSQL backend (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use chokaq_postgres::*;
+}
+
+/// The SQL Server backend (feature `mssql`).
+#[cfg(feature = "mssql")]
+pub mod mssql {
+    pub use chokaq_mssql::*;
+}
+
+/// The SQLite backend (feature `sqlite`).
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use chokaq_sqlite::*;
+}
