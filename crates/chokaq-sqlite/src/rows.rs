@@ -1,0 +1,142 @@
+//! Decoding stored rows into the core's types, and the time/duration conversions.
+
+use std::time::Duration;
+
+use chokaq_core::{
+    chrono::{DateTime, Utc},
+    ClaimedJob, DeadReason, Error, JobId, JobKind, JobLocation, JobRecord, JobStatus, Lease, QueueName, Result,
+    Timestamp, WorkerId,
+};
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::error::{corrupt, map_err};
+
+/// Longest delay or timeout accepted: about 1,000 years, so `now + delay` never overflows.
+pub(crate) const MAX_DURATION_US: i64 = 1000 * 366 * 86_400 * 1_000_000;
+
+/// The clock used as "the database clock": this host's UTC clock in whole microseconds. All
+/// processes sharing a SQLite file run on one host, so they share it.
+pub(crate) fn now_us() -> i64 {
+    Utc::now().timestamp_micros()
+}
+
+/// Microseconds since the epoch to a timestamp.
+pub(crate) fn ts(us: i64) -> Result<Timestamp> {
+    DateTime::from_timestamp_micros(us).ok_or_else(|| corrupt(format!("timestamp {us} out of range")))
+}
+
+pub(crate) fn opt_ts(us: Option<i64>) -> Result<Option<Timestamp>> {
+    us.map(ts).transpose()
+}
+
+/// A duration as microseconds, rejecting absurd values as invalid input.
+pub(crate) fn dur_us(what: &str, d: Duration) -> Result<i64> {
+    match i64::try_from(d.as_micros()) {
+        Ok(us) if us <= MAX_DURATION_US => Ok(us),
+        _ => Err(Error::invalid(format!("{what} is too long: {d:?} (at most about 1000 years)"))),
+    }
+}
+
+/// A timestamp as microseconds, rejecting instants outside years 0..=9999.
+pub(crate) fn ts_us(what: &str, t: Timestamp) -> Result<i64> {
+    let us = t.timestamp_micros();
+    // 0000-01-01 .. 9999-12-31
+    if !(-62_167_219_200_000_000..=253_402_300_799_999_999).contains(&us) {
+        return Err(Error::invalid(format!("{what} is out of range: {t}")));
+    }
+    Ok(us)
+}
+
+fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    row.try_get(col).map_err(map_err)
+}
+
+fn i32_col(row: &SqliteRow, col: &str) -> Result<i32> {
+    let v: i64 = get(row, col)?;
+    i32::try_from(v).map_err(|_| corrupt(format!("{col} = {v}")))
+}
+
+/// Which table a row was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Src {
+    Hot,
+    Archive,
+    Dead,
+}
+
+/// Decodes a row selected with [`crate::schema::select_record`] (or `COLS` for hot rows, with
+/// `from == Src::Hot`).
+pub(crate) fn record(row: &SqliteRow, from: Src) -> Result<JobRecord> {
+    let status_code: i64 = get(row, "status")?;
+    let status = JobStatus::from_code(i16::try_from(status_code).map_err(|_| corrupt("status"))?)?;
+    let (location, finished_at) = match from {
+        Src::Hot => (JobLocation::Hot(status), None),
+        Src::Archive => (JobLocation::Archived, Some(ts(get(row, "finished_at")?)?)),
+        Src::Dead => {
+            let reason: String = get(row, "reason")?;
+            (JobLocation::Dead(DeadReason::parse(&reason)?), Some(ts(get(row, "finished_at")?)?))
+        }
+    };
+    let payload: String = get(row, "payload")?;
+    let tags: String = get(row, "tags")?;
+    let queue: String = get(row, "queue")?;
+    let kind: String = get(row, "kind")?;
+    let cancel_requested: i64 = get(row, "cancel_requested")?;
+    Ok(JobRecord {
+        id: JobId(get::<Uuid>(row, "id")?),
+        location,
+        queue: QueueName::new(queue).map_err(|_| corrupt("queue"))?,
+        kind: JobKind::new(kind).map_err(|_| corrupt("kind"))?,
+        payload: serde_json::from_str(&payload).map_err(|_| corrupt("payload is not JSON"))?,
+        tags: serde_json::from_str(&tags).map_err(|_| corrupt("tags are not a JSON array of strings"))?,
+        idempotency_key: get(row, "idempotency_key")?,
+        priority: i32_col(row, "priority")?,
+        attempt: i32_col(row, "attempt")?,
+        max_attempts: i32_col(row, "max_attempts")?,
+        lease: get::<Option<i64>>(row, "lease")?.map(Lease),
+        worker_id: get::<Option<Uuid>>(row, "worker_id")?.map(WorkerId),
+        scheduled_at: opt_ts(get(row, "scheduled_at")?)?,
+        created_at: ts(get(row, "created_at")?)?,
+        started_at: opt_ts(get(row, "started_at")?)?,
+        heartbeat_at: opt_ts(get(row, "heartbeat_at")?)?,
+        updated_at: ts(get(row, "updated_at")?)?,
+        finished_at,
+        last_error: get(row, "last_error")?,
+        cancel_requested: cancel_requested != 0,
+        created_by: get(row, "created_by")?,
+    })
+}
+
+/// Decodes a hot row just claimed.
+pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
+    let r = record(row, Src::Hot)?;
+    let status = match r.location {
+        JobLocation::Hot(s) => s,
+        _ => return Err(corrupt("claimed row is not hot")),
+    };
+    Ok(ClaimedJob {
+        id: r.id,
+        queue: r.queue,
+        kind: r.kind,
+        payload: r.payload,
+        tags: r.tags,
+        idempotency_key: r.idempotency_key,
+        priority: r.priority,
+        status,
+        attempt: r.attempt,
+        max_attempts: r.max_attempts,
+        lease: r.lease.ok_or_else(|| corrupt("claimed row has no lease"))?,
+        worker_id: r.worker_id.ok_or_else(|| corrupt("claimed row has no worker"))?,
+        scheduled_at: r.scheduled_at,
+        created_at: r.created_at,
+        started_at: r.started_at,
+        heartbeat_at: r.heartbeat_at,
+        last_error: r.last_error,
+        created_by: r.created_by,
+    })
+}
