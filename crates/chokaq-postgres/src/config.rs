@@ -1,0 +1,98 @@
+//! Connection settings.
+
+use std::fmt;
+use std::time::Duration;
+
+use chokaq_core::validate;
+
+/// Settings of a [`PgBackend`](crate::PgBackend). The URL is a secret: `Debug` never shows it.
+#[derive(Clone)]
+pub struct PgConfig {
+    /// `postgres://user:password@host:port/database`.
+    pub url: String,
+    /// The schema that holds chokaq's tables (default `chokaq`); validated as a plain identifier.
+    pub schema: String,
+    /// Pool size (default 10).
+    pub max_connections: u32,
+    /// Largest accepted payload, bytes of serialized JSON.
+    pub max_payload_bytes: usize,
+    /// How long to wait for a connection (default 10 s).
+    pub connect_timeout: Duration,
+    /// `statement_timeout` of every session, if set.
+    pub statement_timeout: Option<Duration>,
+}
+
+impl PgConfig {
+    /// Defaults for everything but the URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        PgConfig {
+            url: url.into(),
+            schema: "chokaq".to_owned(),
+            max_connections: 10,
+            max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            connect_timeout: Duration::from_secs(10),
+            statement_timeout: None,
+        }
+    }
+
+    /// Sets the schema name (validated by [`PgBackend::connect`](crate::PgBackend::connect)).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Sets the pool size.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// Sets the payload limit.
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+
+    /// Sets how long to wait for a connection.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Sets the sessions' `statement_timeout`.
+    pub fn statement_timeout(mut self, d: Option<Duration>) -> Self {
+        self.statement_timeout = d;
+        self
+    }
+
+    /// The `application_name` that marks this backend's sessions.
+    pub(crate) fn application_name(&self) -> String {
+        format!("chokaq:{}", self.schema)
+    }
+}
+
+impl fmt::Debug for PgConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgConfig")
+            .field("url", &"<redacted>")
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_url() {
+        let c = PgConfig::new("postgres://u:hunter2@h/db").schema("s1");
+        let d = format!("{c:?}");
+        assert!(!d.contains("hunter2"), "{d}");
+        assert!(d.contains("s1"));
+    }
+}

@@ -1,0 +1,76 @@
+//! The one place where sqlx errors become chokaq errors, and the one retry loop.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chokaq_core::{Error, ErrorKind, Result};
+use rand::Rng;
+
+/// Maps a sqlx error to a chokaq [`Error`] by SQLSTATE. Messages never contain the URL.
+pub fn map_sqlx_error(e: sqlx::Error) -> Error {
+    match &e {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let msg = format!("postgres error {code}: {}", db.message());
+            let kind = match code.as_str() {
+                "40P01" | "40001" | "55P03" => ErrorKind::Transient,
+                "23505" => ErrorKind::Conflict,
+                "57P01" | "57P02" | "57P03" => ErrorKind::Unavailable,
+                c if c.starts_with("08") => ErrorKind::Unavailable,
+                c if c.starts_with("22") => ErrorKind::InvalidInput,
+                "42P01" | "3F000" | "42883" => {
+                    return Error::with_source(
+                        ErrorKind::Other,
+                        format!("{msg} (schema not migrated? call migrate() first)"),
+                        e,
+                    )
+                }
+                _ => ErrorKind::Other,
+            };
+            Error::with_source(kind, msg, e)
+        }
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
+            let msg = format!("database unreachable: {e}");
+            Error::with_source(ErrorKind::Unavailable, msg, e)
+        }
+        sqlx::Error::PoolTimedOut => Error::with_source(ErrorKind::Unavailable, "connection pool timed out", e),
+        sqlx::Error::PoolClosed => Error::with_source(ErrorKind::Unavailable, "connection pool closed", e),
+        sqlx::Error::WorkerCrashed => Error::with_source(ErrorKind::Unavailable, "connection worker crashed", e),
+        // Its text may quote the URL: keep neither.
+        sqlx::Error::Configuration(_) => Error::new(ErrorKind::InvalidInput, "invalid connection configuration"),
+        sqlx::Error::RowNotFound => Error::with_source(ErrorKind::NotFound, "no row", e),
+        _ => {
+            let msg = format!("postgres: {e}");
+            Error::with_source(ErrorKind::Other, msg, e)
+        }
+    }
+}
+
+const MAX_TRIES: u32 = 5;
+
+/// Runs `op` and retries it on deadlock, serialization failure and lock timeout (at most 5
+/// tries, 5 to 100 ms jittered back-off). Every operation that can meet those goes through
+/// here.
+pub(crate) async fn with_retry<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let err = map_sqlx_error(e);
+                if err.kind() != ErrorKind::Transient || tries >= MAX_TRIES {
+                    return Err(err);
+                }
+                let cap = (5u64 << tries).min(100);
+                let ms = rand::thread_rng().gen_range(5..=cap.max(5));
+                tracing::debug!(tries, ms, error = %err, "transient error, retrying");
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+        }
+    }
+}
