@@ -1,0 +1,351 @@
+//! Acceptance tests of the worker runtime on PostgreSQL.
+//!
+//! A custom harness (libtest-mimic): each case is a named, filterable trial with its own fresh
+//! schema `chokaq_t_<hex>`, so cases run in parallel. The URL comes from
+//! `CHOKAQ_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). When the
+//! database is unreachable every case is ignored, unless `CHOKAQ_TEST_REQUIRE` names
+//! `postgres`: then every case fails.
+//!
+//! The multi-process cases re-execute this test binary as worker processes (env
+//! `CHOKAQ_RT_CHILD` set): each handler run appends `<job id>\n` to the process's own file,
+//! outside the queue tables, so handler runs are counted independently of the database.
+
+#[macro_use]
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chokaq::core::testing::TestSupport;
+use chokaq::core::{JobFilter, JobTable, RescueParams};
+use chokaq::{Backend, CancellationToken, Client, JobContext, JobId, MaintenanceConfig, Worker};
+use chokaq_postgres::{PgBackend, PgConfig};
+use common::{err, Count, TestResult};
+use libtest_mimic::{Arguments, Failed, Trial};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const CHILD_ENV: &str = "CHOKAQ_RT_CHILD";
+
+fn url() -> String {
+    std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+}
+
+fn required() -> bool {
+    std::env::var("CHOKAQ_TEST_REQUIRE").map(|v| v.split(',').any(|s| s.trim() == "postgres")).unwrap_or(false)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+fn fresh_schema_name() -> String {
+    format!("chokaq_t_{:016x}", rand::random::<u64>())
+}
+
+async fn connect(schema: &str, pool: u32) -> chokaq::Result<PgBackend> {
+    PgBackend::connect(PgConfig::new(url()).schema(schema).max_connections(pool)).await
+}
+
+async fn fresh(pool: u32) -> Result<Arc<PgBackend>, String> {
+    let b = connect(&fresh_schema_name(), pool).await.map_err(err)?;
+    b.migrate().await.map_err(err)?;
+    Ok(Arc::new(b))
+}
+
+/// Runs a scenario on a fresh schema and drops the schema afterwards (also on failure).
+fn on_fresh<F, Fut>(f: F) -> Result<(), Failed>
+where
+    F: FnOnce(Arc<PgBackend>) -> Fut,
+    Fut: std::future::Future<Output = TestResult>,
+{
+    runtime().block_on(async {
+        let b = fresh(8).await?;
+        let out = f(b.clone()).await;
+        if let Err(e) = b.drop_schema().await {
+            eprintln!("could not drop schema {}: {e}", b.schema());
+        }
+        out
+    })?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return child_main();
+    }
+    let args = Arguments::from_args();
+    let reachable = runtime().block_on(async { connect("chokaq_probe", 1).await.is_ok() });
+    let require = required();
+    let mut trials = vec![
+        Trial::test("typed_roundtrip", || on_fresh(common::typed_roundtrip)),
+        Trial::test("retry_backoff_and_fatal", || on_fresh(common::retry_and_fatal)),
+        Trial::test("poison_and_panic", || on_fresh(common::poison_and_panic)),
+        Trial::test("timeout_retries", || on_fresh(common::timeout_retries)),
+        Trial::test("operator_cancel_from_another_process", || {
+            on_fresh(|b| async move {
+                // The operator uses its own pool on the same schema, as another process would.
+                let operator = Arc::new(connect(b.schema(), 2).await.map_err(err)?);
+                common::operator_cancel(b, operator).await
+            })
+        }),
+        Trial::test("shutdown_releases_prefetch_and_hands_back", || on_fresh(common::shutdown_releases_prefetch)),
+        Trial::test("ten_thousand_jobs_four_processes", || on_fresh(|b| multi_process(b, false))),
+        Trial::test("ten_thousand_jobs_one_process_sigkilled", || on_fresh(|b| multi_process(b, true))),
+    ];
+    if !reachable {
+        if require {
+            trials = trials
+                .into_iter()
+                .map(|t| {
+                    let name = t.name().to_string();
+                    Trial::test(name, || Err("PostgreSQL is unreachable and CHOKAQ_TEST_REQUIRE names postgres".into()))
+                })
+                .collect();
+        } else {
+            eprintln!("PostgreSQL unreachable at the configured URL: every case is ignored");
+            trials = trials.into_iter().map(|t| t.with_ignored_flag(true)).collect();
+        }
+    }
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker processes
+
+const JOBS: usize = 10_000;
+const PROCESSES: usize = 4;
+const CONCURRENCY: u32 = 8;
+
+/// A worker process: runs `Count` jobs until its stdin closes, appending each run's job id to
+/// its own file. Prints `WORKER <id>` first and `REPORT ...` last.
+fn child_main() -> ExitCode {
+    let schema = std::env::var("CHOKAQ_RT_SCHEMA").expect("schema");
+    let runs_file = PathBuf::from(std::env::var("CHOKAQ_RT_RUNS").expect("runs file"));
+    let rt = runtime();
+    let out = rt.block_on(async move {
+        let backend: Arc<dyn Backend> = Arc::new(connect(&schema, 4).await.map_err(err)?);
+        let file =
+            Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(&runs_file).map_err(err)?));
+        let maintenance = MaintenanceConfig {
+            enabled: true,
+            interval: Duration::from_millis(500),
+            rescue: RescueParams {
+                fetched_timeout: Duration::from_secs(3),
+                default_zombie_timeout: Duration::from_secs(3),
+                limit: 1000,
+            },
+            archive_retention: None,
+            dead_letter_retention: None,
+        };
+        let worker = Worker::builder(backend)
+            .concurrency(CONCURRENCY)
+            .heartbeat_interval(Duration::from_millis(300))
+            .poll_interval(Duration::from_millis(200))
+            .maintenance(maintenance)
+            .register(move |_job: Count, ctx: JobContext| {
+                let file = file.clone();
+                async move {
+                    // One write(2) per run, straight to the file: survives SIGKILL.
+                    let line = format!("{}\n", ctx.id());
+                    file.lock().unwrap().write_all(line.as_bytes()).map_err(chokaq::JobError::retry)?;
+                    // A little simulated work so a kill lands mid-run.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    Ok(())
+                }
+            })
+            .build()
+            .map_err(err)?;
+        println!("WORKER {}", worker.id());
+        let token = CancellationToken::new();
+        let t2 = token.clone();
+        tokio::spawn(async move {
+            // Shut down gracefully when the parent closes our stdin.
+            let _ = tokio::task::spawn_blocking(|| {
+                let mut buf = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            })
+            .await;
+            t2.cancel();
+        });
+        let report = worker.run(token).await.map_err(err)?;
+        println!("REPORT {report:?}");
+        Ok::<(), String>(())
+    });
+    match out {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worker process failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct ChildProc {
+    child: tokio::process::Child,
+    worker_id: String,
+    runs_file: PathBuf,
+    stdout: BufReader<tokio::process::ChildStdout>,
+}
+
+async fn spawn_child(schema: &str, runs_file: &Path) -> Result<ChildProc, String> {
+    let exe = std::env::current_exe().map_err(err)?;
+    let mut child = tokio::process::Command::new(exe)
+        .env(CHILD_ENV, "1")
+        .env("CHOKAQ_RT_SCHEMA", schema)
+        .env("CHOKAQ_RT_RUNS", runs_file)
+        .env("CHOKAQ_TEST_POSTGRES_URL", url())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(err)?;
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
+        .await
+        .map_err(|_| "worker process did not start within 30 s")?
+        .map_err(err)?;
+    let worker_id = line.trim().strip_prefix("WORKER ").ok_or_else(|| format!("unexpected first line {line:?}"))?;
+    Ok(ChildProc { worker_id: worker_id.to_string(), child, runs_file: runs_file.to_path_buf(), stdout })
+}
+
+fn read_runs(path: &Path) -> Result<Vec<JobId>, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(|l| l.parse::<JobId>().map_err(err)).collect()
+}
+
+/// 10,000 jobs through four worker processes (concurrency 8 each). With `kill`, one process
+/// is SIGKILLed mid-run and the others (rescue included) finish its jobs.
+async fn multi_process(b: Arc<PgBackend>, kill: bool) -> TestResult {
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb);
+    let jobs: Vec<Count> = (0..JOBS as u32).map(|n| Count { n }).collect();
+    let ids: Vec<JobId> = client.enqueue_many(&jobs).await.map_err(err)?.into_iter().map(|e| e.id).collect();
+    ensure!(ids.len() == JOBS, "enqueued {}", ids.len());
+
+    let dir = std::env::temp_dir().join(format!("chokaq_rt_{}", b.schema()));
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    let t0 = Instant::now();
+    let mut children = Vec::new();
+    for i in 0..PROCESSES {
+        children.push(spawn_child(b.schema(), &dir.join(format!("runs-{i}.txt"))).await?);
+    }
+
+    let mut victim: Option<ChildProc> = None;
+    if kill {
+        // Kill process 0 once it has done a good share of work and has jobs in flight.
+        common::wait_for("2,500 archived", Duration::from_secs(60), || async {
+            Ok(b.stats().await.map_err(err)?.archived >= 2_500)
+        })
+        .await?;
+        let mut v = children.remove(0);
+        v.child.start_kill().map_err(err)?; // SIGKILL: no cleanup at all
+        v.child.wait().await.map_err(err)?;
+        println!("    SIGKILLed worker process {} after {:?}", v.worker_id, t0.elapsed());
+        victim = Some(v);
+    }
+
+    common::wait_for("all 10,000 archived", Duration::from_secs(90), || async {
+        let s = b.stats().await.map_err(err)?;
+        Ok(s.archived == JOBS as u64 && s.hot() == 0)
+    })
+    .await?;
+    let elapsed = t0.elapsed();
+
+    // Graceful stop of the survivors: close stdin, collect reports.
+    for c in &mut children {
+        drop(c.child.stdin.take());
+    }
+    for c in &mut children {
+        let status = tokio::time::timeout(Duration::from_secs(30), c.child.wait())
+            .await
+            .map_err(|_| "worker process did not exit")?
+            .map_err(err)?;
+        let mut rest = String::new();
+        c.stdout.read_to_string(&mut rest).await.map_err(err)?;
+        ensure!(status.success(), "worker process exited with {status}");
+        println!("    worker {}: {}", c.worker_id, rest.trim());
+    }
+
+    // Exactly once in the tables: archived, nowhere else.
+    for chunk in ids.chunks(1000) {
+        for (id, p) in b.presence_many(chunk).await.map_err(err)? {
+            ensure!(p.archive == 1 && p.hot == 0 && p.dead == 0, "job {id}: {p:?}");
+        }
+    }
+
+    // Handler runs, counted outside the tables.
+    let mut runs: HashMap<JobId, u32> = HashMap::new();
+    let mut total_runs = 0usize;
+    for i in 0..PROCESSES {
+        for id in read_runs(&dir.join(format!("runs-{i}.txt")))? {
+            *runs.entry(id).or_default() += 1;
+            total_runs += 1;
+        }
+    }
+    let known: HashSet<JobId> = ids.iter().copied().collect();
+    ensure!(runs.keys().all(|id| known.contains(id)), "a handler ran for an unknown id");
+    let never: Vec<_> = ids.iter().filter(|id| !runs.contains_key(id)).collect();
+    ensure!(never.is_empty(), "{} jobs archived without a handler run", never.len());
+    let twice: HashSet<JobId> = runs.iter().filter(|(_, &n)| n > 1).map(|(id, _)| *id).collect();
+    let max_runs = runs.values().copied().max().unwrap_or(0);
+
+    if let Some(v) = victim {
+        // Which of the victim's runs were cut off: it wrote the line but its job was archived
+        // by someone else.
+        let victim_runs: HashSet<JobId> = read_runs(&v.runs_file)?.into_iter().collect();
+        let mut archived_by: HashMap<JobId, Option<String>> = HashMap::new();
+        let mut filter = JobFilter::new(JobTable::Archive);
+        filter.limit = 1000;
+        loop {
+            let page = b.list_jobs(&filter).await.map_err(err)?;
+            for j in &page.jobs {
+                archived_by.insert(j.id, j.worker_id.map(|w| w.to_string()));
+            }
+            match page.next {
+                Some(n) => filter.after = Some(n),
+                None => break,
+            }
+        }
+        let cut_off: HashSet<JobId> = victim_runs
+            .iter()
+            .filter(|id| archived_by.get(id).and_then(|w| w.as_deref()) != Some(v.worker_id.as_str()))
+            .copied()
+            .collect();
+        println!(
+            "    kill: victim ran {} jobs, {} of them cut off; {} jobs ran twice (max runs per job {max_runs}); \
+             {total_runs} handler runs for {JOBS} jobs; {elapsed:?}",
+            victim_runs.len(),
+            cut_off.len(),
+            twice.len()
+        );
+        ensure!(max_runs <= 2, "a job ran {max_runs} times");
+        ensure!(
+            twice == cut_off,
+            "jobs run twice ({}) must be exactly the victim's cut-off runs ({}); extra: {:?}",
+            twice.len(),
+            cut_off.len(),
+            twice.symmetric_difference(&cut_off).take(5).collect::<Vec<_>>()
+        );
+        ensure!(
+            cut_off.len() <= (CONCURRENCY as usize) * 4,
+            "{} cut-off runs is more than the victim can have had in flight",
+            cut_off.len()
+        );
+    } else {
+        println!(
+            "    {JOBS} jobs, {PROCESSES} processes x {CONCURRENCY}: {total_runs} handler runs in {elapsed:?} \
+             ({:.0} jobs/s)",
+            JOBS as f64 / elapsed.as_secs_f64()
+        );
+        ensure!(twice.is_empty() && total_runs == JOBS, "{} jobs ran more than once", twice.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
