@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chokaq_core::testing::{JobPatch, Presence};
 use chokaq_core::{
-    Capabilities, ClaimMode, ClaimRequest, ClaimedJob, JobId, JobKind, JobRecord, NewJob, QueueName, QueueStats,
-    RescueParams, RescueReport, WorkerId,
+    Capabilities, ClaimMode, ClaimRequest, ClaimedJob, JobId, JobKind, JobLocation, JobRecord, NewJob, QueueName,
+    QueueStats, RescueParams, RescueReport, WorkerId,
 };
 
 use crate::harness::TestBackend;
@@ -258,31 +258,38 @@ impl Ctx {
         self.force(id, JobPatch { heartbeat_at: Some(Some(past)), updated_at: Some(past), ..Default::default() }).await
     }
 
-    /// Runs rescue until an instance actually ran it (others may hold the maintenance lock
-    /// in parallel cases) and `done(report so far)` holds, within the poll deadline. Returns
-    /// the sum of the reports.
-    pub async fn rescue_until<F>(&self, params: RescueParams, mut done: F) -> Result<RescueReport, Failure>
+    /// Runs rescue (with [`rescue_params`]) until `cond` holds, within the poll deadline.
+    /// Cases run in parallel and share one store, so another case's rescue may do the work
+    /// (or hold the maintenance lock): the condition is checked on the job's state, never on
+    /// one call's report. Returns the reports of the calls that ran.
+    pub async fn rescue_until<F, Fut>(&self, what: &str, mut cond: F) -> Result<Vec<RescueReport>, Failure>
     where
-        F: FnMut(&RescueReport) -> bool,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool, Failure>>,
     {
         let deadline = Instant::now() + POLL_DEADLINE;
-        let mut sum = RescueReport::default();
+        let mut reports = Vec::new();
         loop {
-            let r = self.backend.rescue(&params).await?;
+            let r = self.backend.rescue(&rescue_params()).await?;
             if r.ran {
-                sum.ran = true;
-                sum.fetched_released += r.fetched_released;
-                sum.zombies_retried += r.zombies_retried;
-                sum.zombies_dead += r.zombies_dead;
-                if done(&sum) {
-                    return Ok(sum);
-                }
+                reports.push(r);
+            }
+            if cond().await? {
+                return Ok(reports);
             }
             if Instant::now() > deadline {
-                return Err(Failure(format!("rescue did not reach the expected state in {POLL_DEADLINE:?}: {sum:?}")));
+                return Err(Failure(format!("rescue did not reach {what} within {POLL_DEADLINE:?}: {reports:?}")));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Runs rescue until job `id` is in `location`.
+    pub async fn rescue_until_at(&self, id: JobId, location: JobLocation) -> Result<Vec<RescueReport>, Failure> {
+        self.rescue_until(&format!("job {id} at {location:?}"), || async move {
+            Ok(self.record(id).await?.location == location)
+        })
+        .await
     }
 
     /// Polls `cond` until it returns true, failing after [`POLL_DEADLINE`].

@@ -45,7 +45,7 @@ mod ctx;
 mod harness;
 mod runner;
 
-pub use cases::{all_cases, case_names, Case, Needs};
+pub use cases::{all_cases, case_names, Case, Needs, NASTY};
 pub use child::{maybe_run_child, ChildLine, ChildProc, ENV_CHILD_BATCH, ENV_CHILD_QUEUE, ENV_CHILD_ROLE};
 pub use ctx::{rescue_params, CaseResult, ChildLauncher, Ctx, Failure, StressSettings, AGED, POLL_DEADLINE};
 pub use harness::{

@@ -4,7 +4,20 @@ use futures::future::BoxFuture;
 
 use crate::ctx::{CaseResult, Ctx};
 
+mod bad_input;
+mod cap;
 mod claim;
+mod idempotency;
+mod lease;
+mod lifecycle;
+mod pause;
+mod rescue;
+mod retry;
+mod schedule;
+mod stats;
+mod stress;
+
+pub use bad_input::NASTY;
 
 /// What a case needs beyond the core contract (checked against the backend's capabilities).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,8 +76,88 @@ macro_rules! case {
 /// Every case, in a stable order.
 pub fn all_cases() -> Vec<Case> {
     vec![
+        // claim
         case!("claim", "claim_returns_fetched_with_lease", claim::returns_fetched_with_lease),
         case!("claim", "claim_start_mode_goes_to_processing", claim::start_mode_goes_to_processing),
+        case!("claim", "claim_respects_limit", claim::respects_limit),
+        case!("claim", "claim_batch_distinct_ids_and_leases", claim::batch_distinct_ids_and_leases),
+        case!("claim", "claim_order_priority_due_id", claim::order_priority_due_id),
+        case!("claim", "claim_leases_grow", claim::leases_grow),
+        case!("claim", "claim_only_named_queues", claim::only_named_queues),
+        case!("claim", "claim_race_tasks_no_duplicates", claim::race_tasks_no_duplicates),
+        case!("claim", "claim_race_processes_no_duplicates", claim::race_processes_no_duplicates, Needs::MULTI_PROCESS),
+        // cap
+        case!("cap", "cap_limits_single_batch", cap::limits_single_batch),
+        case!("cap", "cap_counts_fetched_and_processing", cap::counts_fetched_and_processing),
+        case!("cap", "cap_change_and_clear", cap::change_and_clear),
+        case!("cap", "cap_zero_claims_nothing", cap::zero_claims_nothing),
+        case!("cap", "cap_binds_only_its_queue", cap::binds_only_its_queue),
+        case!("cap", "cap_race_strict", cap::race_strict),
+        // lease / fencing
+        case!("lease", "lease_stale_complete_is_lost", lease::stale_complete_is_lost),
+        case!("lease", "lease_stale_heartbeat_is_lost", lease::stale_heartbeat_is_lost),
+        case!("lease", "lease_stale_fail_is_lost", lease::stale_fail_is_lost),
+        case!("lease", "lease_same_worker_stale_copy", lease::same_worker_stale_copy),
+        case!("lease", "lease_status_guards", lease::status_guards),
+        case!("lease", "lease_wrong_lease_is_lost", lease::wrong_lease_is_lost),
+        case!("lease", "lease_batch_complete_mixed", lease::batch_complete_mixed),
+        case!("lease", "lease_cancelled_fetched_cannot_start", lease::cancelled_fetched_cannot_start),
+        case!("lease", "lease_heartbeat_bumps", lease::heartbeat_bumps),
+        // lifecycle
+        case!("lifecycle", "lifecycle_reserve_start_complete", lifecycle::reserve_start_complete),
+        case!("lifecycle", "lifecycle_release_returns_pending", lifecycle::release_returns_pending),
+        case!("lifecycle", "lifecycle_cancel_each_state", lifecycle::cancel_each_state),
+        case!("lifecycle", "lifecycle_cancel_not_live", lifecycle::cancel_not_live),
+        case!("lifecycle", "lifecycle_requeue_dead", lifecycle::requeue_dead),
+        case!("lifecycle", "lifecycle_requeue_key_conflict", lifecycle::requeue_key_conflict),
+        case!("lifecycle", "lifecycle_purge", lifecycle::purge),
+        case!("lifecycle", "lifecycle_get_and_list", lifecycle::get_and_list),
+        // retry
+        case!("retry", "retry_backoff_schedules_pending", retry::backoff_schedules_pending),
+        case!("retry", "retry_until_max_attempts_then_dead", retry::until_max_attempts_then_dead),
+        case!("retry", "retry_fatal_dead_letters_at_once", retry::fatal_dead_letters_at_once),
+        case!("retry", "retry_snooze_does_not_count", retry::snooze_does_not_count),
+        case!("retry", "retry_long_error_truncated", retry::long_error_truncated),
+        // rescue
+        case!("rescue", "rescue_fetched_timeout", rescue::fetched_timeout),
+        case!("rescue", "rescue_zombie_retried", rescue::zombie_retried),
+        case!("rescue", "rescue_zombie_dead_without_attempts", rescue::zombie_dead_without_attempts),
+        case!("rescue", "rescue_zombie_policy_dead_letter", rescue::zombie_policy_dead_letter),
+        case!("rescue", "rescue_queue_zombie_timeout", rescue::queue_zombie_timeout),
+        case!("rescue", "rescue_leaves_fresh_jobs", rescue::leaves_fresh_jobs),
+        case!("rescue", "rescue_sigkill_mid_job", rescue::sigkill_mid_job, Needs::MULTI_PROCESS),
+        // schedule
+        case!("schedule", "schedule_future_not_claimed", schedule::future_not_claimed),
+        case!("schedule", "schedule_past_claimed_first", schedule::past_claimed_first),
+        case!("schedule", "schedule_short_delay_becomes_due", schedule::short_delay_becomes_due),
+        // pause
+        case!("pause", "pause_blocks_claims", pause::blocks_claims),
+        case!("pause", "pause_inactive_blocks_claims", pause::inactive_blocks_claims),
+        case!("pause", "pause_fetched_released_on_pause", pause::fetched_released_on_pause),
+        case!("pause", "pause_settings_and_isolation", pause::settings_and_isolation),
+        // idempotency
+        case!("idempotency", "idempotency_duplicate_returns_existing", idempotency::duplicate_returns_existing),
+        case!("idempotency", "idempotency_concurrent_one_row", idempotency::concurrent_one_row),
+        case!("idempotency", "idempotency_key_free_after_finish", idempotency::key_free_after_finish),
+        case!("idempotency", "idempotency_batch_with_duplicates", idempotency::batch_with_duplicates),
+        // stats
+        case!("stats", "stats_counts_per_state", stats::counts_per_state),
+        case!("stats", "stats_oldest_due_lag", stats::oldest_due_lag),
+        case!("stats", "stats_readers_see_consistent_sums", stats::readers_see_consistent_sums),
+        // bad input
+        case!("bad_input", "bad_input_nasty_text_roundtrips", bad_input::nasty_text_roundtrips),
+        case!("bad_input", "bad_input_invalid_jobs_rejected", bad_input::invalid_jobs_rejected),
+        case!("bad_input", "bad_input_invalid_claim_and_list", bad_input::invalid_claim_and_list),
+        case!("bad_input", "bad_input_unknown_and_empty", bad_input::unknown_and_empty),
+        case!("bad_input", "bad_input_dead_letter_keeps_text", bad_input::dead_letter_keeps_text),
+        // faults and push
+        case!(
+            "stress",
+            "stress_kill_connections_nothing_lost",
+            stress::kill_connections_nothing_lost,
+            Needs::KILL_CONNECTIONS
+        ),
+        case!("notify", "notify_wakes_on_enqueue", stress::notify_wakes_on_enqueue, Needs::LISTEN_NOTIFY),
     ]
 }
 

@@ -1,0 +1,103 @@
+//! Idempotency: one live job per key, also under concurrent enqueuers.
+
+use std::sync::Arc;
+
+use chokaq_core::{BackendExt, ClaimMode, Fenced, JobFilter, JobTable, WorkerId};
+
+use crate::ctx::{CaseResult, Ctx, Failure};
+use crate::{ensure, ensure_eq};
+
+/// A second enqueue with a live key returns the first job's id, marked duplicate, and no
+/// new row; jobs without keys never collide.
+pub async fn duplicate_returns_existing(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let key = format!("k-{q}");
+    let a = cx.backend.enqueue(cx.job(&q).idempotency_key(key.clone()).priority(1)).await?;
+    let b = cx.backend.enqueue(cx.job(&q).idempotency_key(key.clone()).priority(9)).await?;
+    ensure!(!a.duplicate, "first enqueue marked duplicate");
+    ensure!(b.duplicate, "second enqueue not marked duplicate");
+    ensure_eq!(b.id, a.id, "duplicate's id");
+    ensure_eq!(cx.record(a.id).await?.priority, 1, "the first job's fields stand");
+    let c = cx.backend.enqueue(cx.job(&q)).await?;
+    let d = cx.backend.enqueue(cx.job(&q)).await?;
+    ensure!(!c.duplicate && !d.duplicate && c.id != d.id, "jobs without a key collided: {c:?} {d:?}");
+    ensure_eq!(cx.queue_stats(&q).await?.pending, 3, "pending rows");
+    // Also while the job is running.
+    let w = WorkerId::random();
+    let j = cx.claim(w, &q, 3, ClaimMode::Start).await?;
+    ensure_eq!(j.len(), 3, "claimed");
+    let e = cx.backend.enqueue(cx.job(&q).idempotency_key(key)).await?;
+    ensure!(e.duplicate && e.id == a.id, "enqueue with the key of a running job: {e:?}");
+    Ok(())
+}
+
+/// Many concurrent enqueuers with one key: one row, one id, exactly one of them not a
+/// duplicate.
+pub async fn concurrent_one_row(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let key = format!("race-{q}");
+    let n = 16;
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (cx, q, key, barrier) = (cx.clone(), q.clone(), key.clone(), barrier.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            let job = cx.job(&q).idempotency_key(key).json(serde_json::json!({ "i": i }));
+            if i % 2 == 0 {
+                Ok::<_, Failure>(cx.backend.enqueue(job).await?)
+            } else {
+                let mut out = cx.backend.enqueue_many(vec![job]).await?;
+                out.pop().ok_or_else(|| Failure("enqueue_many returned nothing".into()))
+            }
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        results.push(r.map_err(|e| Failure(format!("enqueuer panicked: {e}")))??);
+    }
+    let first = results[0].id;
+    ensure!(results.iter().all(|e| e.id == first), "enqueuers got different ids: {results:?}");
+    ensure_eq!(results.iter().filter(|e| !e.duplicate).count(), 1, "non-duplicate results");
+    let mut f = JobFilter::new(JobTable::Hot);
+    f.queue = Some(q.clone());
+    ensure_eq!(cx.backend.list_jobs(&f).await?.jobs.len(), 1, "rows in the hot table");
+    Ok(())
+}
+
+/// Once the keyed job finished (archived), the key is free: a new job gets a new id.
+pub async fn key_free_after_finish(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let key = format!("once-{q}");
+    let a = cx.backend.enqueue(cx.job(&q).idempotency_key(key.clone())).await?;
+    let w = WorkerId::random();
+    let j = cx.claim_one_started(w, &q).await?;
+    ensure_eq!(cx.backend.complete_one(w, j.lease_ref()).await?, Fenced::Done(()), "complete");
+    let b = cx.backend.enqueue(cx.job(&q).idempotency_key(key.clone())).await?;
+    ensure!(!b.duplicate && b.id != a.id, "enqueue after the keyed job finished: {b:?}");
+    ensure_eq!(cx.record(a.id).await?.idempotency_key.as_deref(), Some(key.as_str()), "archived job keeps its key");
+    Ok(())
+}
+
+/// One enqueue_many with the same key twice (and a key already live) inserts one row per
+/// key; results come back in input order.
+pub async fn batch_with_duplicates(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let (k1, k2) = (format!("b1-{q}"), format!("b2-{q}"));
+    let live = cx.backend.enqueue(cx.job(&q).idempotency_key(k2.clone())).await?;
+    let out = cx
+        .backend
+        .enqueue_many(vec![
+            cx.job(&q).idempotency_key(k1.clone()),
+            cx.job(&q),
+            cx.job(&q).idempotency_key(k1),
+            cx.job(&q).idempotency_key(k2),
+        ])
+        .await?;
+    ensure_eq!(out.len(), 4, "results");
+    ensure!(!out[0].duplicate && !out[1].duplicate, "first two are new: {out:?}");
+    ensure!(out[2].duplicate && out[2].id == out[0].id, "repeat of k1 inside the batch: {:?}", out[2]);
+    ensure!(out[3].duplicate && out[3].id == live.id, "k2 already live: {:?}", out[3]);
+    ensure_eq!(cx.queue_stats(&q).await?.pending, 3, "rows");
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! Rescue: expired Fetched jobs back to Pending, zombies back to Pending or dead-lettered
+//! by attempts and queue policy; fresh jobs left alone; a SIGKILLed worker's job finished by
+//! another worker exactly once.
+
+use std::time::Duration;
+
+use chokaq_core::testing::{JobPatch, Presence};
+use chokaq_core::{
+    BackendExt, ClaimMode, DeadReason, Fenced, JobLocation, JobStatus, QueueControl, WorkerId, ZombiePolicy,
+};
+
+use crate::child::ChildLine;
+use crate::ctx::{rescue_params, CaseResult, Ctx, AGED};
+use crate::{ensure, ensure_eq};
+
+/// A Fetched job not started within the fetched timeout goes back to Pending, attempt
+/// unchanged, and its old lease is lost.
+pub async fn fetched_timeout(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let id = cx.enqueue(cx.job(&q)).await?;
+    let w = WorkerId::random();
+    let j = cx.claim(w, &q, 1, ClaimMode::Reserve).await?.remove(0);
+    cx.age(id, AGED).await?;
+    cx.rescue_until_at(id, JobLocation::Hot(JobStatus::Pending)).await?;
+    let r = cx.record(id).await?;
+    ensure_eq!((r.attempt, r.worker_id), (0, None), "(attempt, worker_id) after rescue");
+    ensure_eq!(cx.backend.start_one(w, j.lease_ref()).await?, Fenced::LeaseLost, "start with the rescued lease");
+    Ok(())
+}
+
+/// A zombie (Processing, heartbeat older than the timeout) with attempts left goes back to
+/// Pending and is claimed again with a new lease and the next attempt.
+pub async fn zombie_retried(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let id = cx.enqueue(cx.job(&q).max_attempts(3)).await?;
+    let w = WorkerId::random();
+    let j = cx.claim_one_started(w, &q).await?;
+    cx.age(id, AGED).await?;
+    cx.rescue_until_at(id, JobLocation::Hot(JobStatus::Pending)).await?;
+    let again = cx.claim_one_started(WorkerId::random(), &q).await?;
+    ensure_eq!((again.id, again.attempt), (id, 2), "(id, attempt) of the re-claim");
+    ensure!(again.lease > j.lease, "re-claim lease not above the zombie's");
+    Ok(())
+}
+
+/// A zombie with no attempts left is dead-lettered with reason zombie.
+pub async fn zombie_dead_without_attempts(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let id = cx.enqueue(cx.job(&q).max_attempts(1)).await?;
+    let j = cx.claim_one_started(WorkerId::random(), &q).await?;
+    ensure_eq!(j.attempt, 1, "attempt");
+    cx.age(id, AGED).await?;
+    cx.rescue_until_at(id, JobLocation::Dead(DeadReason::Zombie)).await?;
+    ensure_eq!(cx.presence(id).await?, Presence { hot: 0, archive: 0, dead: 1 }, "presence");
+    Ok(())
+}
+
+/// A queue whose zombie policy is DeadLetter dead-letters zombies even with attempts left.
+pub async fn zombie_policy_dead_letter(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let st = cx.backend.control_queue(&q, QueueControl::SetZombiePolicy(ZombiePolicy::DeadLetter)).await?;
+    ensure_eq!(st.zombie_policy, ZombiePolicy::DeadLetter, "settings");
+    let id = cx.enqueue(cx.job(&q).max_attempts(5)).await?;
+    cx.claim_one_started(WorkerId::random(), &q).await?;
+    cx.age(id, AGED).await?;
+    cx.rescue_until_at(id, JobLocation::Dead(DeadReason::Zombie)).await?;
+    Ok(())
+}
+
+/// A queue's own zombie timeout overrides the rescuer's default: a heartbeat 10 s old is a
+/// zombie in a queue with a 1 s timeout, while the same age elsewhere (600 s default) is not.
+pub async fn queue_zombie_timeout(cx: Ctx) -> CaseResult {
+    let (fast, slow) = (cx.queue_named("fast"), cx.queue_named("slow"));
+    let st = cx.backend.control_queue(&fast, QueueControl::SetZombieTimeout(Some(Duration::from_secs(1)))).await?;
+    ensure_eq!(st.zombie_timeout, Some(Duration::from_secs(1)), "settings");
+    let a = cx.enqueue(cx.job(&fast)).await?;
+    let b = cx.enqueue(cx.job(&slow)).await?;
+    cx.claim_one_started(WorkerId::random(), &fast).await?;
+    cx.claim_one_started(WorkerId::random(), &slow).await?;
+    let ten_ago = cx.backend.db_now().await? - chrono::Duration::seconds(10);
+    for id in [a, b] {
+        cx.force(id, JobPatch { heartbeat_at: Some(Some(ten_ago)), updated_at: Some(ten_ago), ..Default::default() })
+            .await?;
+    }
+    cx.rescue_until_at(a, JobLocation::Hot(JobStatus::Pending)).await?;
+    ensure_eq!(
+        cx.record(b).await?.location,
+        JobLocation::Hot(JobStatus::Processing),
+        "job of the default-timeout queue"
+    );
+    Ok(())
+}
+
+/// Fresh Fetched and Processing jobs are left alone by rescue.
+pub async fn leaves_fresh_jobs(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    cx.enqueue_n(&q, 2).await?;
+    let w = WorkerId::random();
+    let f = cx.claim(w, &q, 1, ClaimMode::Reserve).await?.remove(0);
+    let p = cx.claim_one_started(w, &q).await?;
+    let mut ran = false;
+    for _ in 0..50 {
+        if cx.backend.rescue(&rescue_params()).await?.ran {
+            ran = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    ensure!(ran, "rescue never ran (maintenance lock always held?)");
+    ensure_eq!(cx.record(f.id).await?.location, JobLocation::Hot(JobStatus::Fetched), "fresh Fetched job");
+    ensure_eq!(cx.record(p.id).await?.location, JobLocation::Hot(JobStatus::Processing), "fresh Processing job");
+    ensure_eq!(cx.backend.complete_one(w, p.lease_ref()).await?, Fenced::Done(()), "complete of the fresh job");
+    Ok(())
+}
+
+/// A child process claims a job (start mode) and is killed with SIGKILL mid-job. After its
+/// lease times out (heartbeat forced into the past) rescue hands the job back, another
+/// worker completes it, and it is archived exactly once; the dead worker's lease is lost.
+pub async fn sigkill_mid_job(cx: Ctx) -> CaseResult {
+    let launcher = cx.children().ok_or("no child launcher")?.clone();
+    let q = cx.queue();
+    let id = cx.enqueue(cx.job(&q)).await?;
+    let mut child = launcher.spawn("hold", &q, 1)?;
+    let (held, lease) = loop {
+        match tokio::time::timeout(crate::POLL_DEADLINE, child.next())
+            .await
+            .map_err(|_| crate::Failure("child did not report a held job in time".into()))??
+        {
+            Some(ChildLine::Held(id, lease)) => break (id, lease),
+            Some(ChildLine::Error(e)) => return Err(format!("child failed: {e}").into()),
+            Some(_) => continue,
+            None => return Err("child exited without holding a job".into()),
+        }
+    };
+    ensure_eq!(held, id, "job the child holds");
+    child.child.start_kill().map_err(|e| crate::Failure(format!("SIGKILL failed: {e}")))?;
+    let status = child.child.wait().await.map_err(|e| crate::Failure(format!("wait: {e}")))?;
+    ensure!(!status.success(), "killed child exited successfully ({status})");
+    let r = cx.record(id).await?;
+    ensure_eq!(r.location, JobLocation::Hot(JobStatus::Processing), "job of the killed worker");
+    ensure_eq!(r.lease, Some(lease), "lease of the killed worker's job");
+    cx.age(id, AGED).await?;
+    cx.rescue_until_at(id, JobLocation::Hot(JobStatus::Pending)).await?;
+    let w = WorkerId::random();
+    let j = cx.claim_one_started(w, &q).await?;
+    ensure_eq!((j.id, j.attempt), (id, 2), "(id, attempt) of the re-claim");
+    let dead_worker = r.worker_id.ok_or("no worker id on the killed worker's job")?;
+    let stale = chokaq_core::LeaseRef { id, lease };
+    ensure_eq!(cx.backend.complete_one(dead_worker, stale).await?, Fenced::LeaseLost, "the killed worker's lease");
+    ensure_eq!(cx.backend.complete_one(w, j.lease_ref()).await?, Fenced::Done(()), "complete by the new worker");
+    ensure_eq!(cx.presence(id).await?, Presence { hot: 0, archive: 1, dead: 0 }, "presence");
+    Ok(())
+}

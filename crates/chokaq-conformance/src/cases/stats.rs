@@ -1,0 +1,154 @@
+//! Stats: exact counts per queue and state from one snapshot, the lag, and sums that always
+//! add up while jobs move.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chokaq_core::testing::JobPatch;
+use chokaq_core::{BackendExt, ClaimMode, DeadReason, FailOutcome, JobId, LeaseRef, WorkerId};
+
+use crate::ctx::{CaseResult, Ctx, Failure};
+use crate::{ensure, ensure_eq};
+
+/// Two Pending, one Fetched, one Processing, one archived, one dead: counted exactly.
+pub async fn counts_per_state(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    cx.enqueue_n(&q, 6).await?;
+    let w = WorkerId::random();
+    cx.claim(w, &q, 1, ClaimMode::Reserve).await?;
+    let p = cx.claim(w, &q, 3, ClaimMode::Start).await?;
+    ensure_eq!(p.len(), 3, "started");
+    cx.backend.complete_one(w, p[0].lease_ref()).await?.done().ok_or("complete lost")?;
+    let dl = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
+    cx.backend.fail(w, p[1].lease_ref(), dl).await?.done().ok_or("fail lost")?;
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!(
+        (s.pending, s.fetched, s.processing, s.archived, s.dead),
+        (2, 1, 1, 1, 1),
+        "(pending, fetched, processing, archived, dead) of {q}"
+    );
+    let all = cx.backend.stats().await?;
+    ensure!(all.taken_at.is_some(), "stats has no taken_at");
+    ensure_eq!(all.total(), all.hot() + all.archived + all.dead, "totals add up");
+    let sum: u64 = all.queues.iter().map(|q| q.pending + q.fetched + q.processing + q.archived + q.dead).sum();
+    ensure_eq!(sum, all.total(), "per-queue counts sum to the totals");
+    Ok(())
+}
+
+/// The lag: `oldest_due_at` is the due time of the oldest Pending job that is due now;
+/// future jobs do not count.
+pub async fn oldest_due_lag(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let now = cx.backend.db_now().await?;
+    let old = now - chrono::Duration::minutes(30);
+    let a = cx.enqueue(cx.job(&q)).await?;
+    cx.enqueue(cx.job(&q).run_at(now + chrono::Duration::hours(1))).await?;
+    let b = cx.enqueue(cx.job(&q)).await?;
+    cx.force(b, JobPatch { scheduled_at: Some(Some(old)), ..Default::default() }).await?;
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!(s.pending, 3, "pending");
+    ensure_eq!(s.oldest_due_at, Some(old), "oldest_due_at");
+    let _ = a;
+    let future_only = cx.queue_named("future");
+    cx.enqueue(cx.job(&future_only).run_at(now + chrono::Duration::hours(1))).await?;
+    ensure_eq!(cx.queue_stats(&future_only).await?.oldest_due_at, None, "lag of a queue with only future jobs");
+    Ok(())
+}
+
+/// Readers of stats (and of raw presence) while jobs move between tables never see a job in
+/// two tables or in none: hot + archived + dead of the queue always equals what was enqueued.
+pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let n = cx.stress.jobs;
+    let ids = cx.enqueue_n(&q, n).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut movers = tokio::task::JoinSet::new();
+    for t in 0..cx.stress.claimers.clamp(2, 4) {
+        let (cx, q) = (cx.clone(), q.clone());
+        movers.spawn(async move {
+            let w = WorkerId::random();
+            loop {
+                let got = cx.claim(w, &q, 4, ClaimMode::Start).await?;
+                if got.is_empty() {
+                    if cx.queue_stats(&q).await?.pending == 0 {
+                        return Ok::<(), Failure>(());
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                // Three ways out: archive, dead-letter, retry (back to Pending, due now).
+                let mut done = Vec::new();
+                for (i, j) in got.iter().enumerate() {
+                    match (i + t) % 4 {
+                        0 => {
+                            let dl = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
+                            let out = cx.backend.fail(w, j.lease_ref(), dl).await?;
+                            ensure!(!out.is_lost(), "fail(dead-letter) lost its lease");
+                        }
+                        1 if j.attempt < 2 => {
+                            let r = FailOutcome::Retry { delay: Duration::ZERO, error: "again".into() };
+                            let out = cx.backend.fail(w, j.lease_ref(), r).await?;
+                            ensure!(!out.is_lost(), "fail(retry) lost its lease");
+                        }
+                        _ => done.push(j.lease_ref()),
+                    }
+                }
+                let leases: Vec<LeaseRef> = done;
+                if !leases.is_empty() {
+                    let out = cx.backend.complete(w, &leases).await?;
+                    ensure!(out.lost.is_empty(), "complete lost leases {:?}", out.lost);
+                }
+            }
+        });
+    }
+    let mut readers = tokio::task::JoinSet::new();
+    for r in 0..2 {
+        let (cx, q, ids, stop) = (cx.clone(), q.clone(), ids.clone(), stop.clone());
+        readers.spawn(async move {
+            let mut reads = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                if r == 0 {
+                    let s = cx.queue_stats(&q).await?;
+                    let total = s.pending + s.fetched + s.processing + s.archived + s.dead;
+                    ensure_eq!(total, n as u64, "hot + archived + dead seen by a concurrent stats reader ({s:?})");
+                } else {
+                    let p = cx.backend.presence_many(&ids).await?;
+                    let bad: Vec<(JobId, _)> = p.into_iter().filter(|(_, p)| p.total() != 1).take(3).collect();
+                    ensure!(bad.is_empty(), "a concurrent reader saw jobs in two tables or none: {bad:?}");
+                }
+                reads += 1;
+            }
+            Ok::<u64, Failure>(reads)
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut first_err: Option<Failure> = None;
+    while let Some(r) = movers.join_next().await {
+        if let Err(e) = r.map_err(|e| Failure(format!("mover panicked: {e}"))).and_then(|r| r) {
+            first_err.get_or_insert(e);
+        }
+        if Instant::now() > deadline {
+            first_err.get_or_insert(Failure("movers did not finish in 60 s".into()));
+            break;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut reads = 0;
+    while let Some(r) = readers.join_next().await {
+        match r.map_err(|e| Failure(format!("reader panicked: {e}"))).and_then(|r| r) {
+            Ok(k) => reads += k,
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    ensure!(reads > 0, "the readers never read");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.pending, s.fetched, s.processing), (0, 0, 0), "hot jobs at the end");
+    ensure_eq!(s.archived + s.dead, n as u64, "archived + dead at the end");
+    Ok(())
+}
