@@ -581,10 +581,16 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
     let mut backoff = cfg.min_poll_interval;
     let mut next_claim = Instant::now();
     let max_idle = cfg.poll_interval;
+    let mut next_pause_check = Instant::now() + cfg.heartbeat_interval;
 
     loop {
         if shutdown.is_cancelled() {
             break;
+        }
+        // 0. Prefetched jobs of a queue paused (or deactivated) since are released, not run.
+        if !buffer.is_empty() && Instant::now() >= next_pause_check {
+            next_pause_check = Instant::now() + cfg.heartbeat_interval;
+            release_paused(sh, &mut buffer).await;
         }
         // 1. Start buffered jobs on free slots (reserve mode).
         if !buffer.is_empty() {
@@ -665,9 +671,43 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
                 next_claim = Instant::now();
             }
             _ = tokio::time::sleep_until(next_claim), if want > 0 => {}
+            _ = tokio::time::sleep_until(next_pause_check), if !buffer.is_empty() => {}
         }
     }
     buffer
+}
+
+/// Releases the buffered jobs of queues that are now paused or inactive.
+async fn release_paused(sh: &Shared, buffer: &mut VecDeque<ClaimedJob>) {
+    let mut queues: Vec<QueueName> = Vec::new();
+    for j in buffer.iter() {
+        if !queues.contains(&j.queue) {
+            queues.push(j.queue.clone());
+        }
+    }
+    let mut stopped: Vec<QueueName> = Vec::new();
+    for q in queues {
+        match sh.backend.queue_settings(&q).await {
+            Ok(s) if s.is_paused || !s.is_active => stopped.push(q),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, queue = %q, "could not read queue settings"),
+        }
+    }
+    if stopped.is_empty() {
+        return;
+    }
+    let (release, keep): (Vec<ClaimedJob>, Vec<ClaimedJob>) =
+        buffer.drain(..).partition(|j| stopped.contains(&j.queue));
+    buffer.extend(keep);
+    let leases: Vec<LeaseRef> = release.iter().map(ClaimedJob::lease_ref).collect();
+    match with_retries(|| sh.backend.release(sh.worker, &leases)).await {
+        Ok(out) => {
+            tracing::info!(released = out.done.len(), "released prefetched jobs of paused queues");
+            add(&sh.counters.released, out.done.len() as u64);
+            add(&sh.counters.lease_lost, out.lost.len() as u64);
+        }
+        Err(e) => tracing::warn!(error = %e, "could not release prefetched jobs of paused queues; the rescuer will"),
+    }
 }
 
 /// Reserve mode: starts buffered jobs (one call for the batch) and spawns the ones still held.

@@ -41,3 +41,8 @@ async fn operator_cancel() {
 async fn shutdown_releases_prefetch() {
     common::shutdown_releases_prefetch(backend()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_releases_prefetch() {
+    common::pause_releases_prefetch(backend()).await.unwrap();
+}

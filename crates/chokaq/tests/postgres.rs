@@ -94,6 +94,7 @@ fn main() -> ExitCode {
             })
         }),
         Trial::test("shutdown_releases_prefetch_and_hands_back", || on_fresh(common::shutdown_releases_prefetch)),
+        Trial::test("pause_releases_prefetch", || on_fresh(common::pause_releases_prefetch)),
         Trial::test("ten_thousand_jobs_four_processes", || on_fresh(|b| multi_process(b, false))),
         Trial::test("ten_thousand_jobs_one_process_sigkilled", || on_fresh(|b| multi_process(b, true))),
     ];

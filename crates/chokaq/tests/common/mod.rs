@@ -412,3 +412,57 @@ pub async fn shutdown_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult
     );
     Ok(())
 }
+
+/// Prefetched (Fetched, not started) jobs of a queue that gets paused are released by their
+/// worker, not run; the running job finishes.
+pub async fn pause_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult {
+    use chokaq::BackendExt;
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let go = Arc::new(tokio::sync::Notify::new());
+    let ran: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let (g2, r2) = (go.clone(), ran.clone());
+    let hb = Duration::from_millis(200);
+    let w = Worker::builder(dynb)
+        .concurrency(1)
+        .prefetch(3)
+        .heartbeat_interval(hb)
+        .maintenance(no_maintenance())
+        .register(move |job: Block, _ctx: JobContext| {
+            let (go, ran) = (g2.clone(), r2.clone());
+            async move {
+                ran.lock().unwrap().push(job.n);
+                go.notified().await;
+                Ok(())
+            }
+        })
+        .build()
+        .map_err(err)?;
+    let jobs: Vec<Block> = (0..4).map(|n| Block { n }).collect();
+    client.enqueue_many(&jobs).await.map_err(err)?;
+    let (token, h) = spawn_worker(w);
+    wait_for("1 processing + 3 fetched", Duration::from_secs(10), || async {
+        let s = b.stats().await.map_err(err)?;
+        Ok(s.processing == 1 && s.fetched == 3)
+    })
+    .await?;
+    let queue = chokaq::QueueName::new("default").map_err(err)?;
+    b.pause(&queue).await.map_err(err)?;
+    let t0 = Instant::now();
+    wait_for("3 pending again", 3 * hb + Duration::from_secs(1), || async {
+        let s = b.stats().await.map_err(err)?;
+        Ok(s.pending == 3 && s.fetched == 0)
+    })
+    .await?;
+    let took = t0.elapsed();
+    go.notify_one();
+    wait_for("running job archived", Duration::from_secs(5), || async {
+        Ok(b.stats().await.map_err(err)?.archived == 1)
+    })
+    .await?;
+    let report = stop(token, h).await?;
+    ensure!(ran.lock().unwrap().len() == 1, "handlers ran: {:?}", ran.lock().unwrap());
+    ensure!(report.released == 3 && report.completed == 1, "{report:?}");
+    println!("    paused queue: prefetched jobs released {took:?} after the pause");
+    Ok(())
+}
