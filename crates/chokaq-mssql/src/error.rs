@@ -1,0 +1,89 @@
+//! The one place where SQL Server errors become `chokaq_core::Error`s, by error number
+//! (never by message text).
+
+use chokaq_core::{Error, ErrorKind};
+
+/// The kind for a SQL Server error number (and the client's `-2` timeout).
+pub fn kind_for_number(number: i64) -> ErrorKind {
+    match number {
+        // deadlock victim, lock request timeout, snapshot update conflict
+        1205 | 1222 | 3960 => ErrorKind::Transient,
+        // Azure SQL: service busy / database unavailable / resource limits; our own
+        // migration-lock THROW (51000)
+        40197 | 40501 | 40613 | 49918 | 49919 | 49920 | 10928 | 10929 | 51000 => ErrorKind::Transient,
+        // duplicate key (unique index / constraint)
+        2601 | 2627 => ErrorKind::Conflict,
+        // client timeout; transport-level failures; cannot open database; shutting down
+        -2 | 64 | 233 | 4060 | 6005 | 10053 | 10054 | 10060 | 10061 | 11001 => ErrorKind::Unavailable,
+        // string or binary data would be truncated; JSON text is not properly formatted
+        8152 | 2628 | 13609 => ErrorKind::InvalidInput,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// Maps a tiberius error to a chokaq error; `op` names the operation for the message.
+pub fn map_error(op: &str, e: tiberius::error::Error) -> Error {
+    use tiberius::error::Error as T;
+    match &e {
+        T::Server(tok) => {
+            let number = i64::from(tok.code());
+            let kind = kind_for_number(number);
+            let mut message = format!("{op}: SQL Server error {number}: {}", tok.message());
+            if number == 208 {
+                message.push_str(" (schema not migrated? call migrate() first)");
+            }
+            Error::with_source(kind, message, e)
+        }
+        T::Io { .. } | T::Tls(_) | T::Routing { .. } => {
+            Error::with_source(ErrorKind::Unavailable, format!("{op}: connection failed: {e}"), e)
+        }
+        T::Protocol(_) => Error::with_source(ErrorKind::Unavailable, format!("{op}: protocol error: {e}"), e),
+        _ => Error::with_source(ErrorKind::Other, format!("{op}: {e}"), e),
+    }
+}
+
+/// The error for a statement that did not finish within the statement timeout (the same kind
+/// as the client timeout `-2`).
+pub fn timeout(op: &str, after: std::time::Duration) -> Error {
+    Error::new(kind_for_number(-2), format!("{op}: no answer from SQL Server within {after:?}"))
+}
+
+/// A result row that does not have the expected shape.
+pub fn decode(op: &str, what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Other, format!("{op}: unexpected result from SQL Server: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_map_to_kinds() {
+        assert_eq!(kind_for_number(1205), ErrorKind::Transient);
+        assert_eq!(kind_for_number(1222), ErrorKind::Transient);
+        assert_eq!(kind_for_number(3960), ErrorKind::Transient);
+        for n in [40197, 40501, 40613] {
+            assert_eq!(kind_for_number(n), ErrorKind::Transient);
+        }
+        assert_eq!(kind_for_number(2601), ErrorKind::Conflict);
+        assert_eq!(kind_for_number(2627), ErrorKind::Conflict);
+        assert_eq!(kind_for_number(-2), ErrorKind::Unavailable);
+        assert_eq!(kind_for_number(208), ErrorKind::Other);
+        assert_eq!(kind_for_number(50123), ErrorKind::Other);
+        assert_eq!(kind_for_number(0), ErrorKind::Other);
+    }
+
+    #[test]
+    fn io_errors_are_unavailable() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = map_error("connect", tiberius::error::Error::from(io));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert!(e.to_string().contains("connect"));
+        let e = map_error("claim", tiberius::error::Error::Tls("bad cert".into()));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        let e = map_error("claim", tiberius::error::Error::Conversion("x".into()));
+        assert_eq!(e.kind(), ErrorKind::Other);
+        let e = timeout("claim", std::time::Duration::from_secs(1));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+    }
+}
