@@ -134,6 +134,45 @@ impl SqliteBackend {
         self.reader.begin().await.map_err(map_err)
     }
 
+    /// Whether any of `queues` may have a claimable job, judged from a read snapshot.
+    async fn may_have_work(&self, queues: &[&QueueName]) -> Result<bool> {
+        let mut tx = self.begin_read().await?;
+        let now = now_us();
+        let mut found = false;
+        for q in queues {
+            let s = read_settings(&mut tx, q).await?;
+            if s.is_paused || !s.is_active || s.max_workers == Some(0) {
+                continue;
+            }
+            if let Some(max) = s.max_workers {
+                let active: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM jobs_hot WHERE queue = ?1 AND status IN (1, 2)")
+                        .bind(q.as_str())
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                if active >= i64::from(max) {
+                    continue;
+                }
+            }
+            let due: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM jobs_hot WHERE queue = ?1 AND status = 0 \
+                 AND coalesce(scheduled_at, created_at) <= ?2 LIMIT 1",
+            )
+            .bind(q.as_str())
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if due.is_some() {
+                found = true;
+                break;
+            }
+        }
+        tx.rollback().await.map_err(map_err)?;
+        Ok(found)
+    }
+
     fn notify(&self, queues: impl IntoIterator<Item = String>) {
         let mut seen = HashSet::new();
         for q in queues {
@@ -357,6 +396,12 @@ impl Backend for SqliteBackend {
         let limit = i64::from(req.limit);
         let start = req.mode == ClaimMode::Start;
 
+        // Idle pollers should not queue for the write lock: look first in a read snapshot.
+        // A stale "nothing to do" only delays the next poll; the decision that matters
+        // (which rows, under which cap) is taken again under the write lock below.
+        if !self.may_have_work(&queues).await? {
+            return Ok(Vec::new());
+        }
         let mut tx = self.begin_write().await?;
         let now = now_us();
         let mut candidates: Vec<Candidate> = Vec::new();
