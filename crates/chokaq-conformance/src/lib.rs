@@ -53,3 +53,9 @@ pub use harness::{
     ENV_REQUIRE,
 };
 pub use runner::{missing_capability, run_cases, run_main, run_one, run_suite, Summary};
+
+/// Re-exported so backend crates can build extra trials (the teeth test) without their own
+/// dependency on it.
+pub use libtest_mimic;
+/// Re-exported for the same reason.
+pub use tokio;

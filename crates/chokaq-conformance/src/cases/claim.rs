@@ -170,13 +170,23 @@ pub async fn race_tasks_no_duplicates(cx: Ctx) -> CaseResult {
         let claims = claims.clone();
         tasks.spawn(async move {
             let w = WorkerId::random();
-            let mut lost = 0usize;
+            let (mut lost, mut transient) = (0usize, Vec::new());
             loop {
                 let mode = if t % 2 == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
-                let got = cx.claim(w, &q, 1 + (t as u32 % 4), mode).await?;
+                let req = ClaimRequest::new(w, vec![q.clone()], 1 + (t as u32 % 4), mode);
+                // A transient error escaping the backend is a failure too, but reported after
+                // the duplicate check, which says more.
+                let got = match cx.backend.claim(&req).await {
+                    Ok(got) => got,
+                    Err(e) if e.is_retryable() && transient.len() < 100 => {
+                        transient.push(e.to_string());
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 if got.is_empty() {
                     if cx.queue_stats(&q).await?.pending == 0 {
-                        return Ok::<usize, Failure>(lost);
+                        return Ok::<_, Failure>((lost, transient));
                     }
                     tokio::task::yield_now().await;
                     continue;
@@ -190,13 +200,21 @@ pub async fn race_tasks_no_duplicates(cx: Ctx) -> CaseResult {
             }
         });
     }
-    let mut lost = 0;
+    let (mut lost, mut transient) = (0, Vec::new());
     while let Some(r) = tasks.join_next().await {
-        lost += r.map_err(|e| Failure(format!("claimer task panicked: {e}")))??;
+        let (l, t) = r.map_err(|e| Failure(format!("claimer task panicked: {e}")))??;
+        lost += l;
+        transient.extend(t);
     }
     let claims = claims.lock().expect("lock").clone();
     check_claimed_once(&cx, &ids, &claims.iter().map(|(id, l, _)| (*id, *l)).collect::<Vec<_>>()).await?;
     ensure_eq!(lost, 0, "guarded writes that lost their lease (no one else should have held it)");
+    ensure!(
+        transient.is_empty(),
+        "{} claims failed with a transient error (first: {:?})",
+        transient.len(),
+        transient.first()
+    );
     Ok(())
 }
 

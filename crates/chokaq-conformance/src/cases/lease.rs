@@ -13,9 +13,19 @@ use crate::{ensure, ensure_eq};
 /// Claims (start mode) a fresh job as worker A, ages it, rescues it and lets worker B claim
 /// it again: returns (A's stale claim, B's claim).
 async fn rescued_and_reclaimed(cx: &Ctx) -> Result<(WorkerId, ClaimedJob, WorkerId, ClaimedJob), crate::Failure> {
+    rescued_and_reclaimed_by(cx, false).await
+}
+
+/// [`rescued_and_reclaimed`], where B is A itself when `same_worker` (a worker id alone
+/// is not a fence: only the lease is).
+async fn rescued_and_reclaimed_by(
+    cx: &Ctx,
+    same_worker: bool,
+) -> Result<(WorkerId, ClaimedJob, WorkerId, ClaimedJob), crate::Failure> {
     let q = cx.queue();
     let id = cx.enqueue(cx.job(&q)).await?;
-    let (a, b) = (WorkerId::random(), WorkerId::random());
+    let a = WorkerId::random();
+    let b = if same_worker { a } else { WorkerId::random() };
     let old = cx.claim_one_started(a, &q).await?;
     ensure_eq!(old.id, id, "first claim");
     cx.age(id, AGED).await?;
@@ -30,6 +40,12 @@ async fn rescued_and_reclaimed(cx: &Ctx) -> Result<(WorkerId, ClaimedJob, Worker
 /// new owner completes; the job is archived exactly once.
 pub async fn stale_complete_is_lost(cx: Ctx) -> CaseResult {
     let (a, old, b, new) = rescued_and_reclaimed(&cx).await?;
+    stale_complete_checks(&cx, a, &old, b, &new).await?;
+    let (a, old, b, new) = rescued_and_reclaimed_by(&cx, true).await?;
+    stale_complete_checks(&cx, a, &old, b, &new).await
+}
+
+async fn stale_complete_checks(cx: &Ctx, a: WorkerId, old: &ClaimedJob, b: WorkerId, new: &ClaimedJob) -> CaseResult {
     let out = cx.backend.complete(a, &[old.lease_ref()]).await?;
     ensure!(out.done.is_empty() && out.lost == vec![old.id], "stale complete: {out:?}");
     let r = cx.record(old.id).await?;
@@ -42,20 +58,25 @@ pub async fn stale_complete_is_lost(cx: Ctx) -> CaseResult {
 }
 
 /// After rescue and re-claim, the old owner's heartbeat reports the lease lost and does not
-/// bump the new owner's heartbeat; the new owner's heartbeat holds.
+/// bump the new owner's heartbeat; the new owner's heartbeat holds. Checked with another
+/// worker as the new owner and with the same worker re-claiming (its stale copy).
 pub async fn stale_heartbeat_is_lost(cx: Ctx) -> CaseResult {
-    let (a, old, b, new) = rescued_and_reclaimed(&cx).await?;
-    // Put the new owner's heartbeat in the past: a stale heartbeat must not refresh it.
-    let past = cx.backend.db_now().await? - chrono::Duration::minutes(5);
-    cx.force(old.id, chokaq_core::testing::JobPatch { heartbeat_at: Some(Some(past)), ..Default::default() }).await?;
-    let hb = cx.backend.heartbeat(a, &[old.lease_ref()]).await?;
-    ensure!(hb.held.is_empty() && hb.lost == vec![old.id], "stale heartbeat: {hb:?}");
-    let r = cx.record(old.id).await?;
-    ensure_eq!(r.heartbeat_at, Some(past), "heartbeat_at after a stale heartbeat");
-    let hb = cx.backend.heartbeat(b, &[new.lease_ref()]).await?;
-    ensure!(hb.held == vec![new.id] && hb.lost.is_empty(), "owner's heartbeat: {hb:?}");
-    let r = cx.record(old.id).await?;
-    ensure!(r.heartbeat_at.is_some_and(|t| t > past), "owner's heartbeat did not bump heartbeat_at");
+    for same_worker in [false, true] {
+        let (a, old, b, new) = rescued_and_reclaimed_by(&cx, same_worker).await?;
+        let who = if same_worker { "same worker" } else { "other worker" };
+        // Put the new owner's heartbeat in the past: a stale heartbeat must not refresh it.
+        let past = cx.backend.db_now().await? - chrono::Duration::minutes(5);
+        cx.force(old.id, chokaq_core::testing::JobPatch { heartbeat_at: Some(Some(past)), ..Default::default() })
+            .await?;
+        let hb = cx.backend.heartbeat(a, &[old.lease_ref()]).await?;
+        ensure!(hb.held.is_empty() && hb.lost == vec![old.id], "stale heartbeat ({who}): {hb:?}");
+        let r = cx.record(old.id).await?;
+        ensure_eq!(r.heartbeat_at, Some(past), "heartbeat_at after a stale heartbeat ({who})");
+        let hb = cx.backend.heartbeat(b, &[new.lease_ref()]).await?;
+        ensure!(hb.held == vec![new.id] && hb.lost.is_empty(), "owner's heartbeat ({who}): {hb:?}");
+        let r = cx.record(old.id).await?;
+        ensure!(r.heartbeat_at.is_some_and(|t| t > past), "owner's heartbeat did not bump heartbeat_at ({who})");
+    }
     Ok(())
 }
 
