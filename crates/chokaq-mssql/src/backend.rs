@@ -101,6 +101,26 @@ impl MssqlBackend {
         Ok(MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name }) })
     }
 
+    /// Test and operations helper: creates database `db` on the server `cfg` points at (if
+    /// missing), turns `ALLOW_SNAPSHOT_ISOLATION` on and sets `READ_COMMITTED_SNAPSHOT` to
+    /// `rcsi` (only when it differs), and returns `cfg` pointed at that database. Needs
+    /// CREATE DATABASE / ALTER permissions. Returns whether RCSI is now on.
+    pub async fn ensure_database(cfg: MssqlConfig, db: &str, rcsi: bool) -> Result<(MssqlConfig, bool)> {
+        let target = cfg.clone().database(db)?;
+        let manager = Manager::new(cfg.parts.clone(), "chokaq-setup".to_string(), cfg.connect_timeout);
+        let mut conn = bb8::ManageConnection::connect(&manager).await.map_err(connect_error)?;
+        let sql = crate::sql::ensure_test_database(db);
+        let run = async { conn.client.query(sql.as_str(), &[&rcsi]).await?.into_results().await };
+        let sets = match tokio::time::timeout(cfg.statement_timeout, run).await {
+            Err(_) => return Err(timeout("ensure_database", cfg.statement_timeout)),
+            Ok(r) => r.map_err(|e| map_error("ensure_database", e))?,
+        };
+        let row = first_row("ensure_database", sets)?;
+        let now_on: bool = req("ensure_database", &row, "Rcsi")?;
+        let _ = conn.client.close().await;
+        Ok((target, now_on))
+    }
+
     /// The configuration (password redacted in its `Debug`/`Display`).
     pub fn config(&self) -> &MssqlConfig {
         &self.inner.cfg

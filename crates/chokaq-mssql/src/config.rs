@@ -155,6 +155,13 @@ impl MssqlConfig {
         self
     }
 
+    /// Sets the database (`Database=` / `Initial Catalog=`), validated like a schema name.
+    pub fn database(mut self, name: &str) -> Result<Self> {
+        validate::schema_name(name).map_err(|_| Error::invalid(format!("invalid database name {name:?}")))?;
+        self.parts.database = Some(name.to_string());
+        Ok(self)
+    }
+
     /// The schema name.
     pub fn schema_name(&self) -> &str {
         &self.schema

@@ -173,6 +173,7 @@ impl Statements {
             ("presence_many", self.presence_many.clone()),
             ("kill_connections", self.kill_connections.clone()),
             ("drop_schema", self.drop_schema.clone()),
+            ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")),
         ]
     }
 }
@@ -1056,6 +1057,26 @@ OPTION (RECOMPILE);",
     )
 }
 
+/// Creates database `db` if missing and sets its row-versioning options, only when they differ
+/// (so a second run never kicks other sessions out). Used by the conformance suite to run
+/// once with READ_COMMITTED_SNAPSHOT ON and once OFF; `@P1` is 1 for ON. Needs CREATE
+/// DATABASE and ALTER on it. `db` is validated like a schema name before it is spliced.
+pub fn ensure_test_database(db: &str) -> String {
+    format!(
+        "DECLARE @Rcsi BIT = @P1;
+IF DB_ID(N'{db}') IS NULL
+    CREATE DATABASE [{db}];
+IF EXISTS (SELECT 1 FROM sys.databases WHERE [name] = N'{db}' AND [snapshot_isolation_state] = 0)
+    ALTER DATABASE [{db}] SET ALLOW_SNAPSHOT_ISOLATION ON;
+IF @Rcsi = 1 AND EXISTS (SELECT 1 FROM sys.databases WHERE [name] = N'{db}' AND [is_read_committed_snapshot_on] = 0)
+    ALTER DATABASE [{db}] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE;
+IF @Rcsi = 0 AND EXISTS (SELECT 1 FROM sys.databases WHERE [name] = N'{db}' AND [is_read_committed_snapshot_on] = 1)
+    ALTER DATABASE [{db}] SET READ_COMMITTED_SNAPSHOT OFF WITH ROLLBACK IMMEDIATE;
+SELECT CAST([is_read_committed_snapshot_on] AS BIT) AS [Rcsi], CAST([snapshot_isolation_state] AS INT) AS [Snapshot]
+FROM sys.databases WHERE [name] = N'{db}';"
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // Test support
 // ---------------------------------------------------------------------------------------
@@ -1147,7 +1168,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x");
-        assert_eq!(all.len(), 28);
+        assert_eq!(all.len(), 29);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
