@@ -73,6 +73,7 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     pub completion_batch: usize,
     pub completion_flush: Duration,
+    pub claim_batch_window: Duration,
     pub maintenance: MaintenanceConfig,
 }
 
@@ -92,6 +93,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(10),
             completion_batch: 500,
             completion_flush: Duration::from_millis(2),
+            claim_batch_window: Duration::from_millis(2),
             maintenance: MaintenanceConfig::default(),
         }
     }
@@ -206,6 +208,13 @@ impl WorkerBuilder {
     pub fn completion_batching(mut self, max: usize, flush_every: Duration) -> Self {
         self.config.completion_batch = max;
         self.config.completion_flush = flush_every;
+        self
+    }
+
+    /// When fewer than half the slots are free, wait up to this long for more to free up
+    /// before claiming, so claims come in batches (default 2 ms; zero claims at once).
+    pub fn claim_batch_window(mut self, d: Duration) -> Self {
+        self.config.claim_batch_window = d;
         self
     }
 
@@ -335,6 +344,12 @@ pub struct WorkerReport {
     pub panicked: u64,
     /// Handlers that timed out.
     pub timed_out: u64,
+    /// Claim round trips (empty ones included).
+    pub claim_calls: u64,
+    /// Completion round trips.
+    pub complete_calls: u64,
+    /// Heartbeat round trips.
+    pub heartbeat_calls: u64,
 }
 
 #[derive(Debug, Default)]
@@ -352,6 +367,9 @@ struct Counters {
     handed_back: AtomicU64,
     panicked: AtomicU64,
     timed_out: AtomicU64,
+    claim_calls: AtomicU64,
+    complete_calls: AtomicU64,
+    heartbeat_calls: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -375,6 +393,9 @@ impl Counters {
             handed_back: g(&self.handed_back),
             panicked: g(&self.panicked),
             timed_out: g(&self.timed_out),
+            claim_calls: g(&self.claim_calls),
+            complete_calls: g(&self.complete_calls),
+            heartbeat_calls: g(&self.heartbeat_calls),
         }
     }
 }
@@ -582,6 +603,7 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
     let mut next_claim = Instant::now();
     let max_idle = cfg.poll_interval;
     let mut next_pause_check = Instant::now() + cfg.heartbeat_interval;
+    let mut gather_until: Option<Instant> = None;
 
     loop {
         if shutdown.is_cancelled() {
@@ -611,7 +633,17 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
             (concurrency + prefetch).saturating_sub(concurrency - free + buffer.len())
         }
         .min(MAX_CLAIM_LIMIT as usize);
-        if want > 0 && Instant::now() >= next_claim {
+        let now = Instant::now();
+        // Batch claims: while most slots are still busy, give others a moment to free up.
+        let small = want > 0 && want * 2 < concurrency + prefetch;
+        let gathering = if small && !cfg.claim_batch_window.is_zero() && now >= next_claim {
+            let until = *gather_until.get_or_insert(now + cfg.claim_batch_window);
+            now < until
+        } else {
+            false
+        };
+        if want > 0 && now >= next_claim && !gathering {
+            gather_until = None;
             let permits = if mode == ClaimMode::Start {
                 match sh.slots.clone().try_acquire_many_owned(want as u32) {
                     Ok(p) => Some(p),
@@ -623,6 +655,7 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
             let req = ClaimRequest::new(sh.worker, cfg.queues.clone(), want as u32, mode);
             let t0 = Instant::now();
             let res = sh.backend.claim(&req).await;
+            add(&sh.counters.claim_calls, 1);
             metrics::histogram!(m::CLAIM_LATENCY).record(t0.elapsed().as_secs_f64());
             match res {
                 Ok(jobs) => {
@@ -670,7 +703,8 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
                 backoff = cfg.min_poll_interval;
                 next_claim = Instant::now();
             }
-            _ = tokio::time::sleep_until(next_claim), if want > 0 => {}
+            _ = tokio::time::sleep_until(next_claim), if want > 0 && !gathering => {}
+            _ = tokio::time::sleep_until(gather_until.unwrap_or(now)), if gathering => {}
             _ = tokio::time::sleep_until(next_pause_check), if !buffer.is_empty() => {}
         }
     }
@@ -998,6 +1032,7 @@ async fn flush_completions(sh: &Shared, batch: &mut Vec<Completion>) {
         return;
     }
     let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
+    add(&sh.counters.complete_calls, 1);
     match with_retries(|| sh.backend.complete(sh.worker, &leases)).await {
         Ok(out) => {
             let lost: HashSet<JobId> = out.lost.into_iter().collect();
@@ -1044,6 +1079,7 @@ async fn heartbeat_loop(sh: Arc<Shared>, stop: CancellationToken) {
         if leases.is_empty() {
             continue;
         }
+        add(&sh.counters.heartbeat_calls, 1);
         match sh.backend.heartbeat(sh.worker, &leases).await {
             Ok(report) => {
                 if report.lost.is_empty() && report.cancel_requested.is_empty() {
