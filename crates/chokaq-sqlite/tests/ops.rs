@@ -690,3 +690,22 @@ async fn drop_schema_removes_the_tables() {
     b.migrate().await.unwrap();
     assert_eq!(b.stats().await.unwrap().total(), 0);
 }
+
+/// Another process holding the write lock longer than the busy timeout and every retry:
+/// the write fails as Transient (retryable) and changes nothing; once the lock is gone the
+/// same call succeeds.
+#[tokio::test]
+async fn busy_database_is_a_transient_error() {
+    use sqlx::Connection;
+    let (b, db) = fresh_with(|c| c.busy_timeout(Duration::from_millis(5))).await;
+    let mut other = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut other).await.unwrap();
+    let e = b.enqueue(job("busy")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.is_retryable());
+    // Reads are not blocked by the writer (WAL).
+    assert_eq!(b.stats().await.unwrap().total(), 0);
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    assert!(!b.enqueue(job("busy")).await.unwrap().duplicate);
+    assert_eq!(b.stats().await.unwrap().total(), 1);
+}
