@@ -34,9 +34,19 @@ fn build_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("a tokio runtime")
 }
 
-/// Runs one case against `backend` with a per-case time limit.
+/// Cases take this lock shared, exclusive cases take it alone.
+fn exclusivity() -> &'static tokio::sync::RwLock<()> {
+    static LOCK: std::sync::OnceLock<tokio::sync::RwLock<()>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::RwLock::new(()))
+}
+
+/// Runs one case against `backend` with a per-case time limit (exclusive cases wait until
+/// no other case of this process runs, and hold the others back meanwhile).
 pub async fn run_one(case: &Case, ctx: Ctx) -> Result<(), String> {
     let limit = Duration::from_secs(120);
+    let lock = exclusivity();
+    let (_shared, _alone) =
+        if case.needs.exclusive { (None, Some(lock.write().await)) } else { (Some(lock.read().await), None) };
     match tokio::time::timeout(limit, (case.run)(ctx)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(f)) => Err(f.0),

@@ -28,17 +28,21 @@ pub struct Needs {
     pub kill_connections: bool,
     /// [`chokaq_core::Backend::wakeups`] returns a stream.
     pub listen_notify: bool,
+    /// Runs alone: no other case of the run is in flight meanwhile (it disturbs the shared
+    /// backend, e.g. kills its connections).
+    pub exclusive: bool,
 }
 
 impl Needs {
     /// Nothing beyond the contract.
-    pub const NONE: Needs = Needs { multi_process: false, kill_connections: false, listen_notify: false };
+    pub const NONE: Needs =
+        Needs { multi_process: false, kill_connections: false, listen_notify: false, exclusive: false };
     /// Child OS processes.
-    pub const MULTI_PROCESS: Needs = Needs { multi_process: true, kill_connections: false, listen_notify: false };
-    /// Killing connections.
-    pub const KILL_CONNECTIONS: Needs = Needs { multi_process: false, kill_connections: true, listen_notify: false };
+    pub const MULTI_PROCESS: Needs = Needs { multi_process: true, ..Needs::NONE };
+    /// Killing connections (alone: the kills hit every session of the backend).
+    pub const KILL_CONNECTIONS: Needs = Needs { kill_connections: true, exclusive: true, ..Needs::NONE };
     /// Push wake-ups.
-    pub const LISTEN_NOTIFY: Needs = Needs { multi_process: false, kill_connections: false, listen_notify: true };
+    pub const LISTEN_NOTIFY: Needs = Needs { listen_notify: true, ..Needs::NONE };
 }
 
 /// One named case.

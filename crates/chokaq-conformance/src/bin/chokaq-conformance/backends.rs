@@ -1,0 +1,55 @@
+//! Which backend a URL names. Each backend is a feature of this crate; to add one, add a
+//! feature-gated arm to [`harness_for`] and a function like [`postgres`] (about 15 lines).
+
+use chokaq_conformance::UrlHarness;
+
+/// The harness for `url`, chosen by its scheme.
+pub fn harness_for(url: &str) -> Result<UrlHarness, String> {
+    let scheme = url.split_once("://").map(|(s, _)| s).or_else(|| url.split_once(':').map(|(s, _)| s)).unwrap_or("");
+    match scheme.to_ascii_lowercase().as_str() {
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(postgres(url)),
+        // #[cfg(feature = "mssql")]
+        // "mssql" | "sqlserver" => Ok(mssql(url)),
+        // #[cfg(feature = "sqlite")]
+        // "sqlite" => Ok(sqlite(url)),
+        "" => Err("no URL scheme: expected e.g. postgres://user@host:5432/db".into()),
+        other => Err(format!(
+            "no backend for URL scheme {other:?} in this build (built with: {}); rebuild with --features <backend>",
+            built_with()
+        )),
+    }
+}
+
+fn built_with() -> String {
+    let mut v: Vec<&str> = Vec::new();
+    if cfg!(feature = "postgres") {
+        v.push("postgres");
+    }
+    if cfg!(feature = "mssql") {
+        v.push("mssql");
+    }
+    if cfg!(feature = "sqlite") {
+        v.push("sqlite");
+    }
+    if v.is_empty() {
+        "no backend features".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn postgres(url: &str) -> UrlHarness {
+    use std::sync::Arc;
+
+    use chokaq_conformance::TestBackend;
+    use chokaq_postgres::{PgBackend, PgConfig};
+
+    UrlHarness::new("postgres", Some(url.to_string()), |url, schema| {
+        Box::pin(async move {
+            let cfg = PgConfig::new(url).schema(schema).max_connections(16);
+            Ok(Arc::new(PgBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
+        })
+    })
+}

@@ -1,0 +1,162 @@
+//! `chokaq-conformance`: runs the whole conformance suite against your own database.
+//!
+//! ```text
+//! cargo run -p chokaq-conformance --features postgres -- --url postgres://user:pw@host/db
+//! ```
+//!
+//! Runs every case (or those whose name contains `--filter`) in a fresh schema
+//! `chokaq_t_<hex>` that it drops afterwards (or in `--schema NAME`, which it keeps), prints
+//! one line per case and a closing line `N passed, N failed`, and exits 0 when nothing
+//! failed, 1 when a case failed, 2 when the database cannot be used (bad or unreachable URL).
+//! The URL (and its password) is never printed.
+
+mod backends;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use chokaq_conformance::{
+    all_cases, maybe_run_child, run_suite, ChildLauncher, Harness, StressSettings, UrlHarness, ENV_CHILD_URL,
+};
+use clap::Parser;
+
+/// Runs the chokaq conformance suite against a database.
+#[derive(Parser)]
+#[command(name = "chokaq-conformance", version)]
+struct Args {
+    /// Database URL, e.g. postgres://user:password@host:5432/db (or env CHOKAQ_CONFORMANCE_URL).
+    #[arg(long, env = ENV_CHILD_URL, hide_env_values = true)]
+    url: String,
+    /// Run in this schema (created and migrated if missing, never dropped) instead of a fresh one.
+    #[arg(long)]
+    schema: Option<String>,
+    /// Run only the cases whose name contains this text (e.g. `cap_`).
+    #[arg(long)]
+    filter: Option<String>,
+    /// How many cases run at once.
+    #[arg(long, default_value_t = 2)]
+    parallel: usize,
+    /// List the case names and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+impl std::fmt::Debug for Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Args")
+            .field("url", &"<redacted>")
+            .field("schema", &self.schema)
+            .field("filter", &self.filter)
+            .field("parallel", &self.parallel)
+            .finish()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("a tokio runtime")
+}
+
+fn main() -> ExitCode {
+    let rt = runtime();
+    // A child worker of a multi-process case: reopen the parent's store and do the work.
+    if std::env::var_os(chokaq_conformance::ENV_CHILD_ROLE).is_some() {
+        let url = std::env::var(ENV_CHILD_URL).unwrap_or_default();
+        return match backends::harness_for(&url) {
+            Ok(h) => maybe_run_child(&rt, &h).unwrap_or(ExitCode::from(2)),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let args = Args::parse();
+    if args.list {
+        for c in all_cases() {
+            println!("{}", c.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mut harness = match backends::harness_for(&args.url) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {}", redact(&e, &args.url));
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(schema) = &args.schema {
+        if let Err(e) = chokaq_core::validate::schema_name(schema) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        harness = harness.schema(schema.clone());
+    }
+    run(&rt, harness, &args)
+}
+
+fn run(rt: &tokio::runtime::Runtime, harness: UrlHarness, args: &Args) -> ExitCode {
+    let backend = match rt.block_on(harness.open()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: cannot use the {} database: {}", harness.name(), redact(&e.to_string(), &args.url));
+            return ExitCode::from(2);
+        }
+    };
+    let stress = StressSettings::from_env();
+    println!(
+        "chokaq conformance: backend {}, schema {}, capabilities {:?}",
+        backend.name(),
+        harness.schema_name(),
+        backend.capabilities()
+    );
+    println!(
+        "stress: {} claimers, {} processes, {} jobs, {} s, {} cap rounds",
+        stress.claimers, stress.processes, stress.jobs, stress.seconds, stress.rounds
+    );
+    let children = ChildLauncher::current_exe(harness.child_env()).ok();
+    let started = Instant::now();
+    let summary = rt.block_on(run_suite(backend, args.filter.as_deref(), children, args.parallel));
+    eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
+    if let Err(e) = rt.block_on(harness.finish()) {
+        eprintln!("warning: could not drop schema {}: {}", harness.schema_name(), redact(&e.to_string(), &args.url));
+    }
+    if summary.failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Removes the URL and its password from a message, whatever the driver put in it.
+fn redact(msg: &str, url: &str) -> String {
+    let mut out = msg.to_string();
+    if !url.is_empty() {
+        out = out.replace(url, "<url>");
+    }
+    if let Some(pw) = password_of(url) {
+        if !pw.is_empty() {
+            out = out.replace(pw, "<redacted>");
+        }
+    }
+    out
+}
+
+/// The password part of `scheme://user:password@host...`, if any.
+fn password_of(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.rsplit_once('@')?.0;
+    Some(userinfo.split_once(':')?.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_password_and_url() {
+        let url = "postgres://bob:s3cr3t@db.example:5432/x";
+        assert_eq!(password_of(url), Some("s3cr3t"));
+        assert_eq!(redact("failed for bob:s3cr3t at host", url), "failed for bob:<redacted> at host");
+        assert_eq!(redact(&format!("bad url {url}"), url), "bad url <url>");
+        assert_eq!(password_of("postgres://bob@host/db"), None);
+    }
+}
