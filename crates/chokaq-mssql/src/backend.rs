@@ -91,7 +91,7 @@ impl MssqlBackend {
         let first = bb8::ManageConnection::connect(&manager).await.map_err(connect_error)?;
         let pool = bb8::Pool::builder()
             .max_size(cfg.max_connections)
-            .connection_timeout(cfg.connect_timeout + Duration::from_secs(5))
+            .connection_timeout((cfg.connect_timeout + Duration::from_secs(5)).max(Duration::from_secs(30)))
             .test_on_check_out(false)
             .retry_connection(false)
             .build_unchecked(manager);
@@ -212,8 +212,11 @@ fn millis(what: &str, d: Duration) -> Result<i64> {
     i64::try_from(d.as_millis()).map_err(|_| Error::invalid(format!("{what} is too long: {d:?}")))
 }
 
+/// `yyyy-mm-ddThh:mm:ss.fffffff` (100 ns ticks, the precision of `DATETIME2(7)`).
 fn datetime2_text(ts: Timestamp) -> String {
-    ts.naive_utc().format("%Y-%m-%dT%H:%M:%S%.7f").to_string()
+    use chokaq_core::chrono::Timelike;
+    let n = ts.naive_utc();
+    format!("{}.{:07}", n.format("%Y-%m-%dT%H:%M:%S"), (n.nanosecond() % 1_000_000_000) / 100)
 }
 
 fn job_json(ord: usize, id: JobId, job: &NewJob) -> Result<serde_json::Value> {
@@ -875,5 +878,64 @@ impl TestSupport for MssqlBackend {
     async fn drop_schema(&self) -> Result<()> {
         self.run("drop_schema", &self.sql().drop_schema, &[]).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chokaq_core::chrono::TimeZone;
+
+    #[test]
+    fn leases_travel_as_one_json_document() {
+        let id = JobId(Uuid::parse_str("0190f3a1-2b3c-7d4e-8f00-112233445566").unwrap());
+        let json = leases_json(&[LeaseRef { id, lease: Lease(42) }]);
+        assert_eq!(json, r#"[{"id":"0190f3a12b3c7d4e8f00112233445566","lease":42}]"#);
+        assert_eq!(id_bytes(id).len(), 16);
+        assert_eq!(id_bytes(id)[0], 0x01);
+    }
+
+    #[test]
+    fn job_documents_carry_schedule_and_text_safely() {
+        let at =
+            Utc.with_ymd_and_hms(2026, 11, 30, 5, 6, 7).unwrap() + chokaq_core::chrono::Duration::nanoseconds(1234500);
+        let job = NewJob::build("mail", "email.send.v1")
+            .unwrap()
+            .json(serde_json::json!({"to": "a'b\"; DROP TABLE x; --", "n": 1}))
+            .run_at(at)
+            .idempotency_key("k-1")
+            .tag("t1");
+        let v = job_json(3, JobId::new(), &job).unwrap();
+        assert_eq!(v["o"], 3);
+        assert_eq!(v["at"], "2026-11-30T05:06:07.0012345");
+        assert_eq!(v["ds"], serde_json::Value::Null);
+        assert_eq!(v["t"], r#"["t1"]"#);
+        let payload: serde_json::Value = serde_json::from_str(v["p"].as_str().unwrap()).unwrap();
+        assert_eq!(payload["to"], "a'b\"; DROP TABLE x; --");
+
+        let job = NewJob::build("mail", "k").unwrap().delay(Duration::new(90, 500));
+        let v = job_json(0, JobId::new(), &job).unwrap();
+        assert_eq!((v["ds"].as_i64(), v["dn"].as_i64()), (Some(90), Some(500)));
+        assert_eq!(v["t"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn delays_out_of_range_are_invalid_input() {
+        let e = delay_parts("delay", Duration::from_secs(u64::from(u32::MAX))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!(delay_parts("delay", Duration::from_millis(1500)).unwrap(), (1, 500_000_000));
+        let job = NewJob::build("q", "k").unwrap().delay(Duration::from_secs(u64::MAX / 2));
+        assert_eq!(job_json(0, JobId::new(), &job).unwrap_err().kind(), ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn batch_outcomes_keep_input_order_and_split_every_id() {
+        let a = LeaseRef { id: JobId::new(), lease: Lease(1) };
+        let b = LeaseRef { id: JobId::new(), lease: Lease(2) };
+        let c = LeaseRef { id: JobId::new(), lease: Lease(3) };
+        let done: HashSet<JobId> = [c.id, a.id].into_iter().collect();
+        let out = outcome(&[a, b, c], &done);
+        assert_eq!(out.done, vec![a.id, c.id]);
+        assert_eq!(out.lost, vec![b.id]);
     }
 }

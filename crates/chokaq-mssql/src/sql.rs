@@ -372,6 +372,7 @@ fn enqueue(s: &str) -> String {
     format!(
         "SET XACT_ABORT ON;
 SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @Jobs NVARCHAR(MAX) = @P1;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @In TABLE (
@@ -713,6 +714,7 @@ fn rescue(s: &str) -> String {
     format!(
         "SET XACT_ABORT ON;
 SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @FetchedTimeoutMs BIGINT = @P1;
 DECLARE @DefaultZombieMs BIGINT = @P2;
 DECLARE @Limit INT = @P3;
@@ -1047,7 +1049,7 @@ FROM [{s}].[{name}] AS t
 WHERE (@After IS NULL OR t.[Id] > @After)
     AND (@Queue IS NULL OR t.[Queue] = @Queue){status}
     AND (@Kind IS NULL OR t.[Kind] = @Kind)
-    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g WHERE g.[value] = @Tag))
+    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
     AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
     AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
 ORDER BY t.[Id]
