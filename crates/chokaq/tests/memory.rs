@@ -46,3 +46,13 @@ async fn shutdown_releases_prefetch() {
 async fn pause_releases_prefetch() {
     common::pause_releases_prefetch(backend()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_lost_discards_outcome() {
+    common::lease_lost_discards_outcome(backend()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snooze_does_not_count() {
+    common::snooze_does_not_count(backend()).await.unwrap();
+}

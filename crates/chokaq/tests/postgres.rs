@@ -95,6 +95,8 @@ fn main() -> ExitCode {
         }),
         Trial::test("shutdown_releases_prefetch_and_hands_back", || on_fresh(common::shutdown_releases_prefetch)),
         Trial::test("pause_releases_prefetch", || on_fresh(common::pause_releases_prefetch)),
+        Trial::test("lease_lost_discards_outcome", || on_fresh(common::lease_lost_discards_outcome)),
+        Trial::test("snooze_does_not_count", || on_fresh(common::snooze_does_not_count)),
         Trial::test("ten_thousand_jobs_four_processes", || on_fresh(|b| multi_process(b, false))),
         Trial::test("ten_thousand_jobs_one_process_sigkilled", || on_fresh(|b| multi_process(b, true))),
     ];
@@ -155,7 +157,7 @@ fn child_main() -> ExitCode {
                     let line = format!("{}\n", ctx.id());
                     file.lock().unwrap().write_all(line.as_bytes()).map_err(chokaq::JobError::retry)?;
                     // A little simulated work so a kill lands mid-run.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    tokio::time::sleep(Duration::from_millis(3)).await;
                     Ok(())
                 }
             })

@@ -466,3 +466,106 @@ pub async fn pause_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult {
     println!("    paused queue: prefetched jobs released {took:?} after the pause");
     Ok(())
 }
+
+/// A job whose lease is lost while it runs (rescued as a zombie behind its worker's back) has
+/// its token fired and its outcome discarded; the job then runs again and completes once.
+pub async fn lease_lost_discards_outcome<B: TestSupport>(b: Arc<B>) -> TestResult {
+    use chokaq::core::testing::JobPatch;
+    use chokaq::core::RescueParams;
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let fired: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let f2 = fired.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s2 = started.clone();
+    let w = Worker::builder(dynb)
+        .concurrency(1)
+        .heartbeat_interval(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(50))
+        .maintenance(no_maintenance())
+        .register(move |_: Block, ctx: JobContext| {
+            let (fired, started) = (f2.clone(), s2.clone());
+            async move {
+                if ctx.attempt() == 1 {
+                    started.notify_one();
+                    ctx.cancelled().await;
+                    fired.lock().unwrap().push(ctx.attempt());
+                    // This success must be discarded: the lease is gone.
+                    return Ok(());
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .map_err(err)?;
+    let id = client.enqueue(&Block { n: 1 }).await.map_err(err)?.id;
+    let (token, h) = spawn_worker(w);
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.map_err(|_| "handler never started")?;
+    // Make it look like a zombie and rescue it (retry until the rescue lands between two
+    // heartbeats).
+    wait_for("zombie rescued", Duration::from_secs(10), || async {
+        let now = b.db_now().await.map_err(err)?;
+        let old = now - chrono::Duration::hours(1);
+        let patch = JobPatch { heartbeat_at: Some(Some(old)), ..JobPatch::default() };
+        if !b.force(id, &patch).await.map_err(err)? {
+            return Ok(false);
+        }
+        let params = RescueParams {
+            fetched_timeout: Duration::from_secs(600),
+            default_zombie_timeout: Duration::from_secs(60),
+            limit: 10,
+        };
+        Ok(b.rescue(&params).await.map_err(err)?.zombies_retried == 1)
+    })
+    .await?;
+    wait_for("archived after the second attempt", Duration::from_secs(10), || async {
+        Ok(location(&*b, id).await? == Some(JobLocation::Archived))
+    })
+    .await?;
+    let report = stop(token, h).await?;
+    let r = b.get_job(id).await.map_err(err)?.unwrap();
+    ensure!(r.attempt == 2, "attempt {}", r.attempt);
+    ensure!(*fired.lock().unwrap() == vec![1], "token fired for attempts {:?}", fired.lock().unwrap());
+    ensure!(report.lease_lost == 1 && report.completed == 1 && report.started == 2, "{report:?}");
+    Ok(())
+}
+
+/// A snooze puts the job back without counting the attempt.
+pub async fn snooze_does_not_count<B: TestSupport>(b: Arc<B>) -> TestResult {
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let calls = Arc::new(Mutex::new(0u32));
+    let c2 = calls.clone();
+    let w = Worker::builder(dynb)
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(50))
+        .maintenance(no_maintenance())
+        .register(move |_: Block, _ctx: JobContext| {
+            let calls = c2.clone();
+            async move {
+                let n = {
+                    let mut c = calls.lock().unwrap();
+                    *c += 1;
+                    *c
+                };
+                if n == 1 {
+                    return Err(JobError::Snooze(Duration::from_millis(100)));
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .map_err(err)?;
+    let id = client.enqueue(&Block { n: 1 }).await.map_err(err)?.id;
+    let (token, h) = spawn_worker(w);
+    wait_for("archived", Duration::from_secs(10), || async {
+        Ok(location(&*b, id).await? == Some(JobLocation::Archived))
+    })
+    .await?;
+    let report = stop(token, h).await?;
+    let r = b.get_job(id).await.map_err(err)?.unwrap();
+    ensure!(r.attempt == 1, "attempt {} (a snooze must not count)", r.attempt);
+    ensure!(*calls.lock().unwrap() == 2, "handler calls {}", calls.lock().unwrap());
+    ensure!(report.snoozed == 1 && report.completed == 1 && report.failed == 0, "{report:?}");
+    Ok(())
+}
