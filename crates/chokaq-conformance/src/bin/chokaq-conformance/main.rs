@@ -79,7 +79,8 @@ fn main() -> ExitCode {
     let mut harness = match backends::harness_for(&args.url) {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("error: {}", redact(&e, &args.url));
+            // Names the scheme only, never the URL.
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
