@@ -180,6 +180,21 @@ impl MssqlConfig {
     }
 }
 
+/// Whether `s` looks like an ADO.NET SQL Server connection string (`server=...;...`) rather
+/// than a URL: no `://`, and a `server` / `data source` / `address` key. Lets a tool pick this
+/// backend from a user's string without parsing (or printing) it.
+pub fn is_connection_string(s: &str) -> bool {
+    !s.contains("://")
+        && s.split(';').any(|kv| {
+            kv.split_once('=').is_some_and(|(k, _)| {
+                matches!(
+                    k.trim().to_ascii_lowercase().replace(' ', "").as_str(),
+                    "server" | "datasource" | "address" | "addr" | "networkaddress"
+                )
+            })
+        })
+}
+
 /// Splits a connection string into `(key, value)` pairs, honouring `{...}`, `"..."` and
 /// `'...'` quoting. Errors name the key, never a value.
 pub(crate) fn split_pairs(s: &str) -> Result<Vec<(String, String)>> {
@@ -437,6 +452,15 @@ mod tests {
         }
         assert!(format!("{c:?}").contains("<redacted>"));
         assert_eq!(c.to_string(), "h,1433 (schema jobs_1)");
+    }
+
+    #[test]
+    fn recognises_connection_strings() {
+        assert!(is_connection_string("server=tcp:127.0.0.1,1433;user=sa;password=x;TrustServerCertificate=true"));
+        assert!(is_connection_string("Data Source=h;User ID=u"));
+        assert!(!is_connection_string("postgres://u:p@h/db"));
+        assert!(!is_connection_string("sqlite:jobs.db"));
+        assert!(!is_connection_string(""));
     }
 
     #[test]

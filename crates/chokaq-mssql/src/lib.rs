@@ -8,7 +8,7 @@ mod config;
 pub mod error;
 pub mod sql;
 
-pub use config::{Encrypt, MssqlConfig, DEFAULT_SCHEMA};
+pub use config::{is_connection_string, Encrypt, MssqlConfig, DEFAULT_SCHEMA};
 pub use sql::all_statements;
 mod backend;
 mod pool;

@@ -5,6 +5,11 @@ use chokaq_conformance::UrlHarness;
 
 /// The harness for `url`, chosen by its scheme.
 pub fn harness_for(url: &str) -> Result<UrlHarness, String> {
+    // SQL Server takes an ADO connection string (server=tcp:host,1433;user=...), not a URL.
+    #[cfg(feature = "mssql")]
+    if chokaq_mssql::is_connection_string(url) {
+        return Ok(mssql(url));
+    }
     let scheme = url.split_once("://").map(|(s, _)| s).or_else(|| url.split_once(':').map(|(s, _)| s)).unwrap_or("");
     match scheme.to_ascii_lowercase().as_str() {
         #[cfg(feature = "postgres")]
@@ -50,6 +55,21 @@ fn postgres(url: &str) -> UrlHarness {
         Box::pin(async move {
             let cfg = PgConfig::new(url).schema(schema).max_connections(16);
             Ok(Arc::new(PgBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
+        })
+    })
+}
+
+#[cfg(feature = "mssql")]
+fn mssql(conn_str: &str) -> UrlHarness {
+    use std::sync::Arc;
+
+    use chokaq_conformance::TestBackend;
+    use chokaq_mssql::{MssqlBackend, MssqlConfig};
+
+    UrlHarness::new("mssql", Some(conn_str.to_string()), |conn_str, schema| {
+        Box::pin(async move {
+            let cfg = MssqlConfig::new(&conn_str)?.schema(&schema)?.max_connections(16);
+            Ok(Arc::new(MssqlBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
         })
     })
 }
