@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chokaq::postgres::{PgBackend, PgConfig};
-use chokaq::{Backend, CancellationToken, Client, Job, JobContext, Worker};
+use chokaq::{Backend, Client, Job, JobContext, Worker};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -104,7 +104,6 @@ async fn main() -> chokaq::Result<()> {
     let payloads: Vec<Work> = (0..jobs).map(|n| Work { n }).collect();
     client.enqueue_many(&payloads).await?;
     println!("enqueued {jobs} jobs");
-    let shutdown = CancellationToken::new();
     let ctrl_c = chokaq::shutdown_token();
     loop {
         let done = b.stats().await?.archived - before;
@@ -114,7 +113,6 @@ async fn main() -> chokaq::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    shutdown.cancel();
     for (child, _) in &mut children {
         drop(child.stdin.take());
     }

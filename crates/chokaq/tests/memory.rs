@@ -56,3 +56,41 @@ async fn lease_lost_discards_outcome() {
 async fn snooze_does_not_count() {
     common::snooze_does_not_count(backend()).await.unwrap();
 }
+
+#[test]
+fn bad_settings_are_invalid_input() {
+    use chokaq::{ErrorKind, JobContext, Worker};
+    use std::time::Duration;
+    let b: Arc<dyn chokaq::Backend> = backend();
+    let ok = |w: chokaq::WorkerBuilder| w.register(|_: common::Count, _: JobContext| async { Ok(()) });
+    let kind = |r: chokaq::Result<Worker>| r.map(|_| ()).unwrap_err().kind();
+    assert_eq!(kind(Worker::builder(b.clone()).build()), ErrorKind::InvalidInput, "no handler");
+    assert_eq!(kind(ok(Worker::builder(b.clone())).concurrency(0).build()), ErrorKind::InvalidInput);
+    assert_eq!(kind(ok(Worker::builder(b.clone())).concurrency(1001).build()), ErrorKind::InvalidInput);
+    assert_eq!(kind(ok(Worker::builder(b.clone())).queue("bad queue!").build()), ErrorKind::InvalidInput);
+    assert_eq!(
+        kind(ok(Worker::builder(b.clone())).heartbeat_interval(Duration::ZERO).build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        kind(ok(Worker::builder(b.clone())).register_raw(" spaced ", |_, _| async { Ok(()) }).build()),
+        ErrorKind::InvalidInput
+    );
+    let w = ok(Worker::builder(b)).build().unwrap();
+    assert_eq!(w.config().queues.len(), 1);
+    assert_eq!(w.config().queues[0].as_str(), "default");
+}
+
+#[tokio::test]
+async fn bad_enqueue_is_invalid_input_and_changes_nothing() {
+    use chokaq::{Backend, Client, ErrorKind};
+    let b = backend();
+    let client = Client::new(b.clone());
+    let e = client.enqueue_raw("no spaces allowed", "k.v1", serde_json::json!({})).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    let e = client.job(&common::Count { n: 1 }).queue("bad/queue").enqueue().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    let e = client.job(&common::Count { n: 1 }).max_attempts(0).enqueue().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(b.stats().await.unwrap().total(), 0);
+}
