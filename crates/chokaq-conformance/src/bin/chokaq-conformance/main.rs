@@ -25,8 +25,8 @@ use clap::Parser;
 #[command(name = "chokaq-conformance", version)]
 struct Args {
     /// Database URL, e.g. postgres://user:password@host:5432/db (or env CHOKAQ_CONFORMANCE_URL).
-    #[arg(long, env = ENV_CHILD_URL, hide_env_values = true)]
-    url: String,
+    #[arg(long, env = ENV_CHILD_URL, hide_env_values = true, required_unless_present = "list")]
+    url: Option<String>,
     /// Run in this schema (created and migrated if missing, never dropped) instead of a fresh one.
     #[arg(long)]
     schema: Option<String>,
@@ -76,7 +76,8 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let mut harness = match backends::harness_for(&args.url) {
+    let url = args.url.clone().unwrap_or_default();
+    let mut harness = match backends::harness_for(&url) {
         Ok(h) => h,
         Err(e) => {
             // Names the scheme only, never the URL.
@@ -91,14 +92,14 @@ fn main() -> ExitCode {
         }
         harness = harness.schema(schema.clone());
     }
-    run(&rt, harness, &args)
+    run(&rt, harness, &args, &url)
 }
 
-fn run(rt: &tokio::runtime::Runtime, harness: UrlHarness, args: &Args) -> ExitCode {
+fn run(rt: &tokio::runtime::Runtime, harness: UrlHarness, args: &Args, url: &str) -> ExitCode {
     let backend = match rt.block_on(harness.open()) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("error: cannot use the {} database: {}", harness.name(), redact(&e.to_string(), &args.url));
+            eprintln!("error: cannot use the {} database: {}", harness.name(), redact(&e.to_string(), url));
             return ExitCode::from(2);
         }
     };
@@ -118,7 +119,7 @@ fn run(rt: &tokio::runtime::Runtime, harness: UrlHarness, args: &Args) -> ExitCo
     let summary = rt.block_on(run_suite(backend, args.filter.as_deref(), children, args.parallel));
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
     if let Err(e) = rt.block_on(harness.finish()) {
-        eprintln!("warning: could not drop schema {}: {}", harness.schema_name(), redact(&e.to_string(), &args.url));
+        eprintln!("warning: could not drop schema {}: {}", harness.schema_name(), redact(&e.to_string(), url));
     }
     if summary.failed > 0 {
         ExitCode::from(1)
