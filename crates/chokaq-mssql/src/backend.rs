@@ -28,6 +28,10 @@ use crate::sql::Statements;
 /// many times with a short randomised back-off; every batch is atomic, so a retry is safe.
 const MAX_TRANSIENT_RETRIES: u32 = 4;
 
+/// The largest JSON document one `enqueue_many` sends (an `NVARCHAR(MAX)` parameter holds
+/// 2 GB; tiberius sends at most 1 GiB of text as `nvarchar(max)`).
+const MAX_BATCH_DOCUMENT_BYTES: usize = 512 * 1024 * 1024;
+
 /// The SQL Server backend. Cheap to clone (an `Arc` inside).
 #[derive(Clone)]
 pub struct MssqlBackend {
@@ -208,7 +212,11 @@ fn delay_parts(what: &str, d: Duration) -> Result<(i32, i32)> {
     Ok((secs, d.subsec_nanos() as i32))
 }
 
+/// A duration in milliseconds for `DATEADD` (whose seconds must fit an `INT`).
 fn millis(what: &str, d: Duration) -> Result<i64> {
+    if d.as_secs() > i32::MAX as u64 {
+        return Err(Error::invalid(format!("{what} is too long: {d:?} (at most about 68 years)")));
+    }
     i64::try_from(d.as_millis()).map_err(|_| Error::invalid(format!("{what} is too long: {d:?}")))
 }
 
@@ -222,7 +230,13 @@ fn datetime2_text(ts: Timestamp) -> String {
 fn job_json(ord: usize, id: JobId, job: &NewJob) -> Result<serde_json::Value> {
     let (at, ds, dn) = match job.run_at {
         RunAt::Now => (None, None, None),
-        RunAt::At(ts) => (Some(datetime2_text(ts)), None, None),
+        RunAt::At(ts) => {
+            use chokaq_core::chrono::Datelike;
+            if !(1..=9999).contains(&ts.year()) {
+                return Err(Error::invalid(format!("run_at {ts} is outside SQL Server's DATETIME2 range")));
+            }
+            (Some(datetime2_text(ts)), None, None)
+        }
         RunAt::After(d) => {
             let (s, n) = delay_parts("delay", d)?;
             (None, Some(s), Some(n))
@@ -473,6 +487,12 @@ impl Backend for MssqlBackend {
             items.push(job_json(i, JobId::new(), job)?);
         }
         let payload = serde_json::Value::Array(items).to_string();
+        if payload.len() > MAX_BATCH_DOCUMENT_BYTES {
+            return Err(Error::invalid(format!(
+                "enqueue_many batch is {} bytes as one document, over {MAX_BATCH_DOCUMENT_BYTES}: split it",
+                payload.len()
+            )));
+        }
         let op = "enqueue";
         let mut attempt = 0;
         let rows = loop {
@@ -926,6 +946,11 @@ mod tests {
         assert_eq!(delay_parts("delay", Duration::from_millis(1500)).unwrap(), (1, 500_000_000));
         let job = NewJob::build("q", "k").unwrap().delay(Duration::from_secs(u64::MAX / 2));
         assert_eq!(job_json(0, JobId::new(), &job).unwrap_err().kind(), ErrorKind::InvalidInput);
+        let far = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
+        let job = NewJob::build("q", "k").unwrap().run_at(far);
+        assert_eq!(job_json(0, JobId::new(), &job).unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(millis("t", Duration::from_secs(u64::from(u32::MAX))).unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(millis("t", Duration::from_millis(1500)).unwrap(), 1500);
     }
 
     #[test]

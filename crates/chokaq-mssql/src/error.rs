@@ -15,8 +15,9 @@ pub fn kind_for_number(number: i64) -> ErrorKind {
         2601 | 2627 => ErrorKind::Conflict,
         // client timeout; transport-level failures; cannot open database; shutting down
         -2 | 64 | 233 | 4060 | 6005 | 10053 | 10054 | 10060 | 10061 | 11001 => ErrorKind::Unavailable,
-        // string or binary data would be truncated; JSON text is not properly formatted
-        8152 | 2628 | 13609 => ErrorKind::InvalidInput,
+        // string or binary data would be truncated; JSON text is not properly formatted;
+        // arithmetic overflow; date/time conversion failed or out of range; DATEADD overflow
+        8152 | 2628 | 13609 | 8115 | 241 | 242 | 517 => ErrorKind::InvalidInput,
         _ => ErrorKind::Other,
     }
 }
