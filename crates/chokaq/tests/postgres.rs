@@ -248,6 +248,17 @@ async fn multi_process(b: Arc<PgBackend>, kill: bool) -> TestResult {
         })
         .await?;
         let mut v = children.remove(0);
+        // Aim the kill at a moment when the victim is mid-run: one of the last jobs it
+        // started (wrote to its file) is still live in the hot table.
+        let aim_deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < aim_deadline {
+            let mine = read_runs(&v.runs_file)?;
+            let last: Vec<JobId> = mine.iter().rev().take(8).copied().collect();
+            let live = b.presence_many(&last).await.map_err(err)?.iter().any(|(_, p)| p.hot == 1);
+            if live {
+                break;
+            }
+        }
         v.child.start_kill().map_err(err)?; // SIGKILL: no cleanup at all
         v.child.wait().await.map_err(err)?;
         println!("    SIGKILLed worker process {} after {:?}", v.worker_id, t0.elapsed());
