@@ -210,3 +210,75 @@ pub async fn heartbeat_bumps(cx: Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// The same completion sent twice at once (a client retry racing the original): exactly one
+/// is Done, the job is archived exactly once.
+pub async fn concurrent_double_complete(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let n = 20;
+    cx.enqueue_n(&q, n).await?;
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, n as u32, ClaimMode::Start).await?;
+    ensure_eq!(got.len(), n, "claimed");
+    let mut tasks = tokio::task::JoinSet::new();
+    for j in &got {
+        for _ in 0..2 {
+            let (cx, l) = (cx.clone(), j.lease_ref());
+            tasks.spawn(async move { Ok::<_, crate::Failure>((l.id, cx.backend.complete_one(w, l).await?)) });
+        }
+    }
+    let mut done: std::collections::HashMap<chokaq_core::JobId, usize> = Default::default();
+    while let Some(r) = tasks.join_next().await {
+        let (id, out) = r.map_err(|e| crate::Failure(format!("task panicked: {e}")))??;
+        if out == Fenced::Done(()) {
+            *done.entry(id).or_default() += 1;
+        }
+    }
+    for j in &got {
+        ensure_eq!(done.get(&j.id).copied().unwrap_or(0), 1, "Done outcomes for {}", j.id);
+        ensure_eq!(cx.presence(j.id).await?, Presence { hot: 0, archive: 1, dead: 0 }, "presence of {}", j.id);
+    }
+    Ok(())
+}
+
+/// Rescue racing the owner's completion of an expired job: either the completion wins (the
+/// job is archived, rescue left it) or rescue wins (the completion is LeaseLost, the job is
+/// Pending) — never both, never neither. Repeated over many jobs.
+pub async fn rescue_races_complete(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let n = 30;
+    cx.enqueue_n(&q, n).await?;
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, n as u32, ClaimMode::Start).await?;
+    ensure_eq!(got.len(), n, "claimed");
+    for j in &got {
+        cx.age(j.id, AGED).await?;
+    }
+    let rescuer = {
+        let cx = cx.clone();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                cx.backend.rescue(&crate::rescue_params()).await?;
+                tokio::task::yield_now().await;
+            }
+            Ok::<(), crate::Failure>(())
+        })
+    };
+    let mut outcomes = Vec::new();
+    for j in &got {
+        outcomes.push((j.id, cx.backend.complete_one(w, j.lease_ref()).await?));
+        tokio::task::yield_now().await;
+    }
+    rescuer.await.map_err(|e| crate::Failure(format!("rescuer panicked: {e}")))??;
+    for (id, out) in outcomes {
+        let p = cx.presence(id).await?;
+        match out {
+            Fenced::Done(()) => ensure_eq!(p, Presence { hot: 0, archive: 1, dead: 0 }, "completed job {id}"),
+            Fenced::LeaseLost => {
+                ensure_eq!(p, Presence { hot: 1, archive: 0, dead: 0 }, "rescued job {id}");
+                ensure_eq!(cx.record(id).await?.location, JobLocation::Hot(JobStatus::Pending), "rescued job {id}");
+            }
+        }
+    }
+    Ok(())
+}

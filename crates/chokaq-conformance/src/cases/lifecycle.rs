@@ -250,3 +250,46 @@ async fn purge_until(cx: &Ctx, req: &PurgeRequest, want: u64) -> Result<u64, cra
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// enqueue_many returns one result per job in input order, and every job is stored with its
+/// own payload.
+pub async fn enqueue_many_in_order(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let n = 50;
+    let jobs = (0..n).map(|i| cx.job(&q).priority(i % 3).json(serde_json::json!({ "i": i }))).collect();
+    let out = cx.backend.enqueue_many(jobs).await?;
+    ensure_eq!(out.len(), n as usize, "results");
+    let distinct: std::collections::HashSet<JobId> = out.iter().map(|e| e.id).collect();
+    ensure_eq!(distinct.len(), n as usize, "distinct ids");
+    for (i, e) in out.iter().enumerate() {
+        ensure!(!e.duplicate, "job {i} marked duplicate");
+        let r = cx.record(e.id).await?;
+        ensure_eq!(r.payload, serde_json::json!({ "i": i }), "payload of result {i}");
+        ensure_eq!(r.priority, i as i32 % 3, "priority of result {i}");
+    }
+    Ok(())
+}
+
+/// Purge is bounded: batch_size x max_batches rows at most per call.
+pub async fn purge_bounded(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    cx.enqueue_n(&q, 5).await?;
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    let leases: Vec<_> = got.iter().map(|j| j.lease_ref()).collect();
+    ensure_eq!(cx.backend.complete(w, &leases).await?.done.len(), 5, "completed");
+    let mut req = PurgeRequest::new(PurgeTarget::Archive, Duration::ZERO);
+    req.queue = Some(q.clone());
+    req.batch_size = 1;
+    req.max_batches = 2;
+    // Wait until all five are older than "now" (the cutoff is strict), then purge once.
+    let last = cx.record(got[4].id).await?.finished_at.ok_or("no finished_at")?;
+    cx.poll("the database clock to pass the last completion", || {
+        let cx = cx.clone();
+        async move { Ok(cx.backend.db_now().await? > last) }
+    })
+    .await?;
+    ensure_eq!(cx.backend.purge(&req).await?, 2, "rows purged by one call with batch_size 1, max_batches 2");
+    ensure_eq!(cx.queue_stats(&q).await?.archived, 3, "archived rows left");
+    Ok(())
+}

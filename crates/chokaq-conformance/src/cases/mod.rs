@@ -107,6 +107,8 @@ pub fn all_cases() -> Vec<Case> {
         case!("lease", "lease_batch_complete_mixed", lease::batch_complete_mixed),
         case!("lease", "lease_cancelled_fetched_cannot_start", lease::cancelled_fetched_cannot_start),
         case!("lease", "lease_heartbeat_bumps", lease::heartbeat_bumps),
+        case!("lease", "lease_concurrent_double_complete", lease::concurrent_double_complete),
+        case!("lease", "lease_rescue_races_complete", lease::rescue_races_complete),
         // lifecycle
         case!("lifecycle", "lifecycle_reserve_start_complete", lifecycle::reserve_start_complete),
         case!("lifecycle", "lifecycle_release_returns_pending", lifecycle::release_returns_pending),
@@ -116,6 +118,8 @@ pub fn all_cases() -> Vec<Case> {
         case!("lifecycle", "lifecycle_requeue_key_conflict", lifecycle::requeue_key_conflict),
         case!("lifecycle", "lifecycle_purge", lifecycle::purge),
         case!("lifecycle", "lifecycle_get_and_list", lifecycle::get_and_list),
+        case!("lifecycle", "lifecycle_enqueue_many_in_order", lifecycle::enqueue_many_in_order),
+        case!("lifecycle", "lifecycle_purge_bounded", lifecycle::purge_bounded),
         // retry
         case!("retry", "retry_backoff_schedules_pending", retry::backoff_schedules_pending),
         case!("retry", "retry_until_max_attempts_then_dead", retry::until_max_attempts_then_dead),
@@ -144,6 +148,7 @@ pub fn all_cases() -> Vec<Case> {
         case!("idempotency", "idempotency_concurrent_one_row", idempotency::concurrent_one_row),
         case!("idempotency", "idempotency_key_free_after_finish", idempotency::key_free_after_finish),
         case!("idempotency", "idempotency_batch_with_duplicates", idempotency::batch_with_duplicates),
+        case!("idempotency", "idempotency_concurrent_overlapping_batches", idempotency::concurrent_overlapping_batches),
         // stats
         case!("stats", "stats_counts_per_state", stats::counts_per_state),
         case!("stats", "stats_oldest_due_lag", stats::oldest_due_lag),
