@@ -787,7 +787,7 @@ FROM [{s}].[JobsHot] AS h
 WHERE h.[Id] = @Id AND h.[Status] IN (0, 1);
 IF @@ROWCOUNT = 1
     SET @Result = 1;
-ELSE
+IF @Result = 0
 BEGIN
     UPDATE [{s}].[JobsHot]
     SET [CancelRequested] = 1, [UpdatedAtUtc] = @Now

@@ -3,12 +3,48 @@
 //! deliberately broken statement.
 //!
 //! sqlfluff is installed by the CI script (`pip install sqlfluff`). When it is missing the
-//! test FAILS if `CHOKAQ_TEST_REQUIRE` contains `sqlfluff`, and is otherwise reported as
-//! skipped (printed) — never silently passed as checked.
+//! tests FAIL if `CHOKAQ_TEST_REQUIRE` contains `sqlfluff`, and are otherwise reported as
+//! *ignored* with the reason (a libtest-mimic harness), never counted as passes.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::time::Instant;
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+
+fn main() -> ExitCode {
+    let args = Arguments::from_args();
+    let tests: [(&'static str, fn()); 2] = [
+        ("every_statement_parses_as_tsql", every_statement_parses_as_tsql),
+        ("a_broken_statement_is_caught", a_broken_statement_is_caught),
+    ];
+    let trials = tests
+        .into_iter()
+        .map(|(name, f)| {
+            Trial::ignorable_test(name, move || {
+                if !sqlfluff_available() {
+                    if required() {
+                        return Err(Failed::from(
+                            "sqlfluff is not installed but CHOKAQ_TEST_REQUIRE contains `sqlfluff` (pip install sqlfluff)",
+                        ));
+                    }
+                    return Ok(Completion::ignored_with(
+                        "sqlfluff is not installed (pip install sqlfluff); CHOKAQ_TEST_REQUIRE=sqlfluff makes this a failure",
+                    ));
+                }
+                std::panic::catch_unwind(f).map(|()| Completion::Completed).map_err(|e| {
+                    let msg = e
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "panicked".to_string());
+                    Failed::from(msg)
+                })
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}
 
 fn sqlfluff_available() -> bool {
     Command::new("sqlfluff").arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
@@ -42,17 +78,6 @@ fn unparsable_files(dir: &Path) -> Vec<String> {
     bad
 }
 
-fn skip_or_fail() -> bool {
-    if sqlfluff_available() {
-        return false;
-    }
-    if required() {
-        panic!("sqlfluff is not installed but CHOKAQ_TEST_REQUIRE contains `sqlfluff` (pip install sqlfluff)");
-    }
-    println!("SKIPPED: sqlfluff is not installed (pip install sqlfluff); set CHOKAQ_TEST_REQUIRE=sqlfluff to make this a failure");
-    true
-}
-
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("chokaq_tsql_{tag}_{}", uuid_like()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -67,11 +92,7 @@ fn rand_seed() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
-#[test]
 fn every_statement_parses_as_tsql() {
-    if skip_or_fail() {
-        return;
-    }
     let dir = temp_dir("all");
     let statements = chokaq_mssql::all_statements("chokaq");
     assert!(statements.len() >= 25);
@@ -87,11 +108,7 @@ fn every_statement_parses_as_tsql() {
     assert!(took.as_secs() < 120, "sqlfluff took {took:?}");
 }
 
-#[test]
 fn a_broken_statement_is_caught() {
-    if skip_or_fail() {
-        return;
-    }
     let dir = temp_dir("broken");
     let claim = chokaq_mssql::all_statements("chokaq").into_iter().find(|(n, _)| *n == "claim").unwrap().1;
     std::fs::write(dir.join("claim_ok.sql"), &claim).unwrap();
