@@ -76,6 +76,21 @@ async fn location<B: TestSupport>(b: &B, id: JobId) -> Result<Option<JobLocation
     Ok(b.get_job(id).await.map_err(err)?.map(|r| r.location))
 }
 
+/// Keeps the deliberate panic of `poison_and_panic` out of the test output (other panics are
+/// reported as usual).
+fn quiet_intended_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info.payload().downcast_ref::<&str>().copied().unwrap_or_default();
+            if !msg.contains("panic on purpose") {
+                previous(info);
+            }
+        }));
+    });
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Count {
     pub n: u32,
@@ -233,6 +248,7 @@ pub async fn retry_and_fatal<B: TestSupport>(b: Arc<B>) -> TestResult {
 /// Unknown kinds and undecodable payloads are dead-lettered with a clear reason; a panic is
 /// a retryable failure; the worker keeps going.
 pub async fn poison_and_panic<B: TestSupport>(b: Arc<B>) -> TestResult {
+    quiet_intended_panics();
     let dynb: Arc<dyn Backend> = b.clone();
     let client = Client::new(dynb.clone());
     let w = Worker::builder(dynb)
@@ -567,5 +583,39 @@ pub async fn snooze_does_not_count<B: TestSupport>(b: Arc<B>) -> TestResult {
     ensure!(r.attempt == 1, "attempt {} (a snooze must not count)", r.attempt);
     ensure!(*calls.lock().unwrap() == 2, "handler calls {}", calls.lock().unwrap());
     ensure!(report.snoozed == 1 && report.completed == 1 && report.failed == 0, "{report:?}");
+    Ok(())
+}
+
+/// With wake-ups (LISTEN/NOTIFY), an idle worker whose next poll is far away still picks up
+/// a new job at once.
+pub async fn wakeup_beats_polling<B: TestSupport>(b: Arc<B>) -> TestResult {
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let poll = Duration::from_secs(60);
+    let w = Worker::builder(dynb)
+        .concurrency(2)
+        .poll_interval(poll)
+        .min_poll_interval(poll)
+        .maintenance(no_maintenance())
+        .register(|_: Block, _ctx: JobContext| async move { Ok(()) })
+        .build()
+        .map_err(err)?;
+    let token = CancellationToken::new();
+    let (stats, fut) = w.run_with_handle(token.clone());
+    let h = tokio::spawn(fut);
+    // The first (empty) claim has happened; the next poll is a minute away.
+    wait_for("first claim", Duration::from_secs(10), || async { Ok(stats.report().claim_calls >= 1) }).await?;
+    // The worker subscribed before its first claim; a missed notification would leave the
+    // job waiting for the next poll, a minute away, and fail the test.
+    let t0 = Instant::now();
+    let id = client.enqueue(&Block { n: 1 }).await.map_err(err)?.id;
+    wait_for("archived long before the next poll", Duration::from_secs(5), || async {
+        Ok(location(&*b, id).await? == Some(JobLocation::Archived))
+    })
+    .await?;
+    let took = t0.elapsed();
+    let report = stop(token, h).await?;
+    ensure!(report.completed == 1, "{report:?}");
+    println!("    woken by NOTIFY: job archived {took:?} after enqueue (poll interval {poll:?})");
     Ok(())
 }
