@@ -1,0 +1,209 @@
+//! Teeth without a database: the in-memory reference backend wrapped with deliberately broken
+//! operations. Each broken wrapper must make at least one named case fail, and the same cases
+//! must pass on the unbroken backend. (The PostgreSQL teeth test does the same with broken SQL.)
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chokaq_conformance::{run_cases, TestBackend};
+use chokaq_core::memory::MemoryBackend;
+use chokaq_core::testing::{JobPatch, Presence, TestSupport};
+use chokaq_core::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Complete takes the row's current lease instead of checking the caller's.
+    CompleteIgnoresLease,
+    /// Heartbeat takes the row's current lease instead of checking the caller's.
+    HeartbeatIgnoresLease,
+    /// The cap is read, then the claim runs uncapped for "the gap": a check-then-act race.
+    CapCheckThenAct,
+    /// Retry never dead-letters: attempts are not counted against max_attempts.
+    RetryForever,
+}
+
+#[derive(Debug)]
+struct Broken {
+    inner: MemoryBackend,
+    fault: Option<Fault>,
+}
+
+impl Broken {
+    /// The lease the row holds now (what a lease-less guard would match).
+    async fn current(&self, l: LeaseRef) -> Result<LeaseRef> {
+        Ok(match self.inner.get_job(l.id).await? {
+            Some(JobRecord { lease: Some(lease), .. }) => LeaseRef { id: l.id, lease },
+            _ => l,
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for Broken {
+    fn name(&self) -> &'static str {
+        "broken-memory"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn migrate(&self) -> Result<()> {
+        self.inner.migrate().await
+    }
+    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        self.inner.enqueue(job).await
+    }
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        self.inner.enqueue_many(jobs).await
+    }
+    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        if self.fault == Some(Fault::CapCheckThenAct) && req.queues.len() == 1 {
+            let q = &req.queues[0];
+            if let Some(max) = self.inner.queue_settings(q).await?.max_workers {
+                let s = self.inner.stats().await?;
+                let active = s.queue(q.as_str()).map(|s| s.fetched + s.processing).unwrap_or(0);
+                tokio::task::yield_now().await; // the window between "count" and "take"
+                let gap = u64::from(max).saturating_sub(active) as u32;
+                if gap == 0 {
+                    return Ok(Vec::new());
+                }
+                // Take the gap from a view of the queue with the cap lifted.
+                self.inner.control_queue(q, QueueControl::SetMaxWorkers(None)).await?;
+                let mut r = req.clone();
+                r.limit = r.limit.min(gap);
+                let out = self.inner.claim(&r).await;
+                self.inner.control_queue(q, QueueControl::SetMaxWorkers(Some(max))).await?;
+                return out;
+            }
+        }
+        self.inner.claim(req).await
+    }
+    async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        self.inner.start(worker, leases).await
+    }
+    async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        if self.fault == Some(Fault::HeartbeatIgnoresLease) {
+            let mut cur = Vec::new();
+            for l in leases {
+                cur.push(self.current(*l).await?);
+            }
+            return self.inner.heartbeat(worker, &cur).await;
+        }
+        self.inner.heartbeat(worker, leases).await
+    }
+    async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        if self.fault == Some(Fault::CompleteIgnoresLease) {
+            let mut cur = Vec::new();
+            for l in leases {
+                cur.push(self.current(*l).await?);
+            }
+            return self.inner.complete(worker, &cur).await;
+        }
+        self.inner.complete(worker, leases).await
+    }
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+        if self.fault == Some(Fault::RetryForever) {
+            if let FailOutcome::Retry { .. } = outcome {
+                // Forget the attempt count before failing, so attempts never run out.
+                self.inner.force(lease.id, &JobPatch { attempt: Some(0), ..Default::default() }).await?;
+            }
+        }
+        self.inner.fail(worker, lease, outcome).await
+    }
+    async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        self.inner.release(worker, leases).await
+    }
+    async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        self.inner.rescue(params).await
+    }
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.inner.cancel(id).await
+    }
+    async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        self.inner.control_queue(queue, control).await
+    }
+    async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
+        self.inner.queue_settings(queue).await
+    }
+    async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
+        self.inner.requeue_dead(id).await
+    }
+    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+        self.inner.purge(req).await
+    }
+    async fn stats(&self) -> Result<StatsSnapshot> {
+        self.inner.stats().await
+    }
+    async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.inner.get_job(id).await
+    }
+    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+        self.inner.list_jobs(filter).await
+    }
+}
+
+#[async_trait]
+impl TestSupport for Broken {
+    async fn db_now(&self) -> Result<Timestamp> {
+        self.inner.db_now().await
+    }
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        self.inner.force(id, patch).await
+    }
+    async fn presence(&self, id: JobId) -> Result<Presence> {
+        self.inner.presence(id).await
+    }
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
+        self.inner.presence_many(ids).await
+    }
+    async fn drop_schema(&self) -> Result<()> {
+        self.inner.drop_schema().await
+    }
+}
+
+async fn outcomes(fault: Option<Fault>, cases: &[&str]) -> Vec<(String, std::result::Result<(), String>)> {
+    let b: Arc<dyn TestBackend> = Arc::new(Broken { inner: MemoryBackend::new(), fault });
+    run_cases(b, cases, None).await
+}
+
+async fn assert_caught(fault: Fault, cases: &[&str]) {
+    let broken = outcomes(Some(fault), cases).await;
+    let caught: Vec<_> = broken.iter().filter(|(_, r)| r.is_err()).collect();
+    assert!(!caught.is_empty(), "{fault:?} was not caught by any of {cases:?}");
+    for (name, r) in &caught {
+        println!("{fault:?} caught by {name}: {}", r.as_ref().unwrap_err());
+    }
+    let clean = outcomes(None, cases).await;
+    let failed: Vec<_> = clean.iter().filter(|(_, r)| r.is_err()).collect();
+    assert!(failed.is_empty(), "the same cases fail with no fault: {failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_ignoring_the_lease_is_caught() {
+    assert_caught(
+        Fault::CompleteIgnoresLease,
+        &["lease_stale_complete_is_lost", "lease_wrong_lease_is_lost", "lease_batch_complete_mixed"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heartbeat_ignoring_the_lease_is_caught() {
+    assert_caught(Fault::HeartbeatIgnoresLease, &["lease_stale_heartbeat_is_lost"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_then_act_cap_is_caught() {
+    assert_caught(Fault::CapCheckThenAct, &["cap_race_strict"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retry_forever_is_caught() {
+    assert_caught(Fault::RetryForever, &["retry_until_max_attempts_then_dead"]).await;
+}
+
+#[tokio::test]
+async fn unknown_case_names_are_reported() {
+    let out = outcomes(None, &["no_such_case"]).await;
+    assert_eq!(out.len(), 1);
+    assert!(out[0].1.as_ref().unwrap_err().contains("no case named"));
+}
