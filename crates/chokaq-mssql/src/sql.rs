@@ -408,7 +408,7 @@ SELECT
     j.[CreatedBy],
     CASE
         WHEN j.[IdempotencyKey] IS NULL THEN 1
-        WHEN j.[Ord] = MIN(j.[Ord]) OVER (PARTITION BY j.[IdempotencyKey]) THEN 1
+        WHEN j.[Ord] = MIN(j.[Ord]) OVER (PARTITION BY j.[IdempotencyKey] COLLATE Latin1_General_BIN2) THEN 1
         ELSE 0
     END
 FROM OPENJSON(@Jobs) WITH (
@@ -510,7 +510,7 @@ DECLARE @Q TABLE (
 BEGIN TRANSACTION;
 INSERT INTO @Q ([Name], [MaxWorkers])
 SELECT r.[Name], q.[MaxWorkers]
-FROM (SELECT DISTINCT CAST(j.[value] AS VARCHAR(128)) AS [Name] FROM OPENJSON(@Queues) AS j) AS r
+FROM (SELECT DISTINCT CAST(j.[value] AS VARCHAR(128)) COLLATE Latin1_General_BIN2 AS [Name] FROM OPENJSON(@Queues) AS j) AS r
 LEFT JOIN [{s}].[Queues] AS q WITH (HOLDLOCK, ROWLOCK) ON q.[Name] = r.[Name]
 WHERE q.[Name] IS NULL OR (q.[IsPaused] = 0 AND q.[IsActive] = 1);
 IF EXISTS (SELECT 1 FROM @Q WHERE [MaxWorkers] IS NOT NULL)
