@@ -533,6 +533,10 @@ impl Worker {
             Err(e) => tracing::warn!(error = %e, "wake-ups unavailable; polling only"),
         }
         let completer = tokio::spawn(completer_loop(sh.clone(), rx, completer_stop.clone()));
+        // If this future is dropped instead of shut down through its token, stop everything it
+        // started rather than leak it: running jobs are handed back as at the end of a grace
+        // period, background tasks stop.
+        let guard = DropGuard { sh: sh.clone(), stops: vec![bg_stop.clone(), completer_stop.clone()], armed: true };
 
         let buffer = claim_loop(&sh, &shutdown).await;
 
@@ -566,8 +570,33 @@ impl Worker {
             let _ = t.await;
         }
         let report = sh.counters.report();
+        let mut guard = guard;
+        guard.armed = false;
         tracing::info!(worker = %sh.worker, ?report, "chokaq worker stopped");
         Ok(report)
+    }
+}
+
+struct DropGuard {
+    sh: Arc<Shared>,
+    stops: Vec<CancellationToken>,
+    armed: bool,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::warn!(worker = %self.sh.worker, "worker future dropped without a graceful shutdown");
+        if let Ok(running) = self.sh.running.lock() {
+            for r in running.values() {
+                r.control.stop(StopReason::Shutdown);
+            }
+        }
+        for t in &self.stops {
+            t.cancel();
+        }
     }
 }
 

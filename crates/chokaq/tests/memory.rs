@@ -94,3 +94,8 @@ async fn bad_enqueue_is_invalid_input_and_changes_nothing() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert_eq!(b.stats().await.unwrap().total(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_worker_hands_back() {
+    common::dropped_worker_hands_back(backend()).await.unwrap();
+}

@@ -97,6 +97,7 @@ fn main() -> ExitCode {
         Trial::test("pause_releases_prefetch", || on_fresh(common::pause_releases_prefetch)),
         Trial::test("lease_lost_discards_outcome", || on_fresh(common::lease_lost_discards_outcome)),
         Trial::test("snooze_does_not_count", || on_fresh(common::snooze_does_not_count)),
+        Trial::test("dropped_worker_hands_back", || on_fresh(common::dropped_worker_hands_back)),
         Trial::test("wakeup_beats_polling", || on_fresh(common::wakeup_beats_polling)),
         Trial::test("ten_thousand_jobs_four_processes", || on_fresh(|b| multi_process(b, false))),
         Trial::test("ten_thousand_jobs_one_process_sigkilled", || on_fresh(|b| multi_process(b, true))),

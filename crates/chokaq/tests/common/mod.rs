@@ -619,3 +619,39 @@ pub async fn wakeup_beats_polling<B: TestSupport>(b: Arc<B>) -> TestResult {
     println!("    woken by NOTIFY: job archived {took:?} after enqueue (poll interval {poll:?})");
     Ok(())
 }
+
+/// Dropping the worker's future (instead of cancelling its token) does not leak: running
+/// handlers are cancelled and their jobs handed back.
+pub async fn dropped_worker_hands_back<B: TestSupport>(b: Arc<B>) -> TestResult {
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let cancelled = Arc::new(tokio::sync::Notify::new());
+    let (s2, c2) = (started.clone(), cancelled.clone());
+    let w = Worker::builder(dynb)
+        .concurrency(1)
+        .maintenance(no_maintenance())
+        .register(move |_: Block, ctx: JobContext| {
+            let (started, cancelled) = (s2.clone(), c2.clone());
+            async move {
+                started.notify_one();
+                ctx.cancelled().await;
+                cancelled.notify_one();
+                Err(JobError::Retry("stopped".into()))
+            }
+        })
+        .build()
+        .map_err(err)?;
+    let id = client.enqueue(&Block { n: 1 }).await.map_err(err)?.id;
+    let (_token, h) = spawn_worker(w);
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.map_err(|_| "handler never started")?;
+    h.abort();
+    let _ = h.await;
+    tokio::time::timeout(Duration::from_secs(5), cancelled.notified()).await.map_err(|_| "token never fired")?;
+    wait_for("handed back", Duration::from_secs(5), || async {
+        let r = b.get_job(id).await.map_err(err)?.ok_or("job vanished")?;
+        Ok(r.location == JobLocation::Hot(JobStatus::Pending)
+            && r.last_error.as_deref() == Some(chokaq::SHUTDOWN_ERROR))
+    })
+    .await
+}
