@@ -199,9 +199,13 @@ fn id_bytes(id: JobId) -> Vec<u8> {
     id.0.as_bytes().to_vec()
 }
 
+/// The leases as one JSON document, sorted by id so multi-row writes tend to lock rows in id
+/// order (SPEC §5; a deadlock that still happens is retried).
 fn leases_json(leases: &[LeaseRef]) -> String {
+    let mut sorted: Vec<&LeaseRef> = leases.iter().collect();
+    sorted.sort_by_key(|l| l.id);
     let v: Vec<serde_json::Value> =
-        leases.iter().map(|l| serde_json::json!({"id": hex_id(l.id), "lease": l.lease.0})).collect();
+        sorted.iter().map(|l| serde_json::json!({"id": hex_id(l.id), "lease": l.lease.0})).collect();
     serde_json::Value::Array(v).to_string()
 }
 
