@@ -105,14 +105,17 @@ CREATE INDEX jobs_dlq_queue_idx ON {schema}.jobs_dlq (queue, id);
 
 -- The claim, as one statement per call (SELECT * FROM claim(...)).
 --
--- Uncapped queues: one bounded, skip-locked index seek per queue, no lock on the queues row,
--- no count. Capped queues: the queue's control row is locked FOR UPDATE (in name order, so two
--- claimers never deadlock), then the active count is read by a NEW statement. Under READ
--- COMMITTED every statement of a VOLATILE plpgsql function takes a fresh snapshot, so the
--- count sees every claim committed by the previous holder of the lock; a count taken inside
--- the claim statement itself would use the statement's start snapshot and miss them (the
--- seed's bug). The lock is held until this claim commits, so no other claim of that queue can
--- read the count before our claimed rows are visible.
+-- Uncapped queues: one bounded, skip-locked index seek per queue; no lock on the queues row,
+-- no count. Capped queues: the queue's control row is locked FOR UPDATE SKIP LOCKED (in name
+-- order), then the active count is read by a NEW statement. Under READ COMMITTED every
+-- statement of a VOLATILE plpgsql function takes a fresh snapshot, so that count sees every
+-- claim committed by the previous holder of the lock; a count taken inside the claim
+-- statement itself would use the statement's start snapshot and miss them (the seed's bug).
+-- The lock is held until this claim commits, so no other claim of the queue can count before
+-- our claimed rows are visible. A claimer that finds the row locked skips the queue for this
+-- call instead of waiting (the claim path never waits on a lock), and a queue whose cap is
+-- already full in the first statement's snapshot is skipped without locking (a stale count
+-- can only be too high there, which costs a slot for one call, never the cap).
 CREATE FUNCTION {schema}.claim(p_worker uuid, p_queues text[], p_limit integer, p_start boolean)
 RETURNS SETOF {schema}.jobs_hot
 LANGUAGE plpgsql VOLATILE
@@ -128,11 +131,15 @@ DECLARE
     v_busy   integer;
     i        integer;
 BEGIN
-    -- Requested queues that may run: no control row, or active and unpaused. A NULL cap
-    -- means unlimited; capped queues are settled under their lock below.
+    -- Requested queues that may run: no control row, or active and unpaused. Uncapped ones may
+    -- take up to p_limit; capped ones start at 0 and get their allowance under their lock.
     SELECT coalesce(array_agg(r.q ORDER BY r.q), '{}'),
-           coalesce(array_agg(CASE WHEN c.max_workers IS NULL THEN p_limit END ORDER BY r.q), '{}'),
-           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE c.max_workers IS NOT NULL), '{}')
+           coalesce(array_agg(CASE WHEN c.max_workers IS NULL THEN p_limit ELSE 0 END ORDER BY r.q), '{}'),
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (
+               WHERE CASE WHEN c.max_workers IS NULL THEN false
+                          ELSE c.max_workers > (SELECT count(*) FROM {schema}.jobs_hot h
+                                                 WHERE h.queue = r.q AND h.status IN (1, 2))
+                     END), '{}')
       INTO v_names, v_allow, v_capped
       FROM (SELECT DISTINCT unnest(p_queues) AS q) r
       LEFT JOIN {schema}.queues c ON c.name = r.q
@@ -144,7 +151,8 @@ BEGIN
           INTO v_max, v_paused, v_active
           FROM {schema}.queues c
          WHERE c.name = v_q
-           FOR UPDATE;
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND; -- another claimer holds it: skip this queue, do not wait
         i := array_position(v_names, v_q);
         IF v_paused OR NOT v_active THEN
             v_allow[i] := 0;

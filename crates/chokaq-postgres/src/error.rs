@@ -48,9 +48,22 @@ pub fn map_sqlx_error(e: sqlx::Error) -> Error {
 
 const MAX_TRIES: u32 = 5;
 
-/// Runs `op` and retries it on deadlock, serialization failure and lock timeout (at most 5
-/// tries, 5 to 100 ms jittered back-off). Every operation that can meet those goes through
-/// here.
+/// Whether a failed statement may run again as it is: deadlock, serialization failure and
+/// lock timeout, and a session terminated by the server (57P01/57P02/57P03: an administrator
+/// command, a shutdown). PostgreSQL reports those as an error of the statement it aborts (or,
+/// for an idle session, of the next one, which never ran), so nothing of it was committed.
+/// Plain I/O errors are not retried: a lost connection cannot tell whether a commit happened.
+pub(crate) fn retryable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("40P01" | "40001" | "55P03" | "57P01" | "57P02" | "57P03"))
+        }
+        _ => false,
+    }
+}
+
+/// Runs `op` and retries it while [`retryable`] (at most 5 tries, 5 to 100 ms jittered
+/// back-off). Every statement the backend runs on its own pool goes through here.
 pub(crate) async fn with_retry<T, F, Fut>(mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -62,8 +75,9 @@ where
         match op().await {
             Ok(v) => return Ok(v),
             Err(e) => {
+                let again = retryable(&e) && tries < MAX_TRIES;
                 let err = map_sqlx_error(e);
-                if err.kind() != ErrorKind::Transient || tries >= MAX_TRIES {
+                if !again {
                     return Err(err);
                 }
                 let cap = (5u64 << tries).min(100);

@@ -102,6 +102,13 @@ struct Row0 {
     created_by: Option<String>,
 }
 
+/// Where enqueue runs: on the backend's pool (each statement retried by [`with_retry`]) or on
+/// the caller's connection (never retried: the caller's transaction is theirs to retry).
+enum Target<'a> {
+    Pool(&'a PgPool),
+    Conn(&'a mut PgConnection),
+}
+
 /// Where an input job's result comes from.
 enum Slot {
     /// Its own row (index into the rows).
@@ -182,7 +189,7 @@ impl PgBackend {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        self.enqueue_on(conn, &rows, &slots).await
+        self.enqueue_on(Target::Conn(conn), &rows, &slots).await
     }
 
     /// Validates every job and resolves duplicate keys within the batch to their first
@@ -229,33 +236,40 @@ impl PgBackend {
         Ok((rows, slots))
     }
 
+    /// The insert of `batch`: returns the ids of the rows inserted (not those whose key was
+    /// taken).
+    fn insert_query<'q>(
+        &'q self,
+        batch: &[&'q Row0],
+    ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, Uuid, sqlx::postgres::PgArguments> {
+        sqlx::query_scalar(&self.sql().enqueue)
+            .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.queue.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.payload.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.tags.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.key.as_deref()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.priority).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.scheduled_at).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.delay_us).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.max_attempts).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.created_by.as_deref()).collect::<Vec<_>>())
+    }
+
     /// Inserts `rows` (one statement), then resolves the keys that were taken to the live
-    /// job's id. A taken key whose job left the hot table before the look-up is inserted
-    /// again, a bounded number of times.
-    async fn enqueue_on(&self, conn: &mut PgConnection, rows: &[Row0], slots: &[Slot]) -> Result<Vec<Enqueued>> {
+    /// job's id (a second statement, so a new snapshot: it sees a concurrent enqueuer's
+    /// committed row, which the insert waited for). A taken key whose job left the hot table
+    /// before the look-up is inserted again, a bounded number of times.
+    async fn enqueue_on(&self, mut target: Target<'_>, rows: &[Row0], slots: &[Slot]) -> Result<Vec<Enqueued>> {
         let mut result: Vec<Option<Enqueued>> = vec![None; rows.len()];
         let mut todo: Vec<usize> = (0..rows.len()).collect();
         for _round in 0..10 {
             let batch: Vec<&Row0> = todo.iter().map(|&i| &rows[i]).collect();
-            let inserted: HashSet<Uuid> = sqlx::query(&self.sql().enqueue)
-                .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.queue.as_str()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.payload.as_str()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.tags.as_str()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.key.as_deref()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.priority).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.scheduled_at).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.delay_us).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.max_attempts).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.created_by.as_deref()).collect::<Vec<_>>())
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(map_sqlx_error)?
-                .iter()
-                .map(|r| r.try_get::<Uuid, _>("id"))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(map_sqlx_error)?;
+            let inserted: Vec<Uuid> = match &mut target {
+                Target::Pool(pool) => with_retry(|| self.insert_query(&batch).fetch_all(*pool)).await?,
+                Target::Conn(conn) => self.insert_query(&batch).fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
+            };
+            let inserted: HashSet<Uuid> = inserted.into_iter().collect();
             let mut taken = Vec::new();
             for &i in &todo {
                 if inserted.contains(&rows[i].id) {
@@ -264,22 +278,18 @@ impl PgBackend {
                     taken.push(i);
                 }
             }
+            todo.clear();
             if taken.is_empty() {
-                todo.clear();
                 break;
             }
-            // A new statement: sees the concurrent enqueuer's committed row.
             let keys: Vec<&str> = taken.iter().filter_map(|&i| rows[i].key.as_deref()).collect();
-            let live: HashMap<String, Uuid> = sqlx::query(&self.sql().lookup_keys)
-                .bind(&keys)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(map_sqlx_error)?
-                .iter()
-                .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<Uuid, _>(1)?)))
-                .collect::<std::result::Result<_, sqlx::Error>>()
-                .map_err(map_sqlx_error)?;
-            todo.clear();
+            let lookup = || sqlx::query_as::<_, (String, Uuid)>(&self.sql().lookup_keys).bind(&keys);
+            let live: HashMap<String, Uuid> = match &mut target {
+                Target::Pool(pool) => with_retry(|| lookup().fetch_all(*pool)).await?,
+                Target::Conn(conn) => lookup().fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
+            }
+            .into_iter()
+            .collect();
             for i in taken {
                 match rows[i].key.as_deref().and_then(|k| live.get(k)) {
                     Some(id) => result[i] = Some(Enqueued { id: JobId(*id), duplicate: true }),
@@ -436,17 +446,7 @@ impl Backend for PgBackend {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let mut conn = self.pool.acquire().await.map_err(map_sqlx_error)?;
-            match self.enqueue_on(&mut conn, &rows, &slots).await {
-                Err(e) if e.kind() == ErrorKind::Transient && tries < 5 => {
-                    tokio::time::sleep(Duration::from_millis(5 * tries)).await;
-                }
-                other => return other,
-            }
-        }
+        self.enqueue_on(Target::Pool(&self.pool), &rows, &slots).await
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
@@ -697,8 +697,12 @@ impl Backend for PgBackend {
 
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         let channel = sql::channel(&self.shared.schema);
-        let mut listener = PgListener::connect_with(&self.pool).await.map_err(map_sqlx_error)?;
-        listener.listen(&channel).await.map_err(map_sqlx_error)?;
+        let listener = with_retry(|| async {
+            let mut listener = PgListener::connect_with(&self.pool).await?;
+            listener.listen(&channel).await?;
+            Ok(listener)
+        })
+        .await?;
         let (tx, rx) = tokio::sync::broadcast::channel(1024);
         tokio::spawn(listen::run(self.pool.clone(), channel, tx, listener));
         Ok(Some(Wakeups::new(rx)))

@@ -40,7 +40,7 @@ pub(crate) async fn list_jobs(pool: &PgPool, schema: &str, filter: &JobFilter) -
         q.and_where(col("kind").eq(kind.as_str()));
     }
     if let Some(tag) = &filter.tag {
-        q.and_where(Expr::cust_with_values("tags @> ARRAY[$1]::text[]", [tag.clone()]));
+        q.and_where(Expr::cust_with_values("tags @> array_append('{}'::text[], $1)", [tag.clone()]));
     }
     if let Some(from) = filter.created_from {
         q.and_where(col("created_at").gte(from));
@@ -106,4 +106,21 @@ pub(crate) async fn purge(pool: &PgPool, schema: &str, req: &PurgeRequest) -> Re
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `$1` in a custom expression is that expression's first value, renumbered in the whole
+    /// statement; sea-query's tokenizer takes `[...]` for a quoted identifier, so no `ARRAY[$1]`.
+    #[test]
+    fn custom_placeholders_are_numbered() {
+        let mut q = Query::select();
+        q.expr(Expr::cust("x")).from((Alias::new("s"), Alias::new("t")));
+        q.and_where(col("queue").eq("a"));
+        q.and_where(Expr::cust_with_values("tags @> array_append('{}'::text[], $1)", ["even".to_string()]));
+        let (text, _) = q.build_sqlx(PostgresQueryBuilder);
+        assert!(text.ends_with(r#"WHERE "queue" = $1 AND (tags @> array_append('{}'::text[], $2))"#), "{text}");
+    }
 }

@@ -1,0 +1,257 @@
+//! Enqueue: batches, idempotency (also under concurrent enqueuers), transactional enqueue,
+//! NOTIFY wake-ups, and rejected input.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chokaq_core::testing::TestSupport;
+use chokaq_core::{Backend, ClaimMode, ErrorKind, JobId, NewJob, Wake, WorkerId};
+use chokaq_postgres::{PgBackend, PgConfig};
+use common::{claim, claim_one, job};
+use rstest::rstest;
+use serde_json::json;
+
+#[tokio::test]
+async fn idempotency_key_returns_the_live_job() {
+    let f = fixture!();
+    let db = &f.db;
+    let a = db.enqueue(job("idem").idempotency_key("k")).await.unwrap();
+    let b = db.enqueue(job("idem").idempotency_key("k").priority(9)).await.unwrap();
+    assert_eq!((a.duplicate, b.duplicate, b.id), (false, true, a.id));
+    assert_eq!(db.presence(a.id).await.unwrap().total(), 1);
+    // Once it is finished the key is free again.
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "idem", ClaimMode::Start).await;
+    db.complete(w, &[j.lease_ref()]).await.unwrap();
+    let c = db.enqueue(job("idem").idempotency_key("k")).await.unwrap();
+    assert!(!c.duplicate && c.id != a.id);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn enqueue_many_keeps_input_order_and_resolves_keys() {
+    let f = fixture!();
+    let db = &f.db;
+    let live = db.enqueue(job("many").idempotency_key("live")).await.unwrap();
+    let jobs = vec![
+        job("many"),
+        job("many").idempotency_key("live"),
+        job("many").idempotency_key("new"),
+        job("many").idempotency_key("new"),
+        job("many").delay(Duration::from_secs(60)),
+    ];
+    let out = db.enqueue_many(jobs).await.unwrap();
+    assert_eq!(out.len(), 5);
+    assert_eq!(out.iter().map(|e| e.duplicate).collect::<Vec<_>>(), vec![false, true, false, true, false]);
+    assert_eq!(out[1].id, live.id);
+    assert_eq!(out[3].id, out[2].id, "a key repeated in the batch resolves to its first occurrence");
+    assert_eq!(db.stats().await.unwrap().pending, 4);
+    assert!(db.enqueue_many(vec![]).await.unwrap().is_empty());
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn enqueue_many_ten_thousand_in_one_call() {
+    let f = fixture!();
+    let db = &f.db;
+    let jobs: Vec<NewJob> = (0..10_000).map(|i| job("bulk").json(json!({ "i": i }))).collect();
+    let t = std::time::Instant::now();
+    let out = db.enqueue_many(jobs).await.unwrap();
+    eprintln!("enqueue_many(10000): {:?}", t.elapsed());
+    assert_eq!(out.len(), 10_000);
+    assert_eq!(out.iter().map(|e| e.id).collect::<HashSet<_>>().len(), 10_000);
+    // Input order = id order = claim order.
+    assert!(out.windows(2).all(|w| w[0].id < w[1].id));
+    let first = claim(db, WorkerId::random(), "bulk", 3, ClaimMode::Reserve).await;
+    assert_eq!(first.iter().map(|j| j.payload["i"].as_i64().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let too_many: Vec<NewJob> = (0..10_001).map(|_| job("bulk")).collect();
+    assert_eq!(db.enqueue_many(too_many).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn concurrent_enqueuers_of_one_key_make_one_row() {
+    let f = fixture!();
+    let db = &f.db;
+    for round in 0..5 {
+        let key = format!("race-{round}");
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let db = db.clone();
+                let key = key.clone();
+                tokio::spawn(async move { db.enqueue(job("race").idempotency_key(key)).await.unwrap() })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        let ids: HashSet<JobId> = results.iter().map(|e| e.id).collect();
+        assert_eq!(ids.len(), 1, "one id for one key");
+        assert_eq!(results.iter().filter(|e| !e.duplicate).count(), 1, "exactly one insert");
+        assert_eq!(db.presence(*ids.iter().next().unwrap()).await.unwrap().hot, 1);
+    }
+    assert_eq!(db.stats().await.unwrap().pending, 5);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn transactional_enqueue_commits_and_rolls_back_with_the_caller() {
+    let f = fixture!();
+    let db = &f.db;
+    let mut wake = db.wakeups().await.unwrap().unwrap();
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let rolled = db.enqueue_in_tx(&mut tx, job("outbox")).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(db.presence(rolled.id).await.unwrap().total(), 0);
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let kept = db.enqueue_many_in_tx(&mut tx, vec![job("outbox"), job("outbox")]).await.unwrap();
+    // Not visible, and no wake-up, before the commit.
+    assert_eq!(db.presence(kept[0].id).await.unwrap().total(), 0);
+    assert!(tokio::time::timeout(Duration::from_millis(300), wake.recv()).await.is_err(), "no NOTIFY before commit");
+    tx.commit().await.unwrap();
+    assert_eq!(db.presence(kept[0].id).await.unwrap().hot, 1);
+    let w = tokio::time::timeout(Duration::from_secs(5), wake.recv()).await.unwrap();
+    assert_eq!(w, Some(Wake::Queue("outbox".into())));
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn notify_wakes_listeners_per_queue_and_after_reconnect() {
+    let f = fixture!();
+    let db = &f.db;
+    let mut wake = db.wakeups().await.unwrap().unwrap();
+    db.enqueue(job("wake-a")).await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(5), wake.recv()).await.unwrap();
+    assert_eq!(w, Some(Wake::Queue("wake-a".into())));
+    // One notification per distinct queue of a batch.
+    db.enqueue_many(vec![job("wake-b"), job("wake-b"), job("wake-c")]).await.unwrap();
+    let mut got = HashSet::new();
+    for _ in 0..2 {
+        match tokio::time::timeout(Duration::from_secs(5), wake.recv()).await.unwrap() {
+            Some(Wake::Queue(q)) => {
+                got.insert(q);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(got, HashSet::from(["wake-b".to_string(), "wake-c".to_string()]));
+    // Kill every session of the backend (the listener's too): the listener says Any, then
+    // works again.
+    assert!(db.kill_connections().await.unwrap() >= 1);
+    let w = tokio::time::timeout(Duration::from_secs(10), wake.recv()).await.unwrap();
+    assert_eq!(w, Some(Wake::Any));
+    let mut ok = false;
+    for _ in 0..50 {
+        match db.enqueue(job("wake-d")).await {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                continue;
+            }
+        }
+        if let Ok(Some(Wake::Queue(q))) = tokio::time::timeout(Duration::from_millis(200), wake.recv()).await {
+            if q == "wake-d" {
+                ok = true;
+                break;
+            }
+        }
+    }
+    assert!(ok, "the listener reconnected");
+    f.drop().await;
+}
+
+#[rstest]
+#[case::empty("")]
+#[case::dash("a-b")]
+#[case::digit_first("1abc")]
+#[case::injection("x; DROP TABLE t")]
+#[case::quote("a\"b")]
+#[case::too_long("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+#[tokio::test]
+async fn invalid_schema_is_rejected_before_connecting(#[case] schema: &str) {
+    // Port 1: nothing listens. A validation error (not Unavailable) proves no connection was tried.
+    let err = PgBackend::connect(PgConfig::new("postgres://u:secret@127.0.0.1:1/db").schema(schema)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(!err.to_string().contains("secret"));
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable_without_the_url() {
+    let cfg = PgConfig::new("postgres://u:secret@127.0.0.1:1/db").connect_timeout(Duration::from_secs(2));
+    let err = PgBackend::connect(cfg).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(!format!("{err} {err:?}").contains("secret"));
+    let err = PgBackend::connect(PgConfig::new("not a url")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}
+
+#[tokio::test]
+async fn debug_never_shows_the_url() {
+    let f = fixture!();
+    let shown = format!("{:?}", f.db);
+    assert!(!shown.contains("postgres://"), "{shown}");
+    f.drop().await;
+}
+
+#[rstest]
+#[case::too_big(job("bad").json(json!({"s": "x".repeat(200)})))]
+#[case::nul(job("bad").json(json!({"s": "a\u{0}b"})))]
+#[case::nul_key(job("bad").json(json!({"a\u{0}": 1})))]
+#[case::zero_attempts(job("bad").max_attempts(0))]
+#[case::key_with_nul(job("bad").idempotency_key("a\u{0}"))]
+#[tokio::test]
+async fn bad_jobs_are_rejected_and_nothing_is_inserted(#[case] bad: NewJob) {
+    let f = fixture!(|c: PgConfig| c.max_payload_bytes(100));
+    let db = &f.db;
+    let err = db.enqueue(bad.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    // One bad job rejects the whole batch.
+    let err = db.enqueue_many(vec![job("bad"), bad]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(db.stats().await.unwrap().total(), 0);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn unmigrated_schema_says_so() {
+    let Some(f) = common::Fixture::new().await else { return };
+    let cfg = PgConfig::new(common::url()).schema(format!("nope_{}", uuid::Uuid::new_v4().simple()));
+    let db = PgBackend::connect(cfg).await.unwrap();
+    let err = db.enqueue(job("x")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Other);
+    assert!(err.to_string().contains("migrate"), "{err}");
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent_and_safe_in_parallel() {
+    let Some(f) = common::Fixture::new().await else { return };
+    let schema = format!("m_{}", uuid::Uuid::new_v4().simple());
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let cfg = PgConfig::new(common::url()).schema(schema.clone()).max_connections(2);
+        tasks.push(tokio::spawn(async move {
+            let db = PgBackend::connect(cfg).await.unwrap();
+            db.migrate().await.unwrap();
+            db
+        }));
+    }
+    let mut dbs = Vec::new();
+    for t in tasks {
+        dbs.push(t.await.unwrap());
+    }
+    dbs[0].migrate().await.unwrap();
+    let versions: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{schema}\".versions"))
+        .fetch_one(dbs[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(versions, chokaq_postgres::MIGRATIONS.len() as i64);
+    dbs[0].enqueue(job("m")).await.unwrap();
+    dbs[0].drop_schema().await.unwrap();
+    f.drop().await;
+}

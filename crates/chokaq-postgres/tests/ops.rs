@@ -1,0 +1,634 @@
+//! Every operation and every guard of the PostgreSQL backend, against the real server.
+
+mod common;
+
+use std::time::Duration;
+
+use chokaq_core::testing::{JobPatch, TestSupport};
+use chokaq_core::{
+    Backend, BackendExt, CancelOutcome, ClaimMode, ClaimRequest, DeadReason, ErrorKind, FailOutcome, FailResult,
+    Fenced, JobId, JobLocation, JobStatus, LeaseRef, QueueControl, RequeueOutcome, RescueParams, WorkerId,
+    ZombiePolicy,
+};
+use common::{claim, claim_one, job, q};
+use rstest::rstest;
+use serde_json::json;
+
+fn ago(secs: i64) -> chokaq_core::Timestamp {
+    chokaq_core::chrono::Utc::now() - chokaq_core::chrono::Duration::seconds(secs)
+}
+
+#[tokio::test]
+async fn enqueue_round_trips_every_field() {
+    let f = fixture!();
+    let db = &f.db;
+    let e = db
+        .enqueue(
+            job("fields")
+                .json(json!({"to": "a@b.c", "n": [1, 2, 3]}))
+                .priority(7)
+                .idempotency_key("k-1")
+                .tags(["red", "blue"])
+                .max_attempts(4)
+                .created_by("tester"),
+        )
+        .await
+        .unwrap();
+    let r = db.get_job(e.id).await.unwrap().unwrap();
+    assert_eq!(r.location, JobLocation::Hot(JobStatus::Pending));
+    assert_eq!(r.payload, json!({"to": "a@b.c", "n": [1, 2, 3]}));
+    assert_eq!(r.priority, 7);
+    assert_eq!(r.idempotency_key.as_deref(), Some("k-1"));
+    assert_eq!(r.tags, vec!["red", "blue"]);
+    assert_eq!((r.attempt, r.max_attempts), (0, 4));
+    assert_eq!(r.created_by.as_deref(), Some("tester"));
+    assert_eq!(r.lease, None);
+    assert!(db.get_job(JobId::new()).await.unwrap().is_none());
+    f.drop().await;
+}
+
+#[rstest]
+#[case::reserve(ClaimMode::Reserve)]
+#[case::start(ClaimMode::Start)]
+#[tokio::test]
+async fn claim_modes(#[case] mode: ClaimMode) {
+    let f = fixture!();
+    let db = &f.db;
+    for _ in 0..3 {
+        db.enqueue(job("modes")).await.unwrap();
+    }
+    let w = WorkerId::random();
+    let jobs = claim(db, w, "modes", 2, mode).await;
+    assert_eq!(jobs.len(), 2);
+    assert!(jobs[0].lease != jobs[1].lease);
+    for j in &jobs {
+        assert_eq!(j.worker_id, w);
+        match mode {
+            ClaimMode::Reserve => {
+                assert_eq!((j.status, j.attempt), (JobStatus::Fetched, 0));
+                assert!(j.started_at.is_none() && j.heartbeat_at.is_none());
+            }
+            ClaimMode::Start => {
+                assert_eq!((j.status, j.attempt), (JobStatus::Processing, 1));
+                assert!(j.started_at.is_some() && j.heartbeat_at.is_some());
+            }
+        }
+    }
+    // Claimed jobs are not claimed again; the third one is.
+    let rest = claim(db, WorkerId::random(), "modes", 10, mode).await;
+    assert_eq!(rest.len(), 1);
+    assert!(rest[0].lease.0 > jobs[1].lease.0.max(jobs[0].lease.0), "leases grow");
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn claim_order_is_priority_then_due_then_id() {
+    let f = fixture!();
+    let db = &f.db;
+    let now = db.db_now().await.unwrap();
+    let low = db.enqueue(job("order").priority(0)).await.unwrap().id;
+    let high = db.enqueue(job("order").priority(9)).await.unwrap().id;
+    let old_due = db.enqueue(job("order").run_at(now - chrono_secs(60))).await.unwrap().id;
+    let low2 = db.enqueue(job("order").priority(0)).await.unwrap().id;
+    let got: Vec<JobId> =
+        claim(db, WorkerId::random(), "order", 10, ClaimMode::Reserve).await.iter().map(|j| j.id).collect();
+    assert_eq!(got, vec![high, old_due, low, low2]);
+    f.drop().await;
+}
+
+fn chrono_secs(s: i64) -> chokaq_core::chrono::Duration {
+    chokaq_core::chrono::Duration::seconds(s)
+}
+
+#[tokio::test]
+async fn claim_takes_only_the_named_queues_and_respects_the_limit() {
+    let f = fixture!();
+    let db = &f.db;
+    for i in 0..10 {
+        db.enqueue(job(if i % 2 == 0 { "a" } else { "b" })).await.unwrap();
+    }
+    db.enqueue(job("c")).await.unwrap();
+    let w = WorkerId::random();
+    let got = db.claim(&ClaimRequest::new(w, vec![q("a"), q("b")], 7, ClaimMode::Reserve)).await.unwrap();
+    assert_eq!(got.len(), 7);
+    assert!(got.iter().all(|j| j.queue.as_str() != "c"));
+    let err = db.claim(&ClaimRequest::new(w, vec![q("a")], 0, ClaimMode::Reserve)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let err = db.claim(&ClaimRequest::new(w, vec![], 1, ClaimMode::Reserve)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn scheduled_jobs_wait_until_due() {
+    let f = fixture!();
+    let db = &f.db;
+    let later = db.enqueue(job("sched").delay(Duration::from_secs(3600))).await.unwrap().id;
+    let now = db.db_now().await.unwrap();
+    let at = db.enqueue(job("sched").run_at(now + chrono_secs(3600))).await.unwrap().id;
+    assert!(claim(db, WorkerId::random(), "sched", 10, ClaimMode::Reserve).await.is_empty());
+    let r = db.get_job(later).await.unwrap().unwrap();
+    assert!(r.scheduled_at.unwrap() > now + chrono_secs(3500));
+    // Due now: claimable.
+    assert!(db.force(at, &JobPatch { scheduled_at: Some(Some(ago(1))), ..Default::default() }).await.unwrap());
+    let got = claim(db, WorkerId::random(), "sched", 10, ClaimMode::Reserve).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![at]);
+    f.drop().await;
+}
+
+#[rstest]
+#[case::paused(QueueControl::Pause, QueueControl::Resume)]
+#[case::inactive(QueueControl::Deactivate, QueueControl::Activate)]
+#[tokio::test]
+async fn stopped_queues_are_not_claimed(#[case] stop: QueueControl, #[case] go: QueueControl) {
+    let f = fixture!();
+    let db = &f.db;
+    db.enqueue(job("ctl")).await.unwrap();
+    let s = db.control_queue(&q("ctl"), stop).await.unwrap();
+    assert!(s.is_paused || !s.is_active);
+    assert!(claim(db, WorkerId::random(), "ctl", 10, ClaimMode::Start).await.is_empty());
+    // Also when capped (the capped path reads the row under its lock).
+    db.set_max_workers(&q("ctl"), Some(5)).await.unwrap();
+    assert!(claim(db, WorkerId::random(), "ctl", 10, ClaimMode::Start).await.is_empty());
+    let s = db.control_queue(&q("ctl"), go).await.unwrap();
+    assert!(!s.is_paused && s.is_active && s.max_workers == Some(5));
+    assert_eq!(claim(db, WorkerId::random(), "ctl", 10, ClaimMode::Start).await.len(), 1);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn queue_settings_round_trip() {
+    let f = fixture!();
+    let db = &f.db;
+    let s = db.queue_settings(&q("none")).await.unwrap();
+    assert_eq!(s, chokaq_core::QueueSettings::default_for(q("none")));
+    db.control_queue(&q("set"), QueueControl::SetZombieTimeout(Some(Duration::from_secs(30)))).await.unwrap();
+    db.control_queue(&q("set"), QueueControl::SetZombiePolicy(ZombiePolicy::DeadLetter)).await.unwrap();
+    db.set_max_workers(&q("set"), Some(3)).await.unwrap();
+    let s = db.queue_settings(&q("set")).await.unwrap();
+    assert_eq!(s.max_workers, Some(3));
+    assert_eq!(s.zombie_timeout, Some(Duration::from_secs(30)));
+    assert_eq!(s.zombie_policy, ZombiePolicy::DeadLetter);
+    assert!(s.updated_at.is_some());
+    db.set_max_workers(&q("set"), None).await.unwrap();
+    assert_eq!(db.queue_settings(&q("set")).await.unwrap().max_workers, None);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn cap_holds_inside_one_batch_and_across_claims() {
+    let f = fixture!();
+    let db = &f.db;
+    for _ in 0..10 {
+        db.enqueue(job("capped")).await.unwrap();
+        db.enqueue(job("free")).await.unwrap();
+    }
+    db.set_max_workers(&q("capped"), Some(2)).await.unwrap();
+    let w = WorkerId::random();
+    let got = db.claim(&ClaimRequest::new(w, vec![q("capped"), q("free")], 20, ClaimMode::Reserve)).await.unwrap();
+    assert_eq!(got.iter().filter(|j| j.queue.as_str() == "capped").count(), 2);
+    assert_eq!(got.iter().filter(|j| j.queue.as_str() == "free").count(), 10);
+    assert!(claim(db, w, "capped", 10, ClaimMode::Start).await.is_empty());
+    // Fetched counts too: start one, complete it, and exactly one slot opens.
+    let one = got.iter().find(|j| j.queue.as_str() == "capped").unwrap().lease_ref();
+    db.start_one(w, one).await.unwrap().done().unwrap();
+    assert!(claim(db, w, "capped", 10, ClaimMode::Start).await.is_empty());
+    db.complete_one(w, one).await.unwrap().done().unwrap();
+    assert_eq!(claim(db, w, "capped", 10, ClaimMode::Start).await.len(), 1);
+    // A cap of zero stops the queue.
+    db.set_max_workers(&q("free"), Some(0)).await.unwrap();
+    db.enqueue(job("free")).await.unwrap();
+    assert!(claim(db, w, "free", 10, ClaimMode::Start).await.is_empty());
+    f.drop().await;
+}
+
+/// Which guarded write a lease test drives.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Start,
+    Heartbeat,
+    Complete,
+    Fail,
+    Release,
+}
+
+async fn apply(db: &chokaq_postgres::PgBackend, op: Op, w: WorkerId, l: LeaseRef) -> bool {
+    match op {
+        Op::Start => db.start_one(w, l).await.unwrap().is_lost(),
+        Op::Heartbeat => {
+            let r = db.heartbeat(w, &[l]).await.unwrap();
+            assert_eq!(r.held.len() + r.lost.len(), 1);
+            !r.lost.is_empty()
+        }
+        Op::Complete => db.complete_one(w, l).await.unwrap().is_lost(),
+        Op::Fail => {
+            db.fail(w, l, FailOutcome::Retry { delay: Duration::ZERO, error: "x".into() }).await.unwrap().is_lost()
+        }
+        Op::Release => db.release_one(w, l).await.unwrap().is_lost(),
+    }
+}
+
+#[rstest]
+#[case::start(Op::Start)]
+#[case::heartbeat(Op::Heartbeat)]
+#[case::complete(Op::Complete)]
+#[case::fail(Op::Fail)]
+#[case::release(Op::Release)]
+#[tokio::test]
+async fn guards_reject_wrong_lease_worker_and_status(#[case] op: Op) {
+    let f = fixture!();
+    let db = &f.db;
+    db.enqueue(job("guard")).await.unwrap();
+    let w = WorkerId::random();
+    // Start and release expect Fetched; the others Processing.
+    let mode = if matches!(op, Op::Start | Op::Release) { ClaimMode::Reserve } else { ClaimMode::Start };
+    let j = claim_one(db, w, "guard", mode).await;
+    let before = db.get_job(j.id).await.unwrap().unwrap();
+    let wrong_lease = LeaseRef { id: j.id, lease: chokaq_core::Lease(j.lease.0 + 1000) };
+    assert!(apply(db, op, w, wrong_lease).await, "wrong lease must be lost");
+    assert!(apply(db, op, WorkerId::random(), j.lease_ref()).await, "wrong worker must be lost");
+    assert!(apply(db, op, w, LeaseRef { id: JobId::new(), lease: j.lease }).await, "unknown id must be lost");
+    assert_eq!(db.get_job(j.id).await.unwrap().unwrap(), before, "a lost write changed nothing");
+    // Wrong status: the other mode's operation.
+    let wrong_status = match op {
+        Op::Start | Op::Release => Op::Complete,
+        _ => Op::Start,
+    };
+    assert!(apply(db, wrong_status, w, j.lease_ref()).await, "wrong status must be lost");
+    // The right call passes.
+    assert!(!apply(db, op, w, j.lease_ref()).await, "the holder's write must pass");
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn batch_outcomes_list_every_id_once() {
+    let f = fixture!();
+    let db = &f.db;
+    for _ in 0..4 {
+        db.enqueue(job("batch")).await.unwrap();
+    }
+    let w = WorkerId::random();
+    let jobs = claim(db, w, "batch", 4, ClaimMode::Start).await;
+    let mut leases: Vec<LeaseRef> = jobs.iter().map(|j| j.lease_ref()).collect();
+    leases[1].lease.0 += 1; // lost
+    leases.push(jobs[0].lease_ref()); // duplicate input
+    let out = db.complete(w, &leases).await.unwrap();
+    assert_eq!(out.done, vec![jobs[0].id, jobs[2].id, jobs[3].id]);
+    assert_eq!(out.lost, vec![jobs[1].id]);
+    let hb = db.heartbeat(w, &jobs.iter().map(|j| j.lease_ref()).collect::<Vec<_>>()).await.unwrap();
+    assert_eq!(hb.held, vec![jobs[1].id]);
+    assert_eq!(hb.lost.len(), 3);
+    assert_eq!(db.complete(w, &[]).await.unwrap(), Default::default());
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn stale_copy_after_release_and_reclaim_cannot_start() {
+    let f = fixture!();
+    let db = &f.db;
+    db.enqueue(job("stale")).await.unwrap();
+    let w = WorkerId::random();
+    let first = claim_one(db, w, "stale", ClaimMode::Reserve).await;
+    db.release_one(w, first.lease_ref()).await.unwrap().done().unwrap();
+    let again = claim_one(db, w, "stale", ClaimMode::Reserve).await;
+    assert_eq!(again.id, first.id);
+    assert!(again.lease > first.lease);
+    assert!(db.start_one(w, first.lease_ref()).await.unwrap().is_lost());
+    db.start_one(w, again.lease_ref()).await.unwrap().done().unwrap();
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn complete_after_rescue_is_rejected_and_rescue_stands() {
+    let f = fixture!();
+    let db = &f.db;
+    let id = db.enqueue(job("zombie")).await.unwrap().id;
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "zombie", ClaimMode::Start).await;
+    db.force(id, &JobPatch { heartbeat_at: Some(Some(ago(3600))), ..Default::default() }).await.unwrap();
+    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    assert!(r.ran);
+    assert_eq!((r.zombies_retried, r.zombies_dead), (1, 0));
+    assert!(db.complete_one(w, j.lease_ref()).await.unwrap().is_lost());
+    let hb = db.heartbeat(w, &[j.lease_ref()]).await.unwrap();
+    assert_eq!(hb.lost, vec![id]);
+    let rec = db.get_job(id).await.unwrap().unwrap();
+    assert_eq!(rec.location, JobLocation::Hot(JobStatus::Pending));
+    assert_eq!(rec.worker_id, None);
+    // Another worker finishes it; it is archived exactly once.
+    let w2 = WorkerId::random();
+    let j2 = claim_one(db, w2, "zombie", ClaimMode::Start).await;
+    assert_eq!(j2.attempt, 2);
+    db.complete_one(w2, j2.lease_ref()).await.unwrap().done().unwrap();
+    let p = db.presence(id).await.unwrap();
+    assert_eq!((p.hot, p.archive, p.dead), (0, 1, 0));
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn rescue_releases_old_fetched_and_dead_letters_spent_zombies() {
+    let f = fixture!();
+    let db = &f.db;
+    let fetched = db.enqueue(job("r1")).await.unwrap().id;
+    let spent = db.enqueue(job("r2").max_attempts(1)).await.unwrap().id;
+    let policy = db.enqueue(job("r3")).await.unwrap().id;
+    let fresh = db.enqueue(job("r4")).await.unwrap().id;
+    db.control_queue(&q("r3"), QueueControl::SetZombiePolicy(ZombiePolicy::DeadLetter)).await.unwrap();
+    let w = WorkerId::random();
+    claim_one(db, w, "r1", ClaimMode::Reserve).await;
+    claim_one(db, w, "r2", ClaimMode::Start).await;
+    claim_one(db, w, "r3", ClaimMode::Start).await;
+    claim_one(db, w, "r4", ClaimMode::Start).await;
+    db.force(fetched, &JobPatch { updated_at: Some(ago(3600)), ..Default::default() }).await.unwrap();
+    for id in [spent, policy] {
+        db.force(id, &JobPatch { heartbeat_at: Some(Some(ago(3600))), ..Default::default() }).await.unwrap();
+    }
+    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    assert_eq!((r.ran, r.fetched_released, r.zombies_retried, r.zombies_dead), (true, 1, 0, 2));
+    assert_eq!(db.get_job(fetched).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Pending));
+    for id in [spent, policy] {
+        assert_eq!(db.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Zombie));
+    }
+    assert_eq!(db.get_job(fresh).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Processing));
+    // A per-queue zombie timeout overrides the default.
+    db.control_queue(&q("r4"), QueueControl::SetZombieTimeout(Some(Duration::from_millis(1)))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    assert_eq!(r.zombies_retried, 1);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn rescue_runs_on_one_instance_at_a_time() {
+    let f = fixture!();
+    let db = &f.db;
+    let mut tx = db.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("chokaq:rescue:{}", db.schema()))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    assert!(!r.ran);
+    tx.rollback().await.unwrap();
+    assert!(db.rescue(&RescueParams::default()).await.unwrap().ran);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn retry_until_dead_letter_keeps_the_last_error() {
+    let f = fixture!();
+    let db = &f.db;
+    let id = db.enqueue(job("retry").max_attempts(2)).await.unwrap().id;
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "retry", ClaimMode::Start).await;
+    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: "first".into() }).await;
+    let now = db.db_now().await.unwrap();
+    match r.unwrap() {
+        Fenced::Done(FailResult::Retried { at }) => assert!(at <= now),
+        other => panic!("{other:?}"),
+    }
+    let rec = db.get_job(id).await.unwrap().unwrap();
+    assert_eq!((rec.location, rec.attempt, rec.worker_id), (JobLocation::Hot(JobStatus::Pending), 1, None));
+    assert_eq!(rec.last_error.as_deref(), Some("first"));
+    let j = claim_one(db, w, "retry", ClaimMode::Start).await;
+    assert_eq!(j.attempt, 2);
+    let long = "é".repeat(10_000);
+    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: long }).await.unwrap();
+    assert_eq!(r, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)));
+    let rec = db.get_job(id).await.unwrap().unwrap();
+    assert_eq!(rec.location, JobLocation::Dead(DeadReason::Failed));
+    let err = rec.last_error.unwrap();
+    assert!(err.len() <= chokaq_core::validate::MAX_ERROR_LEN && err.starts_with('é'));
+    assert!(rec.finished_at.is_some());
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn retry_with_delay_is_not_claimed_early() {
+    let f = fixture!();
+    let db = &f.db;
+    db.enqueue(job("delay")).await.unwrap();
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "delay", ClaimMode::Start).await;
+    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::from_secs(600), error: "e".into() });
+    let Fenced::Done(FailResult::Retried { at }) = r.await.unwrap() else { panic!("not retried") };
+    assert!(at > db.db_now().await.unwrap() + chrono_secs(500));
+    assert!(claim(db, w, "delay", 1, ClaimMode::Start).await.is_empty());
+    f.drop().await;
+}
+
+#[rstest]
+#[case::dead_letter(FailOutcome::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() }, Some(DeadReason::TimedOut))]
+#[case::cancelled(FailOutcome::Cancelled { error: None }, Some(DeadReason::Cancelled))]
+#[case::snooze(FailOutcome::Snooze { delay: Duration::ZERO }, None)]
+#[tokio::test]
+async fn fail_outcomes(#[case] outcome: FailOutcome, #[case] dead: Option<DeadReason>) {
+    let f = fixture!();
+    let db = &f.db;
+    let id = db.enqueue(job("fo")).await.unwrap().id;
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "fo", ClaimMode::Start).await;
+    let r = db.fail(w, j.lease_ref(), outcome).await.unwrap().done().unwrap();
+    let rec = db.get_job(id).await.unwrap().unwrap();
+    match dead {
+        Some(reason) => {
+            assert_eq!(r, FailResult::DeadLettered(reason));
+            assert_eq!(rec.location, JobLocation::Dead(reason));
+        }
+        None => {
+            assert!(matches!(r, FailResult::Snoozed { .. }));
+            assert_eq!((rec.location, rec.attempt), (JobLocation::Hot(JobStatus::Pending), 0));
+        }
+    }
+    // A second fail with the same lease is lost.
+    assert!(db.fail(w, j.lease_ref(), FailOutcome::Cancelled { error: None }).await.unwrap().is_lost());
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn cancel_in_every_state() {
+    let f = fixture!();
+    let db = &f.db;
+    let pending = db.enqueue(job("cx")).await.unwrap().id;
+    assert_eq!(db.cancel(pending).await.unwrap(), CancelOutcome::Cancelled);
+    assert_eq!(db.get_job(pending).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Cancelled));
+    assert_eq!(db.cancel(pending).await.unwrap(), CancelOutcome::NotLive);
+    assert_eq!(db.cancel(JobId::new()).await.unwrap(), CancelOutcome::NotLive);
+
+    let fetched = db.enqueue(job("cx")).await.unwrap().id;
+    let w = WorkerId::random();
+    let fj = claim_one(db, w, "cx", ClaimMode::Reserve).await;
+    assert_eq!(db.cancel(fetched).await.unwrap(), CancelOutcome::Cancelled);
+    assert!(db.start_one(w, fj.lease_ref()).await.unwrap().is_lost());
+
+    let running = db.enqueue(job("cx")).await.unwrap().id;
+    let rj = claim_one(db, w, "cx", ClaimMode::Start).await;
+    assert_eq!(db.cancel(running).await.unwrap(), CancelOutcome::Requested);
+    let hb = db.heartbeat(w, &[rj.lease_ref()]).await.unwrap();
+    assert_eq!((hb.held.clone(), hb.cancel_requested.clone()), (vec![running], vec![running]));
+    let r = db.fail(w, rj.lease_ref(), FailOutcome::Cancelled { error: Some("stopped".into()) }).await.unwrap();
+    assert_eq!(r, Fenced::Done(FailResult::DeadLettered(DeadReason::Cancelled)));
+    let rec = db.get_job(running).await.unwrap().unwrap();
+    assert_eq!(rec.last_error.as_deref(), Some("stopped"));
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn requeue_dead_keeps_id_priority_and_key() {
+    let f = fixture!();
+    let db = &f.db;
+    let id = db.enqueue(job("rq").priority(3).idempotency_key("rq-key").max_attempts(1)).await.unwrap().id;
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "rq", ClaimMode::Start).await;
+    let _ = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: "x".into() }).await.unwrap();
+    // The key is free while the job is dead: a new live job takes it, and requeue conflicts.
+    let other = db.enqueue(job("rq").idempotency_key("rq-key")).await.unwrap();
+    assert!(!other.duplicate);
+    let err = db.requeue_dead(id).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(db.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Failed));
+    assert_eq!(db.cancel(other.id).await.unwrap(), CancelOutcome::Cancelled);
+    assert_eq!(db.requeue_dead(id).await.unwrap(), RequeueOutcome::Requeued);
+    let rec = db.get_job(id).await.unwrap().unwrap();
+    assert_eq!(rec.location, JobLocation::Hot(JobStatus::Pending));
+    assert_eq!((rec.attempt, rec.priority, rec.idempotency_key.as_deref()), (0, 3, Some("rq-key")));
+    assert_eq!(db.requeue_dead(id).await.unwrap(), RequeueOutcome::NotFound);
+    assert_eq!(db.requeue_dead(JobId::new()).await.unwrap(), RequeueOutcome::NotFound);
+    let again = claim_one(db, w, "rq", ClaimMode::Start).await;
+    assert_eq!((again.id, again.attempt), (id, 1));
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn stats_count_every_table() {
+    let f = fixture!();
+    let db = &f.db;
+    for _ in 0..5 {
+        db.enqueue(job("s1")).await.unwrap();
+    }
+    db.enqueue(job("s2").delay(Duration::from_secs(3600))).await.unwrap();
+    let w = WorkerId::random();
+    let fetched = claim(db, w, "s1", 1, ClaimMode::Reserve).await;
+    let running = claim(db, w, "s1", 2, ClaimMode::Start).await;
+    db.complete_one(w, running[0].lease_ref()).await.unwrap().done().unwrap();
+    let _ = db.fail(w, running[1].lease_ref(), FailOutcome::Cancelled { error: None }).await.unwrap();
+    let s = db.stats().await.unwrap();
+    let s1 = s.queue("s1").unwrap();
+    assert_eq!((s1.pending, s1.fetched, s1.processing, s1.archived, s1.dead), (2, 1, 0, 1, 1));
+    assert!(s1.oldest_due_at.is_some());
+    let s2 = s.queue("s2").unwrap();
+    assert_eq!((s2.pending, s2.oldest_due_at), (1, None), "future jobs are not lag");
+    assert_eq!(s.total(), 6);
+    assert!(s.taken_at.is_some());
+    let _ = fetched;
+    f.drop().await;
+}
+
+async fn age_finished(db: &chokaq_postgres::PgBackend, table: &str, days: i32) {
+    sqlx::query(&format!("UPDATE \"{}\".{table} SET finished_at = now() - $1 * interval '1 day'", db.schema()))
+        .bind(days)
+        .execute(db.pool())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn purge_deletes_old_rows_in_batches_with_filters() {
+    use chokaq_core::{PurgeRequest, PurgeTarget};
+    let f = fixture!();
+    let db = &f.db;
+    let w = WorkerId::random();
+    for queue in ["p1", "p1", "p1", "p1", "p1", "p2", "p2"] {
+        db.enqueue(job(queue)).await.unwrap();
+    }
+    for queue in ["p1", "p2"] {
+        let jobs = claim(db, w, queue, 10, ClaimMode::Start).await;
+        db.complete(w, &jobs.iter().map(|j| j.lease_ref()).collect::<Vec<_>>()).await.unwrap();
+    }
+    let dead = db.enqueue(job("p1")).await.unwrap().id;
+    db.cancel(dead).await.unwrap();
+    // Fresh rows are kept.
+    let req = PurgeRequest::new(PurgeTarget::Archive, Duration::from_secs(86_400));
+    assert_eq!(db.purge(&req).await.unwrap(), 0);
+    age_finished(db, "jobs_archive", 2).await;
+    age_finished(db, "jobs_dlq", 2).await;
+    let mut only_p1 = req.clone();
+    only_p1.queue = Some(q("p1"));
+    only_p1.batch_size = 2;
+    only_p1.max_batches = 2;
+    assert_eq!(db.purge(&only_p1).await.unwrap(), 4, "two batches of two");
+    assert_eq!(db.purge(&only_p1).await.unwrap(), 1);
+    assert_eq!(db.purge(&req).await.unwrap(), 2);
+    let mut dlq = PurgeRequest::new(PurgeTarget::DeadLetter, Duration::from_secs(86_400));
+    dlq.reason = Some(DeadReason::Failed);
+    assert_eq!(db.purge(&dlq).await.unwrap(), 0);
+    dlq.reason = Some(DeadReason::Cancelled);
+    assert_eq!(db.purge(&dlq).await.unwrap(), 1);
+    let mut bad = req.clone();
+    bad.reason = Some(DeadReason::Failed);
+    assert_eq!(db.purge(&bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    let s = db.stats().await.unwrap();
+    assert_eq!(s.total(), 0);
+    f.drop().await;
+}
+
+#[tokio::test]
+async fn listing_pages_and_filters() {
+    use chokaq_core::{JobFilter, JobTable};
+    let f = fixture!();
+    let db = &f.db;
+    let mut ids = Vec::new();
+    for i in 0..25 {
+        let mut j = job(if i % 5 == 0 { "l2" } else { "l1" });
+        if i % 2 == 0 {
+            j = j.tag("even");
+        }
+        ids.push(db.enqueue(j).await.unwrap().id);
+    }
+    let mut seen = Vec::new();
+    let mut filter = JobFilter::new(JobTable::Hot);
+    filter.limit = 10;
+    loop {
+        let page = db.list_jobs(&filter).await.unwrap();
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(n) => filter.after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "all jobs, in id order, once");
+    let mut f2 = JobFilter::new(JobTable::Hot);
+    f2.queue = Some(q("l2"));
+    assert_eq!(db.list_jobs(&f2).await.unwrap().jobs.len(), 5);
+    f2.tag = Some("even".into());
+    assert_eq!(db.list_jobs(&f2).await.unwrap().jobs.len(), 3);
+    f2.status = Some(JobStatus::Fetched);
+    assert!(db.list_jobs(&f2).await.unwrap().jobs.is_empty());
+    let mut f3 = JobFilter::new(JobTable::Hot);
+    f3.kind = Some(chokaq_core::JobKind::new("other.kind").unwrap());
+    assert!(db.list_jobs(&f3).await.unwrap().jobs.is_empty());
+    let now = db.db_now().await.unwrap();
+    f3.kind = None;
+    f3.created_from = Some(now + chrono_secs(60));
+    assert!(db.list_jobs(&f3).await.unwrap().jobs.is_empty());
+    f3.created_from = Some(now - chrono_secs(60));
+    f3.created_to = Some(now + chrono_secs(60));
+    assert_eq!(db.list_jobs(&f3).await.unwrap().jobs.len(), 25);
+    // Archive and dead-letter tables.
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "l2", ClaimMode::Start).await;
+    db.complete_one(w, j.lease_ref()).await.unwrap().done().unwrap();
+    db.cancel(ids[1]).await.unwrap();
+    let arch = db.list_jobs(&JobFilter::new(JobTable::Archive)).await.unwrap();
+    assert_eq!(arch.jobs.iter().map(|r| (r.id, r.location)).collect::<Vec<_>>(), vec![(j.id, JobLocation::Archived)]);
+    let dead = db.list_jobs(&JobFilter::new(JobTable::DeadLetter)).await.unwrap();
+    assert_eq!(dead.jobs[0].location, JobLocation::Dead(DeadReason::Cancelled));
+    let mut bad = JobFilter::new(JobTable::Archive);
+    bad.status = Some(JobStatus::Pending);
+    assert_eq!(db.list_jobs(&bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    bad = JobFilter::new(JobTable::Hot);
+    bad.limit = 0;
+    assert_eq!(db.list_jobs(&bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    f.drop().await;
+}
