@@ -67,6 +67,8 @@ pub struct SqliteBackend {
     reader: SqlitePool,
     max_payload_bytes: usize,
     wake: broadcast::Sender<Wake>,
+    /// The database file (never printed).
+    file: std::path::PathBuf,
 }
 
 impl fmt::Debug for SqliteBackend {
@@ -83,6 +85,7 @@ impl SqliteBackend {
     /// writer connection and a small pool of readers. Call [`Backend::migrate`] before use.
     pub async fn connect(cfg: SqliteConfig) -> Result<Self> {
         let opts = cfg.connect_options()?;
+        let file = opts.get_filename().to_path_buf();
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(0)
@@ -98,7 +101,7 @@ impl SqliteBackend {
             .await
             .map_err(map_err)?;
         let (wake, _) = broadcast::channel(1024);
-        Ok(SqliteBackend { writer, reader, max_payload_bytes: cfg.max_payload_bytes, wake })
+        Ok(SqliteBackend { writer, reader, max_payload_bytes: cfg.max_payload_bytes, wake, file })
     }
 
     /// Closes the pools (waits for connections in use to come back).
@@ -1123,11 +1126,36 @@ impl TestSupport for SqliteBackend {
         Ok(ids.iter().map(|id| (*id, map.get(id).copied().unwrap_or_default())).collect())
     }
 
+    /// Drops this backend's tables. SQLite has no schemas, the database file is the schema:
+    /// when the file then holds nothing else, the pools are closed and the file (with its
+    /// `-wal` and `-shm` companions) is removed, so this backend is unusable afterwards. A
+    /// file that holds other tables is kept.
     async fn drop_schema(&self) -> Result<()> {
         let mut tx = self.begin_write().await?;
         for table in schema::TABLES {
             sqlx::query(&format!("DROP TABLE IF EXISTS {table}")).execute(&mut *tx).await.map_err(map_err)?;
         }
-        commit(tx).await
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sqlite_schema").fetch_one(&mut *tx).await.map_err(map_err)?;
+        commit(tx).await?;
+        if left == 0 {
+            self.close().await;
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = self.file.clone().into_os_string();
+                p.push(suffix);
+                match std::fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(Error::with_source(
+                            ErrorKind::Other,
+                            "sqlite: could not remove the dropped database file",
+                            e,
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }

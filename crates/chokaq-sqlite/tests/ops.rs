@@ -682,13 +682,29 @@ async fn wakeups_hear_this_process_enqueues() {
 }
 
 #[tokio::test]
-async fn drop_schema_removes_the_tables() {
-    let (b, _db) = fresh().await;
+async fn drop_schema_removes_the_tables_and_the_empty_file() {
+    let (b, db) = fresh().await;
+    b.enqueue(job("x")).await.unwrap();
+    assert!(db.path.exists());
+    b.drop_schema().await.unwrap();
+    assert!(!db.path.exists(), "the file was the schema");
+    assert_eq!(b.stats().await.unwrap_err().kind(), ErrorKind::Unavailable, "pools are closed");
+}
+
+#[tokio::test]
+async fn drop_schema_keeps_a_file_with_other_tables() {
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let mut other = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    sqlx::query("CREATE TABLE app_data (x INTEGER)").execute(&mut other).await.unwrap();
     b.enqueue(job("x")).await.unwrap();
     b.drop_schema().await.unwrap();
-    assert!(b.stats().await.is_err());
+    assert!(db.path.exists(), "the file holds the application's table");
+    assert!(b.stats().await.is_err(), "the job tables are gone");
     b.migrate().await.unwrap();
     assert_eq!(b.stats().await.unwrap().total(), 0);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM app_data").fetch_one(&mut other).await.unwrap();
+    assert_eq!(n, 0);
 }
 
 /// Another process holding the write lock longer than the busy timeout and every retry:
