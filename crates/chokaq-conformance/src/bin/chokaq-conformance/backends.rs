@@ -16,8 +16,8 @@ pub fn harness_for(url: &str) -> Result<UrlHarness, String> {
         "postgres" | "postgresql" => Ok(postgres(url)),
         // #[cfg(feature = "mssql")]
         // "mssql" | "sqlserver" => Ok(mssql(url)),
-        // #[cfg(feature = "sqlite")]
-        // "sqlite" => Ok(sqlite(url)),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(sqlite(url)),
         "" => Err("no URL scheme: expected e.g. postgres://user@host:5432/db".into()),
         other => Err(format!(
             "no backend for URL scheme {other:?} in this build (built with: {}); rebuild with --features <backend>",
@@ -70,6 +70,32 @@ fn mssql(conn_str: &str) -> UrlHarness {
         Box::pin(async move {
             let cfg = MssqlConfig::new(&conn_str)?.schema(&schema)?.max_connections(16);
             Ok(Arc::new(MssqlBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
+        })
+    })
+}
+
+/// SQLite has no schemas: the "schema" is a database file. The store is the URL's file with
+/// the schema name inserted before its extension (`sqlite:///tmp/conf.db` and schema
+/// `chokaq_t_ab12` give `/tmp/conf.chokaq_t_ab12.db`), so the suite never touches the file the
+/// URL names; child processes derive the same file from the same URL and schema.
+#[cfg(feature = "sqlite")]
+fn sqlite(url: &str) -> UrlHarness {
+    use std::sync::Arc;
+
+    use chokaq_conformance::TestBackend;
+    use chokaq_sqlite::{SqliteBackend, SqliteConfig};
+
+    UrlHarness::new("sqlite", Some(url.to_string()), |url, schema| {
+        Box::pin(async move {
+            let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+            let (path, params) = rest.split_once('?').map_or((rest, None), |(p, q)| (p, Some(q)));
+            let (dir, file) = path.rsplit_once('/').map_or(("", path), |(d, f)| (d, f));
+            let (stem, ext) = file.rsplit_once('.').filter(|(s, _)| !s.is_empty()).unwrap_or((file, "db"));
+            let file = format!("{stem}.{schema}.{ext}");
+            let path = if path.contains('/') { format!("{dir}/{file}") } else { file };
+            let store = params.map_or_else(|| format!("sqlite://{path}"), |q| format!("sqlite://{path}?{q}"));
+            let cfg = SqliteConfig::new(store);
+            Ok(Arc::new(SqliteBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
         })
     })
 }
