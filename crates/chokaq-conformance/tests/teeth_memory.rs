@@ -207,3 +207,15 @@ async fn unknown_case_names_are_reported() {
     assert_eq!(out.len(), 1);
     assert!(out[0].1.as_ref().unwrap_err().contains("no case named"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn printed_suite_counts_failures() {
+    let broken: Arc<dyn TestBackend> =
+        Arc::new(Broken { inner: MemoryBackend::new(), fault: Some(Fault::CompleteIgnoresLease) });
+    let s = chokaq_conformance::run_suite(broken, Some("lease_wrong_lease"), None, 2).await;
+    assert_eq!((s.passed, s.failed), (0, 1));
+    let clean: Arc<dyn TestBackend> = Arc::new(MemoryBackend::new());
+    let s = chokaq_conformance::run_suite(clean, Some("lease_"), None, 2).await;
+    assert_eq!(s.failed, 0);
+    assert!(s.passed >= 10, "{s:?}");
+}
