@@ -224,6 +224,17 @@ fn millis(what: &str, d: Duration) -> Result<i64> {
     i64::try_from(d.as_millis()).map_err(|_| Error::invalid(format!("{what} is too long: {d:?}")))
 }
 
+/// Rejects instants outside `DATETIME2`'s years 1 to 9999 before they reach the driver.
+fn check_ts(what: &str, ts: Option<Timestamp>) -> Result<()> {
+    use chokaq_core::chrono::Datelike;
+    match ts {
+        Some(t) if !(1..=9999).contains(&t.year()) => {
+            Err(Error::invalid(format!("{what} {t} is outside SQL Server's DATETIME2 range")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `yyyy-mm-ddThh:mm:ss.fffffff` (100 ns ticks, the precision of `DATETIME2(7)`).
 fn datetime2_text(ts: Timestamp) -> String {
     use chokaq_core::chrono::Timelike;
@@ -235,10 +246,7 @@ fn job_json(ord: usize, id: JobId, job: &NewJob) -> Result<serde_json::Value> {
     let (at, ds, dn) = match job.run_at {
         RunAt::Now => (None, None, None),
         RunAt::At(ts) => {
-            use chokaq_core::chrono::Datelike;
-            if !(1..=9999).contains(&ts.year()) {
-                return Err(Error::invalid(format!("run_at {ts} is outside SQL Server's DATETIME2 range")));
-            }
+            check_ts("run_at", Some(ts))?;
             (Some(datetime2_text(ts)), None, None)
         }
         RunAt::After(d) => {
@@ -801,6 +809,8 @@ impl Backend for MssqlBackend {
             JobTable::Archive => &self.sql().list_archive,
             JobTable::DeadLetter => &self.sql().list_dlq,
         };
+        check_ts("created_from", f.created_from)?;
+        check_ts("created_to", f.created_to)?;
         let limit = i32::try_from(f.limit + 1).unwrap_or(1001);
         let after = f.after.map(id_bytes);
         let queue = f.queue.as_ref().map(|q| q.as_str().to_string());
@@ -831,6 +841,14 @@ impl TestSupport for MssqlBackend {
 
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
         let op = "force";
+        for (what, t) in [
+            ("scheduled_at", patch.scheduled_at.flatten()),
+            ("heartbeat_at", patch.heartbeat_at.flatten()),
+            ("updated_at", patch.updated_at),
+            ("created_at", patch.created_at),
+        ] {
+            check_ts(what, t)?;
+        }
         let bytes = id_bytes(id);
         let status = patch.status.map(JobStatus::code);
         let sched = patch.scheduled_at.flatten();
