@@ -975,6 +975,73 @@ mod tests {
         assert_eq!(millis("t", Duration::from_millis(1500)).unwrap(), 1500);
     }
 
+    /// The columns the decoders read are the ones the statements return.
+    #[test]
+    fn decoders_read_columns_the_statements_return() {
+        let st = Statements::new("chokaq");
+        let common = [
+            "Id",
+            "Queue",
+            "Kind",
+            "Payload",
+            "Tags",
+            "IdempotencyKey",
+            "Priority",
+            "Attempt",
+            "MaxAttempts",
+            "Lease",
+            "WorkerId",
+            "HeartbeatUtc",
+            "ScheduledAtUtc",
+            "CreatedAtUtc",
+            "StartedAtUtc",
+            "UpdatedAtUtc",
+            "LastError",
+            "CreatedBy",
+        ];
+        let record = ["Loc", "Status", "CancelRequested", "FinishedAtUtc", "Reason"];
+        let mut expect: Vec<(&str, &String, Vec<&str>)> = vec![
+            ("enqueue", &st.enqueue, vec!["Id", "Duplicate"]),
+            ("claim", &st.claim, [&common[..], &["Status"]].concat()),
+            ("start", &st.start, vec!["Id"]),
+            ("heartbeat", &st.heartbeat, vec!["Id", "CancelRequested"]),
+            ("complete", &st.complete, vec!["Id"]),
+            ("release", &st.release, vec!["Id"]),
+            ("fail", &st.fail, vec!["Result", "DueAtUtc"]),
+            ("rescue", &st.rescue, vec!["Ran", "FetchedReleased", "ZombiesRetried", "ZombiesDead"]),
+            ("cancel", &st.cancel, vec!["Result"]),
+            ("requeue_dead", &st.requeue_dead, vec!["Moved"]),
+            ("purge_archive", &st.purge_archive, vec!["Deleted"]),
+            ("purge_dlq", &st.purge_dlq, vec!["Deleted"]),
+            (
+                "stats",
+                &st.stats,
+                vec!["IsSnapshot", "Now", "Queue", "Pending", "Fetched", "Processing", "Archived", "Dead", "OldestDue"],
+            ),
+            ("db_now", &st.db_now, vec!["Now"]),
+            ("force", &st.force, vec!["Changed"]),
+            ("presence_many", &st.presence_many, vec!["Id", "Hot", "Archive", "Dead"]),
+            ("kill_connections", &st.kill_connections, vec!["Killed"]),
+        ];
+        let queue_cols =
+            vec!["Name", "MaxWorkers", "IsPaused", "IsActive", "ZombieTimeoutMs", "ZombiePolicy", "UpdatedAtUtc"];
+        expect.push(("control_queue", &st.control_queue, queue_cols.clone()));
+        expect.push(("queue_settings", &st.queue_settings, queue_cols));
+        for (name, sql) in [
+            ("get_job", &st.get_job),
+            ("list_hot", &st.list_hot),
+            ("list_archive", &st.list_archive),
+            ("list_dlq", &st.list_dlq),
+        ] {
+            expect.push((name, sql, [&common[..], &record[..]].concat()));
+        }
+        for (name, sql, cols) in expect {
+            for c in cols {
+                assert!(sql.contains(&format!("[{c}]")), "{name} does not return [{c}]");
+            }
+        }
+    }
+
     #[test]
     fn batch_outcomes_keep_input_order_and_split_every_id() {
         let a = LeaseRef { id: JobId::new(), lease: Lease(1) };

@@ -1222,6 +1222,77 @@ mod tests {
         assert!(st.control_queue.contains("WITH (UPDLOCK, HOLDLOCK)"));
     }
 
+    /// Every `[Name]` a statement uses is defined somewhere: a table, column or index of the
+    /// DDL, a column of a table variable or `OPENJSON ... WITH`, an alias (`AS [Name]`), or a
+    /// catalog column. Catches a misspelt column without a server.
+    #[test]
+    fn every_bracketed_name_is_defined() {
+        fn bracketed(sql: &str) -> Vec<String> {
+            let mut out = Vec::new();
+            let mut rest = sql;
+            while let Some(i) = rest.find('[') {
+                let Some(j) = rest[i..].find(']') else { break };
+                out.push(rest[i + 1..i + j].to_string());
+                rest = &rest[i + j + 1..];
+            }
+            out
+        }
+        let all = all_statements("chokaq");
+        let mut defined: std::collections::BTreeSet<String> =
+            bracketed(&Statements::new("chokaq").migrate_objects).into_iter().collect();
+        for catalog in [
+            "name",
+            "object_id",
+            "database_id",
+            "snapshot_isolation_state",
+            "is_read_committed_snapshot_on",
+            "session_id",
+            "program_name",
+            "value",
+            "chokaq",
+            "chokaq_conformance_rcsi_on",
+        ] {
+            defined.insert(catalog.to_string());
+        }
+        for (_, sql) in &all {
+            // Declarations: "DECLARE @X TABLE (" and "WITH (" column lists, and aliases.
+            for line in sql.lines() {
+                let t = line.trim_start();
+                if t.starts_with('[')
+                    && (t.contains(" INT")
+                        || t.contains("CHAR")
+                        || t.contains("BINARY")
+                        || t.contains("BIT")
+                        || t.contains("DATETIME2")
+                        || t.contains("BIGINT"))
+                {
+                    defined.extend(bracketed(t).into_iter().take(1));
+                }
+                if t.starts_with("DECLARE @") && t.contains(" TABLE (") {
+                    defined.extend(bracketed(t));
+                }
+                if t.contains("OPENJSON(") && t.contains(" WITH (") {
+                    defined.extend(bracketed(t));
+                }
+            }
+            let mut rest = sql.as_str();
+            while let Some(i) = rest.find("AS [") {
+                let after = &rest[i + 4..];
+                if let Some(j) = after.find(']') {
+                    defined.insert(after[..j].to_string());
+                }
+                rest = &rest[i + 4..];
+            }
+        }
+        for (name, sql) in &all {
+            for ident in bracketed(sql) {
+                assert!(defined.contains(&ident), "{name}: [{ident}] is not defined anywhere");
+            }
+        }
+        // And the check has teeth.
+        assert!(!defined.contains("HeartBeatUtc"));
+    }
+
     #[test]
     fn parameters_are_numbered_densely() {
         // Every @Pn used by a statement is declared once, and n runs 1..=max with no gap, so
