@@ -92,17 +92,34 @@ pub async fn binds_only_its_queue(cx: Ctx) -> CaseResult {
 pub async fn race_strict(cx: Ctx) -> CaseResult {
     for cap in [1u32, 2, 5] {
         for round in 0..cx.stress.rounds {
-            race_round(&cx, cap, round).await?;
+            race_round(&cx, cap, round, false).await?;
         }
     }
     Ok(())
 }
 
-async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
+/// The same race with every claim naming the capped queue and an uncapped one, so the cap
+/// must hold inside multi-queue claims too (and the uncapped queue keeps the claims busy).
+pub async fn race_multi_queue(cx: Ctx) -> CaseResult {
+    for cap in [1u32, 2] {
+        for round in 0..cx.stress.rounds.div_ceil(2) {
+            race_round(&cx, cap, round, true).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult {
     let q = cx.queue_named(&format!("cap{cap}r{round}"));
     let jobs = (cap as usize * 12).max(40);
     cx.enqueue_n(&q, jobs).await?;
     cx.backend.set_max_workers(&q, Some(cap)).await?;
+    let mut queues = vec![q.clone()];
+    if multi {
+        let filler = cx.queue_named(&format!("fill{cap}r{round}"));
+        cx.enqueue_n(&filler, jobs * 2).await?;
+        queues.push(filler);
+    }
     let held = Arc::new(AtomicI64::new(0));
     let max_held = Arc::new(AtomicI64::new(0));
     let max_db = Arc::new(AtomicU64::new(0));
@@ -111,19 +128,22 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
     let mut tasks = tokio::task::JoinSet::new();
     for t in 0..claimers {
         let (cx, q, held, max_held, done) = (cx.clone(), q.clone(), held.clone(), max_held.clone(), done.clone());
+        let queues = queues.clone();
         tasks.spawn(async move {
             let w = WorkerId::random();
             let deadline = Instant::now() + Duration::from_secs(60);
             while done.load(Ordering::SeqCst) < jobs as u64 {
                 ensure!(Instant::now() < deadline, "cap race round did not finish in 60 s");
                 let mode = if t % 3 == 0 { ClaimMode::Reserve } else { ClaimMode::Start };
-                let got = cx.claim(w, &q, cap + 1, mode).await?;
+                let req = ClaimRequest::new(w, queues.clone(), cap + 1 + 2 * (queues.len() as u32 - 1), mode);
+                let got = cx.backend.claim(&req).await?;
                 if got.is_empty() {
                     tokio::task::yield_now().await;
                     continue;
                 }
-                ensure!(got.len() as u32 <= cap, "one claim returned {} jobs under cap {cap}", got.len());
-                let now_held = held.fetch_add(got.len() as i64, Ordering::SeqCst) + got.len() as i64;
+                let capped = got.iter().filter(|j| j.queue == q).count();
+                ensure!(capped as u32 <= cap, "one claim returned {capped} jobs of a queue capped at {cap}");
+                let now_held = held.fetch_add(capped as i64, Ordering::SeqCst) + capped as i64;
                 max_held.fetch_max(now_held, Ordering::SeqCst);
                 let leases: Vec<LeaseRef> = got.iter().map(|j| j.lease_ref()).collect();
                 if mode == ClaimMode::Reserve {
@@ -132,10 +152,11 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
                 }
                 // Hold the jobs briefly (the "work"), so claims overlap.
                 tokio::time::sleep(Duration::from_millis(2)).await;
-                held.fetch_sub(got.len() as i64, Ordering::SeqCst);
+                held.fetch_sub(capped as i64, Ordering::SeqCst);
                 let c = cx.backend.complete(w, &leases).await?;
                 ensure!(c.lost.is_empty(), "complete lost leases {:?}", c.lost);
-                done.fetch_add(c.done.len() as u64, Ordering::SeqCst);
+                let capped_done = got.iter().filter(|j| j.queue == q && c.done.contains(&j.id)).count();
+                done.fetch_add(capped_done as u64, Ordering::SeqCst);
             }
             Ok::<(), Failure>(())
         });

@@ -293,3 +293,86 @@ pub async fn purge_bounded(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.queue_stats(&q).await?.archived, 3, "archived rows left");
     Ok(())
 }
+
+/// Two requeues of one dead job at once: exactly one Requeued, the other NotFound, one hot row.
+pub async fn concurrent_requeue_once(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let ids = cx.enqueue_n(&q, 10).await?;
+    for id in &ids {
+        ensure_eq!(cx.backend.cancel(*id).await?, CancelOutcome::Cancelled, "cancel");
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in &ids {
+        for _ in 0..2 {
+            let (cx, id) = (cx.clone(), *id);
+            tasks.spawn(async move { Ok::<_, crate::Failure>((id, cx.backend.requeue_dead(id).await?)) });
+        }
+    }
+    let mut requeued: std::collections::HashMap<JobId, usize> = Default::default();
+    while let Some(r) = tasks.join_next().await {
+        let (id, out) = r.map_err(|e| crate::Failure(format!("task panicked: {e}")))??;
+        if out == RequeueOutcome::Requeued {
+            *requeued.entry(id).or_default() += 1;
+        }
+    }
+    for id in &ids {
+        ensure_eq!(requeued.get(id).copied().unwrap_or(0), 1, "Requeued outcomes for {id}");
+        ensure_eq!(cx.presence(*id).await?, Presence { hot: 1, archive: 0, dead: 0 }, "presence of {id}");
+    }
+    Ok(())
+}
+
+/// Cancels racing start-mode claims: a job is either cancelled before any claim (Cancelled,
+/// dead, never handed out) or claimed first (then the cancel is only Requested); never both,
+/// and every job stays in exactly one table.
+pub async fn cancel_races_claim(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let ids = cx.enqueue_n(&q, 60).await?;
+    let claimed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::<JobId>::new()));
+    let mut claimers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (cx, q, claimed) = (cx.clone(), q.clone(), claimed.clone());
+        claimers.spawn(async move {
+            let w = WorkerId::random();
+            loop {
+                let got = cx.claim(w, &q, 2, ClaimMode::Start).await?;
+                if got.is_empty() {
+                    if cx.queue_stats(&q).await?.pending == 0 {
+                        return Ok::<(), crate::Failure>(());
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                claimed.lock().expect("lock").extend(got.iter().map(|j| j.id));
+            }
+        });
+    }
+    let mut outcomes = Vec::new();
+    for id in ids.iter().rev() {
+        outcomes.push((*id, cx.backend.cancel(*id).await?));
+    }
+    while let Some(r) = claimers.join_next().await {
+        r.map_err(|e| crate::Failure(format!("claimer panicked: {e}")))??;
+    }
+    let claimed = claimed.lock().expect("lock").clone();
+    let (mut cancelled, mut requested) = (0, 0);
+    for (id, out) in outcomes {
+        let r = cx.record(id).await?;
+        ensure_eq!(cx.presence(id).await?.total(), 1, "tables holding {id}");
+        match out {
+            CancelOutcome::Cancelled => {
+                cancelled += 1;
+                ensure!(!claimed.contains(&id), "job {id} was cancelled before any claim, yet a claim returned it");
+                ensure_eq!(r.location, JobLocation::Dead(DeadReason::Cancelled), "location of cancelled {id}");
+            }
+            CancelOutcome::Requested => {
+                requested += 1;
+                ensure!(claimed.contains(&id), "cancel of {id} was Requested but no claim returned it");
+                ensure!(r.cancel_requested, "cancel_requested not set on {id}");
+            }
+            CancelOutcome::NotLive => return Err(format!("cancel of live job {id} returned NotLive").into()),
+        }
+    }
+    ensure_eq!(cancelled + requested, 60, "cancel outcomes");
+    Ok(())
+}

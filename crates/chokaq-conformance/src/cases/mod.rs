@@ -97,6 +97,7 @@ pub fn all_cases() -> Vec<Case> {
         case!("cap", "cap_zero_claims_nothing", cap::zero_claims_nothing),
         case!("cap", "cap_binds_only_its_queue", cap::binds_only_its_queue),
         case!("cap", "cap_race_strict", cap::race_strict),
+        case!("cap", "cap_race_multi_queue", cap::race_multi_queue),
         // lease / fencing
         case!("lease", "lease_stale_complete_is_lost", lease::stale_complete_is_lost),
         case!("lease", "lease_stale_heartbeat_is_lost", lease::stale_heartbeat_is_lost),
@@ -120,6 +121,8 @@ pub fn all_cases() -> Vec<Case> {
         case!("lifecycle", "lifecycle_get_and_list", lifecycle::get_and_list),
         case!("lifecycle", "lifecycle_enqueue_many_in_order", lifecycle::enqueue_many_in_order),
         case!("lifecycle", "lifecycle_purge_bounded", lifecycle::purge_bounded),
+        case!("lifecycle", "lifecycle_concurrent_requeue_once", lifecycle::concurrent_requeue_once),
+        case!("lifecycle", "lifecycle_cancel_races_claim", lifecycle::cancel_races_claim),
         // retry
         case!("retry", "retry_backoff_schedules_pending", retry::backoff_schedules_pending),
         case!("retry", "retry_until_max_attempts_then_dead", retry::until_max_attempts_then_dead),
