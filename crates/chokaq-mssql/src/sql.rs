@@ -1320,3 +1320,49 @@ mod tests {
         }
     }
 }
+#[cfg(test)]
+mod param_counts {
+    /// How many values the Rust side binds for each statement (see backend.rs); must equal
+    /// the highest `@Pn` the statement uses.
+    #[test]
+    fn bound_values_match_parameters() {
+        let binds = [
+            ("session_setup", 0),
+            ("ping", 0),
+            ("migrate_schema", 0),
+            ("migrate_objects", 0),
+            ("enqueue", 1),
+            ("claim", 4),
+            ("start", 2),
+            ("heartbeat", 2),
+            ("complete", 2),
+            ("fail", 8),
+            ("release", 2),
+            ("rescue", 3),
+            ("cancel", 1),
+            ("control_queue", 5),
+            ("queue_settings", 1),
+            ("requeue_dead", 1),
+            ("purge_archive", 4),
+            ("purge_dlq", 5),
+            ("stats", 0),
+            ("get_job", 1),
+            ("list_hot", 8),
+            ("list_archive", 8),
+            ("list_dlq", 8),
+            ("db_now", 0),
+            ("force", 13),
+            ("presence_many", 1),
+            ("kill_connections", 1),
+            ("drop_schema", 0),
+            ("ensure_test_database", 1),
+        ];
+        let all = super::all_statements("chokaq");
+        assert_eq!(all.len(), binds.len());
+        for ((name, sql), (bname, n)) in all.iter().zip(binds) {
+            assert_eq!(*name, bname);
+            let max = (1..=20).filter(|i| sql.contains(&format!("@P{i}"))).max().unwrap_or(0);
+            assert_eq!(max, n, "{name}: highest parameter @P{max}, {n} values bound");
+        }
+    }
+}
