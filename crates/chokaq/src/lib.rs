@@ -17,6 +17,7 @@
 //! handler's side effects and before the completion is written. Handlers must be idempotent.
 
 mod client;
+mod connect;
 mod job;
 pub mod metrics_names;
 mod registry;
@@ -24,6 +25,7 @@ mod signal;
 mod worker;
 
 pub use client::{new_job, Client, EnqueueBuilder};
+pub use connect::{backend_kind, connect, connect_and_migrate, BackendKind, ConnectOptions};
 pub use job::{Job, JobContext, JobError, JobResult};
 pub use signal::{shutdown_token, wait_for_signal};
 pub use worker::{MaintenanceConfig, StatsHandle, Worker, WorkerBuilder, WorkerConfig, WorkerReport, SHUTDOWN_ERROR};
