@@ -31,7 +31,11 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { claim_two_statements: true, ..f },
             cases: &["claim_race_tasks_no_duplicates", "stats_readers_see_consistent_sums"],
         },
-        Tooth { fault: "cap_plain_count", faults: Faults { cap_plain_count: true, ..f }, cases: &["cap_race_strict"] },
+        Tooth {
+            fault: "cap_plain_count",
+            faults: Faults { cap_plain_count: true, ..f },
+            cases: &["cap_race_strict", "cap_race_multi_queue"],
+        },
         Tooth {
             fault: "complete_without_lease_guard",
             faults: Faults { complete_without_lease_guard: true, ..f },
