@@ -1,22 +1,51 @@
-//! Quickstart: enqueue typed jobs, process them, print what happened, stop on Ctrl-C or when
-//! everything is done.
+//! Quickstart: enqueue a few thousand typed jobs of three types, process them with one worker
+//! while a progress bar runs, then print the queues' final counts and what was done.
 //!
 //! ```text
-//! cargo run -p chokaq --features postgres --example quickstart -- --database-url postgres://postgres@127.0.0.1:5432/test
+//! cargo run --release -p chokaq --features sqlite,postgres --example quickstart
+//! cargo run --release -p chokaq --features sqlite,postgres --example quickstart -- --database-url postgres://postgres@127.0.0.1:5432/test
 //! ```
 //!
-//! The URL defaults to `$DATABASE_URL`, then `postgres://postgres@127.0.0.1:5432/test`. The
-//! tables live in schema `chokaq_quickstart`.
+//! With no `--database-url` (and no `$DATABASE_URL`) it needs no server: the jobs live in a
+//! SQLite file in a fresh temporary directory, removed at the end. Any URL
+//! [`chokaq::connect`] understands works (`postgres://…`, `sqlite:…`, a `*.db` path); the
+//! tables go to schema `chokaq_quickstart` (`--schema`), whose finished jobs are purged at
+//! start so the counts printed are this run's. Ctrl-C stops it gracefully: running jobs
+//! finish (or are handed back), nothing is lost.
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use chokaq::postgres::{PgBackend, PgConfig};
-use chokaq::{Backend, Client, Job, JobContext, JobError, RetryPolicy, Worker};
+use chokaq::core::{PurgeRequest, PurgeTarget};
+use chokaq::{Backend, Client, Job, JobContext, JobError, RetryPolicy, Worker, WorkerReport};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+/// Enqueue and process a few thousand jobs, then print what happened.
+#[derive(Parser)]
+#[command(name = "quickstart")]
+struct Args {
+    /// Database URL: postgres://…, sqlite:…, or a *.db path. Default: a SQLite file in a fresh
+    /// temporary directory (no server needed).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// How many jobs to enqueue.
+    #[arg(long, default_value_t = 3000)]
+    jobs: u32,
+    /// Handlers running at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: u32,
+    /// Schema of the tables (PostgreSQL).
+    #[arg(long, default_value = "chokaq_quickstart")]
+    schema: String,
+}
+
 /// A typed job: the kind is stored with the job, the struct is its JSON payload.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct SendEmail {
     to: String,
     subject: String,
@@ -29,8 +58,10 @@ impl Job for SendEmail {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+/// One image in six (`n % 20 == 5`) "times out" on its first attempt, to show a retry.
+#[derive(Serialize, Deserialize)]
 struct ResizeImage {
+    n: u32,
     path: String,
     width: u32,
 }
@@ -45,98 +76,243 @@ impl Job for ResizeImage {
     }
 }
 
-fn database_url() -> String {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--database-url") {
-        if let Some(u) = args.get(i + 1) {
-            return u.clone();
-        }
-    }
-    if let Some(u) = args.iter().find_map(|a| a.strip_prefix("--database-url=")) {
-        return u.to_string();
-    }
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+#[derive(Serialize, Deserialize)]
+struct BuildReport {
+    customer: u32,
+    rows: u32,
 }
 
-#[tokio::main]
-async fn main() -> chokaq::Result<()> {
-    tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())).init();
-
-    // 1. Connect and create the tables (safe to run again).
-    let backend = PgBackend::connect(PgConfig::new(database_url()).schema("chokaq_quickstart")).await?;
-    backend.migrate().await?;
-    let backend: Arc<dyn Backend> = Arc::new(backend);
-
-    // 2. Enqueue: by type, with the builder, and by kind + raw JSON.
-    let client = Client::new(backend.clone()).with_created_by("quickstart");
-    for i in 0..5 {
-        let e = client.enqueue(&SendEmail { to: format!("user{i}@example.com"), subject: "Welcome".into() }).await?;
-        println!("enqueued email {i} as job {}", e.id);
+impl Job for BuildReport {
+    const KIND: &'static str = "report.build.v1";
+    fn queue() -> &'static str {
+        "reports"
     }
-    let urgent = client
-        .job(&SendEmail { to: "ops@example.com".into(), subject: "Urgent".into() })
-        .priority(10)
-        .idempotency_key("ops-urgent-1")
-        .tag("ops")
-        .enqueue()
-        .await?;
-    println!("enqueued urgent email {} (duplicate key: {})", urgent.id, urgent.duplicate);
-    let later =
-        client.job(&ResizeImage { path: "cat.png".into(), width: 256 }).delay(Duration::from_secs(1)).enqueue().await?;
-    println!("enqueued a resize due in 1 s: {}", later.id);
-    client.enqueue(&ResizeImage { path: "flaky.png".into(), width: 128 }).await?;
-    client
-        .enqueue_raw("email", SendEmail::KIND, serde_json::json!({"to": "raw@example.com", "subject": "Raw JSON"}))
-        .await?;
+}
 
-    // 3. A worker with a handler per job type.
+const QUEUES: [&str; 3] = ["email", "images", "reports"];
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())).init();
+    let args = Args::parse();
+    let (url, temp_dir) = match args.database_url.clone().filter(|u| !u.trim().is_empty()) {
+        Some(url) => (url, None),
+        None => {
+            let dir = std::env::temp_dir().join(format!("chokaq-quickstart-{:08x}", rand::random::<u32>()));
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                eprintln!("error: cannot create a temporary directory: {e}");
+                return ExitCode::FAILURE;
+            }
+            let url = format!("sqlite://{}", dir.join("jobs.db").display());
+            (url, Some(dir))
+        }
+    };
+    let result = run(&args, &url, temp_dir.as_ref()).await;
+    if let Some(dir) = temp_dir {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // chokaq errors never contain the URL or its password.
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::Result<()> {
+    // 1. Connect to whatever the URL names, and create the tables (safe to repeat).
+    let kind = chokaq::backend_kind(url)?;
+    match temp_dir {
+        Some(dir) => {
+            println!("no --database-url: using a SQLite file in a fresh temporary directory, {}", dir.display())
+        }
+        None => println!("database: {kind}, schema {}", args.schema),
+    }
+    let backend = chokaq::connect_and_migrate(url, &args.schema).await?;
+    let leftover = clean_start(&backend).await?;
+    if leftover > 0 {
+        println!("{leftover} live jobs left by an earlier, interrupted run will be processed too");
+    }
+
+    // 2. Enqueue: half emails, 30 % image resizes (one in six fails once), 20 % reports.
+    let client = Client::new(backend.clone()).with_created_by("quickstart");
+    let n = args.jobs;
+    let (mut emails, mut images, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        match i % 10 {
+            0..=4 => emails.push(SendEmail { to: format!("user{i}@example.com"), subject: "Welcome".into() }),
+            5..=7 => images.push(ResizeImage { n: i, path: format!("img/{i}.png"), width: 256 }),
+            _ => reports.push(BuildReport { customer: i, rows: 1000 + i % 500 }),
+        }
+    }
+    let t0 = Instant::now();
+    client.enqueue_many(&emails).await?;
+    client.enqueue_many(&images).await?;
+    client.enqueue_many(&reports).await?;
+    let flaky = images.iter().filter(|j| j.n % 20 == 5).count();
+    println!(
+        "enqueued {n} jobs in {:.2} s: {} {}, {} {} ({flaky} of them fail once), {} {}",
+        t0.elapsed().as_secs_f64(),
+        emails.len(),
+        SendEmail::KIND,
+        images.len(),
+        ResizeImage::KIND,
+        reports.len(),
+        BuildReport::KIND
+    );
+
+    // 3. One worker, a handler per job type.
     let worker = Worker::builder(backend.clone())
-        .queues(["email", "images"])
-        .concurrency(4)
-        .retry_policy(RetryPolicy::fixed_exponential(Duration::from_millis(200), 2.0, Duration::from_secs(5)))
-        .register(|job: SendEmail, ctx: JobContext| async move {
-            println!("  [{}] sending {:?} to {} (attempt {})", ctx.id(), job.subject, job.to, ctx.attempt());
+        .queues(QUEUES)
+        .concurrency(args.concurrency)
+        .retry_policy(RetryPolicy::fixed_exponential(Duration::from_millis(100), 2.0, Duration::from_secs(2)))
+        .register(|job: SendEmail, _ctx: JobContext| async move {
+            // Stand-in for an SMTP call.
+            tokio::task::yield_now().await;
+            let _message = format!("To: {}\nSubject: {}\n", job.to, job.subject);
             Ok(())
         })
         .register(|job: ResizeImage, ctx: JobContext| async move {
-            if job.path == "flaky.png" && ctx.attempt() == 1 {
-                println!("  [{}] resizing {} failed on attempt 1; it will be retried", ctx.id(), job.path);
-                return Err(JobError::Retry("image store timed out".into()));
+            if job.n % 20 == 5 && ctx.attempt() == 1 {
+                return Err(JobError::Retry(format!("image store timed out on {}", job.path)));
             }
-            println!("  [{}] resized {} to {} px (attempt {})", ctx.id(), job.path, job.width, ctx.attempt());
+            let _ = job.width;
+            Ok(())
+        })
+        .register(|job: BuildReport, _ctx: JobContext| async move {
+            let checksum =
+                (0..job.rows).fold(u64::from(job.customer), |acc, r| acc.wrapping_mul(31).wrapping_add(u64::from(r)));
+            std::hint::black_box(checksum);
             Ok(())
         })
         .build()?;
 
-    // 4. Stop on Ctrl-C / SIGTERM, or once no live jobs are left.
+    // 4. Run until every job is finished, or until Ctrl-C / SIGTERM.
     let shutdown = chokaq::shutdown_token();
-    let watcher = {
-        let (backend, shutdown) = (backend.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                }
-                match backend.stats().await {
-                    Ok(s) if s.hot() == 0 => {
-                        println!("all jobs done; shutting down");
-                        shutdown.cancel();
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(e) => eprintln!("stats failed: {e}"),
+    let started = Instant::now();
+    let (stats, run) = worker.run_with_handle(shutdown.clone());
+    let run = tokio::spawn(run);
+    let total = u64::from(n) + leftover;
+    let progress = Progress::new(total);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut ticks = 0u64;
+    let interrupted = loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break true,
+            _ = tick.tick() => {}
+        }
+        ticks += 1;
+        let r = stats.report();
+        let done = r.completed + r.dead_lettered;
+        progress.set(done);
+        // The worker's counters say when to look; the database says when it is really over.
+        if done >= total || ticks % 10 == 0 {
+            let s = backend.stats().await?;
+            if queues_hot(&s) == 0 {
+                shutdown.cancel();
+                break false;
+            }
+        }
+    };
+    let report: WorkerReport = run.await.map_err(|e| chokaq::Error::new(chokaq::ErrorKind::Other, e.to_string()))??;
+    let elapsed = started.elapsed();
+    progress.finish(report.completed + report.dead_lettered, interrupted);
+
+    // 5. What the database holds now, and what this run did.
+    let s = backend.stats().await?;
+    println!();
+    println!("{:<10} {:>9} {:>11} {:>9} {:>6}", "queue", "pending", "processing", "archived", "dead");
+    for q in QUEUES {
+        let (p, r, a, d) =
+            s.queue(q).map_or((0, 0, 0, 0), |q| (q.pending + q.fetched, q.processing, q.archived, q.dead));
+        println!("{q:<10} {p:>9} {r:>11} {a:>9} {d:>6}");
+    }
+    println!();
+    println!("enqueued      {n}");
+    println!(
+        "processed     {} (archived {}, dead-lettered {})",
+        report.completed + report.dead_lettered,
+        report.completed,
+        report.dead_lettered
+    );
+    println!("retried       {} (failed attempts put back to pending)", report.retried);
+    println!("handler runs  {}", report.started);
+    println!(
+        "time          {:.2} s, {:.0} jobs/s ({} claim and {} completion round trips)",
+        elapsed.as_secs_f64(),
+        (report.completed + report.dead_lettered) as f64 / elapsed.as_secs_f64().max(1e-9),
+        report.claim_calls,
+        report.complete_calls
+    );
+    if interrupted {
+        let fate = if temp_dir.is_some() {
+            "the temporary database is removed with them"
+        } else {
+            "they stay queued; the next run or any worker runs them"
+        };
+        println!("interrupted: {} jobs not finished ({fate})", queues_hot(&s));
+    }
+    Ok(())
+}
+
+/// Purges this schema's finished jobs, so that the counts printed are this run's; returns the
+/// live jobs (an interrupted earlier run's) that will be processed with this run's.
+async fn clean_start(backend: &Arc<dyn Backend>) -> chokaq::Result<u64> {
+    for target in [PurgeTarget::Archive, PurgeTarget::DeadLetter] {
+        while backend.purge(&PurgeRequest::new(target, Duration::ZERO)).await? > 0 {}
+    }
+    Ok(queues_hot(&backend.stats().await?))
+}
+
+fn queues_hot(s: &chokaq::core::StatsSnapshot) -> u64 {
+    s.queues.iter().filter(|q| QUEUES.contains(&q.queue.as_str())).map(|q| q.pending + q.fetched + q.processing).sum()
+}
+
+/// A progress bar on a terminal; on anything else (CI, a pipe) a plain line every 10 %.
+struct Progress {
+    bar: Option<ProgressBar>,
+    total: u64,
+    printed: std::cell::Cell<u64>,
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(total);
+            let style = ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} jobs ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar
+        });
+        Progress { bar, total, printed: std::cell::Cell::new(0) }
+    }
+
+    fn set(&self, done: u64) {
+        match &self.bar {
+            Some(bar) => bar.set_position(done),
+            None => {
+                let step = (self.total / 10).max(1);
+                let tenth = done / step;
+                if tenth > self.printed.get() && done < self.total {
+                    self.printed.set(tenth);
+                    println!("processed {done}/{} jobs", self.total);
                 }
             }
-        })
-    };
-    let report = worker.run(shutdown).await?;
-    let _ = watcher.await;
-    println!(
-        "worker done: {} completed, {} retried, {} dead-lettered",
-        report.completed, report.retried, report.dead_lettered
-    );
-    let s = backend.stats().await?;
-    println!("schema chokaq_quickstart now holds {} archived and {} dead-lettered jobs in all", s.archived, s.dead);
-    Ok(())
+        }
+    }
+
+    fn finish(&self, done: u64, interrupted: bool) {
+        match &self.bar {
+            Some(bar) if interrupted => bar.abandon(),
+            Some(bar) => {
+                bar.set_position(done);
+                bar.finish();
+            }
+            None => println!("processed {done}/{} jobs{}", self.total, if interrupted { " (interrupted)" } else { "" }),
+        }
+    }
 }
