@@ -81,6 +81,9 @@ struct Args {
     /// The cap (max_workers) of the capped drain; its worker has as many slots.
     #[arg(long, default_value_t = 8)]
     cap: u32,
+    /// Jobs of the capped drain (fewer than --jobs by default: the capped drain is slow).
+    #[arg(long, default_value_t = 20_000)]
+    capped_jobs: u32,
     /// Small backlog of the claim-cost workload.
     #[arg(long, default_value_t = 10_000)]
     backlog_small: u32,
@@ -142,6 +145,9 @@ impl Args {
         if self.raw_loops == Some(0) || self.raw_batch == 0 || self.raw_batch > 1000 {
             return bad("--raw-loops must be at least 1 and --raw-batch 1 to 1000");
         }
+        if self.capped_jobs == 0 {
+            return bad("--capped-jobs must be at least 1");
+        }
         if self.cap == 0 || self.cap > 1000 {
             return bad("--cap must be 1 to 1000");
         }
@@ -180,6 +186,8 @@ fn other(msg: impl Into<String>) -> Error {
 struct CallStat {
     calls: AtomicU64,
     items: AtomicU64,
+    /// Calls that returned no job.
+    empty: AtomicU64,
     nanos: AtomicU64,
 }
 
@@ -187,12 +195,16 @@ impl CallStat {
     fn record(&self, items: usize, t0: Instant) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.items.fetch_add(items as u64, Ordering::Relaxed);
+        if items == 0 {
+            self.empty.fetch_add(1, Ordering::Relaxed);
+        }
         self.nanos.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn reset(&self) {
         self.calls.store(0, Ordering::Relaxed);
         self.items.store(0, Ordering::Relaxed);
+        self.empty.store(0, Ordering::Relaxed);
         self.nanos.store(0, Ordering::Relaxed);
     }
 
@@ -203,6 +215,7 @@ impl CallStat {
         CallFigures {
             calls,
             items,
+            empty: self.empty.load(Ordering::Relaxed),
             mean_ms: if calls == 0 { 0.0 } else { nanos as f64 / calls as f64 / 1e6 },
             busy_s: nanos as f64 / 1e9,
         }
@@ -213,6 +226,7 @@ impl CallStat {
 struct CallFigures {
     calls: u64,
     items: u64,
+    empty: u64,
     mean_ms: f64,
     /// Sum of the calls' durations (calls may overlap).
     busy_s: f64,
@@ -220,7 +234,7 @@ struct CallFigures {
 
 impl CallFigures {
     fn json(&self) -> Value {
-        json!({ "calls": self.calls, "jobs": self.items, "mean_ms": round3(self.mean_ms), "busy_s": round3(self.busy_s) })
+        json!({ "calls": self.calls, "jobs": self.items, "empty_calls": self.empty, "mean_ms": round3(self.mean_ms), "busy_s": round3(self.busy_s) })
     }
 }
 
@@ -542,34 +556,43 @@ impl Bench {
     async fn enqueue_jobs(
         &self,
         queues: &[QueueName],
-        kind: &str,
         n: u64,
         batch: usize,
         tasks: usize,
+        prebuild: bool,
         pb: &ProgressBar,
     ) -> Result<Duration> {
-        let kind = JobKind::new(kind)?;
-        let mut lanes: Vec<Vec<Vec<NewJob>>> = vec![Vec::new(); tasks];
-        let mut cur = Vec::with_capacity(batch);
-        let mut b = 0usize;
-        for i in 0..n {
-            let q = queues[(i % queues.len() as u64) as usize].clone();
-            cur.push(NewJob::new(q, kind.clone()).json(json!({ "n": i })));
-            if cur.len() == batch {
-                lanes[b % tasks].push(std::mem::replace(&mut cur, Vec::with_capacity(batch)));
-                b += 1;
+        let kind = JobKind::new(NOOP_KIND)?;
+        let queues: Arc<Vec<QueueName>> = Arc::new(queues.to_vec());
+        // Batch b holds jobs [b * batch, min(n, (b + 1) * batch)); lane t takes b = t, t + tasks, ...
+        let batches = n.div_ceil(batch as u64);
+        let build = {
+            let (queues, kind) = (queues.clone(), kind.clone());
+            move |b: u64| -> Vec<NewJob> {
+                let (lo, hi) = (b * batch as u64, ((b + 1) * batch as u64).min(n));
+                (lo..hi)
+                    .map(|i| {
+                        let q = queues[(i % queues.len() as u64) as usize].clone();
+                        NewJob::new(q, kind.clone()).json(json!({ "n": i }))
+                    })
+                    .collect()
             }
-        }
-        if !cur.is_empty() {
-            lanes[b % tasks].push(cur);
+        };
+        // The timed workload builds its jobs before the clock starts; fills build each batch
+        // just before its call (a million jobs would not fit comfortably in memory).
+        let mut lanes: Vec<Vec<(u64, Option<Vec<NewJob>>)>> = vec![Vec::new(); tasks];
+        for b in 0..batches {
+            lanes[(b % tasks as u64) as usize].push((b, prebuild.then(|| build(b))));
         }
         let t0 = Instant::now();
         let mut handles = Vec::new();
         for lane in lanes {
             let be = self.pg.clone();
             let pb = pb.clone();
+            let build = build.clone();
             handles.push(tokio::spawn(async move {
-                for jobs in lane {
+                for (b, jobs) in lane {
+                    let jobs = jobs.unwrap_or_else(|| build(b));
                     let len = jobs.len();
                     let out = be.enqueue_many(jobs).await?;
                     if out.len() != len || out.iter().any(|e| e.duplicate) {
@@ -593,7 +616,7 @@ impl Bench {
         }
         let pb = self.bar(label, n);
         let lsn = self.wal_lsn().await?;
-        let el = self.enqueue_jobs(queues, NOOP_KIND, n, MAX_ENQUEUE_BATCH, 2, &pb).await?;
+        let el = self.enqueue_jobs(queues, n, MAX_ENQUEUE_BATCH, 2, false, &pb).await?;
         let wal = self.wal_since(&lsn).await?;
         pb.finish_with_message("done");
         res.fill.push((label.to_string(), Rate { jobs: n, secs: el.as_secs_f64(), wal_bytes: wal }));
@@ -611,14 +634,7 @@ impl Bench {
         let pb = self.bar("enqueue", n);
         let lsn = self.wal_lsn().await?;
         let el = self
-            .enqueue_jobs(
-                &[QueueName::new("bench")?],
-                NOOP_KIND,
-                n,
-                self.args.enqueue_batch,
-                self.args.enqueue_tasks,
-                &pb,
-            )
+            .enqueue_jobs(&[QueueName::new("bench")?], n, self.args.enqueue_batch, self.args.enqueue_tasks, true, &pb)
             .await?;
         let wal = self.wal_since(&lsn).await?;
         pb.finish_with_message("done");
@@ -633,7 +649,11 @@ impl Bench {
 
     /// One drain of `n` jobs of queue `bench` by a worker with `concurrency` slots.
     async fn drain(&mut self, concurrency: u32, cap: Option<u32>, res: &mut Results) -> Result<DrainFigures> {
-        let n = u64::from(self.args.jobs);
+        let n = match cap {
+            Some(_) => self.args.capped_jobs,
+            None => self.args.jobs,
+        };
+        let n = u64::from(n).max(self.bench_backlog);
         let queue = QueueName::new("bench")?;
         if self.bench_backlog < n {
             self.fill(
@@ -1076,8 +1096,9 @@ fn print_table(args: &Args, env: &Value, r: &Results) {
     println!();
     println!("chokaq-bench  {}  {}", env["date"].as_str().unwrap_or(""), env["server"].as_str().unwrap_or(""));
     println!(
-        "settings: jobs {}, enqueue batch {} x{} callers, pool {} connections, raw {} loops x claim {}, cap {}, synchronous_commit {}",
+        "settings: jobs {} (capped {}), enqueue batch {} x{} callers, pool {} connections, raw {} loops x claim {}, cap {}, synchronous_commit {}",
         args.jobs,
+        args.capped_jobs,
         args.enqueue_batch,
         args.enqueue_tasks,
         args.connections,
@@ -1098,9 +1119,10 @@ fn print_table(args: &Args, env: &Value, r: &Results) {
     }
     let drain_notes = |d: &DrainFigures| {
         format!(
-            "{:.1} jobs/claim ({:.2} ms), {:.1} jobs/complete ({:.2} ms), {}",
+            "{:.1} jobs/claim ({:.2} ms, {} empty), {:.1} jobs/complete ({:.2} ms), {}",
             d.claim.items as f64 / d.claim.calls.max(1) as f64,
             d.claim.mean_ms,
+            d.claim.empty,
             d.complete.items as f64 / d.complete.calls.max(1) as f64,
             d.complete.mean_ms,
             wal(&d.rate)
@@ -1233,6 +1255,7 @@ fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
             "raw_loops": args.raw_loops(),
             "raw_batch": args.raw_batch,
             "cap": args.cap,
+            "capped_jobs": args.capped_jobs,
             "backlog_small": args.backlog_small,
             "backlog_large": args.backlog_large,
             "claim_queues": args.claim_queues,
@@ -1315,5 +1338,171 @@ async fn main() -> ExitCode {
             eprintln!("chokaq-bench: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut v = vec!["chokaq-bench"];
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v).unwrap()
+    }
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 51.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&[7.0], 0.5), 7.0);
+        assert!(quantile(&[], 0.5).is_nan());
+        let l = Latency::of(vec![3.0, 1.0, 2.0]);
+        assert_eq!((l.samples, l.p50, l.max, l.mean), (3, 2.0, 3.0, 2.0));
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(10_000), "10k");
+        assert_eq!(human(1_000_000), "1m");
+        assert_eq!(human(1_500), "1500");
+    }
+
+    #[test]
+    fn defaults_are_the_documented_run() {
+        let a = args(&[]);
+        assert!(a.check().is_ok());
+        assert_eq!(
+            (a.jobs, a.capped_jobs, a.connections, a.raw_loops(), a.raw_batch, a.cap),
+            (100_000, 20_000, 10, 10, 10, 8)
+        );
+        assert_eq!(a.drain_concurrency, vec![8]);
+        assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
+        assert_eq!(a.workloads.len(), 6);
+        let a = args(&["--drain-concurrency", "1,4,8,16,64", "--workloads", "claim,pickup"]);
+        assert_eq!(a.drain_concurrency, vec![1, 4, 8, 16, 64]);
+        assert!(a.has(Workload::Claim) && !a.has(Workload::Drain));
+    }
+
+    #[test]
+    fn bad_settings_are_invalid_input() {
+        for bad in [
+            &["--jobs", "0"][..],
+            &["--enqueue-batch", "10001"],
+            &["--drain-concurrency", "0"],
+            &["--connections", "1"],
+            &["--raw-loops", "0"],
+            &["--backlog-small", "50"],
+            &["--backlog-large", "5000"],
+            &["--pickup-rate", "0"],
+            &["--capped-jobs", "0"],
+        ] {
+            let e = args(bad).check().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_url() {
+        let a = args(&["--url", "postgres://u:hunter2@db/x"]);
+        let d = format!("{a:?}");
+        assert!(!d.contains("hunter2") && d.contains("redacted"), "{d}");
+    }
+
+    #[test]
+    fn targets_compare_the_right_figures() {
+        let rate = |jobs: u64, secs: f64| Rate { jobs, secs, wal_bytes: 0 };
+        let drain = |c: u32, per_s: u64| DrainFigures { concurrency: c, rate: rate(per_s, 1.0), ..Default::default() };
+        let r = Results {
+            enqueue: Some(rate(60_000, 1.0)),
+            drains: vec![drain(1, 100), drain(8, 900)],
+            raw: Some(RawFigures { rate: rate(1000, 1.0), ..Default::default() }),
+            capped: Some(drain(8, 600)),
+            claims: vec![
+                ClaimFigures {
+                    backlog: 10_000,
+                    all_queues: Latency { p50: 2.0, ..Default::default() },
+                    ..Default::default()
+                },
+                ClaimFigures {
+                    backlog: 1_000_000,
+                    all_queues: Latency { p50: 3.2, ..Default::default() },
+                    ..Default::default()
+                },
+            ],
+            pickup: Some(PickupFigures { latency: Latency { p50: 4.0, ..Default::default() }, ..Default::default() }),
+            ..Default::default()
+        };
+        let t: Vec<(f64, Option<bool>)> = targets(&r).iter().map(|t| (round3(t.measured.unwrap()), t.met())).collect();
+        assert_eq!(
+            t,
+            vec![
+                (0.9, Some(true)),
+                (0.667, Some(false)),
+                (1.6, Some(false)),
+                (4.0, Some(true)),
+                (60_000.0, Some(true))
+            ]
+        );
+        let j = to_json(&args(&[]), &json!({}), &r);
+        for key in [
+            "enqueue_jobs_per_s",
+            "drain_jobs_per_s",
+            "raw_drain_jobs_per_s",
+            "capped_drain_jobs_per_s",
+            "claim_ms_p50_backlog_10k",
+            "claim_ms_p50_backlog_1m",
+            "pickup_ms_p50",
+            "pickup_ms_p99",
+        ] {
+            assert!(j[key].is_number(), "{key}: {}", j[key]);
+        }
+        assert_eq!(j["drain_jobs_per_s"], json!(900.0));
+        assert_eq!(j["drain_jobs_per_s_by_concurrency"]["1"], json!(100.0));
+        assert!(targets(&Results::default()).iter().all(|t| t.met().is_none()));
+    }
+
+    /// The whole bench, tiny sizes, on the test database: every workload runs, its exact-count
+    /// checks hold, and the schema is gone afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tiny_run_end_to_end() {
+        let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
+        let before = schemas(&url).await;
+        let a = args(&[
+            "--url",
+            &url,
+            "--jobs",
+            "600",
+            "--enqueue-batch",
+            "250",
+            "--drain-concurrency",
+            "1,8",
+            "--capped-jobs",
+            "100",
+            "--backlog-small",
+            "200",
+            "--backlog-large",
+            "1000",
+            "--claim-samples",
+            "20",
+            "--pickup-jobs",
+            "40",
+            "--json",
+        ]);
+        main_inner(a).await.unwrap();
+        let after = schemas(&url).await;
+        assert!(after.iter().all(|s| before.contains(s)), "bench schema left behind: {after:?}");
+    }
+
+    async fn schemas(url: &str) -> Vec<String> {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        let v = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'chokaq_bench_%'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        v
     }
 }
