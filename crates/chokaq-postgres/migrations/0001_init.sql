@@ -167,6 +167,11 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- Nothing may be taken (every capped queue full or held by another claimer): done.
+    IF NOT coalesce(0 < ANY (v_allow), false) THEN
+        RETURN;
+    END IF;
+
     RETURN QUERY
     WITH cand AS (
         SELECT c.id, c.priority, c.due_at
@@ -192,7 +197,6 @@ BEGIN
                heartbeat_at = CASE WHEN p_start THEN now() ELSE h.heartbeat_at END,
                lease        = nextval('{schema}.lease_seq'),
                worker_id    = p_worker,
-               cancel_requested = false,
                updated_at   = now()
           FROM pick
          WHERE h.id = pick.id

@@ -632,3 +632,19 @@ async fn listing_pages_and_filters() {
     assert_eq!(db.list_jobs(&bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
     f.drop().await;
 }
+
+#[tokio::test]
+async fn a_cancel_request_survives_a_retry() {
+    let f = fixture!();
+    let db = &f.db;
+    let id = db.enqueue(job("cr")).await.unwrap().id;
+    let w = WorkerId::random();
+    let j = claim_one(db, w, "cr", ClaimMode::Start).await;
+    assert_eq!(db.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    // The handler failed before it saw the request: the job is retried, the request stays.
+    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: "e".into() }).await;
+    assert!(!r.unwrap().is_lost());
+    let j = claim_one(db, w, "cr", ClaimMode::Start).await;
+    assert_eq!(db.heartbeat(w, &[j.lease_ref()]).await.unwrap().cancel_requested, vec![id]);
+    f.drop().await;
+}
