@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use chokaq::core::{PurgeRequest, PurgeTarget};
 use chokaq::{Backend, Client, Job, JobContext, JobError, RetryPolicy, Worker, WorkerReport};
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 /// Enqueue and process a few thousand jobs, then print what happened.
@@ -282,9 +282,12 @@ impl Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total);
             let style = ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} jobs ({per_sec}, eta {eta})",
+                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} jobs ({rate}, eta {eta})",
             )
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} jobs/s", state.per_sec());
+            });
             bar.set_style(style);
             bar
         });
