@@ -489,6 +489,7 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
 
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     fn test_schema() -> String {
         format!("chokaq_t_{:016x}", rand::random::<u64>())
     }
