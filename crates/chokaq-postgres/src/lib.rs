@@ -409,6 +409,13 @@ fn split(ids: &[Uuid], done: &HashSet<Uuid>) -> BatchOutcome {
     out
 }
 
+/// Claimed rows in claim order (`UPDATE … RETURNING` has none): priority DESC, due ASC, id.
+fn sorted_claims(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<ClaimedJob>> {
+    let mut jobs = rows.iter().map(rows::claimed).collect::<Result<Vec<_>>>()?;
+    jobs.sort_by(|(a, ad), (b, bd)| b.priority.cmp(&a.priority).then(ad.cmp(bd)).then(a.id.cmp(&b.id)));
+    Ok(jobs.into_iter().map(|(j, _)| j).collect())
+}
+
 /// An error text as stored: at most [`validate::MAX_ERROR_LEN`] bytes, no NUL.
 fn error_text(s: &str) -> String {
     validate::truncate(&s.replace('\0', "\u{FFFD}"), validate::MAX_ERROR_LEN).to_owned()
@@ -454,20 +461,10 @@ impl Backend for PgBackend {
         let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
         let start = req.mode == ClaimMode::Start;
         #[cfg(feature = "fault-injection")]
-        let rows = if self.faults.claim_two_statements || self.faults.cap_plain_count {
-            self.faulty_claim(req, &queues).await?
-        } else {
-            with_retry(|| {
-                sqlx::query(&self.sql().claim)
-                    .bind(req.worker.0)
-                    .bind(&queues)
-                    .bind(req.limit as i32)
-                    .bind(start)
-                    .fetch_all(&self.pool)
-            })
-            .await?
-        };
-        #[cfg(not(feature = "fault-injection"))]
+        if self.faults.claim_two_statements || self.faults.cap_plain_count {
+            let rows = self.faulty_claim(req, &queues).await?;
+            return sorted_claims(&rows);
+        }
         let rows = with_retry(|| {
             sqlx::query(&self.sql().claim)
                 .bind(req.worker.0)
@@ -477,9 +474,7 @@ impl Backend for PgBackend {
                 .fetch_all(&self.pool)
         })
         .await?;
-        let mut jobs = rows.iter().map(rows::claimed).collect::<Result<Vec<_>>>()?;
-        jobs.sort_by(|(a, ad), (b, bd)| b.priority.cmp(&a.priority).then(ad.cmp(bd)).then(a.id.cmp(&b.id)));
-        Ok(jobs.into_iter().map(|(j, _)| j).collect())
+        sorted_claims(&rows)
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
