@@ -127,6 +127,5 @@ async fn explain(db: &PgBackend, queues: &[QueueName]) -> chokaq_core::Result<()
     for r in rows {
         println!("{}", r.get::<String, _>(0));
     }
-    let _ = db.db_now().await?;
     Ok(())
 }

@@ -88,7 +88,7 @@ impl fmt::Debug for PgBackend {
 }
 
 /// One job of an enqueue batch, validated and ready to bind.
-struct Row0 {
+struct NewRow {
     id: Uuid,
     queue: String,
     kind: String,
@@ -194,7 +194,7 @@ impl PgBackend {
 
     /// Validates every job and resolves duplicate keys within the batch to their first
     /// occurrence.
-    fn prepare(&self, jobs: Vec<NewJob>) -> Result<(Vec<Row0>, Vec<Slot>)> {
+    fn prepare(&self, jobs: Vec<NewJob>) -> Result<(Vec<NewRow>, Vec<Slot>)> {
         if jobs.len() > MAX_ENQUEUE_BATCH {
             return Err(Error::invalid(format!(
                 "at most {MAX_ENQUEUE_BATCH} jobs per enqueue_many, got {}",
@@ -219,7 +219,7 @@ impl PgBackend {
                 RunAt::After(d) => (None, Some(rows::micros(d))),
             };
             slots.push(Slot::Row(rows.len()));
-            rows.push(Row0 {
+            rows.push(NewRow {
                 id: JobId::new().0,
                 queue: job.queue.as_str().to_owned(),
                 kind: job.kind.as_str().to_owned(),
@@ -240,7 +240,7 @@ impl PgBackend {
     /// taken).
     fn insert_query<'q>(
         &'q self,
-        batch: &[&'q Row0],
+        batch: &[&'q NewRow],
     ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, Uuid, sqlx::postgres::PgArguments> {
         sqlx::query_scalar(&self.sql().enqueue)
             .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
@@ -260,11 +260,11 @@ impl PgBackend {
     /// job's id (a second statement, so a new snapshot: it sees a concurrent enqueuer's
     /// committed row, which the insert waited for). A taken key whose job left the hot table
     /// before the look-up is inserted again, a bounded number of times.
-    async fn enqueue_on(&self, mut target: Target<'_>, rows: &[Row0], slots: &[Slot]) -> Result<Vec<Enqueued>> {
+    async fn enqueue_on(&self, mut target: Target<'_>, rows: &[NewRow], slots: &[Slot]) -> Result<Vec<Enqueued>> {
         let mut result: Vec<Option<Enqueued>> = vec![None; rows.len()];
         let mut todo: Vec<usize> = (0..rows.len()).collect();
         for _round in 0..10 {
-            let batch: Vec<&Row0> = todo.iter().map(|&i| &rows[i]).collect();
+            let batch: Vec<&NewRow> = todo.iter().map(|&i| &rows[i]).collect();
             let inserted: Vec<Uuid> = match &mut target {
                 Target::Pool(pool) => with_retry(|| self.insert_query(&batch).fetch_all(*pool)).await?,
                 Target::Conn(conn) => self.insert_query(&batch).fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
