@@ -81,6 +81,10 @@ struct Args {
     /// The cap (max_workers) of the capped drain; its worker has as many slots.
     #[arg(long, default_value_t = 8)]
     cap: u32,
+    /// The drain workers' first back-off step after an empty claim, ms (default: the
+    /// runtime's own default, 20 ms). For experiments.
+    #[arg(long)]
+    min_poll_ms: Option<u64>,
     /// Jobs of the capped drain (fewer than --jobs by default: the capped drain is slow).
     #[arg(long, default_value_t = 20_000)]
     capped_jobs: u32,
@@ -676,11 +680,14 @@ impl Bench {
             None => format!("drain x{concurrency}"),
         };
         let pb = self.bar(&label, n);
-        let worker = Worker::builder(self.timed.clone())
+        let mut builder = Worker::builder(self.timed.clone())
             .queue("bench")
             .concurrency(concurrency)
-            .register_raw(NOOP_KIND, |_payload, _ctx: JobContext| async { Ok(()) })
-            .build()?;
+            .register_raw(NOOP_KIND, |_payload, _ctx: JobContext| async { Ok(()) });
+        if let Some(ms) = self.args.min_poll_ms {
+            builder = builder.min_poll_interval(Duration::from_millis(ms.max(1)));
+        }
+        let worker = builder.build()?;
         let lsn = self.wal_lsn().await?;
         self.calls.reset();
         let token = CancellationToken::new();
@@ -1256,6 +1263,7 @@ fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
             "raw_batch": args.raw_batch,
             "cap": args.cap,
             "capped_jobs": args.capped_jobs,
+            "min_poll_ms": args.min_poll_ms,
             "backlog_small": args.backlog_small,
             "backlog_large": args.backlog_large,
             "claim_queues": args.claim_queues,
