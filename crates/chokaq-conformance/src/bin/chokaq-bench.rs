@@ -1309,7 +1309,6 @@ async fn main_inner(args: Args) -> Result<()> {
     if env["synchronous_commit"].as_str() != Some("on") {
         eprintln!("warning: synchronous_commit is {} (durable commits need on)", env["synchronous_commit"]);
     }
-    pg.migrate().await?;
     let calls = Arc::new(CallStats::default());
     let timed: Arc<dyn Backend> = Arc::new(Timed { inner: pg.clone(), stats: calls.clone() });
     let mp = MultiProgress::new();
@@ -1317,7 +1316,10 @@ async fn main_inner(args: Args) -> Result<()> {
     let mut bench = Bench { args, pg: pg.clone(), calls, timed, schema, mp, bench_backlog: 0 };
     let mut res = Results::default();
     let outcome = tokio::select! {
-        r = bench.run(&mut res) => r,
+        r = async {
+            pg.migrate().await?;
+            bench.run(&mut res).await
+        } => r,
         _ = tokio::signal::ctrl_c() => Err(other("interrupted")),
     };
     if bench.args.keep_schema {
