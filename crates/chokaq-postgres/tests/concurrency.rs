@@ -121,7 +121,6 @@ async fn sixteen_claimers_ten_thousand_jobs_cap_three() {
             assert_eq!((p.hot, p.archive, p.dead), (0, 1, 0), "job {id} not archived exactly once");
         }
     }
-    assert!(elapsed < Duration::from_secs(120), "too slow: {elapsed:?}");
     f.drop().await;
 }
 

@@ -352,8 +352,15 @@ async fn rescue_releases_old_fetched_and_dead_letters_spent_zombies() {
     assert_eq!(db.get_job(fresh).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Processing));
     // A per-queue zombie timeout overrides the default.
     db.control_queue(&q("r4"), QueueControl::SetZombieTimeout(Some(Duration::from_millis(1)))).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    // Poll until the database clock has moved past the 1 ms timeout (no fixed sleep).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = db.rescue(&RescueParams::default()).await.unwrap();
+        if r.zombies_retried > 0 || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::task::yield_now().await;
+    };
     assert_eq!(r.zombies_retried, 1);
     f.drop().await;
 }
