@@ -107,5 +107,5 @@ if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ]; then
     log "CHOKAQ_TEST_MSSQL_URL is not set: SQL Server conformance cases will show as ignored"
 fi
 
-log "cargo test --workspace $*"
-cargo test --workspace "$@"
+log "cargo test --workspace --all-features $*"
+cargo test --workspace --all-features "$@"
