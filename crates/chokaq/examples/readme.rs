@@ -1,0 +1,40 @@
+//! The code example of README.md, kept here so CI compiles it (`cargo clippy --all-features`).
+//! Run: `cargo run -p chokaq --features postgres --example readme` (runs until Ctrl-C).
+
+use chokaq::postgres::{PgBackend, PgConfig};
+use chokaq::{Backend, Client, Job, JobContext, JobError, Worker};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Serialize, Deserialize)]
+struct SendEmail {
+    to: String,
+}
+
+impl Job for SendEmail {
+    const KIND: &'static str = "email.send.v1"; // stable: version it, never rename it
+    fn queue() -> &'static str {
+        "email"
+    }
+}
+
+#[tokio::main]
+async fn main() -> chokaq::Result<()> {
+    let backend = PgBackend::connect(PgConfig::new("postgres://postgres@127.0.0.1:5432/test")).await?;
+    backend.migrate().await?;
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+
+    Client::new(backend.clone()).enqueue(&SendEmail { to: "a@example.com".into() }).await?;
+
+    Worker::builder(backend)
+        .queue("email")
+        .concurrency(8)
+        .register(|job: SendEmail, _ctx: JobContext| async move {
+            println!("sending to {}", job.to); // handlers must be idempotent: at-least-once delivery
+            Ok::<(), JobError>(())
+        })
+        .build()?
+        .run(chokaq::shutdown_token()) // until Ctrl-C / SIGTERM
+        .await?;
+    Ok(())
+}
