@@ -3,8 +3,48 @@
 
 use chokaq_conformance::UrlHarness;
 
-/// The harness for `url`, chosen by its scheme.
-pub fn harness_for(url: &str) -> Result<UrlHarness, String> {
+/// Env var carrying `--inject-fault NAME` to the child processes of multi-process cases, so
+/// they run the same broken statements as the parent.
+#[cfg(feature = "fault-injection")]
+pub const ENV_FAULT: &str = "CHOKAQ_CONFORMANCE_FAULT";
+
+/// The names `--inject-fault` takes: the switches of `chokaq_postgres::Faults`.
+#[cfg(feature = "fault-injection")]
+pub const FAULT_NAMES: [&str; 5] = [
+    "claim_two_statements",
+    "cap_plain_count",
+    "complete_without_lease_guard",
+    "move_two_autocommits",
+    "heartbeat_ignores_lease",
+];
+
+/// The `Faults` with the one switch `name` on.
+#[cfg(feature = "fault-injection")]
+fn fault_named(name: &str) -> Result<chokaq_postgres::Faults, String> {
+    let mut f = chokaq_postgres::Faults::default();
+    match name {
+        "claim_two_statements" => f.claim_two_statements = true,
+        "cap_plain_count" => f.cap_plain_count = true,
+        "complete_without_lease_guard" => f.complete_without_lease_guard = true,
+        "move_two_autocommits" => f.move_two_autocommits = true,
+        "heartbeat_ignores_lease" => f.heartbeat_ignores_lease = true,
+        other => return Err(format!("unknown fault {other:?}; expected one of {}", FAULT_NAMES.join(", "))),
+    }
+    Ok(f)
+}
+
+/// The harness for `url`, chosen by its scheme; `fault` (a [`FAULT_NAMES`] entry, only with
+/// the `fault-injection` feature and only for PostgreSQL) switches one broken statement on.
+pub fn harness_for(url: &str, fault: Option<&str>) -> Result<UrlHarness, String> {
+    if let Some(name) = fault {
+        if !cfg!(feature = "fault-injection") {
+            return Err(format!("fault {name:?} asked for, but this build lacks the fault-injection feature"));
+        }
+        let lower = url.to_ascii_lowercase();
+        if !(lower.starts_with("postgres://") || lower.starts_with("postgresql://")) {
+            return Err("--inject-fault applies to a postgres:// URL only".into());
+        }
+    }
     // SQL Server takes an ADO connection string (server=tcp:host,1433;user=...), not a URL.
     #[cfg(feature = "mssql")]
     if chokaq_mssql::is_connection_string(url) {
@@ -13,7 +53,7 @@ pub fn harness_for(url: &str) -> Result<UrlHarness, String> {
     let scheme = url.split_once("://").map(|(s, _)| s).or_else(|| url.split_once(':').map(|(s, _)| s)).unwrap_or("");
     match scheme.to_ascii_lowercase().as_str() {
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(postgres(url)),
+        "postgres" | "postgresql" => postgres(url, fault),
         // #[cfg(feature = "mssql")]
         // "mssql" | "sqlserver" => Ok(mssql(url)),
         #[cfg(feature = "sqlite")]
@@ -45,18 +85,52 @@ fn built_with() -> String {
 }
 
 #[cfg(feature = "postgres")]
-fn postgres(url: &str) -> UrlHarness {
+fn postgres(url: &str, fault: Option<&str>) -> Result<UrlHarness, String> {
     use std::sync::Arc;
 
     use chokaq_conformance::TestBackend;
     use chokaq_postgres::{PgBackend, PgConfig};
 
-    UrlHarness::new("postgres", Some(url.to_string()), |url, schema| {
+    #[cfg(feature = "fault-injection")]
+    let faults = fault.map(fault_named).transpose()?.unwrap_or_default();
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = fault; // rejected in harness_for
+
+    Ok(UrlHarness::new("postgres", Some(url.to_string()), move |url, schema| {
         Box::pin(async move {
+            probe_postgres(&url).await?;
             let cfg = PgConfig::new(url).schema(schema).max_connections(16);
-            Ok(Arc::new(PgBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
+            let backend = PgBackend::connect(cfg).await?;
+            #[cfg(feature = "fault-injection")]
+            let backend = backend.with_faults(faults);
+            Ok(Arc::new(backend) as Arc<dyn TestBackend>)
         })
-    })
+    }))
+}
+
+/// One plain connection first, so an unreachable server or a refused login fails at once
+/// with the driver's reason (the pool would only report "timed out" after its timeout). The
+/// driver's messages name no password; the caller redacts the URL anyway.
+#[cfg(feature = "postgres")]
+async fn probe_postgres(url: &str) -> chokaq_core::Result<()> {
+    use std::str::FromStr;
+    use std::time::Duration;
+
+    use chokaq_core::{Error, ErrorKind};
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sqlx::Connection;
+
+    // A URL the driver cannot parse: PgBackend::connect reports it as InvalidInput.
+    let Ok(opts) = PgConnectOptions::from_str(url) else { return Ok(()) };
+    let unavailable = |why: String| Error::new(ErrorKind::Unavailable, format!("cannot connect: {why}"));
+    match tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&opts)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(unavailable(e.to_string())),
+        Err(_) => Err(unavailable("no answer within 10 s".into())),
+    }
 }
 
 #[cfg(feature = "mssql")]

@@ -39,6 +39,22 @@ struct Args {
     /// List the case names and exit.
     #[arg(long)]
     list: bool,
+    /// Checks the suite itself: runs PostgreSQL with one deliberately broken statement
+    /// (a `chokaq_postgres::Faults` switch), so some cases must FAIL. Never for real use.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true, value_name = "NAME", value_parser = backends::FAULT_NAMES)]
+    inject_fault: Option<String>,
+}
+
+impl Args {
+    /// The `--inject-fault` switch, if given (always `None` without the feature).
+    fn fault(&self) -> Option<&str> {
+        #[cfg(feature = "fault-injection")]
+        let fault = self.inject_fault.as_deref();
+        #[cfg(not(feature = "fault-injection"))]
+        let fault = None;
+        fault
+    }
 }
 
 impl std::fmt::Debug for Args {
@@ -48,6 +64,7 @@ impl std::fmt::Debug for Args {
             .field("schema", &self.schema)
             .field("filter", &self.filter)
             .field("parallel", &self.parallel)
+            .field("inject_fault", &self.fault())
             .finish()
     }
 }
@@ -61,7 +78,7 @@ fn main() -> ExitCode {
     // A child worker of a multi-process case: reopen the parent's store and do the work.
     if std::env::var_os(chokaq_conformance::ENV_CHILD_ROLE).is_some() {
         let url = std::env::var(ENV_CHILD_URL).unwrap_or_default();
-        return match backends::harness_for(&url) {
+        return match backends::harness_for(&url, child_fault().as_deref()) {
             Ok(h) => maybe_run_child(&rt, &h).unwrap_or(ExitCode::from(2)),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -77,7 +94,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let url = args.url.clone().unwrap_or_default();
-    let mut harness = match backends::harness_for(&url) {
+    let mut harness = match backends::harness_for(&url, args.fault()) {
         Ok(h) => h,
         Err(e) => {
             // Names the scheme only, never the URL.
@@ -110,11 +127,14 @@ fn run(rt: &tokio::runtime::Runtime, harness: UrlHarness, args: &Args, url: &str
         harness.schema_name(),
         backend.capabilities()
     );
+    if let Some(fault) = args.fault() {
+        println!("fault injected: {fault} (a deliberately broken statement: cases are expected to FAIL)");
+    }
     println!(
         "stress: {} claimers, {} processes, {} jobs, {} s, {} cap rounds",
         stress.claimers, stress.processes, stress.jobs, stress.seconds, stress.rounds
     );
-    let children = ChildLauncher::current_exe(harness.child_env()).ok();
+    let children = ChildLauncher::current_exe(child_env(&harness, args)).ok();
     let started = Instant::now();
     let summary = rt.block_on(run_suite(backend, args.filter.as_deref(), children, args.parallel));
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
@@ -126,6 +146,30 @@ fn run(rt: &tokio::runtime::Runtime, harness: UrlHarness, args: &Args, url: &str
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// What a child process gets: the harness's env, plus the parent's fault (an empty value
+/// clears one inherited from outside).
+fn child_env(harness: &UrlHarness, args: &Args) -> Vec<(String, String)> {
+    let env = harness.child_env();
+    #[cfg(feature = "fault-injection")]
+    let env = {
+        let mut env = env;
+        env.push((backends::ENV_FAULT.to_string(), args.fault().unwrap_or_default().to_string()));
+        env
+    };
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = args;
+    env
+}
+
+/// The fault a child process runs with (env set by its parent; `None` without the feature).
+fn child_fault() -> Option<String> {
+    #[cfg(feature = "fault-injection")]
+    let fault = std::env::var(backends::ENV_FAULT).ok().filter(|s| !s.is_empty());
+    #[cfg(not(feature = "fault-injection"))]
+    let fault = None;
+    fault
 }
 
 /// Removes the URL and its password from a message, whatever the driver put in it.
