@@ -205,4 +205,21 @@ mod tests {
         assert_eq!(redact(&format!("bad url {url}"), url), "bad url <url>");
         assert_eq!(password_of("postgres://bob@host/db"), None);
     }
+
+    #[test]
+    fn a_fault_needs_a_postgres_url() {
+        for url in ["sqlite:///tmp/x.db", "server=tcp:h,1433;user=u", "mysql://u:pw@h/db", ""] {
+            let e = backends::harness_for(url, Some("cap_plain_count")).expect_err(url);
+            assert!(!e.contains("pw@"), "{e}");
+        }
+    }
+
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn every_fault_name_opens_a_harness() {
+        for name in backends::FAULT_NAMES {
+            assert!(backends::harness_for("postgres://u@h/db", Some(name)).is_ok(), "{name}");
+        }
+        assert!(backends::harness_for("postgres://u@h/db", Some("nope")).is_err());
+    }
 }
