@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,6 +63,8 @@ pub struct WorkerConfig {
     pub queues: Vec<QueueName>,
     pub concurrency: u32,
     pub prefetch: u32,
+    /// Started jobs held beyond the running ones when `prefetch` is 0; `None` = `concurrency`.
+    pub lookahead: Option<u32>,
     pub poll_interval: Duration,
     pub min_poll_interval: Duration,
     pub heartbeat_interval: Duration,
@@ -83,6 +85,7 @@ impl Default for WorkerConfig {
             queues: Vec::new(),
             concurrency: 10,
             prefetch: 0,
+            lookahead: None,
             poll_interval: Duration::from_secs(1),
             min_poll_interval: Duration::from_millis(20),
             heartbeat_interval: Duration::from_secs(5),
@@ -149,6 +152,16 @@ impl WorkerBuilder {
     /// slot frees; buffered jobs must start within the rescuer's fetched timeout.
     pub fn prefetch(mut self, n: u32) -> Self {
         self.config.prefetch = n;
+        self
+    }
+
+    /// With `prefetch` 0: jobs claimed straight to Processing ([`ClaimMode::Start`]) beyond the
+    /// free slots, held in a look-ahead buffer so a freed slot takes the next job at once while
+    /// the next claim is in flight (0 to 1000). Default: `concurrency`. Buffered jobs are
+    /// heart-beaten like running ones, count against queue caps, and are handed back with
+    /// [`FailOutcome::Snooze`] (attempt not counted) at shutdown. 0 claims only free slots.
+    pub fn lookahead(mut self, n: u32) -> Self {
+        self.config.lookahead = Some(n);
         self
     }
 
@@ -284,6 +297,9 @@ impl WorkerBuilder {
         }
         if c.prefetch > MAX_CLAIM_LIMIT {
             return Err(Error::invalid(format!("prefetch must be 0 to {MAX_CLAIM_LIMIT}, got {}", c.prefetch)));
+        }
+        if let Some(n) = c.lookahead.filter(|n| *n > MAX_CLAIM_LIMIT) {
+            return Err(Error::invalid(format!("lookahead must be 0 to {MAX_CLAIM_LIMIT}, got {n}")));
         }
         for (name, d) in [
             ("poll interval", c.poll_interval),
@@ -442,15 +458,33 @@ struct Completion {
     kind: JobKind,
 }
 
+/// The look-ahead buffer: jobs claimed straight to Processing (Start mode) beyond the free
+/// slots, in claim order. A finishing handler hands its slot to the first of them.
+#[derive(Default)]
+struct Ready {
+    jobs: VecDeque<(ClaimedJob, Arc<JobControl>)>,
+    /// Shutdown: nothing more is taken from the buffer.
+    closed: bool,
+}
+
 struct Shared {
     backend: Arc<dyn Backend>,
     worker: WorkerId,
     cfg: WorkerConfig,
     registry: Arc<Registry>,
+    /// Running and look-ahead jobs (both hold Processing leases the heartbeat extends).
     running: Mutex<HashMap<JobId, RunningJob>>,
+    ready: Mutex<Ready>,
     slots: Arc<Semaphore>,
     slot_freed: Notify,
     wake: Notify,
+    /// Finished jobs whose outcome (completion or failure) is not written yet: they still
+    /// count against their queue's cap in the database.
+    finishing: AtomicUsize,
+    /// Claim loop -> completer: flush what is queued now, without waiting for the window.
+    flush_now: Notify,
+    /// Completer / failure path -> claim loop: outcomes were written (cap room may be free).
+    written: Notify,
     completions: mpsc::UnboundedSender<Completion>,
     counters: Arc<Counters>,
     tracker: TaskTracker,
@@ -504,8 +538,12 @@ impl Worker {
             cfg: self.config,
             registry: self.registry,
             running: Mutex::new(HashMap::new()),
+            ready: Mutex::new(Ready::default()),
             slot_freed: Notify::new(),
             wake: Notify::new(),
+            finishing: AtomicUsize::new(0),
+            flush_now: Notify::new(),
+            written: Notify::new(),
             completions: tx,
             counters,
             tracker: TaskTracker::new(),
@@ -539,6 +577,17 @@ impl Worker {
         let guard = DropGuard { sh: sh.clone(), stops: vec![bg_stop.clone(), completer_stop.clone()], armed: true };
 
         let buffer = claim_loop(&sh, &shutdown).await;
+
+        // Shutdown: look-ahead jobs (already Processing) go back to Pending at once, their
+        // attempt not counted.
+        let held: Vec<ClaimedJob> = {
+            let mut ready = sh.ready.lock().unwrap();
+            ready.closed = true;
+            ready.jobs.drain(..).map(|(job, _)| job).collect()
+        };
+        if !held.is_empty() {
+            hand_back_ready(&sh, held).await;
+        }
 
         // Shutdown: release prefetched jobs at once.
         tracing::info!(worker = %sh.worker, buffered = buffer.len(), "chokaq worker shutting down");
@@ -627,12 +676,18 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
     let concurrency = cfg.concurrency as usize;
     let prefetch = cfg.prefetch as usize;
     let mode = if prefetch == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
+    let lookahead = if prefetch == 0 { cfg.lookahead.unwrap_or(cfg.concurrency) as usize } else { 0 };
+    // Jobs this worker holds at most: running + prefetched (Fetched) + look-ahead (Processing).
+    let capacity = concurrency + prefetch + lookahead;
     let mut buffer: VecDeque<ClaimedJob> = VecDeque::new();
     let mut backoff = cfg.min_poll_interval;
     let mut next_claim = Instant::now();
     let max_idle = cfg.poll_interval;
     let mut next_pause_check = Instant::now() + cfg.heartbeat_interval;
     let mut gather_until: Option<Instant> = None;
+    // The last claim came back short while outcomes of this worker were still unwritten: the
+    // next claim waits for the next write (a queue cap counts unwritten jobs) instead of polling.
+    let mut await_written = false;
 
     loop {
         if shutdown.is_cancelled() {
@@ -654,17 +709,16 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
                 }
             }
         }
+        // 1b. Look-ahead jobs onto free slots (finishing handlers normally take them first).
+        fill_slots_from_ready(sh);
         // 2. Claim what fits.
         let free = sh.slots.available_permits();
-        let want = if prefetch == 0 {
-            free
-        } else {
-            (concurrency + prefetch).saturating_sub(concurrency - free + buffer.len())
-        }
-        .min(MAX_CLAIM_LIMIT as usize);
+        let ready_len = sh.ready.lock().unwrap().jobs.len();
+        let held = (concurrency - free.min(concurrency)) + buffer.len() + ready_len;
+        let want = capacity.saturating_sub(held).min(MAX_CLAIM_LIMIT as usize);
         let now = Instant::now();
-        // Batch claims: while most slots are still busy, give others a moment to free up.
-        let small = want > 0 && want * 2 < concurrency + prefetch;
+        // Batch claims: while most of the capacity is still held, give others a moment to free up.
+        let small = want > 0 && want * 2 < capacity;
         let gathering = if small && !cfg.claim_batch_window.is_zero() && now >= next_claim {
             let until = *gather_until.get_or_insert(now + cfg.claim_batch_window);
             now < until
@@ -673,14 +727,7 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
         };
         if want > 0 && now >= next_claim && !gathering {
             gather_until = None;
-            let permits = if mode == ClaimMode::Start {
-                match sh.slots.clone().try_acquire_many_owned(want as u32) {
-                    Ok(p) => Some(p),
-                    Err(_) => continue,
-                }
-            } else {
-                None
-            };
+            await_written = false;
             let req = ClaimRequest::new(sh.worker, cfg.queues.clone(), want as u32, mode);
             let t0 = Instant::now();
             let res = sh.backend.claim(&req).await;
@@ -688,29 +735,48 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
             metrics::histogram!(m::CLAIM_LATENCY).record(t0.elapsed().as_secs_f64());
             match res {
                 Ok(jobs) => {
-                    if jobs.is_empty() {
-                        next_claim = Instant::now() + backoff;
-                        backoff = (backoff * 2).min(max_idle);
+                    let got = jobs.len();
+                    add(&sh.counters.claimed, got as u64);
+                    if mode == ClaimMode::Start {
+                        let tracked: Vec<(ClaimedJob, Arc<JobControl>)> = jobs
+                            .into_iter()
+                            .map(|job| {
+                                let control = track(sh, &job);
+                                (job, control)
+                            })
+                            .collect();
+                        sh.ready.lock().unwrap().jobs.extend(tracked);
+                        fill_slots_from_ready(sh);
                     } else {
-                        // More may be waiting (rows skipped as locked by other claimers):
-                        // claim again at once; only an empty claim backs off.
+                        buffer.extend(jobs);
+                    }
+                    if got >= want {
+                        // More may be waiting (rows skipped as locked by other claimers, or a
+                        // full batch): claim again as soon as there is room.
                         backoff = cfg.min_poll_interval;
                         next_claim = Instant::now();
-                    }
-                    add(&sh.counters.claimed, jobs.len() as u64);
-                    match permits {
-                        Some(mut permits) => {
-                            for job in jobs {
-                                match permits.split(1) {
-                                    Some(p) => spawn_job(sh, job, p),
-                                    None => {
-                                        // Cannot happen: the backend returned more than asked.
-                                        tracing::error!(id = %job.id, "claim returned more jobs than asked for");
-                                    }
-                                }
+                    } else {
+                        // Short: the queues ran dry, or a cap (which counts this worker's
+                        // finished but unwritten jobs) is reached. While this worker holds jobs
+                        // or unwritten outcomes, re-claim right after the next write instead of
+                        // polling, and have pending completions flushed at once.
+                        let in_flight =
+                            sh.finishing.load(Ordering::Acquire) > 0 || !sh.running.lock().unwrap().is_empty();
+                        if in_flight {
+                            await_written = true;
+                            if sh.finishing.load(Ordering::Acquire) > 0 {
+                                sh.flush_now.notify_one();
                             }
                         }
-                        None => buffer.extend(jobs),
+                        if got == 0 {
+                            next_claim = Instant::now() + backoff;
+                            backoff = (backoff * 2).min(max_idle);
+                        } else if in_flight {
+                            next_claim = Instant::now() + backoff;
+                        } else {
+                            backoff = cfg.min_poll_interval;
+                            next_claim = Instant::now();
+                        }
                     }
                 }
                 Err(e) => {
@@ -721,12 +787,21 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
             }
             continue;
         }
-        // 3. Wait for a free slot, a wake-up, the next poll, or shutdown.
+        // 3. Wait for a free slot, a written outcome, a wake-up, the next poll, or shutdown.
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = sh.slot_freed.notified() => {
-                // Let other finishing handlers free their slots too, so claims batch up.
-                tokio::task::yield_now().await;
+                if await_written {
+                    // Cap-bound: get the finished jobs written now, not after the batch window.
+                    sh.flush_now.notify_one();
+                } else {
+                    // Let other finishing handlers free their slots too, so claims batch up.
+                    tokio::task::yield_now().await;
+                }
+            }
+            _ = sh.written.notified(), if await_written => {
+                await_written = false;
+                next_claim = Instant::now();
             }
             _ = sh.wake.notified() => {
                 backoff = cfg.min_poll_interval;
@@ -738,6 +813,49 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
         }
     }
     buffer
+}
+
+/// Takes the next look-ahead job, unless shutting down.
+fn take_ready(sh: &Shared) -> Option<(ClaimedJob, Arc<JobControl>)> {
+    let mut ready = sh.ready.lock().unwrap();
+    if ready.closed {
+        return None;
+    }
+    ready.jobs.pop_front()
+}
+
+/// Starts look-ahead jobs on every free slot.
+fn fill_slots_from_ready(sh: &Arc<Shared>) {
+    loop {
+        let Ok(permit) = sh.slots.clone().try_acquire_owned() else { return };
+        match take_ready(sh) {
+            Some((job, control)) => spawn_tracked(sh, job, permit, control),
+            None => return,
+        }
+    }
+}
+
+/// Shutdown: hands the look-ahead jobs (Processing, never run) back to Pending at once, with
+/// `FailOutcome::Snooze { delay: 0 }` so the attempt does not count.
+async fn hand_back_ready(sh: &Arc<Shared>, held: Vec<ClaimedJob>) {
+    {
+        let mut running = sh.running.lock().unwrap();
+        for job in &held {
+            running.remove(&job.id);
+        }
+    }
+    let results = futures::future::join_all(held.iter().map(|job| {
+        let lease = job.lease_ref();
+        with_retries(move || sh.backend.fail(sh.worker, lease, FailOutcome::Snooze { delay: Duration::ZERO }))
+    }))
+    .await;
+    for r in results {
+        match r {
+            Ok(Fenced::Done(_)) => add(&sh.counters.released, 1),
+            Ok(Fenced::LeaseLost) => add(&sh.counters.lease_lost, 1),
+            Err(e) => tracing::warn!(error = %e, "could not hand back a look-ahead job; the rescuer will"),
+        }
+    }
 }
 
 /// Releases the buffered jobs of queues that are now paused or inactive.
@@ -804,8 +922,25 @@ async fn start_and_spawn(sh: &Arc<Shared>, batch: Vec<ClaimedJob>, mut permits: 
 }
 
 fn spawn_job(sh: &Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+    let control = track(sh, &job);
+    spawn_tracked(sh, job, permit, control);
+}
+
+/// Registers a Processing job for heartbeats, cancel requests and lease loss.
+fn track(sh: &Shared, job: &ClaimedJob) -> Arc<JobControl> {
     let control = Arc::new(JobControl::new());
-    sh.running.lock().unwrap().insert(job.id, RunningJob { lease: job.lease_ref(), control: control.clone() });
+    let old =
+        sh.running.lock().unwrap().insert(job.id, RunningJob { lease: job.lease_ref(), control: control.clone() });
+    if let Some(old) = old {
+        // This worker still runs an earlier attempt of the same job, which was rescued and
+        // granted anew: the earlier lease is lost, whatever the next heartbeat would say.
+        old.control.stop(StopReason::LeaseLost);
+    }
+    control
+}
+
+/// Runs a tracked job on the slot `permit` holds.
+fn spawn_tracked(sh: &Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
     add(&sh.counters.started, 1);
     let span =
         tracing::info_span!("chokaq.job", queue = %job.queue, kind = %job.kind, id = %job.id, attempt = job.attempt);
@@ -853,46 +988,66 @@ async fn run_job(sh: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit,
             let timeout =
                 h.timeout.or_else(|| sh.cfg.queue_timeouts.get(&queue).copied()).unwrap_or(sh.cfg.job_timeout);
             let policy = h.retry_policy.unwrap_or(sh.cfg.retry_policy);
-            let ctx = JobContext::new(ContextInner {
-                id,
-                lease,
-                attempt,
-                max_attempts,
-                queue: queue.clone(),
-                kind: kind.clone(),
-                worker: sh.worker,
-                backend: sh.backend.clone(),
-                control: control.clone(),
-            });
-            let fut = AssertUnwindSafe((h.call)(payload, ctx)).catch_unwind();
-            tokio::pin!(fut);
-            let first = tokio::select! {
-                biased;
-                r = &mut fut => Some(r),
-                _ = control.token.cancelled() => None,
-                _ = tokio::time::sleep(timeout) => {
-                    control.stop(StopReason::Timeout);
-                    None
-                }
-            };
-            let res = match first {
-                Some(r) => Some(r),
-                // Stopped from outside: give the handler a moment to notice and return.
-                None => tokio::time::timeout(sh.cfg.cancel_wait, &mut fut).await.ok(),
-            };
-            metrics::histogram!(m::JOB_RUN, "queue" => queue.to_string(), "kind" => kind.to_string())
-                .record(t0.elapsed().as_secs_f64());
-            decide(&sh, control.reason(), res, attempt, &policy, timeout)
+            if let Some(reason) = control.reason() {
+                // Stopped while waiting in the look-ahead buffer (lease lost, cancel request):
+                // the handler does not run.
+                decide(&sh, Some(reason), None, attempt, &policy, timeout)
+            } else {
+                let ctx = JobContext::new(ContextInner {
+                    id,
+                    lease,
+                    attempt,
+                    max_attempts,
+                    queue: queue.clone(),
+                    kind: kind.clone(),
+                    worker: sh.worker,
+                    backend: sh.backend.clone(),
+                    control: control.clone(),
+                });
+                let fut = AssertUnwindSafe((h.call)(payload, ctx)).catch_unwind();
+                tokio::pin!(fut);
+                let first = tokio::select! {
+                    biased;
+                    r = &mut fut => Some(r),
+                    _ = control.token.cancelled() => None,
+                    _ = tokio::time::sleep(timeout) => {
+                        control.stop(StopReason::Timeout);
+                        None
+                    }
+                };
+                let res = match first {
+                    Some(r) => Some(r),
+                    // Stopped from outside: give the handler a moment to notice and return.
+                    None => tokio::time::timeout(sh.cfg.cancel_wait, &mut fut).await.ok(),
+                };
+                metrics::histogram!(m::JOB_RUN, "queue" => queue.to_string(), "kind" => kind.to_string())
+                    .record(t0.elapsed().as_secs_f64());
+                decide(&sh, control.reason(), res, attempt, &policy, timeout)
+            }
         }
     };
-    // The handler is done (or dropped): free the slot before the finishing write.
-    sh.running.lock().unwrap().remove(&id);
-    drop(permit);
+    // The handler is done (or dropped): hand the slot to the next look-ahead job, or free it,
+    // before the finishing write. Until that write the job still counts against caps.
+    {
+        // Remove this attempt's entry only (a newer lease of the same job may be buffered).
+        let mut running = sh.running.lock().unwrap();
+        if running.get(&id).is_some_and(|r| r.lease == lease) {
+            running.remove(&id);
+        }
+    }
+    if !matches!(verdict, Verdict::Discard) {
+        sh.finishing.fetch_add(1, Ordering::AcqRel);
+    }
+    match take_ready(&sh) {
+        Some((next, next_control)) => spawn_tracked(&sh, next, permit, next_control),
+        None => drop(permit),
+    }
     sh.slot_freed.notify_one();
 
     match verdict {
         Verdict::Complete => {
             if sh.completions.send(Completion { lease, queue, kind }).is_err() {
+                sh.finishing.fetch_sub(1, Ordering::AcqRel);
                 tracing::error!(%id, "completer is gone; the job will be rescued and run again");
             }
         }
@@ -1013,6 +1168,8 @@ async fn finish_failed(sh: &Shared, lease: LeaseRef, queue: &QueueName, kind: &J
             tracing::error!(error = %e, "could not record the failed attempt; the rescuer will retry the job");
         }
     }
+    sh.finishing.fetch_sub(1, Ordering::AcqRel);
+    sh.written.notify_one();
 }
 
 async fn completer_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Completion>, stop: CancellationToken) {
@@ -1047,9 +1204,21 @@ async fn completer_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Complet
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
                 Err(mpsc::error::TryRecvError::Empty) => {}
             }
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(c)) => batch.push(c),
-                Ok(None) | Err(_) => break,
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, rx.recv()) => match r {
+                    Ok(Some(c)) => batch.push(c),
+                    Ok(None) | Err(_) => break,
+                },
+                // The claim loop is waiting for cap room: flush what is here now.
+                _ = sh.flush_now.notified() => {
+                    while batch.len() < max {
+                        match rx.try_recv() {
+                            Ok(c) => batch.push(c),
+                            Err(_) => break,
+                        }
+                    }
+                    break;
+                }
             }
         }
         flush_completions(&sh, &mut batch).await;
@@ -1085,6 +1254,8 @@ async fn flush_completions(sh: &Shared, batch: &mut Vec<Completion>) {
                 "could not complete jobs; they will be rescued and run again (handlers must be idempotent)");
         }
     }
+    sh.finishing.fetch_sub(batch.len(), Ordering::AcqRel);
+    sh.written.notify_one();
     batch.clear();
 }
 
