@@ -432,6 +432,24 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Moves each Processing job still held to the archive, in one statement.
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome>;
 
+    /// Completes `leases` as [`Backend::complete`] does, then claims as [`Backend::claim`]
+    /// does, so the claim's cap count already sees those completions. The default makes the
+    /// two calls in turn; a backend may override it to do both in one round trip and one
+    /// transaction. A bad request is rejected before anything is written. On any other error
+    /// the completions may or may not have been written (as with `complete` alone) and nothing
+    /// was claimed.
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimRequest,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        req.validate()?;
+        let done = self.complete(worker, leases).await?;
+        let jobs = self.claim(req).await?;
+        Ok((done, jobs))
+    }
+
     /// Ends a Processing attempt that did not succeed.
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>>;
 
@@ -542,6 +560,14 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         (**self).complete(worker, leases).await
+    }
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimRequest,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        (**self).complete_and_claim(worker, leases, req).await
     }
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
         (**self).fail(worker, lease, outcome).await

@@ -477,6 +477,51 @@ impl Backend for PgBackend {
         sorted_claims(&rows)
     }
 
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimRequest,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        req.validate()?;
+        #[cfg(feature = "fault-injection")]
+        {
+            let f = &self.faults;
+            if f.claim_two_statements || f.cap_plain_count || f.move_two_autocommits || f.complete_without_lease_guard {
+                // The faulty paths are separate statements: run them as the two calls.
+                let done = self.complete(worker, leases).await?;
+                return Ok((done, self.claim(req).await?));
+            }
+        }
+        let (ids, lease_nums) = dedup(leases);
+        let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
+        let start = req.mode == ClaimMode::Start;
+        let rows = with_retry(|| {
+            sqlx::query(&self.sql().complete_and_claim)
+                .bind(worker.0)
+                .bind(&ids)
+                .bind(&lease_nums)
+                .bind(&queues)
+                .bind(req.limit as i32)
+                .bind(start)
+                .fetch_all(&self.pool)
+        })
+        .await?;
+        let mut done: HashSet<Uuid> = HashSet::new();
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            if done.is_empty() {
+                let ids: Vec<Uuid> = row.try_get("o_done").map_err(map_sqlx_error)?;
+                done.extend(ids);
+            }
+            let id: Option<Uuid> = row.try_get("id").map_err(map_sqlx_error)?;
+            if id.is_some() {
+                claimed.push(row);
+            }
+        }
+        Ok((split(&ids, &done), sorted_claims(&claimed)?))
+    }
+
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.guarded(&self.sql().start, worker, leases).await
     }

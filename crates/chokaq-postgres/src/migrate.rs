@@ -14,8 +14,14 @@ pub struct Migration {
 }
 
 /// Every migration, in version order.
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, name: "init", sql: include_str!("../migrations/0001_init.sql") }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "init", sql: include_str!("../migrations/0001_init.sql") },
+    Migration {
+        version: 2,
+        name: "complete_and_claim",
+        sql: include_str!("../migrations/0002_complete_and_claim.sql"),
+    },
+];
 
 /// Applies the missing migrations in one transaction under a schema-specific advisory lock, so
 /// many processes may call it at once: the first creates, the others wait and find nothing to do.

@@ -69,6 +69,11 @@ pub(crate) const LOOKUP_KEYS: &str =
 
 pub(crate) const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
 
+/// `$1` worker, `$2` ids, `$3` leases (the completions), `$4` queues, `$5` limit, `$6` start:
+/// the completed ids (`o_done`, on every row) and the claimed rows (all NULL when none).
+pub(crate) const COMPLETE_AND_CLAIM: &str =
+    "SELECT r.o_done, (r.o_job).* FROM {schema}.complete_and_claim($1, $2, $3, $4, $5, $6) r";
+
 pub(crate) const START: &str = concat!(
     "WITH l AS (",
     guard!("1"),
@@ -392,6 +397,7 @@ pub(crate) struct Statements {
     pub enqueue: String,
     pub lookup_keys: String,
     pub claim: String,
+    pub complete_and_claim: String,
     pub start: String,
     pub heartbeat: String,
     pub release: String,
@@ -451,6 +457,7 @@ impl Statements {
             enqueue: r(ENQUEUE),
             lookup_keys: r(LOOKUP_KEYS),
             claim: r(CLAIM),
+            complete_and_claim: r(COMPLETE_AND_CLAIM),
             start: r(START),
             heartbeat: r(HEARTBEAT),
             release: r(RELEASE),

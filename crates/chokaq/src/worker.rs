@@ -15,7 +15,7 @@ use chokaq_core::{
     MAX_CLAIM_LIMIT,
 };
 use futures::FutureExt;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -63,7 +63,8 @@ pub struct WorkerConfig {
     pub queues: Vec<QueueName>,
     pub concurrency: u32,
     pub prefetch: u32,
-    /// Started jobs held beyond the running ones when `prefetch` is 0; `None` = `concurrency`.
+    /// Most started jobs held beyond the running ones when `prefetch` is 0 (the buffer adapts
+    /// below it); `None` = 4 x `concurrency`.
     pub lookahead: Option<u32>,
     pub poll_interval: Duration,
     pub min_poll_interval: Duration,
@@ -155,11 +156,14 @@ impl WorkerBuilder {
         self
     }
 
-    /// With `prefetch` 0: jobs claimed straight to Processing ([`ClaimMode::Start`]) beyond the
-    /// free slots, held in a look-ahead buffer so a freed slot takes the next job at once while
-    /// the next claim is in flight (0 to 1000). Default: `concurrency`. Buffered jobs are
-    /// heart-beaten like running ones, count against queue caps, and are handed back with
-    /// [`FailOutcome::Snooze`] (attempt not counted) at shutdown. 0 claims only free slots.
+    /// With `prefetch` 0: the most jobs claimed straight to Processing ([`ClaimMode::Start`])
+    /// beyond the free slots, held in a look-ahead buffer so a freed slot takes the next job at
+    /// once while the next claim is in flight (0 to 1000). Default: 4 x `concurrency`. The
+    /// buffer adapts below this bound: `concurrency` jobs until a handler has finished, then
+    /// about what the slots get through in two claim round trips (short jobs: the bound; jobs
+    /// much longer than a claim: one). Buffered jobs are heart-beaten like running ones,
+    /// count against queue caps, and are handed back with [`FailOutcome::Snooze`] (attempt not
+    /// counted) at shutdown. 0 claims only free slots.
     pub fn lookahead(mut self, n: u32) -> Self {
         self.config.lookahead = Some(n);
         self
@@ -481,11 +485,16 @@ struct Shared {
     /// Finished jobs whose outcome (completion or failure) is not written yet: they still
     /// count against their queue's cap in the database.
     finishing: AtomicUsize,
-    /// Claim loop -> completer: flush what is queued now, without waiting for the window.
-    flush_now: Notify,
     /// Completer / failure path -> claim loop: outcomes were written (cap room may be free).
     written: Notify,
-    completions: mpsc::UnboundedSender<Completion>,
+    /// Outcome writes so far (a `written` wake-up with no new write since the claim is stale).
+    writes: AtomicU64,
+    /// Moving average of handler run times, microseconds (0: none finished yet).
+    job_us: AtomicU64,
+    /// Finished jobs waiting for their completion write, oldest first. The completer flushes
+    /// them in batches; a cap-bound claim loop takes them along in `complete_and_claim`.
+    done: Mutex<VecDeque<Completion>>,
+    done_ready: Notify,
     counters: Arc<Counters>,
     tracker: TaskTracker,
 }
@@ -530,7 +539,6 @@ impl Worker {
     }
 
     async fn run_with_stats(self, shutdown: CancellationToken, counters: Arc<Counters>) -> Result<WorkerReport> {
-        let (tx, rx) = mpsc::unbounded_channel();
         let sh = Arc::new(Shared {
             backend: self.backend,
             worker: self.worker_id,
@@ -542,9 +550,11 @@ impl Worker {
             slot_freed: Notify::new(),
             wake: Notify::new(),
             finishing: AtomicUsize::new(0),
-            flush_now: Notify::new(),
             written: Notify::new(),
-            completions: tx,
+            writes: AtomicU64::new(0),
+            job_us: AtomicU64::new(0),
+            done: Mutex::new(VecDeque::new()),
+            done_ready: Notify::new(),
             counters,
             tracker: TaskTracker::new(),
         });
@@ -570,7 +580,7 @@ impl Worker {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "wake-ups unavailable; polling only"),
         }
-        let completer = tokio::spawn(completer_loop(sh.clone(), rx, completer_stop.clone()));
+        let completer = tokio::spawn(completer_loop(sh.clone(), completer_stop.clone()));
         // If this future is dropped instead of shut down through its token, stop everything it
         // started rather than leak it: running jobs are handed back as at the end of a grace
         // period, background tasks stop.
@@ -676,9 +686,13 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
     let concurrency = cfg.concurrency as usize;
     let prefetch = cfg.prefetch as usize;
     let mode = if prefetch == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
-    let lookahead = if prefetch == 0 { cfg.lookahead.unwrap_or(cfg.concurrency) as usize } else { 0 };
-    // Jobs this worker holds at most: running + prefetched (Fetched) + look-ahead (Processing).
-    let capacity = concurrency + prefetch + lookahead;
+    let lookahead_max = if prefetch == 0 {
+        cfg.lookahead.unwrap_or(cfg.concurrency.saturating_mul(4)).min(MAX_CLAIM_LIMIT) as usize
+    } else {
+        0
+    };
+    // Moving average of claim round trips, microseconds.
+    let mut rtt_us = 0u64;
     let mut buffer: VecDeque<ClaimedJob> = VecDeque::new();
     let mut backoff = cfg.min_poll_interval;
     let mut next_claim = Instant::now();
@@ -688,6 +702,10 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
     // The last claim came back short while outcomes of this worker were still unwritten: the
     // next claim waits for the next write (a queue cap counts unwritten jobs) instead of polling.
     let mut await_written = false;
+    // The last claim came back short with jobs in flight: the next claim completes the queued
+    // finished jobs in the same call.
+    let mut cap_bound = false;
+    let mut seen_writes = 0u64;
 
     loop {
         if shutdown.is_cancelled() {
@@ -711,7 +729,9 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
         }
         // 1b. Look-ahead jobs onto free slots (finishing handlers normally take them first).
         fill_slots_from_ready(sh);
-        // 2. Claim what fits.
+        // 2. Claim what fits: running + prefetched (Fetched) + look-ahead (Processing).
+        let lookahead = lookahead_target(concurrency, lookahead_max, rtt_us, sh.job_us.load(Ordering::Relaxed));
+        let capacity = concurrency + prefetch + lookahead;
         let free = sh.slots.available_permits();
         let ready_len = sh.ready.lock().unwrap().jobs.len();
         let held = (concurrency - free.min(concurrency)) + buffer.len() + ready_len;
@@ -729,10 +749,29 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
             gather_until = None;
             await_written = false;
             let req = ClaimRequest::new(sh.worker, cfg.queues.clone(), want as u32, mode);
+            // Cap-bound: take the queued completions along, so the claim's cap count sees
+            // them (one round trip where the backend supports it).
+            let batch = if cap_bound { take_done(sh, cfg.completion_batch) } else { Vec::new() };
             let t0 = Instant::now();
-            let res = sh.backend.claim(&req).await;
+            let res = if batch.is_empty() {
+                sh.backend.claim(&req).await
+            } else {
+                let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
+                match sh.backend.complete_and_claim(sh.worker, &leases, &req).await {
+                    Ok((out, jobs)) => {
+                        completions_written(sh, &batch, Ok(out.lost));
+                        Ok(jobs)
+                    }
+                    Err(e) => {
+                        completions_written(sh, &batch, Err(&e));
+                        Err(e)
+                    }
+                }
+            };
             add(&sh.counters.claim_calls, 1);
-            metrics::histogram!(m::CLAIM_LATENCY).record(t0.elapsed().as_secs_f64());
+            let took = t0.elapsed();
+            rtt_us = ewma(rtt_us, took.as_micros() as u64);
+            metrics::histogram!(m::CLAIM_LATENCY).record(took.as_secs_f64());
             match res {
                 Ok(jobs) => {
                     let got = jobs.len();
@@ -755,19 +794,18 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
                         // full batch): claim again as soon as there is room.
                         backoff = cfg.min_poll_interval;
                         next_claim = Instant::now();
+                        cap_bound = false;
                     } else {
                         // Short: the queues ran dry, or a cap (which counts this worker's
                         // finished but unwritten jobs) is reached. While this worker holds jobs
-                        // or unwritten outcomes, re-claim right after the next write instead of
-                        // polling, and have pending completions flushed at once.
+                        // or unwritten outcomes, claim again as soon as they are all finished
+                        // (taking their completions along) or an outcome is written, instead
+                        // of polling.
                         let in_flight =
                             sh.finishing.load(Ordering::Acquire) > 0 || !sh.running.lock().unwrap().is_empty();
-                        if in_flight {
-                            await_written = true;
-                            if sh.finishing.load(Ordering::Acquire) > 0 {
-                                sh.flush_now.notify_one();
-                            }
-                        }
+                        cap_bound = in_flight;
+                        await_written = in_flight;
+                        seen_writes = sh.writes.load(Ordering::Acquire);
                         if got == 0 {
                             next_claim = Instant::now() + backoff;
                             backoff = (backoff * 2).min(max_idle);
@@ -792,16 +830,22 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
             _ = shutdown.cancelled() => break,
             _ = sh.slot_freed.notified() => {
                 if await_written {
-                    // Cap-bound: get the finished jobs written now, not after the batch window.
-                    sh.flush_now.notify_one();
+                    // Cap-bound: once nothing runs, complete what finished and claim at once,
+                    // without waiting for the completer's batch window.
+                    if sh.running.lock().unwrap().is_empty() && !sh.done.lock().unwrap().is_empty() {
+                        await_written = false;
+                        next_claim = Instant::now();
+                    }
                 } else {
                     // Let other finishing handlers free their slots too, so claims batch up.
                     tokio::task::yield_now().await;
                 }
             }
             _ = sh.written.notified(), if await_written => {
-                await_written = false;
-                next_claim = Instant::now();
+                if sh.writes.load(Ordering::Acquire) != seen_writes {
+                    await_written = false;
+                    next_claim = Instant::now();
+                }
             }
             _ = sh.wake.notified() => {
                 backoff = cfg.min_poll_interval;
@@ -813,6 +857,29 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
         }
     }
     buffer
+}
+
+/// An exponential moving average (weight 1/8); `avg` 0 means no sample yet.
+fn ewma(avg: u64, sample: u64) -> u64 {
+    let sample = sample.max(1);
+    if avg == 0 {
+        sample
+    } else {
+        (avg * 7 + sample) / 8
+    }
+}
+
+/// How many look-ahead jobs to hold: what the slots get through in two claim round trips,
+/// between 1 and `max`; `concurrency` (at most `max`) until both averages exist.
+fn lookahead_target(concurrency: usize, max: usize, rtt_us: u64, job_us: u64) -> usize {
+    if max == 0 {
+        return 0;
+    }
+    if rtt_us == 0 || job_us == 0 {
+        return concurrency.min(max);
+    }
+    let need = (2 * concurrency as u64 * rtt_us).div_ceil(job_us);
+    (need.min(max as u64) as usize).max(1)
 }
 
 /// Takes the next look-ahead job, unless shutting down.
@@ -1020,8 +1087,11 @@ async fn run_job(sh: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit,
                     // Stopped from outside: give the handler a moment to notice and return.
                     None => tokio::time::timeout(sh.cfg.cancel_wait, &mut fut).await.ok(),
                 };
+                let ran = t0.elapsed();
+                let avg = sh.job_us.load(Ordering::Relaxed);
+                sh.job_us.store(ewma(avg, ran.as_micros() as u64), Ordering::Relaxed);
                 metrics::histogram!(m::JOB_RUN, "queue" => queue.to_string(), "kind" => kind.to_string())
-                    .record(t0.elapsed().as_secs_f64());
+                    .record(ran.as_secs_f64());
                 decide(&sh, control.reason(), res, attempt, &policy, timeout)
             }
         }
@@ -1038,6 +1108,16 @@ async fn run_job(sh: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit,
     if !matches!(verdict, Verdict::Discard) {
         sh.finishing.fetch_add(1, Ordering::AcqRel);
     }
+    // Queue the completion before the slot is seen free, so a claim loop that finds nothing
+    // running finds every finished job's completion queued.
+    let verdict = match verdict {
+        Verdict::Complete => {
+            sh.done.lock().unwrap().push_back(Completion { lease, queue: queue.clone(), kind: kind.clone() });
+            sh.done_ready.notify_one();
+            None
+        }
+        other => Some(other),
+    };
     match take_ready(&sh) {
         Some((next, next_control)) => spawn_tracked(&sh, next, permit, next_control),
         None => drop(permit),
@@ -1045,18 +1125,13 @@ async fn run_job(sh: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit,
     sh.slot_freed.notify_one();
 
     match verdict {
-        Verdict::Complete => {
-            if sh.completions.send(Completion { lease, queue, kind }).is_err() {
-                sh.finishing.fetch_sub(1, Ordering::AcqRel);
-                tracing::error!(%id, "completer is gone; the job will be rescued and run again");
-            }
-        }
-        Verdict::Discard => {
+        None | Some(Verdict::Complete) => {}
+        Some(Verdict::Discard) => {
             add(&sh.counters.lease_lost, 1);
             metrics::counter!(m::LEASE_LOST, "queue" => queue.to_string(), "kind" => kind.to_string()).increment(1);
             tracing::info!("lease lost; outcome discarded");
         }
-        Verdict::Fail(outcome) => finish_failed(&sh, lease, &queue, &kind, outcome).await,
+        Some(Verdict::Fail(outcome)) => finish_failed(&sh, lease, &queue, &kind, outcome).await,
     }
 }
 
@@ -1169,73 +1244,66 @@ async fn finish_failed(sh: &Shared, lease: LeaseRef, queue: &QueueName, kind: &J
         }
     }
     sh.finishing.fetch_sub(1, Ordering::AcqRel);
+    sh.writes.fetch_add(1, Ordering::AcqRel);
     sh.written.notify_one();
 }
 
-async fn completer_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Completion>, stop: CancellationToken) {
+async fn completer_loop(sh: Arc<Shared>, stop: CancellationToken) {
     let max = sh.cfg.completion_batch;
-    let mut batch: Vec<Completion> = Vec::with_capacity(max);
     loop {
-        let first = tokio::select! {
-            c = rx.recv() => c,
-            _ = stop.cancelled() => None,
-        };
-        match first {
-            Some(c) => batch.push(c),
-            None => {
-                // Stopping (every job has finished): drain what is left and flush.
-                while let Ok(c) = rx.try_recv() {
-                    batch.push(c);
-                    if batch.len() >= max {
-                        flush_completions(&sh, &mut batch).await;
-                    }
-                }
-                flush_completions(&sh, &mut batch).await;
-                return;
-            }
-        }
-        let deadline = Instant::now() + sh.cfg.completion_flush;
-        while batch.len() < max {
-            match rx.try_recv() {
-                Ok(c) => {
-                    batch.push(c);
-                    continue;
-                }
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) => {}
-            }
+        if sh.done.lock().unwrap().is_empty() {
             tokio::select! {
-                r = tokio::time::timeout_at(deadline, rx.recv()) => match r {
-                    Ok(Some(c)) => batch.push(c),
-                    Ok(None) | Err(_) => break,
-                },
-                // The claim loop is waiting for cap room: flush what is here now.
-                _ = sh.flush_now.notified() => {
-                    while batch.len() < max {
-                        match rx.try_recv() {
-                            Ok(c) => batch.push(c),
-                            Err(_) => break,
+                _ = sh.done_ready.notified() => {}
+                _ = stop.cancelled() => {
+                    // Stopping (every job has finished): flush what is left.
+                    loop {
+                        let batch = take_done(&sh, max);
+                        if batch.is_empty() {
+                            return;
                         }
+                        flush_completions(&sh, batch).await;
                     }
-                    break;
                 }
             }
         }
-        flush_completions(&sh, &mut batch).await;
+        // Gather for up to the flush interval or a full batch.
+        let deadline = Instant::now() + sh.cfg.completion_flush;
+        while sh.done.lock().unwrap().len() < max {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = sh.done_ready.notified() => {}
+            }
+        }
+        // Empty when a cap-bound claim loop took them along meanwhile.
+        let batch = take_done(&sh, max);
+        flush_completions(&sh, batch).await;
     }
 }
 
-async fn flush_completions(sh: &Shared, batch: &mut Vec<Completion>) {
+/// Takes up to `max` queued completions, oldest first.
+fn take_done(sh: &Shared, max: usize) -> Vec<Completion> {
+    let mut done = sh.done.lock().unwrap();
+    let n = done.len().min(max);
+    done.drain(..n).collect()
+}
+
+async fn flush_completions(sh: &Shared, batch: Vec<Completion>) {
     if batch.is_empty() {
         return;
     }
     let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
     add(&sh.counters.complete_calls, 1);
-    match with_retries(|| sh.backend.complete(sh.worker, &leases)).await {
-        Ok(out) => {
-            let lost: HashSet<JobId> = out.lost.into_iter().collect();
+    let res = with_retries(|| sh.backend.complete(sh.worker, &leases)).await;
+    completions_written(sh, &batch, res.as_ref().map(|out| out.lost.clone()));
+}
+
+/// Records a completion write (counters, metrics) and tells the claim loop.
+fn completions_written(sh: &Shared, batch: &[Completion], res: std::result::Result<Vec<JobId>, &Error>) {
+    match res {
+        Ok(lost) => {
+            let lost: HashSet<JobId> = lost.into_iter().collect();
             let mut done = 0u64;
-            for c in batch.iter() {
+            for c in batch {
                 if lost.contains(&c.lease.id) {
                     metrics::counter!(m::LEASE_LOST, "queue" => c.queue.to_string(), "kind" => c.kind.to_string())
                         .increment(1);
@@ -1250,13 +1318,13 @@ async fn flush_completions(sh: &Shared, batch: &mut Vec<Completion>) {
             add(&sh.counters.lease_lost, lost.len() as u64);
         }
         Err(e) => {
-            tracing::error!(error = %e, count = leases.len(),
+            tracing::error!(error = %e, count = batch.len(),
                 "could not complete jobs; they will be rescued and run again (handlers must be idempotent)");
         }
     }
     sh.finishing.fetch_sub(batch.len(), Ordering::AcqRel);
+    sh.writes.fetch_add(1, Ordering::AcqRel);
     sh.written.notify_one();
-    batch.clear();
 }
 
 async fn heartbeat_loop(sh: Arc<Shared>, stop: CancellationToken) {
@@ -1359,3 +1427,7 @@ async fn wake_loop(sh: Arc<Shared>, mut wakeups: chokaq_core::Wakeups, stop: Can
         }
     }
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

@@ -1,0 +1,207 @@
+//! Tests of the look-ahead buffer and of cap-bound claiming (`complete_and_claim`), on the
+//! memory backend and on PostgreSQL (a fresh schema per test; skipped with a note when the
+//! database is unreachable).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chokaq_core::memory::MemoryBackend;
+use chokaq_core::testing::TestSupport;
+use chokaq_core::{Backend, ClaimMode, ClaimRequest, JobStatus, NewJob, QueueControl, QueueName, WorkerId};
+use chokaq_postgres::{PgBackend, PgConfig};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::job::JobContext;
+use crate::worker::{MaintenanceConfig, Worker};
+
+fn no_maintenance() -> MaintenanceConfig {
+    MaintenanceConfig { enabled: false, ..MaintenanceConfig::default() }
+}
+
+fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
+    (0..n).map(|i| NewJob::build(queue, "t").unwrap().json(serde_json::json!({ "n": i }))).collect()
+}
+
+/// Polls `cond` until it holds or `limit` passes.
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn pg() -> Option<Arc<PgBackend>> {
+    let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string());
+    let schema = format!("chokaq_t_{:016x}", rand::random::<u64>());
+    match PgBackend::connect(PgConfig::new(url).schema(schema).max_connections(4)).await {
+        Ok(b) => {
+            b.migrate().await.expect("migrate");
+            Some(Arc::new(b))
+        }
+        Err(e) => {
+            eprintln!("PostgreSQL unreachable, test skipped: {e}");
+            None
+        }
+    }
+}
+
+/// One running job (blocked) and one look-ahead job (Processing, never run): at shutdown the
+/// look-ahead job is Pending again at once with its attempt not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookahead_is_handed_back_uncounted_at_shutdown() {
+    let b = Arc::new(MemoryBackend::new());
+    let dynb: Arc<dyn Backend> = b.clone();
+    let w = Worker::builder(dynb.clone())
+        .concurrency(1)
+        .shutdown_grace(Duration::from_millis(100))
+        .cancel_wait(Duration::from_millis(100))
+        .maintenance(no_maintenance())
+        .register_raw("t", |_p, ctx: JobContext| async move {
+            ctx.cancelled().await;
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    assert_eq!(w.config().lookahead, None, "default look-ahead = concurrency");
+    dynb.enqueue_many(jobs("default", 3)).await.unwrap();
+    let token = CancellationToken::new();
+    let run = tokio::spawn(w.run(token.clone()));
+    wait_for("1 running + 1 look-ahead, both Processing", Duration::from_secs(5), || async {
+        let s = b.stats().await.unwrap();
+        s.processing == 2 && s.pending == 1
+    })
+    .await;
+    token.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.claimed, report.started, report.released), (2, 1, 1), "{report:?}");
+    // The running job returned Ok when its token fired: completed. The look-ahead job and the
+    // never-claimed one are Pending, attempt 0.
+    assert_eq!(report.completed, 1, "{report:?}");
+    let s = b.stats().await.unwrap();
+    assert_eq!((s.pending, s.processing, s.archived), (2, 0, 1), "{s:?}");
+    let page = b.list_jobs(&chokaq_core::JobFilter::new(chokaq_core::JobTable::Hot)).await.unwrap();
+    assert_eq!(page.jobs.len(), 2);
+    for j in &page.jobs {
+        assert_eq!((j.location, j.attempt), (chokaq_core::JobLocation::Hot(JobStatus::Pending), 0), "{j:?}");
+    }
+}
+
+/// `lookahead(0)` claims only free slots (the behaviour before look-ahead existed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookahead_zero_claims_free_slots_only() {
+    let b = Arc::new(MemoryBackend::new());
+    let dynb: Arc<dyn Backend> = b.clone();
+    let w = Worker::builder(dynb.clone())
+        .concurrency(2)
+        .lookahead(0)
+        .shutdown_grace(Duration::from_millis(100))
+        .cancel_wait(Duration::from_millis(100))
+        .maintenance(no_maintenance())
+        .register_raw("t", |_p, ctx: JobContext| async move {
+            ctx.cancelled().await;
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    dynb.enqueue_many(jobs("default", 5)).await.unwrap();
+    let token = CancellationToken::new();
+    let run = tokio::spawn(w.run(token.clone()));
+    wait_for("2 running", Duration::from_secs(5), || async { b.stats().await.unwrap().processing == 2 }).await;
+    // Give a wrong implementation the chance to over-claim: poll a few more times.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+        assert_eq!(b.stats().await.unwrap().processing, 2);
+    }
+    token.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.claimed, report.released, report.completed), (2, 0, 2), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookahead_out_of_range_is_invalid_input() {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let e = Worker::builder(b).lookahead(1001).register_raw("t", |_p, _c| async { Ok(()) }).build().unwrap_err();
+    assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
+}
+
+/// PostgreSQL: the completions of `complete_and_claim` free cap room for its own claim; lost
+/// leases are reported and nothing is written for them; a bad request changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_complete_and_claim_sees_its_own_completions() {
+    let Some(b) = pg().await else { return };
+    let q = QueueName::new("capped").unwrap();
+    b.control_queue(&q, QueueControl::SetMaxWorkers(Some(2))).await.unwrap();
+    b.enqueue_many(jobs("capped", 5)).await.unwrap();
+    let w = WorkerId::random();
+    let req = |limit| ClaimRequest::new(w, vec![q.clone()], limit, ClaimMode::Start);
+    let first = b.claim(&req(4)).await.unwrap();
+    assert_eq!(first.len(), 2, "cap 2");
+    assert_eq!(b.claim(&req(4)).await.unwrap().len(), 0, "cap full");
+    // A bad request: rejected, nothing completed.
+    let leases: Vec<_> = first.iter().map(|j| j.lease_ref()).collect();
+    let bad = ClaimRequest::new(w, vec![q.clone()], 0, ClaimMode::Start);
+    let e = b.complete_and_claim(w, &leases, &bad).await.unwrap_err();
+    assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
+    assert_eq!(b.stats().await.unwrap().archived, 0);
+    // One stale lease (wrong number) among them: lost, not written.
+    let mut with_stale = leases.clone();
+    with_stale[1].lease = chokaq_core::Lease(with_stale[1].lease.0 + 1_000_000);
+    let (out, next) = b.complete_and_claim(w, &with_stale, &req(4)).await.unwrap();
+    assert_eq!(out.done, vec![first[0].id]);
+    assert_eq!(out.lost, vec![first[1].id]);
+    assert_eq!(next.len(), 1, "one cap slot freed by the completion in the same call");
+    assert!(next.iter().all(|j| j.status == JobStatus::Processing && j.attempt == 1));
+    // Both remaining held leases completed: two claimed in the same call.
+    let leases = vec![first[1].lease_ref(), next[0].lease_ref()];
+    let (out, next2) = b.complete_and_claim(w, &leases, &req(4)).await.unwrap();
+    assert_eq!((out.done.len(), out.lost.len(), next2.len()), (2, 0, 2));
+    // Nothing to complete: a plain claim (cap full again: nothing).
+    let (out, none) = b.complete_and_claim(w, &[], &req(4)).await.unwrap();
+    assert_eq!((out.done.len(), none.len()), (0, 0));
+    let s = b.stats().await.unwrap();
+    assert_eq!((s.archived, s.processing, s.pending), (3, 2, 0), "{s:?}");
+    b.drop_schema().await.unwrap();
+}
+
+/// PostgreSQL: a capped queue (cap 8 = slots) drains without polling back-off: every job
+/// archived exactly once, and the completions ride on the claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_capped_drain_claims_after_completions() {
+    let Some(b) = pg().await else { return };
+    let q = QueueName::new("capped").unwrap();
+    b.control_queue(&q, QueueControl::SetMaxWorkers(Some(8))).await.unwrap();
+    let n = 800u64;
+    b.enqueue_many(jobs("capped", n as usize)).await.unwrap();
+    let dynb: Arc<dyn Backend> = b.clone();
+    let w = Worker::builder(dynb)
+        .queue("capped")
+        .concurrency(8)
+        .maintenance(no_maintenance())
+        .register_raw("t", |_p, _c| async { Ok(()) })
+        .build()
+        .unwrap();
+    let token = CancellationToken::new();
+    let (stats, fut) = w.run_with_handle(token.clone());
+    let run = tokio::spawn(fut);
+    let t0 = Instant::now();
+    wait_for("all completed", Duration::from_secs(60), || async { stats.report().completed >= n }).await;
+    let took = t0.elapsed();
+    token.cancel();
+    let report = run.await.unwrap().unwrap();
+    let s = b.stats().await.unwrap();
+    assert_eq!((s.archived, s.hot()), (n, 0), "{s:?}");
+    assert_eq!((report.claimed, report.completed, report.failed, report.lease_lost), (n, n, 0, 0), "{report:?}");
+    // Cap 8: at least n / 8 claims. Without complete_and_claim nearly every claim would be
+    // followed by a separate completion call; here most completions ride on claims.
+    assert!(report.claim_calls >= n / 8, "{report:?}");
+    assert!(report.complete_calls * 4 < report.claim_calls, "completions did not ride on claims: {report:?}");
+    eprintln!("capped drain of {n}: {took:?}, {report:?}");
+    b.drop_schema().await.unwrap();
+}
