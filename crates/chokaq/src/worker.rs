@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -489,6 +489,9 @@ struct Shared {
     written: Notify,
     /// Outcome writes so far (a `written` wake-up with no new write since the claim is stale).
     writes: AtomicU64,
+    /// The claim loop's last claim came back short with jobs in flight: it completes the
+    /// queued jobs itself (`complete_and_claim`).
+    cap_bound: AtomicBool,
     /// Moving average of handler run times, microseconds (0: none finished yet).
     job_us: AtomicU64,
     /// Finished jobs waiting for their completion write, oldest first. The completer flushes
@@ -553,6 +556,7 @@ impl Worker {
             written: Notify::new(),
             writes: AtomicU64::new(0),
             job_us: AtomicU64::new(0),
+            cap_bound: AtomicBool::new(false),
             done: Mutex::new(VecDeque::new()),
             done_ready: Notify::new(),
             counters,
@@ -795,6 +799,7 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
                         backoff = cfg.min_poll_interval;
                         next_claim = Instant::now();
                         cap_bound = false;
+                        sh.cap_bound.store(false, Ordering::Release);
                     } else {
                         // Short: the queues ran dry, or a cap (which counts this worker's
                         // finished but unwritten jobs) is reached. While this worker holds jobs
@@ -804,6 +809,7 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
                         let in_flight =
                             sh.finishing.load(Ordering::Acquire) > 0 || !sh.running.lock().unwrap().is_empty();
                         cap_bound = in_flight;
+                        sh.cap_bound.store(in_flight, Ordering::Release);
                         await_written = in_flight;
                         seen_writes = sh.writes.load(Ordering::Acquire);
                         if got == 0 {
@@ -1266,9 +1272,12 @@ async fn completer_loop(sh: Arc<Shared>, stop: CancellationToken) {
                 }
             }
         }
-        // Gather for up to the flush interval or a full batch.
+        // Gather for up to the flush interval or a full batch; flush at once when two slot-fulls
+        // (2 x `concurrency`) are waiting, so few finished jobs stay unwritten (after a crash
+        // they run again), except while the claim loop is cap-bound: it takes them along.
         let deadline = Instant::now() + sh.cfg.completion_flush;
-        while sh.done.lock().unwrap().len() < max {
+        let early = if sh.cap_bound.load(Ordering::Acquire) { max } else { max.min(2 * sh.cfg.concurrency as usize) };
+        while sh.done.lock().unwrap().len() < early {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => break,
                 _ = sh.done_ready.notified() => {}
