@@ -349,9 +349,13 @@ async fn multi_process(b: Arc<PgBackend>, kill: bool) -> TestResult {
             cut_off.len(),
             twice.symmetric_difference(&cut_off).take(5).collect::<Vec<_>>()
         );
+        // A sanity bound, not the contract: cut-off runs are the victim's running jobs plus
+        // finished ones whose batched completion was not written yet (the completer flushes at
+        // 2 x concurrency queued, but jobs keep finishing while a flush is on the wire, more so
+        // on a loaded machine). The contract is the equality above.
         ensure!(
-            cut_off.len() <= (CONCURRENCY as usize) * 4,
-            "{} cut-off runs is more than the victim can have had in flight",
+            cut_off.len() <= (CONCURRENCY as usize) * 16,
+            "{} cut-off runs is more than the victim can have had in hand",
             cut_off.len()
         );
     } else {
