@@ -96,6 +96,21 @@ pub struct BatchOutcome {
     pub lost: Vec<JobId>,
 }
 
+impl BatchOutcome {
+    /// Splits `ids` (in input order) into done and lost: every id lands in exactly one list.
+    pub fn partition(ids: impl IntoIterator<Item = JobId>, is_done: impl Fn(&JobId) -> bool) -> Self {
+        let mut out = BatchOutcome::default();
+        for id in ids {
+            if is_done(&id) {
+                out.done.push(id);
+            } else {
+                out.lost.push(id);
+            }
+        }
+        out
+    }
+}
+
 /// What a heartbeat found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatReport {

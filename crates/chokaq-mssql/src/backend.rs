@@ -438,15 +438,7 @@ fn first_row(op: &str, sets: Vec<Vec<Row>>) -> Result<Row> {
 
 /// Splits input leases into done / lost by the ids the database reported.
 fn outcome(leases: &[LeaseRef], done_ids: &HashSet<JobId>) -> BatchOutcome {
-    let mut out = BatchOutcome::default();
-    for l in leases {
-        if done_ids.contains(&l.id) {
-            out.done.push(l.id);
-        } else {
-            out.lost.push(l.id);
-        }
-    }
-    out
+    BatchOutcome::partition(leases.iter().map(|l| l.id), |id| done_ids.contains(id))
 }
 
 fn ids_of(op: &str, rows: &[Row]) -> Result<HashSet<JobId>> {

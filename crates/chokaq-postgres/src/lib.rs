@@ -398,15 +398,7 @@ fn dedup(leases: &[LeaseRef]) -> (Vec<Uuid>, Vec<i64>) {
 
 /// Every id in exactly one list, in input order.
 fn split(ids: &[Uuid], done: &HashSet<Uuid>) -> BatchOutcome {
-    let mut out = BatchOutcome::default();
-    for id in ids {
-        if done.contains(id) {
-            out.done.push(JobId(*id));
-        } else {
-            out.lost.push(JobId(*id));
-        }
-    }
-    out
+    BatchOutcome::partition(ids.iter().map(|id| JobId(*id)), |id| done.contains(&id.0))
 }
 
 /// Claimed rows in claim order (`UPDATE … RETURNING` has none): priority DESC, due ASC, id.
