@@ -10,13 +10,26 @@
 #      directory (Debian's `postgresql` package is installed first if no binaries exist),
 #      stopped and deleted when the tests end.
 # SQL Server tests run when $CHOKAQ_TEST_MSSQL_URL is set, and show as ignored otherwise.
-# The T-SQL grammar check needs sqlfluff (PyPI); it is installed if missing.
+# The SQL grammar checks need sqlfluff 4.5.0 (PyPI) or newer: when the one on the PATH is
+# missing or older, that exact version is installed into a virtualenv under target/tools/ and
+# put first on the PATH of the tests (nothing is installed system-wide).
 # Set CHOKAQ_TEST_REQUIRE=postgres,sqlite,sqlfluff to turn a missing database or tool into a
 # failure instead of ignored tests (CI does).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 log() { printf '[test.sh] %s\n' "$*" >&2; }
+
+# The sqlfluff version the grammar checks are known to pass with (3.x cannot parse valid T-SQL
+# such as `UPDATE TOP (@n)` and `DROP SEQUENCE IF EXISTS`).
+SQLFLUFF_VERSION=4.5.0
+
+case "${1:-}" in
+    -h|--help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+esac
 
 PG_TMP=""
 cleanup() {
@@ -96,12 +109,36 @@ else
 fi
 export CHOKAQ_TEST_POSTGRES_URL
 
-if ! command -v sqlfluff >/dev/null 2>&1; then
-    log "installing sqlfluff (T-SQL grammar check)"
-    python3 -m pip install --quiet --disable-pip-version-check 'sqlfluff>=3,<4' >&2 \
-        || log "could not install sqlfluff: the T-SQL grammar test will say so"
-    hash -r
-fi
+version_at_least() {
+    # version_at_least HAVE WANT: HAVE >= WANT in version order.
+    [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
+ensure_sqlfluff() {
+    local have venv
+    have=$(sqlfluff --version 2>/dev/null | awk '{print $NF}') || have=""
+    if [ -n "$have" ] && version_at_least "$have" "$SQLFLUFF_VERSION"; then
+        log "sqlfluff $have on the PATH"
+        return 0
+    fi
+    venv="$PWD/target/tools/sqlfluff-$SQLFLUFF_VERSION"
+    if [ ! -x "$venv/bin/sqlfluff" ]; then
+        log "installing sqlfluff==$SQLFLUFF_VERSION into $venv (found: ${have:-none})"
+        rm -rf "$venv"
+        if ! python3 -m venv "$venv" >&2; then
+            log "python3 -m venv failed: installing Debian's python3-venv"
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+            rm -rf "$venv"
+            python3 -m venv "$venv" >&2
+        fi
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "sqlfluff==$SQLFLUFF_VERSION" >&2 \
+            || { log "could not install sqlfluff: the grammar tests will say so"; return 0; }
+    fi
+    export PATH="$venv/bin:$PATH"
+    log "sqlfluff $(sqlfluff --version | awk '{print $NF}') from $venv"
+}
+ensure_sqlfluff
 
 if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ]; then
     log "CHOKAQ_TEST_MSSQL_URL is not set: SQL Server conformance cases will show as ignored"

@@ -12,7 +12,7 @@
 //! migrate, child-process reopen, drop at the end):
 //!
 //! ```no_run
-//! // crates/chokaq-foo/tests/conformance.rs
+//! // chokaq-foo/tests/conformance.rs
 //! use std::sync::Arc;
 //! use chokaq_conformance::{run_main, TestBackend, UrlHarness};
 //!
