@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use chokaq_core::{ClaimMode, ClaimRequest, JobId, Lease, LeaseRef, QueueName, WorkerId};
+use chokaq_core::{ClaimMode, ClaimParams, JobId, Lease, LeaseRef, QueueName, WorkerId};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::ctx::{ChildLauncher, Failure};
@@ -46,7 +46,7 @@ async fn child_main<H: Harness + ?Sized>(harness: &H, role: &str) -> Result<(), 
             writeln!(out, "ready").ok();
             out.flush().ok();
             loop {
-                let req = ClaimRequest::new(worker, vec![queue.clone()], batch, ClaimMode::Start);
+                let req = ClaimParams::new(worker, vec![queue.clone()], batch, ClaimMode::Start);
                 let got = backend.claim(&req).await?;
                 if got.is_empty() {
                     let s = backend.stats().await?;
@@ -75,7 +75,7 @@ async fn child_main<H: Harness + ?Sized>(harness: &H, role: &str) -> Result<(), 
             Ok(())
         }
         "hold" => {
-            let req = ClaimRequest::new(worker, vec![queue.clone()], 1, ClaimMode::Start);
+            let req = ClaimParams::new(worker, vec![queue.clone()], 1, ClaimMode::Start);
             let got = backend.claim(&req).await?;
             let Some(j) = got.first() else {
                 return Err(Failure("hold child claimed nothing".into()));

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chokaq_core::testing::{JobPatch, Presence};
 use chokaq_core::{
-    Capabilities, ClaimMode, ClaimRequest, ClaimedJob, JobId, JobKind, JobLocation, JobRecord, NewJob, QueueName,
-    QueueStats, RescueParams, RescueReport, WorkerId,
+    BackendExt, Capabilities, ClaimMode, ClaimParams, ClaimedJob, JobId, JobKind, JobLocation, JobRecord, NewJob,
+    QueueName, QueueStats, RescueParams, RescueReport, WorkerId,
 };
 
 use crate::harness::TestBackend;
@@ -213,7 +213,7 @@ impl Ctx {
         limit: u32,
         mode: ClaimMode,
     ) -> Result<Vec<ClaimedJob>, Failure> {
-        Ok(self.backend.claim(&ClaimRequest::new(worker, vec![queue.clone()], limit, mode)).await?)
+        Ok(self.backend.claim(&ClaimParams::new(worker, vec![queue.clone()], limit, mode)).await?)
     }
 
     /// Claims exactly one job in start mode; fails the case if none came back.

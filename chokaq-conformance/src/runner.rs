@@ -13,7 +13,7 @@ use crate::ctx::{ChildLauncher, Ctx, StressSettings};
 use crate::harness::{is_required, Harness, TestBackend};
 
 /// Why a case cannot run on this backend (a missing capability), if it cannot.
-pub fn missing_capability(case: &Case, backend: &dyn TestBackend, children: bool) -> Option<String> {
+pub async fn missing_capability(case: &Case, backend: &dyn TestBackend, children: bool) -> Option<String> {
     let caps = backend.capabilities();
     if case.needs.multi_process && !caps.multi_process {
         return Some("backend lacks capability multi_process".into());
@@ -24,8 +24,8 @@ pub fn missing_capability(case: &Case, backend: &dyn TestBackend, children: bool
     if case.needs.kill_connections && !caps.kill_connections {
         return Some("backend lacks capability kill_connections".into());
     }
-    if case.needs.listen_notify && !caps.listen_notify {
-        return Some("backend lacks capability listen_notify".into());
+    if case.needs.listen_notify && !matches!(backend.wakeups().await, Ok(Some(_))) {
+        return Some("backend pushes no wake-ups (Backend::wakeups returns None)".into());
     }
     None
 }
@@ -70,7 +70,7 @@ pub async fn run_cases(
         if !names.is_empty() && !names.contains(&case.name) {
             continue;
         }
-        if let Some(why) = missing_capability(&case, &*backend, children.is_some()) {
+        if let Some(why) = missing_capability(&case, &*backend, children.is_some()).await {
             out.push((case.name.to_string(), Err(format!("skipped: {why}"))));
             continue;
         }
@@ -133,7 +133,7 @@ pub fn run_main<H: Harness>(harness: H) -> ExitCode {
                 let handle = handle.clone();
                 let children = children.clone();
                 Trial::ignorable_test(trial_name, move || {
-                    if let Some(why) = missing_capability(&case, &*backend, children.is_some()) {
+                    if let Some(why) = handle.block_on(missing_capability(&case, &*backend, children.is_some())) {
                         return Ok(Completion::ignored_with(why));
                     }
                     let caps = backend.capabilities();
@@ -180,7 +180,7 @@ pub async fn run_suite(
         let sem = sem.clone();
         set.spawn(async move {
             let _permit = sem.acquire_owned().await.expect("semaphore open");
-            if let Some(why) = missing_capability(&case, &*backend, children.is_some()) {
+            if let Some(why) = missing_capability(&case, &*backend, children.is_some()).await {
                 println!("case {:<44} ... skipped ({why})", case.name);
                 return (0, 0, 1);
             }

@@ -49,13 +49,13 @@ impl Backend for Broken {
     async fn migrate(&self) -> Result<()> {
         self.inner.migrate().await
     }
-    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        self.inner.enqueue(job).await
+    async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {
+        self.inner.wakeups().await
     }
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         self.inner.enqueue_many(jobs).await
     }
-    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         if self.fault == Some(Fault::CapCheckThenAct) && req.queues.len() == 1 {
             let q = &req.queues[0];
             if let Some(max) = self.inner.queue_settings(q).await?.max_workers {
@@ -100,9 +100,9 @@ impl Backend for Broken {
         }
         self.inner.complete(worker, leases).await
     }
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         if self.fault == Some(Fault::RetryForever) {
-            if let FailOutcome::Retry { .. } = outcome {
+            if let FailAction::Retry { .. } = outcome {
                 // Forget the attempt count before failing, so attempts never run out.
                 self.inner.force(lease.id, &JobPatch { attempt: Some(0), ..Default::default() }).await?;
             }
@@ -127,7 +127,7 @@ impl Backend for Broken {
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
         self.inner.requeue_dead(id).await
     }
-    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
         self.inner.purge(req).await
     }
     async fn stats(&self) -> Result<StatsSnapshot> {
@@ -136,7 +136,7 @@ impl Backend for Broken {
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
         self.inner.get_job(id).await
     }
-    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
     }
 }

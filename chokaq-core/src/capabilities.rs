@@ -27,34 +27,20 @@ impl TimestampPrecision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// The database pushes wake-ups on enqueue ([`crate::Backend::wakeups`] returns a stream).
-    pub listen_notify: bool,
     /// How finely timestamps are stored.
     pub timestamp_precision: TimestampPrecision,
     /// Test support can kill the backend's database connections mid-transaction.
     pub kill_connections: bool,
     /// Several OS processes may share one database safely.
     pub multi_process: bool,
-    /// Enqueue can join the caller's own transaction.
-    pub transactional_enqueue: bool,
 }
 
 impl Capabilities {
-    /// Capabilities with everything optional switched off.
+    /// The capabilities of an ordinary database server: several processes may share it
+    /// (`multi_process` on); the test-only `kill_connections` is off. Whether a backend pushes
+    /// wake-ups is not a flag: [`crate::Backend::wakeups`] answers it.
     pub const fn minimal(timestamp_precision: TimestampPrecision) -> Self {
-        Capabilities {
-            listen_notify: false,
-            timestamp_precision,
-            kill_connections: false,
-            multi_process: true,
-            transactional_enqueue: false,
-        }
-    }
-
-    /// Sets `listen_notify`.
-    pub const fn with_listen_notify(mut self, v: bool) -> Self {
-        self.listen_notify = v;
-        self
+        Capabilities { timestamp_precision, kill_connections: false, multi_process: true }
     }
 
     /// Sets `kill_connections`.
@@ -66,12 +52,6 @@ impl Capabilities {
     /// Sets `multi_process`.
     pub const fn with_multi_process(mut self, v: bool) -> Self {
         self.multi_process = v;
-        self
-    }
-
-    /// Sets `transactional_enqueue`.
-    pub const fn with_transactional_enqueue(mut self, v: bool) -> Self {
-        self.transactional_enqueue = v;
         self
     }
 }

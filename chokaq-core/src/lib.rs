@@ -12,20 +12,35 @@
 
 mod backend;
 mod capabilities;
+mod claim;
 mod error;
 mod job;
+mod list;
+mod maintenance;
 pub mod memory;
+mod outcome;
+mod queue;
 mod retry;
+mod stats;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod types;
 pub mod validate;
+mod wake;
 
-pub use backend::*;
+pub use backend::{Backend, BackendExt};
 pub use capabilities::{Capabilities, TimestampPrecision};
+pub use claim::{ClaimMode, ClaimParams, MAX_CLAIM_LIMIT, MAX_ENQUEUE_BATCH};
 pub use error::{Error, ErrorKind, Result};
 pub use job::*;
+pub use list::{JobPage, JobTable, ListJobsParams};
+pub use maintenance::{PurgeParams, PurgeTarget, RescueParams, RescueReport};
+pub use outcome::{BatchOutcome, CancelOutcome, FailAction, FailOutcome, Fenced, HeartbeatReport, RequeueOutcome};
+pub use queue::{QueueControl, QueueSettings, ZombiePolicy};
 pub use retry::RetryPolicy;
+pub use stats::{QueueStats, StatsSnapshot};
 pub use types::*;
+pub use wake::{Wake, Wakeups};
 
 /// Re-exported so backends and users agree on one version.
 pub use chrono;

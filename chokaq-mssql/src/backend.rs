@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chokaq_core::chrono::{DateTime, NaiveDateTime, Utc};
+#[cfg(feature = "testing")]
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
 use chokaq_core::uuid::Uuid;
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimRequest, ClaimedJob, DeadReason,
-    Enqueued, Error, ErrorKind, FailOutcome, FailResult, Fenced, HeartbeatReport, JobFilter, JobId, JobKind,
-    JobLocation, JobPage, JobRecord, JobStatus, JobTable, Lease, LeaseRef, NewJob, PurgeRequest, PurgeTarget,
-    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot,
-    Timestamp, TimestampPrecision, WorkerId, ZombiePolicy, MAX_ENQUEUE_BATCH,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
+    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobKind, JobLocation, JobPage,
+    JobRecord, JobStatus, JobTable, Lease, LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl,
+    QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot, Timestamp,
+    TimestampPrecision, WorkerId, ZombiePolicy, MAX_ENQUEUE_BATCH,
 };
 use tiberius::{Row, ToSql};
 
@@ -461,18 +462,12 @@ impl Backend for MssqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::minimal(TimestampPrecision::HundredNanoseconds)
-            .with_listen_notify(false)
             .with_kill_connections(true)
             .with_multi_process(true)
     }
 
     async fn migrate(&self) -> Result<()> {
         self.migrate_inner().await
-    }
-
-    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let mut out = self.enqueue_many(vec![job]).await?;
-        out.pop().ok_or_else(|| decode("enqueue", "no result row"))
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
@@ -513,7 +508,7 @@ impl Backend for MssqlBackend {
         rows.iter().map(|r| Ok(Enqueued { id: job_id(op, r, "Id")?, duplicate: req(op, r, "Duplicate")? })).collect()
     }
 
-    async fn claim(&self, req_: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, req_: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         req_.validate()?;
         let queues: Vec<&str> = req_.queues.iter().map(QueueName::as_str).collect();
         let queues = serde_json::to_string(&queues)?;
@@ -581,13 +576,13 @@ impl Backend for MssqlBackend {
         Ok(outcome(leases, &ids_of("complete", &rows)?))
     }
 
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome_: FailOutcome) -> Result<Fenced<FailResult>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome_: FailAction) -> Result<Fenced<FailOutcome>> {
         let op = "fail";
         let (action, delay, error, reason): (i16, Duration, Option<String>, DeadReason) = match outcome_ {
-            FailOutcome::Retry { delay, error } => (0, delay, Some(error), DeadReason::Failed),
-            FailOutcome::Snooze { delay } => (1, delay, None, DeadReason::Failed),
-            FailOutcome::DeadLetter { reason, error } => (2, Duration::ZERO, Some(error), reason),
-            FailOutcome::Cancelled { error } => (2, Duration::ZERO, error, DeadReason::Cancelled),
+            FailAction::Retry { delay, error } => (0, delay, Some(error), DeadReason::Failed),
+            FailAction::Snooze { delay } => (1, delay, None, DeadReason::Failed),
+            FailAction::DeadLetter { reason, error } => (2, Duration::ZERO, Some(error), reason),
+            FailAction::Cancelled { error } => (2, Duration::ZERO, error, DeadReason::Cancelled),
         };
         let (secs, nanos) = delay_parts("retry delay", delay)?;
         let error = error.map(|e| validate::truncate(&e, validate::MAX_ERROR_LEN).to_string());
@@ -605,9 +600,9 @@ impl Backend for MssqlBackend {
         let result: i32 = req(op, &row, "Result")?;
         Ok(match result {
             0 => Fenced::LeaseLost,
-            1 => Fenced::Done(FailResult::Retried { at: req_ts(op, &row, "DueAtUtc")? }),
-            2 => Fenced::Done(FailResult::Snoozed { until: req_ts(op, &row, "DueAtUtc")? }),
-            3 => Fenced::Done(FailResult::DeadLettered(reason)),
+            1 => Fenced::Done(FailOutcome::Retried { at: req_ts(op, &row, "DueAtUtc")? }),
+            2 => Fenced::Done(FailOutcome::Snoozed { until: req_ts(op, &row, "DueAtUtc")? }),
+            3 => Fenced::Done(FailOutcome::DeadLettered(reason)),
             other => return Err(decode(op, format!("unknown result {other}"))),
         })
     }
@@ -709,7 +704,7 @@ impl Backend for MssqlBackend {
         Ok(if req::<i32>(op, &row, "Moved")? == 1 { RequeueOutcome::Requeued } else { RequeueOutcome::NotFound })
     }
 
-    async fn purge(&self, r: &PurgeRequest) -> Result<u64> {
+    async fn purge(&self, r: &PurgeParams) -> Result<u64> {
         let op = "purge";
         if r.batch_size == 0 || r.batch_size > 100_000 {
             return Err(Error::invalid("purge batch_size must be 1 to 100000"));
@@ -785,7 +780,7 @@ impl Backend for MssqlBackend {
         }
     }
 
-    async fn list_jobs(&self, f: &JobFilter) -> Result<JobPage> {
+    async fn list_jobs(&self, f: &ListJobsParams) -> Result<JobPage> {
         let op = "list_jobs";
         if f.limit == 0 || f.limit > 1000 {
             return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", f.limit)));
@@ -821,8 +816,13 @@ impl Backend for MssqlBackend {
         };
         Ok(JobPage { jobs, next })
     }
+
+    async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {
+        Ok(None)
+    }
 }
 
+#[cfg(feature = "testing")]
 #[async_trait]
 impl TestSupport for MssqlBackend {
     async fn db_now(&self) -> Result<Timestamp> {

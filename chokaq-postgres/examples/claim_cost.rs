@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use chokaq_core::testing::TestSupport;
-use chokaq_core::{Backend, ClaimMode, ClaimRequest, QueueName, WorkerId};
+use chokaq_core::{Backend, ClaimMode, ClaimParams, QueueName, WorkerId};
 use chokaq_postgres::{PgBackend, PgConfig, MIGRATIONS};
 use sqlx::Row;
 
@@ -37,7 +37,7 @@ async fn run(db: &PgBackend) -> chokaq_core::Result<()> {
     for backlog in [10_000usize, 1_000_000] {
         fill(db, backlog).await?;
         let worker = WorkerId::random();
-        let req = ClaimRequest::new(worker, queues.clone(), 10, ClaimMode::Start);
+        let req = ClaimParams::new(worker, queues.clone(), 10, ClaimMode::Start);
         for _ in 0..5 {
             db.claim(&req).await?; // warm the plan cache and the buffers
         }

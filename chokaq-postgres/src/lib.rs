@@ -24,13 +24,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+#[cfg(feature = "testing")]
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimRequest, ClaimedJob, DeadReason,
-    Enqueued, Error, ErrorKind, FailOutcome, FailResult, Fenced, HeartbeatReport, JobFilter, JobId, JobPage, JobRecord,
-    LeaseRef, NewJob, PurgeRequest, QueueControl, QueueName, QueueSettings, QueueStats, RequeueOutcome, RescueParams,
-    RescueReport, Result, RunAt, StatsSnapshot, Timestamp, TimestampPrecision, Wakeups, WorkerId, ZombiePolicy,
-    MAX_ENQUEUE_BATCH,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
+    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef,
+    ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, QueueStats, RequeueOutcome,
+    RescueParams, RescueReport, Result, RunAt, StatsSnapshot, Timestamp, TimestampPrecision, Wakeups, WorkerId,
+    ZombiePolicy, MAX_ENQUEUE_BATCH,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Row};
@@ -340,7 +341,7 @@ impl PgBackend {
     }
 
     #[cfg(feature = "fault-injection")]
-    async fn faulty_claim(&self, req: &ClaimRequest, queues: &[String]) -> Result<Vec<sqlx::postgres::PgRow>> {
+    async fn faulty_claim(&self, req: &ClaimParams, queues: &[String]) -> Result<Vec<sqlx::postgres::PgRow>> {
         let start = req.mode == ClaimMode::Start;
         if self.faults.claim_two_statements {
             let ids: Vec<Uuid> = sqlx::query_scalar(&self.sql().fault_claim_select)
@@ -424,20 +425,11 @@ impl Backend for PgBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::minimal(TimestampPrecision::Microsecond)
-            .with_listen_notify(true)
-            .with_kill_connections(true)
-            .with_multi_process(true)
-            .with_transactional_enqueue(true)
+        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(true).with_multi_process(true)
     }
 
     async fn migrate(&self) -> Result<()> {
         with_retry(|| migrate::migrate(&self.pool, &self.shared.schema)).await
-    }
-
-    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let mut out = self.enqueue_many(vec![job]).await?;
-        out.pop().ok_or_else(|| Error::new(ErrorKind::Other, "enqueue returned no result"))
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
@@ -448,7 +440,7 @@ impl Backend for PgBackend {
         self.enqueue_on(Target::Pool(&self.pool), &rows, &slots).await
     }
 
-    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         req.validate()?;
         let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
         let start = req.mode == ClaimMode::Start;
@@ -473,7 +465,7 @@ impl Backend for PgBackend {
         &self,
         worker: WorkerId,
         leases: &[LeaseRef],
-        req: &ClaimRequest,
+        req: &ClaimParams,
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         req.validate()?;
         #[cfg(feature = "fault-injection")]
@@ -559,12 +551,12 @@ impl Backend for PgBackend {
         self.guarded(&self.sql().complete, worker, leases).await
     }
 
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         let (act, delay, error, reason) = match &outcome {
-            FailOutcome::Retry { delay, error } => ("retry", *delay, Some(error_text(error)), DeadReason::Failed),
-            FailOutcome::Snooze { delay } => ("snooze", *delay, None, DeadReason::Failed),
-            FailOutcome::DeadLetter { reason, error } => ("dead", Duration::ZERO, Some(error_text(error)), *reason),
-            FailOutcome::Cancelled { error } => {
+            FailAction::Retry { delay, error } => ("retry", *delay, Some(error_text(error)), DeadReason::Failed),
+            FailAction::Snooze { delay } => ("snooze", *delay, None, DeadReason::Failed),
+            FailAction::DeadLetter { reason, error } => ("dead", Duration::ZERO, Some(error_text(error)), *reason),
+            FailAction::Cancelled { error } => {
                 ("dead", Duration::ZERO, error.as_deref().map(error_text), DeadReason::Cancelled)
             }
         };
@@ -585,9 +577,9 @@ impl Backend for PgBackend {
         let at: Option<Timestamp> = row.try_get("at").map_err(map_sqlx_error)?;
         let missing = || Error::new(ErrorKind::Other, "fail: no due time returned");
         Ok(Fenced::Done(match done.as_str() {
-            "retry" => FailResult::Retried { at: at.ok_or_else(missing)? },
-            "snooze" => FailResult::Snoozed { until: at.ok_or_else(missing)? },
-            _ => FailResult::DeadLettered(reason),
+            "retry" => FailOutcome::Retried { at: at.ok_or_else(missing)? },
+            "snooze" => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
+            _ => FailOutcome::DeadLettered(reason),
         }))
     }
 
@@ -688,7 +680,7 @@ impl Backend for PgBackend {
         Ok(if moved > 0 { RequeueOutcome::Requeued } else { RequeueOutcome::NotFound })
     }
 
-    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
         list::purge(&self.pool, &self.shared.schema, req).await
     }
 
@@ -723,7 +715,7 @@ impl Backend for PgBackend {
         row.as_ref().map(rows::record).transpose()
     }
 
-    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         list::list_jobs(&self.pool, &self.shared.schema, filter).await
     }
 
@@ -741,6 +733,7 @@ impl Backend for PgBackend {
     }
 }
 
+#[cfg(feature = "testing")]
 #[async_trait]
 impl TestSupport for PgBackend {
     async fn db_now(&self) -> Result<Timestamp> {

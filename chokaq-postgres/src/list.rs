@@ -1,7 +1,7 @@
 //! The filtered listing and the purge: dynamic WHERE clauses built with sea-query, every value
 //! bound.
 
-use chokaq_core::{Error, JobFilter, JobPage, JobTable, PurgeRequest, PurgeTarget, Result};
+use chokaq_core::{Error, JobPage, JobTable, ListJobsParams, PurgeParams, PurgeTarget, Result};
 use sea_query::{Alias, Expr, LockBehavior, LockType, Order, PostgresQueryBuilder, Query, SelectStatement};
 use sea_query_binder::SqlxBinder;
 use sqlx::PgPool;
@@ -16,7 +16,7 @@ fn col(name: &str) -> Expr {
     Expr::col(Alias::new(name))
 }
 
-pub(crate) async fn list_jobs(pool: &PgPool, schema: &str, filter: &JobFilter) -> Result<JobPage> {
+pub(crate) async fn list_jobs(pool: &PgPool, schema: &str, filter: &ListJobsParams) -> Result<JobPage> {
     if filter.limit == 0 || filter.limit > MAX_PAGE {
         return Err(Error::invalid(format!("list limit must be 1 to {MAX_PAGE}, got {}", filter.limit)));
     }
@@ -67,7 +67,7 @@ pub(crate) async fn list_jobs(pool: &PgPool, schema: &str, filter: &JobFilter) -
 /// Deletes in bounded batches (`DELETE … WHERE id IN (SELECT id … LIMIT n FOR UPDATE SKIP
 /// LOCKED)`), each its own short transaction, until a batch comes back short or
 /// `max_batches` ran. Concurrent purges skip each other's rows instead of waiting.
-pub(crate) async fn purge(pool: &PgPool, schema: &str, req: &PurgeRequest) -> Result<u64> {
+pub(crate) async fn purge(pool: &PgPool, schema: &str, req: &PurgeParams) -> Result<u64> {
     if req.batch_size == 0 || req.batch_size > 100_000 {
         return Err(Error::invalid(format!("purge batch_size must be 1 to 100000, got {}", req.batch_size)));
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chokaq_core::testing::TestSupport;
-use chokaq_core::{Backend, BackendExt, ClaimMode, ClaimRequest, JobId, Lease, NewJob, WorkerId};
+use chokaq_core::{Backend, BackendExt, ClaimMode, ClaimParams, JobId, Lease, NewJob, WorkerId};
 use common::{job, q};
 
 const JOBS: usize = 10_000;
@@ -61,7 +61,7 @@ async fn sixteen_claimers_ten_thousand_jobs_cap_three() {
             let worker = WorkerId::random();
             // Half the claimers start directly, half reserve then start.
             let mode = if i % 2 == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
-            let req = ClaimRequest::new(worker, vec![q("race")], 10, mode);
+            let req = ClaimParams::new(worker, vec![q("race")], 10, mode);
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 if completed.load(Ordering::SeqCst) >= JOBS as i64 || Instant::now() > deadline {
@@ -139,7 +139,7 @@ async fn cap_never_overshoots_under_racing_batch_claims() {
                 let db = db.clone();
                 tokio::spawn(async move {
                     let w = WorkerId::random();
-                    let got = db.claim(&ClaimRequest::new(w, vec![q("cap2")], 5, ClaimMode::Start)).await.unwrap();
+                    let got = db.claim(&ClaimParams::new(w, vec![q("cap2")], 5, ClaimMode::Start)).await.unwrap();
                     (w, got)
                 })
             })
@@ -187,14 +187,14 @@ async fn stats_sums_add_up_while_jobs_move() {
             tokio::spawn(async move {
                 let w = WorkerId::random();
                 loop {
-                    let got = db.claim(&ClaimRequest::new(w, vec![q("moving")], 25, ClaimMode::Start)).await.unwrap();
+                    let got = db.claim(&ClaimParams::new(w, vec![q("moving")], 25, ClaimMode::Start)).await.unwrap();
                     if got.is_empty() {
                         return;
                     }
                     let leases: Vec<_> = got.iter().map(|j| j.lease_ref()).collect();
                     if i == 0 {
                         for l in leases {
-                            let _ = db.fail(w, l, chokaq_core::FailOutcome::Cancelled { error: None }).await.unwrap();
+                            let _ = db.fail(w, l, chokaq_core::FailAction::Cancelled { error: None }).await.unwrap();
                         }
                     } else {
                         db.complete(w, &leases).await.unwrap();

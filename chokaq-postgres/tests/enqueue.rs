@@ -3,6 +3,7 @@
 
 mod common;
 
+use chokaq_core::BackendExt;
 use std::collections::HashSet;
 use std::time::Duration;
 

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use chokaq_core::testing::{JobPatch, TestSupport};
 use chokaq_core::{
-    Backend, BackendExt, CancelOutcome, ClaimMode, ClaimRequest, DeadReason, ErrorKind, FailOutcome, FailResult,
-    Fenced, JobId, JobLocation, JobStatus, LeaseRef, QueueControl, RequeueOutcome, RescueParams, WorkerId,
-    ZombiePolicy,
+    Backend, BackendExt, CancelOutcome, ClaimMode, ClaimParams, DeadReason, ErrorKind, FailAction, FailOutcome, Fenced,
+    JobId, JobLocation, JobStatus, LeaseRef, QueueControl, RequeueOutcome, RescueParams, WorkerId, ZombiePolicy,
 };
 use common::{claim, claim_one, job, q};
 use rstest::rstest;
@@ -109,12 +108,12 @@ async fn claim_takes_only_the_named_queues_and_respects_the_limit() {
     }
     db.enqueue(job("c")).await.unwrap();
     let w = WorkerId::random();
-    let got = db.claim(&ClaimRequest::new(w, vec![q("a"), q("b")], 7, ClaimMode::Reserve)).await.unwrap();
+    let got = db.claim(&ClaimParams::new(w, vec![q("a"), q("b")], 7, ClaimMode::Reserve)).await.unwrap();
     assert_eq!(got.len(), 7);
     assert!(got.iter().all(|j| j.queue.as_str() != "c"));
-    let err = db.claim(&ClaimRequest::new(w, vec![q("a")], 0, ClaimMode::Reserve)).await.unwrap_err();
+    let err = db.claim(&ClaimParams::new(w, vec![q("a")], 0, ClaimMode::Reserve)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    let err = db.claim(&ClaimRequest::new(w, vec![], 1, ClaimMode::Reserve)).await.unwrap_err();
+    let err = db.claim(&ClaimParams::new(w, vec![], 1, ClaimMode::Reserve)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     f.drop().await;
 }
@@ -185,7 +184,7 @@ async fn cap_holds_inside_one_batch_and_across_claims() {
     }
     db.set_max_workers(&q("capped"), Some(2)).await.unwrap();
     let w = WorkerId::random();
-    let got = db.claim(&ClaimRequest::new(w, vec![q("capped"), q("free")], 20, ClaimMode::Reserve)).await.unwrap();
+    let got = db.claim(&ClaimParams::new(w, vec![q("capped"), q("free")], 20, ClaimMode::Reserve)).await.unwrap();
     assert_eq!(got.iter().filter(|j| j.queue.as_str() == "capped").count(), 2);
     assert_eq!(got.iter().filter(|j| j.queue.as_str() == "free").count(), 10);
     assert!(claim(db, w, "capped", 10, ClaimMode::Start).await.is_empty());
@@ -222,7 +221,7 @@ async fn apply(db: &chokaq_postgres::PgBackend, op: Op, w: WorkerId, l: LeaseRef
         }
         Op::Complete => db.complete_one(w, l).await.unwrap().is_lost(),
         Op::Fail => {
-            db.fail(w, l, FailOutcome::Retry { delay: Duration::ZERO, error: "x".into() }).await.unwrap().is_lost()
+            db.fail(w, l, FailAction::Retry { delay: Duration::ZERO, error: "x".into() }).await.unwrap().is_lost()
         }
         Op::Release => db.release_one(w, l).await.unwrap().is_lost(),
     }
@@ -389,10 +388,10 @@ async fn retry_until_dead_letter_keeps_the_last_error() {
     let id = db.enqueue(job("retry").max_attempts(2)).await.unwrap().id;
     let w = WorkerId::random();
     let j = claim_one(db, w, "retry", ClaimMode::Start).await;
-    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: "first".into() }).await;
+    let r = db.fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: "first".into() }).await;
     let now = db.db_now().await.unwrap();
     match r.unwrap() {
-        Fenced::Done(FailResult::Retried { at }) => assert!(at <= now),
+        Fenced::Done(FailOutcome::Retried { at }) => assert!(at <= now),
         other => panic!("{other:?}"),
     }
     let rec = db.get_job(id).await.unwrap().unwrap();
@@ -401,8 +400,8 @@ async fn retry_until_dead_letter_keeps_the_last_error() {
     let j = claim_one(db, w, "retry", ClaimMode::Start).await;
     assert_eq!(j.attempt, 2);
     let long = "é".repeat(10_000);
-    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: long }).await.unwrap();
-    assert_eq!(r, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)));
+    let r = db.fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: long }).await.unwrap();
+    assert_eq!(r, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Failed)));
     let rec = db.get_job(id).await.unwrap().unwrap();
     assert_eq!(rec.location, JobLocation::Dead(DeadReason::Failed));
     let err = rec.last_error.unwrap();
@@ -418,19 +417,19 @@ async fn retry_with_delay_is_not_claimed_early() {
     db.enqueue(job("delay")).await.unwrap();
     let w = WorkerId::random();
     let j = claim_one(db, w, "delay", ClaimMode::Start).await;
-    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::from_secs(600), error: "e".into() });
-    let Fenced::Done(FailResult::Retried { at }) = r.await.unwrap() else { panic!("not retried") };
+    let r = db.fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::from_secs(600), error: "e".into() });
+    let Fenced::Done(FailOutcome::Retried { at }) = r.await.unwrap() else { panic!("not retried") };
     assert!(at > db.db_now().await.unwrap() + chrono_secs(500));
     assert!(claim(db, w, "delay", 1, ClaimMode::Start).await.is_empty());
     f.drop().await;
 }
 
 #[rstest]
-#[case::dead_letter(FailOutcome::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() }, Some(DeadReason::TimedOut))]
-#[case::cancelled(FailOutcome::Cancelled { error: None }, Some(DeadReason::Cancelled))]
-#[case::snooze(FailOutcome::Snooze { delay: Duration::ZERO }, None)]
+#[case::dead_letter(FailAction::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() }, Some(DeadReason::TimedOut))]
+#[case::cancelled(FailAction::Cancelled { error: None }, Some(DeadReason::Cancelled))]
+#[case::snooze(FailAction::Snooze { delay: Duration::ZERO }, None)]
 #[tokio::test]
-async fn fail_outcomes(#[case] outcome: FailOutcome, #[case] dead: Option<DeadReason>) {
+async fn fail_outcomes(#[case] outcome: FailAction, #[case] dead: Option<DeadReason>) {
     let f = fixture!();
     let db = &f.db;
     let id = db.enqueue(job("fo")).await.unwrap().id;
@@ -440,16 +439,16 @@ async fn fail_outcomes(#[case] outcome: FailOutcome, #[case] dead: Option<DeadRe
     let rec = db.get_job(id).await.unwrap().unwrap();
     match dead {
         Some(reason) => {
-            assert_eq!(r, FailResult::DeadLettered(reason));
+            assert_eq!(r, FailOutcome::DeadLettered(reason));
             assert_eq!(rec.location, JobLocation::Dead(reason));
         }
         None => {
-            assert!(matches!(r, FailResult::Snoozed { .. }));
+            assert!(matches!(r, FailOutcome::Snoozed { .. }));
             assert_eq!((rec.location, rec.attempt), (JobLocation::Hot(JobStatus::Pending), 0));
         }
     }
     // A second fail with the same lease is lost.
-    assert!(db.fail(w, j.lease_ref(), FailOutcome::Cancelled { error: None }).await.unwrap().is_lost());
+    assert!(db.fail(w, j.lease_ref(), FailAction::Cancelled { error: None }).await.unwrap().is_lost());
     f.drop().await;
 }
 
@@ -474,8 +473,8 @@ async fn cancel_in_every_state() {
     assert_eq!(db.cancel(running).await.unwrap(), CancelOutcome::Requested);
     let hb = db.heartbeat(w, &[rj.lease_ref()]).await.unwrap();
     assert_eq!((hb.held.clone(), hb.cancel_requested.clone()), (vec![running], vec![running]));
-    let r = db.fail(w, rj.lease_ref(), FailOutcome::Cancelled { error: Some("stopped".into()) }).await.unwrap();
-    assert_eq!(r, Fenced::Done(FailResult::DeadLettered(DeadReason::Cancelled)));
+    let r = db.fail(w, rj.lease_ref(), FailAction::Cancelled { error: Some("stopped".into()) }).await.unwrap();
+    assert_eq!(r, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Cancelled)));
     let rec = db.get_job(running).await.unwrap().unwrap();
     assert_eq!(rec.last_error.as_deref(), Some("stopped"));
     f.drop().await;
@@ -488,7 +487,7 @@ async fn requeue_dead_keeps_id_priority_and_key() {
     let id = db.enqueue(job("rq").priority(3).idempotency_key("rq-key").max_attempts(1)).await.unwrap().id;
     let w = WorkerId::random();
     let j = claim_one(db, w, "rq", ClaimMode::Start).await;
-    let _ = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: "x".into() }).await.unwrap();
+    let _ = db.fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: "x".into() }).await.unwrap();
     // The key is free while the job is dead: a new live job takes it, and requeue conflicts.
     let other = db.enqueue(job("rq").idempotency_key("rq-key")).await.unwrap();
     assert!(!other.duplicate);
@@ -519,7 +518,7 @@ async fn stats_count_every_table() {
     let fetched = claim(db, w, "s1", 1, ClaimMode::Reserve).await;
     let running = claim(db, w, "s1", 2, ClaimMode::Start).await;
     db.complete_one(w, running[0].lease_ref()).await.unwrap().done().unwrap();
-    let _ = db.fail(w, running[1].lease_ref(), FailOutcome::Cancelled { error: None }).await.unwrap();
+    let _ = db.fail(w, running[1].lease_ref(), FailAction::Cancelled { error: None }).await.unwrap();
     let s = db.stats().await.unwrap();
     let s1 = s.queue("s1").unwrap();
     assert_eq!((s1.pending, s1.fetched, s1.processing, s1.archived, s1.dead), (2, 1, 0, 1, 1));
@@ -542,7 +541,7 @@ async fn age_finished(db: &chokaq_postgres::PgBackend, table: &str, days: i32) {
 
 #[tokio::test]
 async fn purge_deletes_old_rows_in_batches_with_filters() {
-    use chokaq_core::{PurgeRequest, PurgeTarget};
+    use chokaq_core::{PurgeParams, PurgeTarget};
     let f = fixture!();
     let db = &f.db;
     let w = WorkerId::random();
@@ -556,7 +555,7 @@ async fn purge_deletes_old_rows_in_batches_with_filters() {
     let dead = db.enqueue(job("p1")).await.unwrap().id;
     db.cancel(dead).await.unwrap();
     // Fresh rows are kept.
-    let req = PurgeRequest::new(PurgeTarget::Archive, Duration::from_secs(86_400));
+    let req = PurgeParams::new(PurgeTarget::Archive, Duration::from_secs(86_400));
     assert_eq!(db.purge(&req).await.unwrap(), 0);
     age_finished(db, "jobs_archive", 2).await;
     age_finished(db, "jobs_dlq", 2).await;
@@ -567,7 +566,7 @@ async fn purge_deletes_old_rows_in_batches_with_filters() {
     assert_eq!(db.purge(&only_p1).await.unwrap(), 4, "two batches of two");
     assert_eq!(db.purge(&only_p1).await.unwrap(), 1);
     assert_eq!(db.purge(&req).await.unwrap(), 2);
-    let mut dlq = PurgeRequest::new(PurgeTarget::DeadLetter, Duration::from_secs(86_400));
+    let mut dlq = PurgeParams::new(PurgeTarget::DeadLetter, Duration::from_secs(86_400));
     dlq.reason = Some(DeadReason::Failed);
     assert_eq!(db.purge(&dlq).await.unwrap(), 0);
     dlq.reason = Some(DeadReason::Cancelled);
@@ -582,7 +581,7 @@ async fn purge_deletes_old_rows_in_batches_with_filters() {
 
 #[tokio::test]
 async fn listing_pages_and_filters() {
-    use chokaq_core::{JobFilter, JobTable};
+    use chokaq_core::{JobTable, ListJobsParams};
     let f = fixture!();
     let db = &f.db;
     let mut ids = Vec::new();
@@ -594,7 +593,7 @@ async fn listing_pages_and_filters() {
         ids.push(db.enqueue(j).await.unwrap().id);
     }
     let mut seen = Vec::new();
-    let mut filter = JobFilter::new(JobTable::Hot);
+    let mut filter = ListJobsParams::new(JobTable::Hot);
     filter.limit = 10;
     loop {
         let page = db.list_jobs(&filter).await.unwrap();
@@ -605,14 +604,14 @@ async fn listing_pages_and_filters() {
         }
     }
     assert_eq!(seen, ids, "all jobs, in id order, once");
-    let mut f2 = JobFilter::new(JobTable::Hot);
+    let mut f2 = ListJobsParams::new(JobTable::Hot);
     f2.queue = Some(q("l2"));
     assert_eq!(db.list_jobs(&f2).await.unwrap().jobs.len(), 5);
     f2.tag = Some("even".into());
     assert_eq!(db.list_jobs(&f2).await.unwrap().jobs.len(), 3);
     f2.status = Some(JobStatus::Fetched);
     assert!(db.list_jobs(&f2).await.unwrap().jobs.is_empty());
-    let mut f3 = JobFilter::new(JobTable::Hot);
+    let mut f3 = ListJobsParams::new(JobTable::Hot);
     f3.kind = Some(chokaq_core::JobKind::new("other.kind").unwrap());
     assert!(db.list_jobs(&f3).await.unwrap().jobs.is_empty());
     let now = db.db_now().await.unwrap();
@@ -627,14 +626,14 @@ async fn listing_pages_and_filters() {
     let j = claim_one(db, w, "l2", ClaimMode::Start).await;
     db.complete_one(w, j.lease_ref()).await.unwrap().done().unwrap();
     db.cancel(ids[1]).await.unwrap();
-    let arch = db.list_jobs(&JobFilter::new(JobTable::Archive)).await.unwrap();
+    let arch = db.list_jobs(&ListJobsParams::new(JobTable::Archive)).await.unwrap();
     assert_eq!(arch.jobs.iter().map(|r| (r.id, r.location)).collect::<Vec<_>>(), vec![(j.id, JobLocation::Archived)]);
-    let dead = db.list_jobs(&JobFilter::new(JobTable::DeadLetter)).await.unwrap();
+    let dead = db.list_jobs(&ListJobsParams::new(JobTable::DeadLetter)).await.unwrap();
     assert_eq!(dead.jobs[0].location, JobLocation::Dead(DeadReason::Cancelled));
-    let mut bad = JobFilter::new(JobTable::Archive);
+    let mut bad = ListJobsParams::new(JobTable::Archive);
     bad.status = Some(JobStatus::Pending);
     assert_eq!(db.list_jobs(&bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
-    bad = JobFilter::new(JobTable::Hot);
+    bad = ListJobsParams::new(JobTable::Hot);
     bad.limit = 0;
     assert_eq!(db.list_jobs(&bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
     f.drop().await;
@@ -649,7 +648,7 @@ async fn a_cancel_request_survives_a_retry() {
     let j = claim_one(db, w, "cr", ClaimMode::Start).await;
     assert_eq!(db.cancel(id).await.unwrap(), CancelOutcome::Requested);
     // The handler failed before it saw the request: the job is retried, the request stays.
-    let r = db.fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: "e".into() }).await;
+    let r = db.fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: "e".into() }).await;
     assert!(!r.unwrap().is_lost());
     let j = claim_one(db, w, "cr", ClaimMode::Start).await;
     assert_eq!(db.heartbeat(w, &[j.lease_ref()]).await.unwrap().cancel_requested, vec![id]);

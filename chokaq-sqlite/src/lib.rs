@@ -33,11 +33,12 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+#[cfg(feature = "testing")]
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimRequest, ClaimedJob, DeadReason,
-    Enqueued, Error, ErrorKind, FailOutcome, FailResult, Fenced, HeartbeatReport, JobFilter, JobId, JobPage, JobRecord,
-    JobStatus, JobTable, LeaseRef, NewJob, PurgeRequest, PurgeTarget, QueueControl, QueueName, QueueSettings,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
+    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus,
+    JobTable, LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings,
     QueueStats, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot, TimestampPrecision, Wake,
     Wakeups, WorkerId, ZombiePolicy, MAX_ENQUEUE_BATCH,
 };
@@ -277,11 +278,7 @@ impl Backend for SqliteBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::minimal(TimestampPrecision::Microsecond)
-            .with_listen_notify(false)
-            .with_kill_connections(false)
-            .with_multi_process(true)
-            .with_transactional_enqueue(false)
+        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(false).with_multi_process(true)
     }
 
     async fn migrate(&self) -> Result<()> {
@@ -308,11 +305,6 @@ impl Backend for SqliteBackend {
             .await
             .map_err(map_err)?;
         commit(tx).await
-    }
-
-    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let mut out = self.enqueue_many(vec![job]).await?;
-        out.pop().ok_or_else(|| corrupt("enqueue returned nothing"))
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
@@ -391,7 +383,7 @@ impl Backend for SqliteBackend {
         Ok(out)
     }
 
-    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         req.validate()?;
         let mut queues: Vec<&QueueName> = req.queues.iter().collect();
         queues.sort();
@@ -584,10 +576,10 @@ impl Backend for SqliteBackend {
         Ok(out)
     }
 
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         // Validate before the transaction: bad input changes nothing.
         let delay_us = match &outcome {
-            FailOutcome::Retry { delay, .. } | FailOutcome::Snooze { delay } => dur_us("delay", *delay)?,
+            FailAction::Retry { delay, .. } | FailAction::Snooze { delay } => dur_us("delay", *delay)?,
             _ => 0,
         };
         let mut tx = self.begin_write().await?;
@@ -611,7 +603,7 @@ impl Backend for SqliteBackend {
              heartbeat_at = NULL, cancel_requested = 0, last_error = coalesce(?3, last_error), \
              attempt = max(attempt - ?4, 0) WHERE id = ?5";
         let result = match outcome {
-            FailOutcome::Retry { error, .. } if attempt < max_attempts => {
+            FailAction::Retry { error, .. } if attempt < max_attempts => {
                 let at = now + delay_us;
                 sqlx::query(back_to_pending)
                     .bind(at)
@@ -622,21 +614,21 @@ impl Backend for SqliteBackend {
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
-                FailResult::Retried { at: ts(at)? }
+                FailOutcome::Retried { at: ts(at)? }
             }
-            FailOutcome::Retry { error, .. } => {
+            FailAction::Retry { error, .. } => {
                 dead_letter(&mut tx, now, lease.id, DeadReason::Failed, Some(&error)).await?;
-                FailResult::DeadLettered(DeadReason::Failed)
+                FailOutcome::DeadLettered(DeadReason::Failed)
             }
-            FailOutcome::DeadLetter { reason, error } => {
+            FailAction::DeadLetter { reason, error } => {
                 dead_letter(&mut tx, now, lease.id, reason, Some(&error)).await?;
-                FailResult::DeadLettered(reason)
+                FailOutcome::DeadLettered(reason)
             }
-            FailOutcome::Cancelled { error } => {
+            FailAction::Cancelled { error } => {
                 dead_letter(&mut tx, now, lease.id, DeadReason::Cancelled, error.as_deref()).await?;
-                FailResult::DeadLettered(DeadReason::Cancelled)
+                FailOutcome::DeadLettered(DeadReason::Cancelled)
             }
-            FailOutcome::Snooze { .. } => {
+            FailAction::Snooze { .. } => {
                 let until = now + delay_us;
                 sqlx::query(back_to_pending)
                     .bind(until)
@@ -647,7 +639,7 @@ impl Backend for SqliteBackend {
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
-                FailResult::Snoozed { until: ts(until)? }
+                FailOutcome::Snoozed { until: ts(until)? }
             }
         };
         commit(tx).await?;
@@ -866,7 +858,7 @@ impl Backend for SqliteBackend {
         Ok(RequeueOutcome::Requeued)
     }
 
-    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
         if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
             return Err(Error::invalid(format!(
                 "purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}",
@@ -997,7 +989,7 @@ impl Backend for SqliteBackend {
         Ok(found)
     }
 
-    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         if filter.limit == 0 || filter.limit > 1000 {
             return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", filter.limit)));
         }
@@ -1059,6 +1051,7 @@ impl Backend for SqliteBackend {
     }
 }
 
+#[cfg(feature = "testing")]
 #[async_trait]
 impl TestSupport for SqliteBackend {
     async fn db_now(&self) -> Result<chokaq_core::Timestamp> {

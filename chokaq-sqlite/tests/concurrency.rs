@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chokaq_core::testing::TestSupport;
-use chokaq_core::{Backend, BackendExt, ClaimMode, ClaimRequest, JobId, Lease, WorkerId};
+use chokaq_core::{Backend, BackendExt, ClaimMode, ClaimParams, JobId, Lease, WorkerId};
 use chokaq_sqlite::{SqliteBackend, SqliteConfig};
 use common::{fresh, job, q};
 
@@ -86,7 +86,7 @@ async fn eight_claimers_two_thousand_jobs_cap_three() {
             let mode = if i % 2 == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
             let mut idle_since: Option<Instant> = None;
             loop {
-                let got = b.claim(&ClaimRequest::new(w, vec![q("capped")], 2, mode)).await.unwrap();
+                let got = b.claim(&ClaimParams::new(w, vec![q("capped")], 2, mode)).await.unwrap();
                 if got.is_empty() {
                     if finished.load(Ordering::Acquire) == JOBS as u64 {
                         break;
@@ -152,7 +152,7 @@ async fn eight_claimers_uncapped_no_duplicates() {
         tasks.push(tokio::spawn(async move {
             let w = WorkerId::random();
             loop {
-                let got = b.claim(&ClaimRequest::new(w, vec![q("free")], 10, ClaimMode::Start)).await.unwrap();
+                let got = b.claim(&ClaimParams::new(w, vec![q("free")], 10, ClaimMode::Start)).await.unwrap();
                 if got.is_empty() {
                     break;
                 }
@@ -182,7 +182,7 @@ async fn child_claimer_process() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         assert!(Instant::now() < deadline, "child ran out of time");
-        let got = b.claim(&ClaimRequest::new(w, vec![q(CHILD_QUEUE)], 5, ClaimMode::Start)).await.unwrap();
+        let got = b.claim(&ClaimParams::new(w, vec![q(CHILD_QUEUE)], 5, ClaimMode::Start)).await.unwrap();
         if got.is_empty() {
             let snap = b.stats().await.unwrap();
             if snap.queue(CHILD_QUEUE).map(|s| s.pending).unwrap_or(0) == 0 {
@@ -255,7 +255,7 @@ async fn two_processes_claim_from_one_file() {
         let s = snap.queue(CHILD_QUEUE).cloned().unwrap_or_default();
         max_active = max_active.max(s.fetched + s.processing);
         assert_eq!(snap.total(), JOBS as u64);
-        let got = b.claim(&ClaimRequest::new(w, vec![q(CHILD_QUEUE)], 2, ClaimMode::Start)).await.unwrap();
+        let got = b.claim(&ClaimParams::new(w, vec![q(CHILD_QUEUE)], 2, ClaimMode::Start)).await.unwrap();
         if got.is_empty() {
             if s.pending == 0 {
                 break;

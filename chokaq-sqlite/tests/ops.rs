@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chokaq_core::testing::{JobPatch, TestSupport};
 use chokaq_core::{
-    Backend, BackendExt, CancelOutcome, ClaimMode, ClaimRequest, DeadReason, ErrorKind, FailOutcome, FailResult,
-    Fenced, JobFilter, JobId, JobLocation, JobStatus, JobTable, NewJob, PurgeRequest, PurgeTarget, QueueControl,
+    Backend, BackendExt, CancelOutcome, ClaimMode, ClaimParams, DeadReason, ErrorKind, FailAction, FailOutcome, Fenced,
+    JobId, JobLocation, JobStatus, JobTable, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl,
     RequeueOutcome, RescueParams, Wake, WorkerId, ZombiePolicy, MAX_ENQUEUE_BATCH,
 };
 use chokaq_sqlite::{SqliteBackend, SqliteConfig};
@@ -24,10 +24,9 @@ async fn migrate_is_idempotent_and_capabilities_are_declared() {
     b.migrate().await.unwrap();
     b.migrate().await.unwrap();
     let caps = b.capabilities();
-    assert!(!caps.listen_notify);
+    assert!(b.wakeups().await.unwrap().is_none());
     assert!(caps.multi_process);
     assert!(!caps.kill_connections);
-    assert!(!caps.transactional_enqueue);
     assert_eq!(b.name(), "sqlite");
     assert_eq!(b.kill_connections().await.unwrap_err().kind(), ErrorKind::Unsupported);
 }
@@ -185,21 +184,21 @@ async fn bad_input_is_rejected_and_changes_nothing() {
 
     let w = WorkerId::random();
     for (queues, limit) in [(vec![], 1), (vec![q("v")], 0), (vec![q("v")], 1001)] {
-        let e = b.claim(&ClaimRequest::new(w, queues, limit, ClaimMode::Reserve)).await.unwrap_err();
+        let e = b.claim(&ClaimParams::new(w, queues, limit, ClaimMode::Reserve)).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.limit = 0;
     assert_eq!(b.list_jobs(&f).await.unwrap_err().kind(), ErrorKind::InvalidInput);
-    let mut f = JobFilter::new(JobTable::Archive);
+    let mut f = ListJobsParams::new(JobTable::Archive);
     f.status = Some(JobStatus::Pending);
     assert_eq!(b.list_jobs(&f).await.unwrap_err().kind(), ErrorKind::InvalidInput);
     let e = b.rescue(&RescueParams { limit: 0, ..RescueParams::default() }).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
-    let mut p = PurgeRequest::new(PurgeTarget::Archive, secs(1));
+    let mut p = PurgeParams::new(PurgeTarget::Archive, secs(1));
     p.batch_size = 0;
     assert_eq!(b.purge(&p).await.unwrap_err().kind(), ErrorKind::InvalidInput);
-    let mut p = PurgeRequest::new(PurgeTarget::Archive, secs(1));
+    let mut p = PurgeParams::new(PurgeTarget::Archive, secs(1));
     p.reason = Some(DeadReason::Failed);
     assert_eq!(b.purge(&p).await.unwrap_err().kind(), ErrorKind::InvalidInput);
     let e = b
@@ -231,7 +230,7 @@ async fn claim_merges_queues_and_skips_future_jobs() {
     let y = b.enqueue(job("y").priority(3)).await.unwrap().id;
     let future = b.enqueue(job("x").priority(9).delay(secs(3600))).await.unwrap().id;
     let w = WorkerId::random();
-    let got = b.claim(&ClaimRequest::new(w, vec![q("x"), q("y"), q("x")], 10, ClaimMode::Reserve)).await.unwrap();
+    let got = b.claim(&ClaimParams::new(w, vec![q("x"), q("y"), q("x")], 10, ClaimMode::Reserve)).await.unwrap();
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![y, x]);
     assert!(claim(&b, w, "x", 10, ClaimMode::Reserve).await.is_empty());
     let past = b.db_now().await.unwrap() - chrono::Duration::seconds(1);
@@ -324,7 +323,7 @@ async fn release_and_reclaim_fences_the_stale_copy() {
     assert!(b.complete_one(w, first.lease_ref()).await.unwrap().is_lost());
     let hb = b.heartbeat(w, &[first.lease_ref()]).await.unwrap();
     assert_eq!(hb.lost, vec![id]);
-    let f = b.fail(w, first.lease_ref(), FailOutcome::Retry { delay: secs(1), error: "x".into() }).await.unwrap();
+    let f = b.fail(w, first.lease_ref(), FailAction::Retry { delay: secs(1), error: "x".into() }).await.unwrap();
     assert!(f.is_lost());
     assert!(!b.complete_one(w, second.lease_ref()).await.unwrap().is_lost());
     assert_eq!(b.presence(id).await.unwrap().archive, 1);
@@ -353,8 +352,8 @@ async fn heartbeat_and_cancel_of_processing_job() {
     let hb = b.heartbeat(w, &[j.lease_ref()]).await.unwrap();
     assert_eq!(hb.held, vec![id]);
     assert_eq!(hb.cancel_requested, vec![id]);
-    let f = b.fail(w, j.lease_ref(), FailOutcome::Cancelled { error: Some("stopped".into()) }).await.unwrap();
-    assert_eq!(f, Fenced::Done(FailResult::DeadLettered(DeadReason::Cancelled)));
+    let f = b.fail(w, j.lease_ref(), FailAction::Cancelled { error: Some("stopped".into()) }).await.unwrap();
+    assert_eq!(f, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Cancelled)));
     let r = b.get_job(id).await.unwrap().unwrap();
     assert_eq!(r.location, JobLocation::Dead(DeadReason::Cancelled));
     assert_eq!(r.last_error.as_deref(), Some("stopped"));
@@ -384,8 +383,8 @@ async fn fail_retries_until_max_attempts_then_dead_letters() {
     let w = WorkerId::random();
     let j = claim(&b, w, "fail", 1, ClaimMode::Start).await.remove(0);
     let before = b.db_now().await.unwrap();
-    let f = b.fail(w, j.lease_ref(), FailOutcome::Retry { delay: secs(30), error: "boom 1".into() }).await.unwrap();
-    let Fenced::Done(FailResult::Retried { at }) = f else { panic!("{f:?}") };
+    let f = b.fail(w, j.lease_ref(), FailAction::Retry { delay: secs(30), error: "boom 1".into() }).await.unwrap();
+    let Fenced::Done(FailOutcome::Retried { at }) = f else { panic!("{f:?}") };
     assert!(at >= before + chrono::Duration::seconds(30));
     let r = b.get_job(id).await.unwrap().unwrap();
     assert_eq!(r.location, JobLocation::Hot(JobStatus::Pending));
@@ -401,8 +400,8 @@ async fn fail_retries_until_max_attempts_then_dead_letters() {
     assert_eq!(j.attempt, 2);
     assert_eq!(j.last_error.as_deref(), Some("boom 1"));
     let long = "é".repeat(10_000);
-    let f = b.fail(w, j.lease_ref(), FailOutcome::Retry { delay: secs(1), error: long }).await.unwrap();
-    assert_eq!(f, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)));
+    let f = b.fail(w, j.lease_ref(), FailAction::Retry { delay: secs(1), error: long }).await.unwrap();
+    assert_eq!(f, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Failed)));
     let r = b.get_job(id).await.unwrap().unwrap();
     assert_eq!(r.location, JobLocation::Dead(DeadReason::Failed));
     assert!(r.last_error.as_ref().unwrap().len() <= chokaq_core::validate::MAX_ERROR_LEN);
@@ -416,24 +415,24 @@ async fn fail_dead_letter_snooze_and_bad_delay() {
     let w = WorkerId::random();
     let js = claim(&b, w, "d", 2, ClaimMode::Start).await;
     let f = b
-        .fail(w, js[0].lease_ref(), FailOutcome::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() })
+        .fail(w, js[0].lease_ref(), FailAction::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() })
         .await
         .unwrap();
-    assert_eq!(f, Fenced::Done(FailResult::DeadLettered(DeadReason::TimedOut)));
+    assert_eq!(f, Fenced::Done(FailOutcome::DeadLettered(DeadReason::TimedOut)));
     assert_eq!(b.get_job(ids[0]).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::TimedOut));
 
     // A bad delay is invalid input and changes nothing.
-    let e = b.fail(w, js[1].lease_ref(), FailOutcome::Snooze { delay: Duration::from_secs(u64::MAX) }).await;
+    let e = b.fail(w, js[1].lease_ref(), FailAction::Snooze { delay: Duration::from_secs(u64::MAX) }).await;
     assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidInput);
     assert_eq!(b.get_job(ids[1]).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Processing));
 
-    let f = b.fail(w, js[1].lease_ref(), FailOutcome::Snooze { delay: secs(10) }).await.unwrap();
-    let Fenced::Done(FailResult::Snoozed { until }) = f else { panic!("{f:?}") };
+    let f = b.fail(w, js[1].lease_ref(), FailAction::Snooze { delay: secs(10) }).await.unwrap();
+    let Fenced::Done(FailOutcome::Snoozed { until }) = f else { panic!("{f:?}") };
     let r = b.get_job(ids[1]).await.unwrap().unwrap();
     assert_eq!(r.attempt, 0, "snooze does not count the attempt");
     assert_eq!(r.scheduled_at, Some(until));
     assert_eq!(r.location, JobLocation::Hot(JobStatus::Pending));
-    assert!(b.fail(w, js[1].lease_ref(), FailOutcome::Snooze { delay: secs(1) }).await.unwrap().is_lost());
+    assert!(b.fail(w, js[1].lease_ref(), FailAction::Snooze { delay: secs(1) }).await.unwrap().is_lost());
 }
 
 #[tokio::test]
@@ -547,8 +546,8 @@ async fn requeue_dead_restores_the_job() {
     let id = b.enqueue(job("rq").priority(4).idempotency_key("rk").max_attempts(1)).await.unwrap().id;
     let w = WorkerId::random();
     let j = claim(&b, w, "rq", 1, ClaimMode::Start).await.remove(0);
-    let f = b.fail(w, j.lease_ref(), FailOutcome::Retry { delay: secs(1), error: "e".into() }).await.unwrap();
-    assert_eq!(f, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)));
+    let f = b.fail(w, j.lease_ref(), FailAction::Retry { delay: secs(1), error: "e".into() }).await.unwrap();
+    assert_eq!(f, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Failed)));
 
     // A live job took the key meanwhile: conflict, nothing moves.
     let other = b.enqueue(job("rq").idempotency_key("rk")).await.unwrap();
@@ -583,21 +582,21 @@ async fn purge_deletes_old_finished_jobs_in_batches() {
     let leases: Vec<_> = js.iter().map(|j| j.lease_ref()).collect();
     assert_eq!(b.complete(w, &leases[..5]).await.unwrap().done.len(), 5);
     for l in &leases[5..] {
-        let _ = b.fail(w, *l, FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "x".into() }).await.unwrap();
+        let _ = b.fail(w, *l, FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() }).await.unwrap();
     }
     for j in claim(&b, w, "p2", 2, ClaimMode::Start).await {
-        let _ = b.fail(w, j.lease_ref(), FailOutcome::Cancelled { error: None }).await.unwrap();
+        let _ = b.fail(w, j.lease_ref(), FailAction::Cancelled { error: None }).await.unwrap();
     }
     // Nothing is older than an hour.
-    assert_eq!(b.purge(&PurgeRequest::new(PurgeTarget::Archive, secs(3600))).await.unwrap(), 0);
+    assert_eq!(b.purge(&PurgeParams::new(PurgeTarget::Archive, secs(3600))).await.unwrap(), 0);
     let now = b.db_now().await.unwrap();
     assert!(common::wait_until(secs(5), || async { b.db_now().await.unwrap() > now }).await);
-    let mut req = PurgeRequest::new(PurgeTarget::Archive, Duration::ZERO);
+    let mut req = PurgeParams::new(PurgeTarget::Archive, Duration::ZERO);
     req.batch_size = 2;
     req.max_batches = 2;
     assert_eq!(b.purge(&req).await.unwrap(), 4, "bounded by batches");
     assert_eq!(b.purge(&req).await.unwrap(), 1);
-    let mut dl = PurgeRequest::new(PurgeTarget::DeadLetter, Duration::ZERO);
+    let mut dl = PurgeParams::new(PurgeTarget::DeadLetter, Duration::ZERO);
     dl.reason = Some(DeadReason::Cancelled);
     assert_eq!(b.purge(&dl).await.unwrap(), 2);
     dl.reason = None;
@@ -634,7 +633,7 @@ async fn stats_and_listing() {
     assert_eq!(s2.pending, 1);
     assert_eq!(s2.oldest_due_at, None, "not due yet");
 
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.limit = 2;
     let p1 = b.list_jobs(&f).await.unwrap();
     assert_eq!(p1.jobs.len(), 2);
@@ -650,19 +649,19 @@ async fn stats_and_listing() {
     sorted.sort();
     assert_eq!(all, sorted, "id order");
 
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.queue = Some(q("s1"));
     f.tag = Some("t0".into());
     assert_eq!(b.list_jobs(&f).await.unwrap().jobs.len(), 2, "t0 jobs left in hot");
     f.tag = None;
     f.status = Some(JobStatus::Processing);
     assert_eq!(b.list_jobs(&f).await.unwrap().jobs.len(), 1);
-    let mut f = JobFilter::new(JobTable::Archive);
+    let mut f = ListJobsParams::new(JobTable::Archive);
     f.kind = Some(chokaq_core::JobKind::new("test.job.v1").unwrap());
     let arch = b.list_jobs(&f).await.unwrap();
     assert_eq!(arch.jobs.len(), 1);
     assert_eq!(arch.jobs[0].location, JobLocation::Archived);
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.created_from = Some(b.db_now().await.unwrap() + chrono::Duration::seconds(10));
     assert!(b.list_jobs(&f).await.unwrap().jobs.is_empty());
 

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chokaq::core::{PurgeRequest, PurgeTarget};
+use chokaq::core::{PurgeParams, PurgeTarget};
 use chokaq::{Backend, Client, Job, JobContext, JobError, RetryPolicy, Worker, WorkerReport};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
@@ -261,7 +261,7 @@ async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::Resu
 /// live jobs (an interrupted earlier run's) that will be processed with this run's.
 async fn clean_start(backend: &Arc<dyn Backend>) -> chokaq::Result<u64> {
     for target in [PurgeTarget::Archive, PurgeTarget::DeadLetter] {
-        while backend.purge(&PurgeRequest::new(target, Duration::ZERO)).await? > 0 {}
+        while backend.purge(&PurgeParams::new(target, Duration::ZERO)).await? > 0 {}
     }
     Ok(queues_hot(&backend.stats().await?))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chokaq::core::testing::TestSupport;
-use chokaq::core::{ClaimMode, ClaimRequest};
+use chokaq::core::{ClaimMode, ClaimParams};
 use chokaq::postgres::{PgBackend, PgConfig};
 use chokaq::{Backend, CancellationToken, Client, Job, JobContext, MaintenanceConfig, Worker, WorkerId};
 use serde::{Deserialize, Serialize};
@@ -45,7 +45,7 @@ async fn main() -> chokaq::Result<()> {
     let queues = vec![chokaq::QueueName::new("default")?];
     let t0 = Instant::now();
     loop {
-        let claimed = b.claim(&ClaimRequest::new(worker, queues.clone(), conc, ClaimMode::Start)).await?;
+        let claimed = b.claim(&ClaimParams::new(worker, queues.clone(), conc, ClaimMode::Start)).await?;
         if claimed.is_empty() {
             break;
         }

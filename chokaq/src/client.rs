@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, CancelOutcome, Enqueued, Error, JobId, JobKind, JobRecord, NewJob, QueueName, Result, Timestamp,
-    MAX_ENQUEUE_BATCH,
+    Backend, BackendExt, CancelOutcome, Enqueued, Error, JobId, JobKind, JobRecord, NewJob, QueueName, Result,
+    Timestamp, MAX_ENQUEUE_BATCH,
 };
 
 use crate::job::Job;

@@ -500,7 +500,7 @@ mod tests {
         use chokaq_core::{JobKind, NewJob, QueueName};
         let before = backend.stats().await.unwrap();
         let job = NewJob::new(QueueName::new("connect_test").unwrap(), JobKind::new("connect.test.v1").unwrap());
-        backend.enqueue(job).await.unwrap();
+        chokaq_core::BackendExt::enqueue(backend, job).await.unwrap();
         let after = backend.stats().await.unwrap();
         let queue_pending = |s: &chokaq_core::StatsSnapshot| s.queue("connect_test").map_or(0, |q| q.pending);
         assert_eq!(after.pending, before.pending + 1);

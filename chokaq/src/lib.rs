@@ -33,7 +33,7 @@ pub use worker::{MaintenanceConfig, StatsHandle, Worker, WorkerBuilder, WorkerCo
 /// The core contract: value types, the [`core::Backend`] trait, errors, the retry policy.
 pub use chokaq_core as core;
 pub use chokaq_core::{
-    Backend, BackendExt, ClaimMode, DeadReason, Enqueued, Error, ErrorKind, FailOutcome, JobId, JobKind, JobRecord,
+    Backend, BackendExt, ClaimMode, DeadReason, Enqueued, Error, ErrorKind, FailAction, JobId, JobKind, JobRecord,
     NewJob, QueueName, Result, RetryPolicy, WorkerId,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, ClaimMode, ClaimRequest, ClaimedJob, DeadReason, Error, FailOutcome, FailResult, Fenced, JobId, JobKind,
-    JobStatus, LeaseRef, PurgeRequest, PurgeTarget, QueueName, RescueParams, Result, RetryPolicy, Wake, WorkerId,
+    Backend, ClaimMode, ClaimParams, ClaimedJob, DeadReason, Error, FailAction, FailOutcome, Fenced, JobId, JobKind,
+    JobStatus, LeaseRef, PurgeParams, PurgeTarget, QueueName, RescueParams, Result, RetryPolicy, Wake, WorkerId,
     MAX_CLAIM_LIMIT,
 };
 use futures::FutureExt;
@@ -162,7 +162,7 @@ impl WorkerBuilder {
     /// buffer adapts below this bound: `concurrency` jobs until a handler has finished, then
     /// about what the slots get through in two claim round trips (short jobs: the bound; jobs
     /// much longer than a claim: one). Buffered jobs are heart-beaten like running ones,
-    /// count against queue caps, and are handed back with [`FailOutcome::Snooze`] (attempt not
+    /// count against queue caps, and are handed back with [`FailAction::Snooze`] (attempt not
     /// counted) at shutdown. 0 claims only free slots.
     pub fn lookahead(mut self, n: u32) -> Self {
         self.config.lookahead = Some(n);
@@ -752,7 +752,7 @@ async fn claim_loop(sh: &Arc<Shared>, shutdown: &CancellationToken) -> VecDeque<
         if want > 0 && now >= next_claim && !gathering {
             gather_until = None;
             await_written = false;
-            let req = ClaimRequest::new(sh.worker, cfg.queues.clone(), want as u32, mode);
+            let req = ClaimParams::new(sh.worker, cfg.queues.clone(), want as u32, mode);
             // Cap-bound: take the queued completions along, so the claim's cap count sees
             // them (one round trip where the backend supports it).
             let batch = if cap_bound { take_done(sh, cfg.completion_batch) } else { Vec::new() };
@@ -909,7 +909,7 @@ fn fill_slots_from_ready(sh: &Arc<Shared>) {
 }
 
 /// Shutdown: hands the look-ahead jobs (Processing, never run) back to Pending at once, with
-/// `FailOutcome::Snooze { delay: 0 }` so the attempt does not count.
+/// `FailAction::Snooze { delay: 0 }` so the attempt does not count.
 async fn hand_back_ready(sh: &Arc<Shared>, held: Vec<ClaimedJob>) {
     {
         let mut running = sh.running.lock().unwrap();
@@ -919,7 +919,7 @@ async fn hand_back_ready(sh: &Arc<Shared>, held: Vec<ClaimedJob>) {
     }
     let results = futures::future::join_all(held.iter().map(|job| {
         let lease = job.lease_ref();
-        with_retries(move || sh.backend.fail(sh.worker, lease, FailOutcome::Snooze { delay: Duration::ZERO }))
+        with_retries(move || sh.backend.fail(sh.worker, lease, FailAction::Snooze { delay: Duration::ZERO }))
     }))
     .await;
     for r in results {
@@ -1023,7 +1023,7 @@ fn spawn_tracked(sh: &Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit
 /// What to do with a finished attempt.
 enum Verdict {
     Complete,
-    Fail(FailOutcome),
+    Fail(FailAction),
     /// The lease is gone: write nothing.
     Discard,
 }
@@ -1055,7 +1055,7 @@ async fn run_job(sh: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit,
             add(&sh.counters.failed, 1);
             let msg = format!("unknown job kind {:?}: no handler is registered for it on this worker", kind.as_str());
             tracing::warn!("{msg}");
-            Verdict::Fail(FailOutcome::DeadLetter { reason: DeadReason::Failed, error: msg })
+            Verdict::Fail(FailAction::DeadLetter { reason: DeadReason::Failed, error: msg })
         }
         Some(h) => {
             let timeout =
@@ -1156,7 +1156,7 @@ fn decide(
     match reason {
         Some(StopReason::LeaseLost) => return Verdict::Discard,
         Some(StopReason::CancelRequested) => {
-            return Verdict::Fail(FailOutcome::Cancelled { error: Some("cancelled by operator request".to_string()) })
+            return Verdict::Fail(FailAction::Cancelled { error: Some("cancelled by operator request".to_string()) })
         }
         // The work got done after all: keep it.
         Some(StopReason::Timeout | StopReason::Shutdown) if returned_ok => return Verdict::Complete,
@@ -1164,33 +1164,33 @@ fn decide(
             add(&c.timed_out, 1);
             add(&c.failed, 1);
             tracing::warn!(?timeout, "job timed out");
-            return Verdict::Fail(FailOutcome::Retry {
+            return Verdict::Fail(FailAction::Retry {
                 delay: policy.delay(attempt),
                 error: format!("job timed out after {timeout:?}"),
             });
         }
         Some(StopReason::Shutdown) => {
             add(&c.handed_back, 1);
-            return Verdict::Fail(FailOutcome::Retry { delay: Duration::ZERO, error: SHUTDOWN_ERROR.to_string() });
+            return Verdict::Fail(FailAction::Retry { delay: Duration::ZERO, error: SHUTDOWN_ERROR.to_string() });
         }
         None => {}
     }
     match res {
         None => {
             add(&c.failed, 1);
-            Verdict::Fail(FailOutcome::Retry { delay: policy.delay(attempt), error: "handler stopped".to_string() })
+            Verdict::Fail(FailAction::Retry { delay: policy.delay(attempt), error: "handler stopped".to_string() })
         }
         Some(Err(panic)) => {
             add(&c.panicked, 1);
             add(&c.failed, 1);
             let msg = format!("handler panicked: {}", panic_message(panic.as_ref()));
             tracing::warn!("{msg}");
-            Verdict::Fail(FailOutcome::Retry { delay: policy.delay(attempt), error: msg })
+            Verdict::Fail(FailAction::Retry { delay: policy.delay(attempt), error: msg })
         }
         Some(Ok(HandlerOutcome::Undecodable(msg))) => {
             add(&c.failed, 1);
             tracing::warn!("{msg}");
-            Verdict::Fail(FailOutcome::DeadLetter { reason: DeadReason::Failed, error: msg })
+            Verdict::Fail(FailAction::DeadLetter { reason: DeadReason::Failed, error: msg })
         }
         Some(Ok(HandlerOutcome::Returned(Ok(())))) => Verdict::Complete,
         Some(Ok(HandlerOutcome::Returned(Err(e)))) => {
@@ -1199,36 +1199,36 @@ fn decide(
             }
             tracing::debug!(error = %e, "handler returned an error");
             Verdict::Fail(match e {
-                JobError::Retry(msg) => FailOutcome::Retry { delay: policy.delay(attempt), error: msg },
-                JobError::RetryAfter(delay, msg) => FailOutcome::Retry { delay, error: msg },
-                JobError::Fatal(msg) => FailOutcome::DeadLetter { reason: DeadReason::Failed, error: msg },
-                JobError::Snooze(delay) => FailOutcome::Snooze { delay },
-                JobError::Cancel(error) => FailOutcome::Cancelled { error },
+                JobError::Retry(msg) => FailAction::Retry { delay: policy.delay(attempt), error: msg },
+                JobError::RetryAfter(delay, msg) => FailAction::Retry { delay, error: msg },
+                JobError::Fatal(msg) => FailAction::DeadLetter { reason: DeadReason::Failed, error: msg },
+                JobError::Snooze(delay) => FailAction::Snooze { delay },
+                JobError::Cancel(error) => FailAction::Cancelled { error },
             })
         }
     }
 }
 
-async fn finish_failed(sh: &Shared, lease: LeaseRef, queue: &QueueName, kind: &JobKind, outcome: FailOutcome) {
+async fn finish_failed(sh: &Shared, lease: LeaseRef, queue: &QueueName, kind: &JobKind, outcome: FailAction) {
     let c = &sh.counters;
-    let is_failure = matches!(outcome, FailOutcome::Retry { .. } | FailOutcome::DeadLetter { .. });
+    let is_failure = matches!(outcome, FailAction::Retry { .. } | FailAction::DeadLetter { .. });
     match with_retries(|| sh.backend.fail(sh.worker, lease, outcome.clone())).await {
         Ok(Fenced::Done(r)) => {
             if is_failure {
                 metrics::counter!(m::FAILED, "queue" => queue.to_string(), "kind" => kind.to_string()).increment(1);
             }
             match r {
-                FailResult::Retried { at } => {
+                FailOutcome::Retried { at } => {
                     add(&c.retried, 1);
                     metrics::counter!(m::RETRIED, "queue" => queue.to_string(), "kind" => kind.to_string())
                         .increment(1);
                     tracing::debug!(%at, "job will be retried");
                 }
-                FailResult::Snoozed { until } => {
+                FailOutcome::Snoozed { until } => {
                     add(&c.snoozed, 1);
                     tracing::debug!(%until, "job snoozed");
                 }
-                FailResult::DeadLettered(reason) => {
+                FailOutcome::DeadLettered(reason) => {
                     add(&c.dead_lettered, 1);
                     if reason == DeadReason::Cancelled {
                         add(&c.cancelled, 1);
@@ -1410,7 +1410,7 @@ async fn maintenance_loop(sh: Arc<Shared>, stop: CancellationToken) {
             [(PurgeTarget::Archive, mc.archive_retention), (PurgeTarget::DeadLetter, mc.dead_letter_retention)]
         {
             let Some(age) = age else { continue };
-            match sh.backend.purge(&PurgeRequest::new(target, age)).await {
+            match sh.backend.purge(&PurgeParams::new(target, age)).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(?target, purged = n, "retention purge"),
                 Err(e) => tracing::warn!(error = %e, ?target, "purge failed"),

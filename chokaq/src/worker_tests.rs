@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chokaq_core::memory::MemoryBackend;
 use chokaq_core::testing::TestSupport;
-use chokaq_core::{Backend, ClaimMode, ClaimRequest, JobStatus, NewJob, QueueControl, QueueName, WorkerId};
+use chokaq_core::{Backend, ClaimMode, ClaimParams, JobStatus, NewJob, QueueControl, QueueName, WorkerId};
 use chokaq_postgres::{PgBackend, PgConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -86,7 +86,7 @@ async fn lookahead_is_handed_back_uncounted_at_shutdown() {
     assert_eq!(report.completed, 1, "{report:?}");
     let s = b.stats().await.unwrap();
     assert_eq!((s.pending, s.processing, s.archived), (2, 0, 1), "{s:?}");
-    let page = b.list_jobs(&chokaq_core::JobFilter::new(chokaq_core::JobTable::Hot)).await.unwrap();
+    let page = b.list_jobs(&chokaq_core::ListJobsParams::new(chokaq_core::JobTable::Hot)).await.unwrap();
     assert_eq!(page.jobs.len(), 2);
     for j in &page.jobs {
         assert_eq!((j.location, j.attempt), (chokaq_core::JobLocation::Hot(JobStatus::Pending), 0), "{j:?}");
@@ -140,13 +140,13 @@ async fn pg_complete_and_claim_sees_its_own_completions() {
     b.control_queue(&q, QueueControl::SetMaxWorkers(Some(2))).await.unwrap();
     b.enqueue_many(jobs("capped", 5)).await.unwrap();
     let w = WorkerId::random();
-    let req = |limit| ClaimRequest::new(w, vec![q.clone()], limit, ClaimMode::Start);
+    let req = |limit| ClaimParams::new(w, vec![q.clone()], limit, ClaimMode::Start);
     let first = b.claim(&req(4)).await.unwrap();
     assert_eq!(first.len(), 2, "cap 2");
     assert_eq!(b.claim(&req(4)).await.unwrap().len(), 0, "cap full");
     // A bad request: rejected, nothing completed.
     let leases: Vec<_> = first.iter().map(|j| j.lease_ref()).collect();
-    let bad = ClaimRequest::new(w, vec![q.clone()], 0, ClaimMode::Start);
+    let bad = ClaimParams::new(w, vec![q.clone()], 0, ClaimMode::Start);
     let e = b.complete_and_claim(w, &leases, &bad).await.unwrap_err();
     assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
     assert_eq!(b.stats().await.unwrap().archived, 0);

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chokaq::core::testing::TestSupport;
-use chokaq::core::{JobFilter, JobTable, RescueParams};
+use chokaq::core::{JobTable, ListJobsParams, RescueParams};
 use chokaq::{Backend, CancellationToken, Client, JobContext, JobId, MaintenanceConfig, Worker};
 use chokaq_postgres::{PgBackend, PgConfig};
 use common::{err, Count, TestResult};
@@ -317,7 +317,7 @@ async fn multi_process(b: Arc<PgBackend>, kill: bool) -> TestResult {
         // by someone else.
         let victim_runs: HashSet<JobId> = read_runs(&v.runs_file)?.into_iter().collect();
         let mut archived_by: HashMap<JobId, Option<String>> = HashMap::new();
-        let mut filter = JobFilter::new(JobTable::Archive);
+        let mut filter = ListJobsParams::new(JobTable::Archive);
         filter.limit = 1000;
         loop {
             let page = b.list_jobs(&filter).await.map_err(err)?;

@@ -10,6 +10,7 @@
 //! its measured ratio. With `--json` the last line of stdout is one JSON object with every
 //! figure and the settings. The URL is never printed. See `docs/performance.md`.
 
+use chokaq_core::BackendExt;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::process::ExitCode;
@@ -20,9 +21,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chokaq::core::testing::TestSupport;
 use chokaq::core::{
-    validate, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimRequest, ClaimedJob, FailOutcome, FailResult,
-    Fenced, HeartbeatReport, JobFilter, JobPage, LeaseRef, PurgeRequest, QueueControl, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, StatsSnapshot, Wakeups, MAX_ENQUEUE_BATCH,
+    validate, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, FailAction, FailOutcome,
+    Fenced, HeartbeatReport, JobPage, LeaseRef, ListJobsParams, PurgeParams, QueueControl, QueueSettings,
+    RequeueOutcome, RescueParams, RescueReport, StatsSnapshot, Wakeups, MAX_ENQUEUE_BATCH,
 };
 use chokaq::postgres::{map_sqlx_error, PgBackend, PgConfig};
 use chokaq::{
@@ -277,13 +278,10 @@ impl Backend for Timed {
     async fn migrate(&self) -> Result<()> {
         self.inner.migrate().await
     }
-    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        self.inner.enqueue(job).await
-    }
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         self.inner.enqueue_many(jobs).await
     }
-    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         let t0 = Instant::now();
         let r = self.inner.claim(req).await;
         self.stats.claim.record(r.as_ref().map_or(0, Vec::len), t0);
@@ -296,7 +294,7 @@ impl Backend for Timed {
         &self,
         worker: WorkerId,
         leases: &[LeaseRef],
-        req: &ClaimRequest,
+        req: &ClaimParams,
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         let t0 = Instant::now();
         let r = self.inner.complete_and_claim(worker, leases, req).await;
@@ -321,7 +319,7 @@ impl Backend for Timed {
         self.stats.complete.record(leases.len(), t0);
         r
     }
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         let t0 = Instant::now();
         let r = self.inner.fail(worker, lease, outcome).await;
         self.stats.other.record(1, t0);
@@ -354,7 +352,7 @@ impl Backend for Timed {
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
         self.inner.requeue_dead(id).await
     }
-    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
         let t0 = Instant::now();
         let r = self.inner.purge(req).await;
         self.stats.other.record(0, t0);
@@ -366,7 +364,7 @@ impl Backend for Timed {
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
         self.inner.get_job(id).await
     }
-    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
     }
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
@@ -888,7 +886,7 @@ impl Bench {
         for i in 0..2 * (samples + warmup) {
             // Even samples ask every queue (a worker serving all of them), odd ones one queue.
             let ask = if i % 2 == 0 { queues.clone() } else { vec![queues[(i / 2) % queues.len()].clone()] };
-            let req = ClaimRequest::new(worker, ask, 10, ClaimMode::Start);
+            let req = ClaimParams::new(worker, ask, 10, ClaimMode::Start);
             let t0 = Instant::now();
             let jobs = self.pg.claim(&req).await?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use chokaq_core::{
-    ClaimMode, ClaimRequest, ErrorKind, FailOutcome, JobFilter, JobKind, JobLocation, JobTable, LeaseRef, NewJob,
-    PurgeRequest, PurgeTarget, QueueName, WorkerId,
+    BackendExt, ClaimMode, ClaimParams, ErrorKind, FailAction, JobKind, JobLocation, JobTable, LeaseRef,
+    ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueName, WorkerId,
 };
 
 use crate::ctx::{CaseResult, Ctx};
@@ -78,12 +78,12 @@ pub async fn nasty_text_roundtrips(cx: Ctx) -> CaseResult {
     }
     // Filters match exactly: a LIKE wildcard or a quote is not a pattern.
     for (id, kind, _, _, i) in &expected {
-        let mut f = JobFilter::new(JobTable::Hot);
+        let mut f = ListJobsParams::new(JobTable::Hot);
         f.queue = Some(q.clone());
         f.tag = Some(NASTY[*i].to_string());
         let by_tag: Vec<_> = cx.backend.list_jobs(&f).await?.jobs.iter().map(|r| r.id).collect();
         ensure_eq!(by_tag, vec![*id], "list by tag {:?}", NASTY[*i]);
-        let mut f = JobFilter::new(JobTable::Hot);
+        let mut f = ListJobsParams::new(JobTable::Hot);
         f.queue = Some(q.clone());
         f.kind = Some(kind.clone());
         let by_kind: Vec<_> = cx.backend.list_jobs(&f).await?.jobs.iter().map(|r| r.id).collect();
@@ -94,7 +94,7 @@ pub async fn nasty_text_roundtrips(cx: Ctx) -> CaseResult {
         let err = format!("{} #{i}", NASTY[i % NASTY.len()]);
         let out = cx
             .backend
-            .fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::from_secs(600), error: err.clone() })
+            .fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::from_secs(600), error: err.clone() })
             .await?;
         ensure!(out.done().is_some(), "fail lost its lease");
         ensure_eq!(cx.record(j.id).await?.last_error, Some(err), "last_error");
@@ -148,9 +148,9 @@ pub async fn invalid_claim_and_list(cx: Ctx) -> CaseResult {
     cx.enqueue_n(&q, 2).await?;
     let w = WorkerId::random();
     let bad = [
-        ("limit 0", ClaimRequest::new(w, vec![q.clone()], 0, ClaimMode::Start)),
-        ("limit over max", ClaimRequest::new(w, vec![q.clone()], chokaq_core::MAX_CLAIM_LIMIT + 1, ClaimMode::Start)),
-        ("no queues", ClaimRequest::new(w, vec![], 5, ClaimMode::Start)),
+        ("limit 0", ClaimParams::new(w, vec![q.clone()], 0, ClaimMode::Start)),
+        ("limit over max", ClaimParams::new(w, vec![q.clone()], chokaq_core::MAX_CLAIM_LIMIT + 1, ClaimMode::Start)),
+        ("no queues", ClaimParams::new(w, vec![], 5, ClaimMode::Start)),
     ];
     for (what, req) in bad {
         match cx.backend.claim(&req).await {
@@ -159,7 +159,7 @@ pub async fn invalid_claim_and_list(cx: Ctx) -> CaseResult {
         }
     }
     ensure_eq!(cx.queue_stats(&q).await?.pending, 2, "pending after rejected claims");
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.limit = 0;
     match cx.backend.list_jobs(&f).await {
         Err(e) => ensure_eq!(e.kind(), ErrorKind::InvalidInput, "list with limit 0 ({e})"),
@@ -186,10 +186,10 @@ pub async fn unknown_and_empty(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.backend.release(w, &[ghost]).await?.lost, vec![ghost.id], "release of an unknown job");
     ensure_eq!(cx.backend.start(w, &[ghost]).await?.lost, vec![ghost.id], "start of an unknown job");
     ensure_eq!(cx.backend.heartbeat(w, &[ghost]).await?.lost, vec![ghost.id], "heartbeat of an unknown job");
-    let f = cx.backend.fail(w, ghost, FailOutcome::Cancelled { error: None }).await?;
+    let f = cx.backend.fail(w, ghost, FailAction::Cancelled { error: None }).await?;
     ensure!(f.is_lost(), "fail of an unknown job: {f:?}");
     // Bad purge parameters.
-    let mut req = PurgeRequest::new(PurgeTarget::Archive, Duration::ZERO);
+    let mut req = PurgeParams::new(PurgeTarget::Archive, Duration::ZERO);
     req.queue = Some(cx.queue());
     req.batch_size = 0;
     match cx.backend.purge(&req).await {
@@ -206,7 +206,7 @@ pub async fn dead_letter_keeps_text(cx: Ctx) -> CaseResult {
     let id = cx.enqueue(cx.job(&q).tag(s).idempotency_key(format!("{s}{q}")).json(serde_json::json!({ s: s }))).await?;
     let w = WorkerId::random();
     let j = cx.claim_one_started(w, &q).await?;
-    let dl = FailOutcome::DeadLetter { reason: chokaq_core::DeadReason::Failed, error: s.to_string() };
+    let dl = FailAction::DeadLetter { reason: chokaq_core::DeadReason::Failed, error: s.to_string() };
     cx.backend.fail(w, j.lease_ref(), dl).await?.done().ok_or("fail lost")?;
     let r = cx.record(id).await?;
     ensure_eq!(r.location, JobLocation::Dead(chokaq_core::DeadReason::Failed), "location");

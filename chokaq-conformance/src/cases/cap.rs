@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chokaq_core::{BackendExt, ClaimMode, ClaimRequest, ErrorKind, LeaseRef, QueueControl, WorkerId};
+use chokaq_core::{BackendExt, ClaimMode, ClaimParams, ErrorKind, LeaseRef, QueueControl, WorkerId};
 
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -78,7 +78,7 @@ pub async fn binds_only_its_queue(cx: Ctx) -> CaseResult {
     cx.enqueue_n(&capped, 4).await?;
     cx.enqueue_n(&free, 4).await?;
     cx.backend.set_max_workers(&capped, Some(1)).await?;
-    let req = ClaimRequest::new(WorkerId::random(), vec![capped.clone(), free.clone()], 100, ClaimMode::Reserve);
+    let req = ClaimParams::new(WorkerId::random(), vec![capped.clone(), free.clone()], 100, ClaimMode::Reserve);
     let got = cx.backend.claim(&req).await?;
     let from_capped = got.iter().filter(|j| j.queue == capped).count();
     let from_free = got.iter().filter(|j| j.queue == free).count();
@@ -135,7 +135,7 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult
             while done.load(Ordering::SeqCst) < jobs as u64 {
                 ensure!(Instant::now() < deadline, "cap race round did not finish in 60 s");
                 let mode = if t % 3 == 0 { ClaimMode::Reserve } else { ClaimMode::Start };
-                let req = ClaimRequest::new(w, queues.clone(), cap + 1 + 2 * (queues.len() as u32 - 1), mode);
+                let req = ClaimParams::new(w, queues.clone(), cap + 1 + 2 * (queues.len() as u32 - 1), mode);
                 let got = cx.backend.claim(&req).await?;
                 if got.is_empty() {
                     tokio::task::yield_now().await;

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use chokaq_core::testing::{JobPatch, Presence};
-use chokaq_core::{ClaimMode, ClaimRequest, JobId, JobLocation, JobStatus, Lease, LeaseRef, WorkerId};
+use chokaq_core::{ClaimMode, ClaimParams, JobId, JobLocation, JobStatus, Lease, LeaseRef, WorkerId};
 
 use crate::child::ChildLine;
 use crate::ctx::{CaseResult, Ctx, Failure};
@@ -143,7 +143,7 @@ pub async fn only_named_queues(cx: Ctx) -> CaseResult {
     let mut want = cx.enqueue_n(&q1, 2).await?;
     want.extend(cx.enqueue_n(&q2, 3).await?);
     let untouched = cx.enqueue_n(&other, 2).await?;
-    let req = ClaimRequest::new(WorkerId::random(), vec![q1.clone(), q2.clone()], 100, ClaimMode::Reserve);
+    let req = ClaimParams::new(WorkerId::random(), vec![q1.clone(), q2.clone()], 100, ClaimMode::Reserve);
     let mut got: Vec<JobId> = cx.backend.claim(&req).await?.iter().map(|j| j.id).collect();
     got.sort();
     want.sort();
@@ -173,7 +173,7 @@ pub async fn race_tasks_no_duplicates(cx: Ctx) -> CaseResult {
             let (mut lost, mut transient) = (0usize, Vec::new());
             loop {
                 let mode = if t % 2 == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
-                let req = ClaimRequest::new(w, vec![q.clone()], 1 + (t as u32 % 4), mode);
+                let req = ClaimParams::new(w, vec![q.clone()], 1 + (t as u32 % 4), mode);
                 // A transient error escaping the backend is a failure too, but reported after
                 // the duplicate check, which says more.
                 let got = match cx.backend.claim(&req).await {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use chokaq_core::{BackendExt, ClaimMode, Fenced, JobFilter, JobTable, WorkerId};
+use chokaq_core::{BackendExt, ClaimMode, Fenced, JobTable, ListJobsParams, WorkerId};
 
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -59,7 +59,7 @@ pub async fn concurrent_one_row(cx: Ctx) -> CaseResult {
     let first = results[0].id;
     ensure!(results.iter().all(|e| e.id == first), "enqueuers got different ids: {results:?}");
     ensure_eq!(results.iter().filter(|e| !e.duplicate).count(), 1, "non-duplicate results");
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.queue = Some(q.clone());
     ensure_eq!(cx.backend.list_jobs(&f).await?.jobs.len(), 1, "rows in the hot table");
     Ok(())

@@ -3,7 +3,7 @@
 
 use chokaq_core::testing::Presence;
 use chokaq_core::{
-    BackendExt, CancelOutcome, ClaimMode, ClaimedJob, DeadReason, FailOutcome, Fenced, JobLocation, JobStatus, Lease,
+    BackendExt, CancelOutcome, ClaimMode, ClaimedJob, DeadReason, FailAction, Fenced, JobLocation, JobStatus, Lease,
     LeaseRef, WorkerId,
 };
 
@@ -83,11 +83,11 @@ pub async fn stale_heartbeat_is_lost(cx: Ctx) -> CaseResult {
 /// After rescue and re-claim, the old owner's fail (retry or dead-letter) is LeaseLost.
 pub async fn stale_fail_is_lost(cx: Ctx) -> CaseResult {
     let (a, old, b, new) = rescued_and_reclaimed(&cx).await?;
-    let retry = FailOutcome::Retry { delay: std::time::Duration::from_secs(60), error: "stale".into() };
+    let retry = FailAction::Retry { delay: std::time::Duration::from_secs(60), error: "stale".into() };
     ensure_eq!(cx.backend.fail(a, old.lease_ref(), retry).await?, Fenced::LeaseLost, "stale fail(retry)");
-    let dead = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "stale".into() };
+    let dead = FailAction::DeadLetter { reason: DeadReason::Failed, error: "stale".into() };
     ensure_eq!(cx.backend.fail(a, old.lease_ref(), dead).await?, Fenced::LeaseLost, "stale fail(dead-letter)");
-    let cancel = FailOutcome::Cancelled { error: None };
+    let cancel = FailAction::Cancelled { error: None };
     ensure_eq!(cx.backend.fail(a, old.lease_ref(), cancel).await?, Fenced::LeaseLost, "stale fail(cancelled)");
     let r = cx.record(old.id).await?;
     ensure_eq!(r.location, JobLocation::Hot(JobStatus::Processing), "location after stale fails");
@@ -128,7 +128,7 @@ pub async fn status_guards(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.backend.complete_one(w, fetched.lease_ref()).await?, Fenced::LeaseLost, "complete of a Fetched job");
     let hb = cx.backend.heartbeat(w, &[fetched.lease_ref()]).await?;
     ensure_eq!(hb.lost, vec![fetched.id], "heartbeat of a Fetched job: lost");
-    let fail = FailOutcome::Retry { delay: std::time::Duration::ZERO, error: "x".into() };
+    let fail = FailAction::Retry { delay: std::time::Duration::ZERO, error: "x".into() };
     ensure_eq!(cx.backend.fail(w, fetched.lease_ref(), fail).await?, Fenced::LeaseLost, "fail of a Fetched job");
     ensure_eq!(cx.backend.start_one(w, running.lease_ref()).await?, Fenced::LeaseLost, "start of a Processing job");
     ensure_eq!(cx.backend.release_one(w, running.lease_ref()).await?, Fenced::LeaseLost, "release of a Processing job");

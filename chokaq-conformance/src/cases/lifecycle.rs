@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use chokaq_core::testing::Presence;
 use chokaq_core::{
-    BackendExt, CancelOutcome, ClaimMode, DeadReason, ErrorKind, FailOutcome, Fenced, JobFilter, JobId, JobLocation,
-    JobStatus, JobTable, PurgeRequest, PurgeTarget, RequeueOutcome, WorkerId,
+    BackendExt, CancelOutcome, ClaimMode, DeadReason, ErrorKind, FailAction, Fenced, JobId, JobLocation, JobStatus,
+    JobTable, ListJobsParams, PurgeParams, PurgeTarget, RequeueOutcome, WorkerId,
 };
 
 use crate::ctx::{CaseResult, Ctx};
@@ -78,8 +78,8 @@ pub async fn cancel_each_state(cx: Ctx) -> CaseResult {
     let hb = cx.backend.heartbeat(w, &[running.lease_ref()]).await?;
     ensure_eq!(hb.cancel_requested, vec![running.id], "heartbeat's cancel_requested");
     ensure_eq!(hb.held, vec![running.id], "heartbeat's held");
-    let out = cx.backend.fail(w, running.lease_ref(), FailOutcome::Cancelled { error: Some("stopped".into()) }).await?;
-    ensure_eq!(out, Fenced::Done(chokaq_core::FailResult::DeadLettered(DeadReason::Cancelled)), "fail(cancelled)");
+    let out = cx.backend.fail(w, running.lease_ref(), FailAction::Cancelled { error: Some("stopped".into()) }).await?;
+    ensure_eq!(out, Fenced::Done(chokaq_core::FailOutcome::DeadLettered(DeadReason::Cancelled)), "fail(cancelled)");
     ensure_eq!(cx.record(running.id).await?.location, JobLocation::Dead(DeadReason::Cancelled), "final location");
     Ok(())
 }
@@ -109,7 +109,7 @@ pub async fn requeue_dead(cx: Ctx) -> CaseResult {
         cx.enqueue(cx.job(&q).priority(7).idempotency_key(key.clone()).json(serde_json::json!({"k": [1, 2]}))).await?;
     let w = WorkerId::random();
     let j = cx.claim_one_started(w, &q).await?;
-    let dl = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "boom".into() };
+    let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "boom".into() };
     cx.backend.fail(w, j.lease_ref(), dl).await?.done().ok_or("fail lost its lease")?;
     ensure_eq!(cx.record(id).await?.location, JobLocation::Dead(DeadReason::Failed), "location before requeue");
     ensure_eq!(cx.backend.requeue_dead(id).await?, RequeueOutcome::Requeued, "requeue");
@@ -164,9 +164,9 @@ pub async fn purge(cx: Ctx) -> CaseResult {
     cx.backend.cancel(cancelled).await?;
     let j = cx.claim_one_started(w, &q).await?;
     ensure_eq!(j.id, failed, "claimed");
-    let dl = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
+    let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
     cx.backend.fail(w, j.lease_ref(), dl).await?.done().ok_or("fail lost its lease")?;
-    let mut req = PurgeRequest::new(PurgeTarget::Archive, Duration::from_secs(3600));
+    let mut req = PurgeParams::new(PurgeTarget::Archive, Duration::from_secs(3600));
     req.queue = Some(q.clone());
     ensure_eq!(cx.backend.purge(&req).await?, 0, "purge of archive rows older than an hour");
     // Finished "now" is older than 0 s once the clock moves past it.
@@ -176,7 +176,7 @@ pub async fn purge(cx: Ctx) -> CaseResult {
     for id in &ids {
         ensure_eq!(cx.presence(*id).await?.total(), 0, "presence of purged {id}");
     }
-    let mut dreq = PurgeRequest::new(PurgeTarget::DeadLetter, Duration::ZERO);
+    let mut dreq = PurgeParams::new(PurgeTarget::DeadLetter, Duration::ZERO);
     dreq.queue = Some(q.clone());
     dreq.reason = Some(DeadReason::Cancelled);
     let purged = purge_until(&cx, &dreq, 1).await?;
@@ -198,7 +198,7 @@ pub async fn get_and_list(cx: Ctx) -> CaseResult {
     }
     let mut sorted = ids.clone();
     sorted.sort();
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.queue = Some(q.clone());
     f.limit = 2;
     let mut seen = Vec::new();
@@ -215,7 +215,7 @@ pub async fn get_and_list(cx: Ctx) -> CaseResult {
         ensure!(pages < 10, "paging does not end");
     }
     ensure_eq!(seen, sorted, "ids over all pages, in id order");
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.queue = Some(q.clone());
     f.tag = Some("even".into());
     let even: Vec<JobId> = cx.backend.list_jobs(&f).await?.jobs.iter().map(|r| r.id).collect();
@@ -224,13 +224,13 @@ pub async fn get_and_list(cx: Ctx) -> CaseResult {
     ensure_eq!(even, want, "tag filter");
     let w = WorkerId::random();
     let j = cx.claim_one_started(w, &q).await?;
-    let mut f = JobFilter::new(JobTable::Hot);
+    let mut f = ListJobsParams::new(JobTable::Hot);
     f.queue = Some(q.clone());
     f.status = Some(JobStatus::Processing);
     let running: Vec<JobId> = cx.backend.list_jobs(&f).await?.jobs.iter().map(|r| r.id).collect();
     ensure_eq!(running, vec![j.id], "status filter");
     ensure_eq!(cx.backend.complete_one(w, j.lease_ref()).await?, Fenced::Done(()), "complete");
-    let mut f = JobFilter::new(JobTable::Archive);
+    let mut f = ListJobsParams::new(JobTable::Archive);
     f.queue = Some(q.clone());
     let archived: Vec<JobId> = cx.backend.list_jobs(&f).await?.jobs.iter().map(|r| r.id).collect();
     ensure_eq!(archived, vec![j.id], "archive listing");
@@ -239,7 +239,7 @@ pub async fn get_and_list(cx: Ctx) -> CaseResult {
 
 /// Purges until `want` rows went (the cutoff is "older than", so rows finished in this very
 /// instant go once the clock moves on); returns how many went.
-async fn purge_until(cx: &Ctx, req: &PurgeRequest, want: u64) -> Result<u64, crate::Failure> {
+async fn purge_until(cx: &Ctx, req: &PurgeParams, want: u64) -> Result<u64, crate::Failure> {
     let deadline = std::time::Instant::now() + crate::POLL_DEADLINE;
     let mut purged = 0;
     loop {
@@ -278,7 +278,7 @@ pub async fn purge_bounded(cx: Ctx) -> CaseResult {
     let got = cx.claim(w, &q, 5, ClaimMode::Start).await?;
     let leases: Vec<_> = got.iter().map(|j| j.lease_ref()).collect();
     ensure_eq!(cx.backend.complete(w, &leases).await?.done.len(), 5, "completed");
-    let mut req = PurgeRequest::new(PurgeTarget::Archive, Duration::ZERO);
+    let mut req = PurgeParams::new(PurgeTarget::Archive, Duration::ZERO);
     req.queue = Some(q.clone());
     req.batch_size = 1;
     req.max_batches = 2;

@@ -2,7 +2,7 @@
 //! are released by their worker.
 
 use chokaq_core::{
-    BackendExt, ClaimMode, ClaimRequest, Fenced, JobLocation, JobStatus, QueueControl, QueueSettings, WorkerId,
+    BackendExt, ClaimMode, ClaimParams, Fenced, JobLocation, JobStatus, QueueControl, QueueSettings, WorkerId,
 };
 
 use crate::ctx::{CaseResult, Ctx};
@@ -77,7 +77,7 @@ pub async fn settings_and_isolation(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.backend.queue_settings(&paused).await?, st, "queue_settings after pause");
     cx.enqueue_n(&paused, 2).await?;
     let ids = cx.enqueue_n(&open, 2).await?;
-    let req = ClaimRequest::new(WorkerId::random(), vec![paused.clone(), open.clone()], 10, ClaimMode::Reserve);
+    let req = ClaimParams::new(WorkerId::random(), vec![paused.clone(), open.clone()], 10, ClaimMode::Reserve);
     let mut got: Vec<_> = cx.backend.claim(&req).await?.iter().map(|j| j.id).collect();
     got.sort();
     let mut want = ids;

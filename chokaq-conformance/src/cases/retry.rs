@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chokaq_core::testing::{JobPatch, Presence};
-use chokaq_core::{ClaimMode, DeadReason, FailOutcome, FailResult, Fenced, JobLocation, JobStatus, WorkerId};
+use chokaq_core::{ClaimMode, DeadReason, FailAction, FailOutcome, Fenced, JobLocation, JobStatus, WorkerId};
 
 use crate::ctx::{CaseResult, Ctx};
 use crate::{ensure, ensure_eq};
@@ -19,10 +19,10 @@ pub async fn backoff_schedules_pending(cx: Ctx) -> CaseResult {
     let before = cx.backend.db_now().await?;
     let out = cx
         .backend
-        .fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::from_secs(3600), error: "try later".into() })
+        .fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::from_secs(3600), error: "try later".into() })
         .await?;
     let after = cx.backend.db_now().await?;
-    let Fenced::Done(FailResult::Retried { at }) = out else {
+    let Fenced::Done(FailOutcome::Retried { at }) = out else {
         return Err(format!("fail(retry) with attempts left returned {out:?}").into());
     };
     let res = chrono::Duration::from_std(cx.caps.timestamp_precision.resolution()).unwrap_or_default();
@@ -58,15 +58,15 @@ pub async fn until_max_attempts_then_dead(cx: Ctx) -> CaseResult {
             .fail(
                 w,
                 j.lease_ref(),
-                FailOutcome::Retry { delay: Duration::from_secs(60), error: format!("error {attempt}") },
+                FailAction::Retry { delay: Duration::from_secs(60), error: format!("error {attempt}") },
             )
             .await?;
         if attempt < 3 {
-            ensure!(matches!(out, Fenced::Done(FailResult::Retried { .. })), "fail {attempt}: {out:?}");
+            ensure!(matches!(out, Fenced::Done(FailOutcome::Retried { .. })), "fail {attempt}: {out:?}");
             // Make it due now instead of in a minute.
             cx.force(id, JobPatch { scheduled_at: Some(None), ..Default::default() }).await?;
         } else {
-            ensure_eq!(out, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)), "last fail");
+            ensure_eq!(out, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Failed)), "last fail");
         }
     }
     let r = cx.record(id).await?;
@@ -86,9 +86,9 @@ pub async fn fatal_dead_letters_at_once(cx: Ctx) -> CaseResult {
     let j = cx.claim_one_started(w, &q).await?;
     let out = cx
         .backend
-        .fail(w, j.lease_ref(), FailOutcome::DeadLetter { reason: DeadReason::TimedOut, error: "fatal".into() })
+        .fail(w, j.lease_ref(), FailAction::DeadLetter { reason: DeadReason::TimedOut, error: "fatal".into() })
         .await?;
-    ensure_eq!(out, Fenced::Done(FailResult::DeadLettered(DeadReason::TimedOut)), "fail(dead-letter)");
+    ensure_eq!(out, Fenced::Done(FailOutcome::DeadLettered(DeadReason::TimedOut)), "fail(dead-letter)");
     let r = cx.record(id).await?;
     ensure_eq!(r.location, JobLocation::Dead(DeadReason::TimedOut), "location");
     ensure_eq!(r.last_error.as_deref(), Some("fatal"), "last_error");
@@ -103,8 +103,8 @@ pub async fn snooze_does_not_count(cx: Ctx) -> CaseResult {
     let w = WorkerId::random();
     let j = cx.claim_one_started(w, &q).await?;
     ensure_eq!(j.attempt, 1, "attempt");
-    let out = cx.backend.fail(w, j.lease_ref(), FailOutcome::Snooze { delay: Duration::from_secs(600) }).await?;
-    let Fenced::Done(FailResult::Snoozed { until }) = out else {
+    let out = cx.backend.fail(w, j.lease_ref(), FailAction::Snooze { delay: Duration::from_secs(600) }).await?;
+    let Fenced::Done(FailOutcome::Snoozed { until }) = out else {
         return Err(format!("snooze returned {out:?}").into());
     };
     let r = cx.record(id).await?;
@@ -127,7 +127,7 @@ pub async fn long_error_truncated(cx: Ctx) -> CaseResult {
     let long: String = "é€".repeat(chokaq_core::validate::MAX_ERROR_LEN);
     let out = cx
         .backend
-        .fail(w, j.lease_ref(), FailOutcome::Retry { delay: Duration::from_secs(60), error: long.clone() })
+        .fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::from_secs(60), error: long.clone() })
         .await?;
     ensure!(out.done().is_some(), "fail lost its lease");
     let stored = cx.record(id).await?.last_error.unwrap_or_default();

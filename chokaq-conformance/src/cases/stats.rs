@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chokaq_core::testing::JobPatch;
-use chokaq_core::{BackendExt, ClaimMode, DeadReason, FailOutcome, JobId, LeaseRef, WorkerId};
+use chokaq_core::{BackendExt, ClaimMode, DeadReason, FailAction, JobId, LeaseRef, WorkerId};
 
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -20,7 +20,7 @@ pub async fn counts_per_state(cx: Ctx) -> CaseResult {
     let p = cx.claim(w, &q, 3, ClaimMode::Start).await?;
     ensure_eq!(p.len(), 3, "started");
     cx.backend.complete_one(w, p[0].lease_ref()).await?.done().ok_or("complete lost")?;
-    let dl = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
+    let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
     cx.backend.fail(w, p[1].lease_ref(), dl).await?.done().ok_or("fail lost")?;
     let s = cx.queue_stats(&q).await?;
     ensure_eq!(
@@ -82,12 +82,12 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
                 for (i, j) in got.iter().enumerate() {
                     match (i + t) % 4 {
                         0 => {
-                            let dl = FailOutcome::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
+                            let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
                             let out = cx.backend.fail(w, j.lease_ref(), dl).await?;
                             ensure!(!out.is_lost(), "fail(dead-letter) lost its lease");
                         }
                         1 if j.attempt < 2 => {
-                            let r = FailOutcome::Retry { delay: Duration::ZERO, error: "again".into() };
+                            let r = FailAction::Retry { delay: Duration::ZERO, error: "again".into() };
                             let out = cx.backend.fail(w, j.lease_ref(), r).await?;
                             ensure!(!out.is_lost(), "fail(retry) lost its lease");
                         }

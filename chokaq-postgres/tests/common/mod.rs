@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use chokaq_core::testing::TestSupport;
-use chokaq_core::{Backend, ClaimMode, ClaimRequest, ClaimedJob, NewJob, QueueName, WorkerId};
+use chokaq_core::{Backend, ClaimMode, ClaimParams, ClaimedJob, NewJob, QueueName, WorkerId};
 use chokaq_postgres::{PgBackend, PgConfig};
 
 /// The server the tests use: `CHOKAQ_TEST_POSTGRES_URL`, else the local trust-auth server.
@@ -74,7 +74,7 @@ pub fn job(queue: &str) -> NewJob {
 }
 
 pub async fn claim(db: &PgBackend, worker: WorkerId, queue: &str, limit: u32, mode: ClaimMode) -> Vec<ClaimedJob> {
-    db.claim(&ClaimRequest::new(worker, vec![q(queue)], limit, mode)).await.unwrap()
+    db.claim(&ClaimParams::new(worker, vec![q(queue)], limit, mode)).await.unwrap()
 }
 
 pub async fn claim_one(db: &PgBackend, worker: WorkerId, queue: &str, mode: ClaimMode) -> ClaimedJob {

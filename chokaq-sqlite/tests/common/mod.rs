@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chokaq_core::{Backend, ClaimMode, ClaimRequest, ClaimedJob, NewJob, QueueName, WorkerId};
+use chokaq_core::{Backend, ClaimMode, ClaimParams, ClaimedJob, NewJob, QueueName, WorkerId};
 use chokaq_sqlite::{SqliteBackend, SqliteConfig};
 
 /// A temporary database file, removed (with its WAL and shared-memory files) on drop.
@@ -56,7 +56,7 @@ pub fn job(queue: &str) -> NewJob {
 }
 
 pub async fn claim(b: &SqliteBackend, w: WorkerId, queue: &str, limit: u32, mode: ClaimMode) -> Vec<ClaimedJob> {
-    b.claim(&ClaimRequest::new(w, vec![q(queue)], limit, mode)).await.expect("claim")
+    b.claim(&ClaimParams::new(w, vec![q(queue)], limit, mode)).await.expect("claim")
 }
 
 /// Polls `cond` until it holds or `timeout` passes (no sleeps as synchronisation).

@@ -419,7 +419,7 @@ pub async fn shutdown_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult
     ensure!(stopped_after >= grace, "stopped after {stopped_after:?}, before the grace period");
     let s = b.stats().await.map_err(err)?;
     ensure!(s.pending == 5 && s.processing == 0 && s.fetched == 0, "after shutdown: {s:?}");
-    let page = b.list_jobs(&chokaq::core::JobFilter::new(chokaq::core::JobTable::Hot)).await.map_err(err)?;
+    let page = b.list_jobs(&chokaq::core::ListJobsParams::new(chokaq::core::JobTable::Hot)).await.map_err(err)?;
     let handed: Vec<_> = page.jobs.iter().filter(|j| j.last_error.as_deref() == Some(chokaq::SHUTDOWN_ERROR)).collect();
     ensure!(handed.len() == 1 && handed[0].attempt == 1, "handed back: {handed:?}");
     ensure!(report.released == 4 && report.handed_back == 1, "{report:?}");

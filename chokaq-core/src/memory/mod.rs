@@ -1,7 +1,8 @@
 //! [`MemoryBackend`]: the reference implementation of the contract, in memory.
 //!
 //! One mutex guards the whole store, so every operation is trivially atomic and every
-//! guard is exactly the one `SPEC.md` §2 names. It exists to state the semantics in code and
+//! guard is exactly the one the contract (`docs/contract.md`, "Guards") names. It exists to
+//! state the semantics in code and
 //! to validate the conformance suite itself; it is not a database and proves nothing about
 //! one (capabilities: single process, no connections to kill).
 
@@ -12,11 +13,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DurationRound, Utc};
 
-use crate::testing::{JobPatch, Presence, TestSupport};
+#[cfg(feature = "testing")]
+mod testing;
+
 use crate::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimRequest, ClaimedJob, DeadReason,
-    Enqueued, Error, ErrorKind, FailOutcome, FailResult, Fenced, HeartbeatReport, JobFilter, JobId, JobLocation,
-    JobPage, JobRecord, JobStatus, JobTable, Lease, LeaseRef, NewJob, PurgeRequest, PurgeTarget, QueueControl,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
+    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobLocation, JobPage,
+    JobRecord, JobStatus, JobTable, Lease, LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl,
     QueueName, QueueSettings, QueueStats, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot,
     Timestamp, TimestampPrecision, WorkerId, ZombiePolicy,
 };
@@ -190,12 +193,6 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        job.validate(self.max_payload_bytes)?;
-        let mut s = self.lock();
-        Self::insert(&mut s, job, now())
-    }
-
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         if jobs.len() > crate::MAX_ENQUEUE_BATCH {
             return Err(Error::invalid(format!(
@@ -218,7 +215,7 @@ impl Backend for MemoryBackend {
         jobs.into_iter().map(|j| Self::insert(&mut s, j, at)).collect()
     }
 
-    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         req.validate()?;
         let mut s = self.lock();
         let at = now();
@@ -345,39 +342,39 @@ impl Backend for MemoryBackend {
         Ok(out)
     }
 
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailOutcome) -> Result<Fenced<FailResult>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         let mut s = self.lock();
         let at = now();
         let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
             return Ok(Fenced::LeaseLost);
         };
         let result = match outcome {
-            FailOutcome::Retry { delay, error } => {
+            FailAction::Retry { delay, error } => {
                 if r.attempt >= r.max_attempts {
                     Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(error_text(&error)), at);
-                    FailResult::DeadLettered(DeadReason::Failed)
+                    FailOutcome::DeadLettered(DeadReason::Failed)
                 } else {
                     let when = plus(at, delay)?;
                     Self::to_pending(r, at);
                     r.scheduled_at = Some(when);
                     r.last_error = Some(error_text(&error));
-                    FailResult::Retried { at: when }
+                    FailOutcome::Retried { at: when }
                 }
             }
-            FailOutcome::DeadLetter { reason, error } => {
+            FailAction::DeadLetter { reason, error } => {
                 Self::to_dead(&mut s, lease.id, reason, Some(error_text(&error)), at);
-                FailResult::DeadLettered(reason)
+                FailOutcome::DeadLettered(reason)
             }
-            FailOutcome::Cancelled { error } => {
+            FailAction::Cancelled { error } => {
                 Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, error.as_deref().map(error_text), at);
-                FailResult::DeadLettered(DeadReason::Cancelled)
+                FailOutcome::DeadLettered(DeadReason::Cancelled)
             }
-            FailOutcome::Snooze { delay } => {
+            FailAction::Snooze { delay } => {
                 let when = plus(at, delay)?;
                 Self::to_pending(r, at);
                 r.attempt = (r.attempt - 1).max(0);
                 r.scheduled_at = Some(when);
-                FailResult::Snoozed { until: when }
+                FailOutcome::Snoozed { until: when }
             }
         };
         Ok(Fenced::Done(result))
@@ -509,7 +506,7 @@ impl Backend for MemoryBackend {
         Ok(RequeueOutcome::Requeued)
     }
 
-    async fn purge(&self, req: &PurgeRequest) -> Result<u64> {
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
         if req.batch_size == 0 || req.max_batches == 0 {
             return Err(Error::invalid("purge batch_size and max_batches must be at least 1"));
         }
@@ -580,7 +577,7 @@ impl Backend for MemoryBackend {
         Ok(s.hot.get(&id).or_else(|| s.archive.get(&id)).or_else(|| s.dead.get(&id)).cloned())
     }
 
-    async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         if filter.limit == 0 || filter.limit > 1000 {
             return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", filter.limit)));
         }
@@ -610,75 +607,17 @@ impl Backend for MemoryBackend {
         };
         Ok(JobPage { jobs, next })
     }
-}
 
-#[async_trait]
-impl TestSupport for MemoryBackend {
-    async fn db_now(&self) -> Result<Timestamp> {
-        Ok(now())
-    }
-
-    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
-        let mut s = self.lock();
-        let Some(r) = s.hot.get_mut(&id) else {
-            return Ok(false);
-        };
-        if let Some(st) = patch.status {
-            r.location = JobLocation::Hot(st);
-        }
-        if let Some(a) = patch.attempt {
-            r.attempt = a;
-        }
-        if let Some(v) = patch.scheduled_at {
-            r.scheduled_at = v;
-        }
-        if let Some(v) = patch.heartbeat_at {
-            r.heartbeat_at = v;
-        }
-        if let Some(v) = patch.updated_at {
-            r.updated_at = v;
-        }
-        if let Some(v) = patch.created_at {
-            r.created_at = v;
-        }
-        Ok(true)
-    }
-
-    async fn presence(&self, id: JobId) -> Result<Presence> {
-        let s = self.lock();
-        Ok(Presence {
-            hot: u32::from(s.hot.contains_key(&id)),
-            archive: u32::from(s.archive.contains_key(&id)),
-            dead: u32::from(s.dead.contains_key(&id)),
-        })
-    }
-
-    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
-        let s = self.lock();
-        Ok(ids
-            .iter()
-            .map(|id| {
-                (
-                    *id,
-                    Presence {
-                        hot: u32::from(s.hot.contains_key(id)),
-                        archive: u32::from(s.archive.contains_key(id)),
-                        dead: u32::from(s.dead.contains_key(id)),
-                    },
-                )
-            })
-            .collect())
-    }
-
-    async fn drop_schema(&self) -> Result<()> {
-        *self.lock() = Store::default();
-        Ok(())
+    async fn wakeups(&self) -> Result<Option<crate::Wakeups>> {
+        Ok(None)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "testing")]
+    use crate::testing::{JobPatch, Presence, TestSupport};
     use crate::BackendExt;
 
     fn q(name: &str) -> QueueName {
@@ -694,7 +633,7 @@ mod tests {
         let b = MemoryBackend::new();
         let id = b.enqueue(job("a")).await.unwrap().id;
         let w = WorkerId::random();
-        let got = b.claim(&ClaimRequest::new(w, vec![q("a")], 5, ClaimMode::Start)).await.unwrap();
+        let got = b.claim(&ClaimParams::new(w, vec![q("a")], 5, ClaimMode::Start)).await.unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].attempt, 1);
         assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::Done(()));
@@ -710,9 +649,9 @@ mod tests {
         }
         b.set_max_workers(&q("c"), Some(2)).await.unwrap();
         let w = WorkerId::random();
-        let got = b.claim(&ClaimRequest::new(w, vec![q("c")], 10, ClaimMode::Reserve)).await.unwrap();
+        let got = b.claim(&ClaimParams::new(w, vec![q("c")], 10, ClaimMode::Reserve)).await.unwrap();
         assert_eq!(got.len(), 2);
-        let more = b.claim(&ClaimRequest::new(w, vec![q("c")], 10, ClaimMode::Reserve)).await.unwrap();
+        let more = b.claim(&ClaimParams::new(w, vec![q("c")], 10, ClaimMode::Reserve)).await.unwrap();
         assert!(more.is_empty());
     }
 
@@ -737,14 +676,14 @@ mod tests {
         let w = WorkerId::random();
         for attempt in 1..=2 {
             b.force(id, &JobPatch { scheduled_at: Some(None), ..Default::default() }).await.unwrap();
-            let got = b.claim(&ClaimRequest::new(w, vec![q("r")], 1, ClaimMode::Start)).await.unwrap();
+            let got = b.claim(&ClaimParams::new(w, vec![q("r")], 1, ClaimMode::Start)).await.unwrap();
             assert_eq!(got.len(), 1, "attempt {attempt}");
             let out = b
-                .fail(w, got[0].lease_ref(), FailOutcome::Retry { delay: Duration::ZERO, error: format!("e{attempt}") })
+                .fail(w, got[0].lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: format!("e{attempt}") })
                 .await
                 .unwrap();
             if attempt == 2 {
-                assert_eq!(out, Fenced::Done(FailResult::DeadLettered(DeadReason::Failed)));
+                assert_eq!(out, Fenced::Done(FailOutcome::DeadLettered(DeadReason::Failed)));
             }
         }
         let r = b.get_job(id).await.unwrap().unwrap();

@@ -1,0 +1,56 @@
+//! The claim's parameters.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{QueueName, Result, WorkerId};
+
+/// Largest `limit` accepted by [`Backend::claim`].
+pub const MAX_CLAIM_LIMIT: u32 = 1000;
+/// Most jobs accepted by one [`Backend::enqueue_many`] call.
+pub const MAX_ENQUEUE_BATCH: usize = 10_000;
+
+/// How a claim leaves the jobs it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClaimMode {
+    /// Pending → Fetched: the worker buffers them and calls [`Backend::start`] before running
+    /// each (a bounded prefetch).
+    Reserve,
+    /// Pending → Processing in the claim itself (`attempt += 1`, `started_at`,
+    /// `heartbeat_at` set): for a worker that has that many free slots now. Saves the start
+    /// round trip.
+    Start,
+}
+
+/// Parameters of [`Backend::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimParams {
+    /// Who claims.
+    pub worker: WorkerId,
+    /// Which queues to take from (at least one).
+    pub queues: Vec<QueueName>,
+    /// At most this many jobs (1 to [`MAX_CLAIM_LIMIT`]).
+    pub limit: u32,
+    /// Reserve into Fetched, or start straight into Processing.
+    pub mode: ClaimMode,
+}
+
+impl ClaimParams {
+    /// A claim request; checked by [`ClaimParams::validate`].
+    pub fn new(worker: WorkerId, queues: Vec<QueueName>, limit: u32, mode: ClaimMode) -> Self {
+        ClaimParams { worker, queues, limit, mode }
+    }
+
+    /// Rejects an empty queue list and a limit outside 1..=[`MAX_CLAIM_LIMIT`].
+    pub fn validate(&self) -> Result<()> {
+        if self.queues.is_empty() {
+            return Err(crate::Error::invalid("claim needs at least one queue"));
+        }
+        if self.limit == 0 || self.limit > MAX_CLAIM_LIMIT {
+            return Err(crate::Error::invalid(format!(
+                "claim limit must be 1 to {MAX_CLAIM_LIMIT}, got {}",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+}

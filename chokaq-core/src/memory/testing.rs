@@ -1,0 +1,71 @@
+//! [`TestSupport`] for the memory backend (feature `testing`).
+
+use async_trait::async_trait;
+
+use super::{now, MemoryBackend, Store};
+use crate::testing::{JobPatch, Presence, TestSupport};
+use crate::{JobId, JobLocation, Result, Timestamp};
+
+#[async_trait]
+impl TestSupport for MemoryBackend {
+    async fn db_now(&self) -> Result<Timestamp> {
+        Ok(now())
+    }
+
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        let mut s = self.lock();
+        let Some(r) = s.hot.get_mut(&id) else {
+            return Ok(false);
+        };
+        if let Some(st) = patch.status {
+            r.location = JobLocation::Hot(st);
+        }
+        if let Some(a) = patch.attempt {
+            r.attempt = a;
+        }
+        if let Some(v) = patch.scheduled_at {
+            r.scheduled_at = v;
+        }
+        if let Some(v) = patch.heartbeat_at {
+            r.heartbeat_at = v;
+        }
+        if let Some(v) = patch.updated_at {
+            r.updated_at = v;
+        }
+        if let Some(v) = patch.created_at {
+            r.created_at = v;
+        }
+        Ok(true)
+    }
+
+    async fn presence(&self, id: JobId) -> Result<Presence> {
+        let s = self.lock();
+        Ok(Presence {
+            hot: u32::from(s.hot.contains_key(&id)),
+            archive: u32::from(s.archive.contains_key(&id)),
+            dead: u32::from(s.dead.contains_key(&id)),
+        })
+    }
+
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
+        let s = self.lock();
+        Ok(ids
+            .iter()
+            .map(|id| {
+                (
+                    *id,
+                    Presence {
+                        hot: u32::from(s.hot.contains_key(id)),
+                        archive: u32::from(s.archive.contains_key(id)),
+                        dead: u32::from(s.dead.contains_key(id)),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn drop_schema(&self) -> Result<()> {
+        *self.lock() = Store::default();
+        Ok(())
+    }
+}
