@@ -1,13 +1,13 @@
-//! `MssqlConfig`: an ADO.NET-style connection string (parsed in `connstr.rs`) validated early,
-//! plus the backend's knobs, with the password kept out of every `Debug`, `Display`, log line
-//! and error.
+//! `MssqlConfig`: a connection string (ADO.NET `server=…;…`, or an `mssql://` /
+//! `sqlserver://` URL; parsed in `connstr.rs`) validated early, plus the backend's knobs, with
+//! the password kept out of every `Debug`, `Display`, log line and error.
 
 use std::fmt;
 use std::time::Duration;
 
 use chokaq_core::{validate, Error, Result};
 
-use crate::connstr::{parse_ado, ConnParts};
+use crate::connstr::{is_connection_string, mssql_url_to_ado, parse_ado, ConnParts};
 
 /// Default schema for the chokaq tables.
 pub const DEFAULT_SCHEMA: &str = "chokaq";
@@ -80,6 +80,42 @@ impl MssqlConfig {
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         })
+    }
+
+    /// Parses a SQL Server address in either form a user may write it:
+    ///
+    /// - an ADO.NET connection string (`server=…;…`, see [`is_connection_string`]), exactly
+    ///   as [`MssqlConfig::new`];
+    /// - a URL `mssql://user:password@host[:port][/database][?key=value&…]` (or
+    ///   `sqlserver://…`): port 1433 by default, user, password, database and values
+    ///   percent-decoded, query keys being ADO.NET keys (`encrypt=false`,
+    ///   `TrustServerCertificate=true`, `Connect Timeout=5`, …; unknown keys are rejected).
+    ///
+    /// JDBC-style `;key=value` parts and other schemes are `InvalidInput`. Errors never quote
+    /// the URL.
+    ///
+    /// ```
+    /// # use chokaq_mssql::MssqlConfig;
+    /// let url = MssqlConfig::from_url("mssql://app:s%3Bcret@db.local:14330/jobs?encrypt=false")?;
+    /// let ado = MssqlConfig::from_url("server=tcp:db.local,14330;user=app;password={s;cret};Database=jobs;Encrypt=false")?;
+    /// assert_eq!(url.to_string(), ado.to_string());
+    /// assert_eq!(url.to_string(), "db.local,14330/jobs (schema chokaq)");
+    /// # Ok::<(), chokaq_core::Error>(())
+    /// ```
+    ///
+    /// [`is_connection_string`]: crate::is_connection_string
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = url.trim();
+        if is_connection_string(url) {
+            return MssqlConfig::new(url);
+        }
+        let lower = url.get(..12).unwrap_or(url).to_ascii_lowercase();
+        if !(lower.starts_with("mssql://") || lower.starts_with("sqlserver://")) {
+            return Err(Error::invalid(
+                "not a SQL Server address: expected server=…;… (ADO.NET), mssql://… or sqlserver://… (the URL is not shown)",
+            ));
+        }
+        MssqlConfig::new(&mssql_url_to_ado(url)?)
     }
 
     /// Sets the schema (default `chokaq`), validated with
@@ -209,5 +245,41 @@ mod tests {
         }
         assert_eq!(c.clone().schema("_ok_1").unwrap().schema_name(), "_ok_1");
         assert_eq!(c.max_connections(0).max_connections, 1);
+    }
+
+    /// The URL forms `chokaq::connect` accepts (moved here from `chokaq/src/connect.rs`).
+    #[test]
+    fn urls_and_connection_strings_give_the_same_config() {
+        const SECRET: &str = "hunter2-s3cret";
+        let cfg = MssqlConfig::from_url(&format!("mssql://sa:{SECRET}@h:1433/jobs?encrypt=false")).unwrap();
+        let cfg = cfg.schema("s").unwrap();
+        assert!(!format!("{cfg:?}").contains(SECRET));
+        assert_eq!(cfg.parts.password.as_deref(), Some(SECRET));
+        assert_eq!((cfg.parts.host.as_str(), cfg.parts.port), ("h", 1433));
+        assert_eq!(cfg.parts.database.as_deref(), Some("jobs"));
+        assert_eq!(cfg.parts.encrypt, Encrypt::LoginOnly);
+        let e = MssqlConfig::from_url("mssql://h/db?bogus=1").unwrap_err();
+        assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
+
+        let ado = "server=tcp:h,1433;user=sa;password=x;TrustServerCertificate=true";
+        let a = MssqlConfig::from_url(&format!("  {ado}  ")).unwrap();
+        let b = MssqlConfig::new(ado).unwrap();
+        assert_eq!(a.parts, b.parts);
+        let c = MssqlConfig::from_url("SQLSERVER://sa:x@h?TrustServerCertificate=true").unwrap();
+        assert_eq!(c.parts, b.parts);
+
+        for bad in [
+            format!("postgres://sa:{SECRET}@h/db"),
+            format!("sqlite:///tmp/{SECRET}.db"),
+            SECRET.to_string(),
+            String::new(),
+            format!("mssql://sa:{SECRET}@h:99999/db"),
+            format!("sqlserver://h:1433;databaseName=x;password={SECRET}"),
+        ] {
+            let e = MssqlConfig::from_url(&bad).unwrap_err();
+            assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput, "{bad}");
+            assert!(!e.to_string().contains(SECRET), "{e}");
+            assert!(!format!("{e:?}").contains(SECRET), "{e:?}");
+        }
     }
 }

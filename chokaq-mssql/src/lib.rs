@@ -1,13 +1,14 @@
 //! `chokaq-mssql`: the SQL Server backend of chokaq (tiberius + bb8).
 //!
 //! [`MssqlBackend`] implements [`chokaq_core::Backend`]; [`MssqlConfig`] takes an ADO.NET
-//! connection string ([`MssqlConfig::new`]); [`all_statements`] lists every T-SQL statement
-//! the backend sends. See `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers`
+//! connection string ([`MssqlConfig::new`]) or either that or an `mssql://` / `sqlserver://`
+//! URL ([`MssqlConfig::from_url`]); [`all_statements`] lists every T-SQL statement the backend
+//! sends. See `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers`
 //! strict with READ_COMMITTED_SNAPSHOT on and off.
 //!
 //! Inside: `backend.rs` (the struct and `impl Backend`), `sql/` (every statement), `rows/`
 //! (values and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`),
-//! `config.rs` and `connstr.rs` (configuration and connection strings), `pool.rs`
+//! `config.rs` and `connstr.rs` (configuration, connection strings and URLs), `pool.rs`
 //! (connections and running a batch), `migrate.rs`, and `testing.rs` (`TestSupport`, feature
 //! `testing`).
 
