@@ -207,9 +207,9 @@ impl Backend for MssqlBackend {
         Ok(outcome(leases, &ids_of("complete", &rows)?))
     }
 
-    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome_: FailAction) -> Result<Fenced<FailOutcome>> {
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, action: FailAction) -> Result<Fenced<FailOutcome>> {
         let op = "fail";
-        let (action, delay, error, reason) = fail_action(outcome_);
+        let (code, delay, error, reason) = fail_action(action);
         let (secs, nanos) = delay_parts("retry delay", delay)?;
         let error = error.map(|e| validate::truncate(&e, validate::MAX_ERROR_LEN).to_string());
         let reason_text = dead_reason_text(reason);
@@ -219,7 +219,7 @@ impl Backend for MssqlBackend {
             self.run(
                 op,
                 &self.sql().fail,
-                &[&id, &lease.lease.0, &worker.0, &action, &secs, &nanos, &error, &reason_text],
+                &[&id, &lease.lease.0, &worker.0, &code, &secs, &nanos, &error, &reason_text],
             )
             .await?,
         )?;
