@@ -42,6 +42,7 @@
 mod cases;
 mod child;
 mod ctx;
+pub mod grammar;
 mod harness;
 mod runner;
 
