@@ -91,7 +91,7 @@ impl SqliteBackend {
         let mut delay = Duration::from_millis(5);
         let mut tries = 0;
         loop {
-            match self.writer.begin_with("BEGIN IMMEDIATE").await {
+            match self.writer.begin_with(self.sql.begin_immediate.clone()).await {
                 Ok(tx) => return Ok(tx),
                 Err(e) => {
                     let err = map_err(e);
