@@ -4,8 +4,9 @@
 //! substitution, replaces `{schema}` with the validated, quoted schema name, and
 //! [`Statements::new`] renders the whole set once, when the backend connects. SQLite has no
 //! schemas inside a database file: the file is the schema, and the backend's statements name
-//! it by SQLite's own name for the file a connection opened, `"main"` ([`MAIN`]), which is
-//! exactly what the unqualified names of earlier versions resolved to.
+//! it by SQLite's own name for the file a connection opened, `"main"` ([`MAIN`]): the same
+//! tables the unqualified names of earlier versions reached (the backend creates no temporary
+//! tables that could shadow them).
 //!
 //! Values always travel as bound parameters (`?1`, `?2`, ...). Optional filters are static
 //! SQL with NULL-able parameters (`?2 IS NULL OR queue = ?2`), never text assembled per call.
