@@ -1,3 +1,5 @@
+//! [`SqliteConfig`]: how to open the database file (path redacted in `Debug`).
+
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

@@ -1,11 +1,12 @@
-//! Decoding stored rows into the core's types, and the time/duration conversions.
+//! Rows <-> core types: decoding stored rows, encoding values for storage (times, durations,
+//! zombie policies, error text).
 
 use std::time::Duration;
 
 use chokaq_core::{
     chrono::{DateTime, Utc},
-    ClaimedJob, DeadReason, Error, JobId, JobKind, JobLocation, JobRecord, JobStatus, Lease, QueueName, Result,
-    Timestamp, WorkerId,
+    validate, ClaimedJob, DeadReason, Error, JobId, JobKind, JobLocation, JobRecord, JobStatus, Lease, QueueName,
+    QueueSettings, Result, Timestamp, WorkerId, ZombiePolicy,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
@@ -69,8 +70,8 @@ pub(crate) enum Src {
     Dead,
 }
 
-/// Decodes a row selected with [`crate::schema::select_record`] (or `COLS` for hot rows, with
-/// `from == Src::Hot`).
+/// Decodes a job row: the columns of the `get_*` and `list_*` statements (and, for rows
+/// just claimed, the `cols!()` the claim returns, with `from == Src::Hot`).
 pub(crate) fn record(row: &SqliteRow, from: Src) -> Result<JobRecord> {
     let status_code: i64 = get(row, "status")?;
     let status = JobStatus::from_code(i16::try_from(status_code).map_err(|_| corrupt("status"))?)?;
@@ -139,4 +140,45 @@ pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
         last_error: r.last_error,
         created_by: r.created_by,
     })
+}
+
+/// Decodes a queue's control row (statement `queue_settings`).
+pub(crate) fn settings(row: &SqliteRow, queue: &QueueName) -> Result<QueueSettings> {
+    let max_workers: Option<i64> = get(row, "max_workers")?;
+    let zombie_us: Option<i64> = get(row, "zombie_timeout_us")?;
+    let policy: String = get(row, "zombie_policy")?;
+    Ok(QueueSettings {
+        name: queue.clone(),
+        max_workers: max_workers.map(|m| u32::try_from(m).map_err(|_| corrupt("max_workers"))).transpose()?,
+        is_paused: get::<i64>(row, "is_paused")? != 0,
+        is_active: get::<i64>(row, "is_active")? != 0,
+        zombie_timeout: zombie_us
+            .map(|us| u64::try_from(us).map(Duration::from_micros).map_err(|_| corrupt("zombie_timeout")))
+            .transpose()?,
+        zombie_policy: parse_policy(&policy)?,
+        updated_at: Some(ts(get(row, "updated_at")?)?),
+    })
+}
+
+/// A zombie policy as stored.
+pub(crate) fn policy_str(p: ZombiePolicy) -> &'static str {
+    match p {
+        ZombiePolicy::Retry => "retry",
+        ZombiePolicy::DeadLetter => "dead_letter",
+    }
+}
+
+/// A stored zombie policy.
+pub(crate) fn parse_policy(s: &str) -> Result<ZombiePolicy> {
+    match s {
+        "retry" => Ok(ZombiePolicy::Retry),
+        "dead_letter" => Ok(ZombiePolicy::DeadLetter),
+        other => Err(corrupt(format!("zombie_policy {other:?}"))),
+    }
+}
+
+/// Error text as stored: NUL replaced (databases cannot store it in text), truncated.
+pub(crate) fn clean_error(s: &str) -> String {
+    let s = s.replace('\0', "\u{fffd}");
+    validate::truncate(&s, validate::MAX_ERROR_LEN).to_string()
 }

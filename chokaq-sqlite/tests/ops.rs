@@ -24,7 +24,8 @@ async fn migrate_is_idempotent_and_capabilities_are_declared() {
     b.migrate().await.unwrap();
     b.migrate().await.unwrap();
     let caps = b.capabilities();
-    assert!(b.wakeups().await.unwrap().is_none());
+    // In-process wake-ups only (no cross-process push): the old `!caps.listen_notify`.
+    assert!(b.wakeups().await.unwrap().is_some());
     assert!(caps.multi_process);
     assert!(!caps.kill_connections);
     assert_eq!(b.name(), "sqlite");

@@ -1,0 +1,192 @@
+//! Maintenance and administration: rescue, cancel, queue controls, requeue, purge.
+
+use chokaq_core::{
+    validate, CancelOutcome, DeadReason, Error, ErrorKind, JobId, PurgeParams, PurgeTarget, QueueControl, QueueName,
+    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy,
+};
+use sqlx::Row;
+
+use crate::backend::{commit, SqliteBackend};
+use crate::error::map_err;
+use crate::rows::{dur_us, now_us, parse_policy, policy_str};
+
+/// Largest purge batch.
+const MAX_PURGE_BATCH: u32 = 100_000;
+
+/// [`chokaq_core::Backend::rescue`].
+pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<RescueReport> {
+    if params.limit == 0 {
+        return Err(Error::invalid("rescue limit must be at least 1"));
+    }
+    let fetched_us = dur_us("fetched_timeout", params.fetched_timeout)?;
+    let zombie_us = dur_us("default_zombie_timeout", params.default_zombie_timeout)?;
+    // The whole rescue is one BEGIN IMMEDIATE transaction: SQLite's write lock is the
+    // maintenance lock, so two instances never rescue the same job; the second one finds
+    // nothing left to do.
+    let mut tx = b.begin_write().await?;
+    let now = now_us();
+    let mut report = RescueReport { ran: true, ..RescueReport::default() };
+    let limit = i64::from(params.limit);
+    let released = sqlx::query(&b.sql.rescue_fetched)
+        .bind(now)
+        .bind(now - fetched_us)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+    report.fetched_released = released.len() as u64;
+    let mut queues: Vec<String> = Vec::new();
+    for r in &released {
+        queues.push(r.try_get("queue").map_err(map_err)?);
+    }
+    let left = limit - released.len() as i64;
+    if left > 0 {
+        let zombies = sqlx::query(&b.sql.find_zombies)
+            .bind(now)
+            .bind(zombie_us)
+            .bind(left)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        for z in zombies {
+            let id = JobId(z.try_get("id").map_err(map_err)?);
+            let attempt: i64 = z.try_get("attempt").map_err(map_err)?;
+            let max_attempts: i64 = z.try_get("max_attempts").map_err(map_err)?;
+            let policy = parse_policy(&z.try_get::<String, _>("policy").map_err(map_err)?)?;
+            if policy == ZombiePolicy::Retry && attempt < max_attempts {
+                sqlx::query(&b.sql.retry_zombie).bind(now).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+                report.zombies_retried += 1;
+                queues.push(z.try_get("queue").map_err(map_err)?);
+            } else {
+                b.dead_letter(&mut tx, now, id, DeadReason::Zombie, Some("heartbeat expired (zombie)")).await?;
+                report.zombies_dead += 1;
+            }
+        }
+    }
+    commit(tx).await?;
+    b.notify(queues);
+    Ok(report)
+}
+
+/// [`chokaq_core::Backend::cancel`].
+pub(crate) async fn cancel(b: &SqliteBackend, id: JobId) -> Result<CancelOutcome> {
+    let mut tx = b.begin_write().await?;
+    let now = now_us();
+    let status: Option<i64> =
+        sqlx::query_scalar(&b.sql.hot_status).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    let out = match status {
+        None => CancelOutcome::NotLive,
+        Some(0 | 1) => {
+            b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
+            CancelOutcome::Cancelled
+        }
+        Some(_) => {
+            sqlx::query(&b.sql.request_cancel).bind(now).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+            CancelOutcome::Requested
+        }
+    };
+    commit(tx).await?;
+    Ok(out)
+}
+
+/// [`chokaq_core::Backend::control_queue`].
+pub(crate) async fn control_queue(
+    b: &SqliteBackend,
+    queue: &QueueName,
+    control: QueueControl,
+) -> Result<QueueSettings> {
+    validate::queue_name(queue.as_str())?;
+    let (sql, value): (&str, Option<i64>) = match control {
+        QueueControl::Pause => (&b.sql.set_paused, Some(1)),
+        QueueControl::Resume => (&b.sql.set_paused, Some(0)),
+        QueueControl::Activate => (&b.sql.set_active, Some(1)),
+        QueueControl::Deactivate => (&b.sql.set_active, Some(0)),
+        QueueControl::SetMaxWorkers(m) => (&b.sql.set_max_workers, m.map(i64::from)),
+        QueueControl::SetZombieTimeout(d) => {
+            (&b.sql.set_zombie_timeout, d.map(|d| dur_us("zombie_timeout", d)).transpose()?)
+        }
+        QueueControl::SetZombiePolicy(_) => (&b.sql.set_zombie_policy, None),
+    };
+    let mut tx = b.begin_write().await?;
+    let now = now_us();
+    sqlx::query(&b.sql.ensure_queue).bind(queue.as_str()).bind(now).execute(&mut *tx).await.map_err(map_err)?;
+    let q = match control {
+        QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)),
+        _ => sqlx::query(sql).bind(value),
+    };
+    q.bind(now).bind(queue.as_str()).execute(&mut *tx).await.map_err(map_err)?;
+    let settings = b.read_settings(&mut tx, queue).await?;
+    commit(tx).await?;
+    if matches!(control, QueueControl::Resume | QueueControl::Activate | QueueControl::SetMaxWorkers(_)) {
+        b.notify([queue.as_str().to_string()]);
+    }
+    Ok(settings)
+}
+
+/// [`chokaq_core::Backend::requeue_dead`].
+pub(crate) async fn requeue_dead(b: &SqliteBackend, id: JobId) -> Result<RequeueOutcome> {
+    let mut tx = b.begin_write().await?;
+    let now = now_us();
+    let row = sqlx::query(&b.sql.dead_key_and_queue).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    let Some(row) = row else {
+        tx.rollback().await.map_err(map_err)?;
+        return Ok(RequeueOutcome::NotFound);
+    };
+    let key: Option<String> = row.try_get("idempotency_key").map_err(map_err)?;
+    let queue: String = row.try_get("queue").map_err(map_err)?;
+    if let Some(key) = key {
+        let taken: Option<uuid::Uuid> =
+            sqlx::query_scalar(&b.sql.find_by_key).bind(&key).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        if let Some(other) = taken {
+            tx.rollback().await.map_err(map_err)?;
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!("cannot requeue {id}: live job {other} holds its idempotency key"),
+            ));
+        }
+    }
+    sqlx::query(&b.sql.requeue).bind(now).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+    sqlx::query(&b.sql.delete_dead).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+    commit(tx).await?;
+    b.notify([queue]);
+    Ok(RequeueOutcome::Requeued)
+}
+
+/// [`chokaq_core::Backend::purge`]: bounded batches, each its own short write transaction.
+pub(crate) async fn purge(b: &SqliteBackend, req: &PurgeParams) -> Result<u64> {
+    if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
+        return Err(Error::invalid(format!("purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}", req.batch_size)));
+    }
+    if req.max_batches == 0 {
+        return Err(Error::invalid("purge max_batches must be at least 1"));
+    }
+    if req.target == PurgeTarget::Archive && req.reason.is_some() {
+        return Err(Error::invalid("purge reason applies to the dead-letter table only"));
+    }
+    let older_us = dur_us("older_than", req.older_than)?;
+    let sql = match req.target {
+        PurgeTarget::Archive => &b.sql.purge_archive,
+        PurgeTarget::DeadLetter => &b.sql.purge_dead,
+    };
+    let mut total = 0u64;
+    for _ in 0..req.max_batches {
+        // Each batch is its own short write transaction, so claims interleave.
+        let mut tx = b.begin_write().await?;
+        let cutoff = now_us() - older_us;
+        let mut q = sqlx::query(sql)
+            .bind(cutoff)
+            .bind(req.queue.as_ref().map(QueueName::as_str))
+            .bind(req.kind.as_ref().map(|k| k.as_str()))
+            .bind(i64::from(req.batch_size));
+        if req.target == PurgeTarget::DeadLetter {
+            q = q.bind(req.reason.map(DeadReason::as_str));
+        }
+        let n = q.execute(&mut *tx).await.map_err(map_err)?.rows_affected();
+        commit(tx).await?;
+        total += n;
+        if n < u64::from(req.batch_size) {
+            break;
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,322 @@
+//! [`SqliteBackend`]: the pools, the transactions, and `impl Backend`.
+//!
+//! The operations' bodies live by topic in [`crate::claim`], [`crate::lease`],
+//! [`crate::admin`] and [`crate::inspect`]; every statement they run comes from
+//! [`crate::sql::Statements`], built once here at connect.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chokaq_core::{
+    Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, Error,
+    ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams,
+    NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
+    RunAt, StatsSnapshot, TimestampPrecision, Wake, Wakeups, WorkerId, MAX_ENQUEUE_BATCH,
+};
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
+use sqlx::Sqlite;
+use tokio::sync::broadcast;
+
+use crate::config::SqliteConfig;
+use crate::error::map_err;
+use crate::rows::{self, clean_error, dur_us, now_us, ts_us};
+use crate::sql::{Statements, MAIN};
+use crate::{admin, claim, inspect, lease, migrate};
+
+/// How many times `BEGIN IMMEDIATE` is retried after SQLite reported BUSY/LOCKED (each try
+/// already waited up to the busy timeout inside SQLite).
+const BEGIN_RETRIES: u32 = 8;
+
+/// A transaction on one of the pools.
+pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
+
+/// The SQLite backend. Cheap to clone; clones share the pools.
+#[derive(Clone)]
+pub struct SqliteBackend {
+    /// One connection: every write, in `BEGIN IMMEDIATE` transactions.
+    pub(crate) writer: SqlitePool,
+    /// Read-only connections: stats, listings, settings.
+    pub(crate) reader: SqlitePool,
+    /// Every statement, rendered once.
+    pub(crate) sql: Arc<Statements>,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) wake: broadcast::Sender<Wake>,
+}
+
+impl fmt::Debug for SqliteBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteBackend")
+            .field("database", &"<redacted>")
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteBackend {
+    /// Opens (creating if missing) the database file in WAL mode with a busy timeout: one
+    /// writer connection and a small pool of readers. Call [`Backend::migrate`] before use.
+    pub async fn connect(cfg: SqliteConfig) -> Result<Self> {
+        let opts = cfg.connect_options()?;
+        let sql = Arc::new(Statements::new(MAIN)?);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(cfg.acquire_timeout)
+            .connect_with(opts.clone())
+            .await
+            .map_err(map_err)?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(cfg.max_readers)
+            .min_connections(0)
+            .acquire_timeout(cfg.acquire_timeout)
+            .connect_with(opts.pragma("query_only", "ON"))
+            .await
+            .map_err(map_err)?;
+        let (wake, _) = broadcast::channel(1024);
+        Ok(SqliteBackend { writer, reader, sql, max_payload_bytes: cfg.max_payload_bytes, wake })
+    }
+
+    /// Closes the pools (waits for connections in use to come back).
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    /// Starts a write transaction with `BEGIN IMMEDIATE` (the write lock is taken first).
+    /// The one place where SQLITE_BUSY/LOCKED is retried, with bounded, jittered back-off.
+    pub(crate) async fn begin_write(&self) -> Result<Tx> {
+        let mut delay = Duration::from_millis(5);
+        let mut tries = 0;
+        loop {
+            match self.writer.begin_with(self.sql.begin_immediate.clone()).await {
+                Ok(tx) => return Ok(tx),
+                Err(e) => {
+                    let err = map_err(e);
+                    if err.kind() != ErrorKind::Transient || tries >= BEGIN_RETRIES {
+                        return Err(err);
+                    }
+                    tries += 1;
+                    let jitter = Duration::from_micros(rand::random::<u64>() % 5_000);
+                    tokio::time::sleep(delay + jitter).await;
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
+    /// Starts a read transaction (a consistent WAL snapshot from its first read).
+    pub(crate) async fn begin_read(&self) -> Result<Tx> {
+        self.reader.begin().await.map_err(map_err)
+    }
+
+    /// Wakes this process's listeners of each queue once.
+    pub(crate) fn notify(&self, queues: impl IntoIterator<Item = String>) {
+        let mut seen = HashSet::new();
+        for q in queues {
+            if seen.insert(q.clone()) {
+                // No receiver is fine: nobody is waiting.
+                let _ = self.wake.send(Wake::Queue(q));
+            }
+        }
+    }
+
+    /// A queue's control row, or the defaults.
+    pub(crate) async fn read_settings(&self, conn: &mut SqliteConnection, queue: &QueueName) -> Result<QueueSettings> {
+        let row = sqlx::query(&self.sql.queue_settings)
+            .bind(queue.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        match row {
+            Some(row) => rows::settings(&row, queue),
+            None => Ok(QueueSettings::default_for(queue.clone())),
+        }
+    }
+
+    /// Moves one hot row to the dead-letter table (the caller checked it exists).
+    pub(crate) async fn dead_letter(
+        &self,
+        conn: &mut SqliteConnection,
+        now: i64,
+        id: JobId,
+        reason: DeadReason,
+        error: Option<&str>,
+    ) -> Result<bool> {
+        let moved = sqlx::query(&self.sql.dead_letter)
+            .bind(now)
+            .bind(id.0)
+            .bind(reason.as_str())
+            .bind(error.map(clean_error))
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        if moved == 0 {
+            return Ok(false);
+        }
+        sqlx::query(&self.sql.delete_hot).bind(id.0).execute(&mut *conn).await.map_err(map_err)?;
+        Ok(true)
+    }
+}
+
+/// Commits a transaction.
+pub(crate) async fn commit(tx: Tx) -> Result<()> {
+    tx.commit().await.map_err(map_err)
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(false).with_multi_process(true)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        migrate::run(&mut tx, &self.sql).await?;
+        commit(tx).await
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        if jobs.len() > MAX_ENQUEUE_BATCH {
+            return Err(Error::invalid(format!(
+                "enqueue_many takes at most {MAX_ENQUEUE_BATCH} jobs, got {}",
+                jobs.len()
+            )));
+        }
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Validate and serialize everything before touching SQL: one bad job inserts nothing.
+        struct Prepared {
+            payload: String,
+            tags: String,
+            at: Option<i64>,
+            after: Option<i64>,
+        }
+        let mut prepared = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            job.validate(self.max_payload_bytes)?;
+            let (at, after) = match job.run_at {
+                RunAt::Now => (None, None),
+                RunAt::At(t) => (Some(ts_us("run_at", t)?), None),
+                RunAt::After(d) => (None, Some(dur_us("delay", d)?)),
+            };
+            prepared.push(Prepared {
+                payload: serde_json::to_string(&job.payload)?,
+                tags: serde_json::to_string(&job.tags)?,
+                at,
+                after,
+            });
+        }
+        let mut tx = self.begin_write().await?;
+        let now = now_us();
+        let mut out = Vec::with_capacity(jobs.len());
+        for (job, p) in jobs.iter().zip(&prepared) {
+            if let Some(key) = &job.idempotency_key {
+                let existing: Option<uuid::Uuid> = sqlx::query_scalar(&self.sql.find_by_key)
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                if let Some(id) = existing {
+                    out.push(Enqueued { id: JobId(id), duplicate: true });
+                    continue;
+                }
+            }
+            let id = JobId::new();
+            let scheduled = p.at.or(p.after.map(|d| now + d));
+            sqlx::query(&self.sql.insert_job)
+                .bind(id.0)
+                .bind(job.queue.as_str())
+                .bind(job.kind.as_str())
+                .bind(&p.payload)
+                .bind(&p.tags)
+                .bind(job.idempotency_key.as_deref())
+                .bind(job.priority)
+                .bind(job.max_attempts)
+                .bind(scheduled)
+                .bind(now)
+                .bind(job.created_by.as_deref())
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            out.push(Enqueued { id, duplicate: false });
+        }
+        commit(tx).await?;
+        self.notify(jobs.iter().map(|j| j.queue.as_str().to_string()));
+        Ok(out)
+    }
+
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        claim::claim(self, req).await
+    }
+
+    async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        lease::start(self, worker, leases).await
+    }
+
+    async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        lease::heartbeat(self, worker, leases).await
+    }
+
+    async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        lease::complete(self, worker, leases).await
+    }
+
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
+        lease::fail(self, worker, lease, outcome).await
+    }
+
+    async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        lease::release(self, worker, leases).await
+    }
+
+    async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        admin::rescue(self, params).await
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        admin::cancel(self, id).await
+    }
+
+    async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        admin::control_queue(self, queue, control).await
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
+        inspect::queue_settings(self, queue).await
+    }
+
+    async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
+        admin::requeue_dead(self, id).await
+    }
+
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
+        admin::purge(self, req).await
+    }
+
+    async fn stats(&self) -> Result<StatsSnapshot> {
+        inspect::stats(self).await
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        inspect::get_job(self, id).await
+    }
+
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
+        inspect::list_jobs(self, filter).await
+    }
+
+    /// In-process wake-ups: fed by this process's own enqueues, releases and rescues (other
+    /// processes on the same file are not heard; poll for those).
+    async fn wakeups(&self) -> Result<Option<Wakeups>> {
+        Ok(Some(Wakeups::new(self.wake.subscribe())))
+    }
+}

@@ -1,0 +1,148 @@
+//! Reads on the reader pool: queue settings, stats, `get_job`, `list_jobs`. Each runs on a
+//! read-only connection; the multi-statement ones inside one read transaction (one WAL
+//! snapshot), so what they report is consistent.
+
+use std::collections::HashMap;
+
+use chokaq_core::{
+    validate, Error, JobId, JobPage, JobRecord, JobTable, ListJobsParams, QueueName, QueueSettings, QueueStats, Result,
+    StatsSnapshot,
+};
+use sqlx::Row;
+
+use crate::backend::SqliteBackend;
+use crate::error::{corrupt, map_err};
+use crate::rows::{self, now_us, ts, ts_us, Src};
+
+/// Largest page of a listing.
+const MAX_LIST_LIMIT: u32 = 1000;
+
+/// [`chokaq_core::Backend::queue_settings`].
+pub(crate) async fn queue_settings(b: &SqliteBackend, queue: &QueueName) -> Result<QueueSettings> {
+    validate::queue_name(queue.as_str())?;
+    let mut conn = b.reader.acquire().await.map_err(map_err)?;
+    b.read_settings(&mut conn, queue).await
+}
+
+/// The per-queue entry of a snapshot, created on first use.
+fn entry(per: &mut HashMap<String, QueueStats>, queue: String) -> &mut QueueStats {
+    per.entry(queue.clone()).or_insert_with(|| QueueStats { queue, ..QueueStats::default() })
+}
+
+/// A `count(*)` as a row count.
+fn count(r: &sqlx::sqlite::SqliteRow) -> Result<u64> {
+    Ok(u64::try_from(r.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(0))
+}
+
+/// [`chokaq_core::Backend::stats`].
+pub(crate) async fn stats(b: &SqliteBackend) -> Result<StatsSnapshot> {
+    let mut tx = b.begin_read().await?;
+    let now = now_us();
+    let mut per: HashMap<String, QueueStats> = HashMap::new();
+    let mut snap = StatsSnapshot { taken_at: Some(ts(now)?), ..StatsSnapshot::default() };
+    let hot = sqlx::query(&b.sql.stats_hot).fetch_all(&mut *tx).await.map_err(map_err)?;
+    for r in hot {
+        let queue: String = r.try_get("queue").map_err(map_err)?;
+        let status: i64 = r.try_get("status").map_err(map_err)?;
+        let n = count(&r)?;
+        let qs = entry(&mut per, queue);
+        match status {
+            0 => {
+                qs.pending += n;
+                snap.pending += n;
+            }
+            1 => {
+                qs.fetched += n;
+                snap.fetched += n;
+            }
+            2 => {
+                qs.processing += n;
+                snap.processing += n;
+            }
+            other => return Err(corrupt(format!("status {other}"))),
+        }
+    }
+    let lag = sqlx::query(&b.sql.stats_lag).bind(now).fetch_all(&mut *tx).await.map_err(map_err)?;
+    for r in lag {
+        let queue: String = r.try_get("queue").map_err(map_err)?;
+        let due: i64 = r.try_get("due").map_err(map_err)?;
+        entry(&mut per, queue).oldest_due_at = Some(ts(due)?);
+    }
+    for (sql, archived) in [(&b.sql.stats_archive, true), (&b.sql.stats_dead, false)] {
+        let rows = sqlx::query(sql).fetch_all(&mut *tx).await.map_err(map_err)?;
+        for r in rows {
+            let queue: String = r.try_get("queue").map_err(map_err)?;
+            let n = count(&r)?;
+            let qs = entry(&mut per, queue);
+            if archived {
+                qs.archived += n;
+                snap.archived += n;
+            } else {
+                qs.dead += n;
+                snap.dead += n;
+            }
+        }
+    }
+    tx.rollback().await.map_err(map_err)?;
+    let mut queues: Vec<QueueStats> = per.into_values().collect();
+    queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+    snap.queues = queues;
+    Ok(snap)
+}
+
+/// [`chokaq_core::Backend::get_job`]: hot, then archive, then dead-letter, in one snapshot.
+pub(crate) async fn get_job(b: &SqliteBackend, id: JobId) -> Result<Option<JobRecord>> {
+    let mut tx = b.begin_read().await?;
+    let mut found = None;
+    for (sql, src) in [(&b.sql.get_hot, Src::Hot), (&b.sql.get_archive, Src::Archive), (&b.sql.get_dead, Src::Dead)] {
+        let row = sqlx::query(sql).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        if let Some(row) = row {
+            found = Some(rows::record(&row, src)?);
+            break;
+        }
+    }
+    tx.rollback().await.map_err(map_err)?;
+    Ok(found)
+}
+
+/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id; every filter is a NULL-able
+/// parameter of one static statement per table.
+pub(crate) async fn list_jobs(b: &SqliteBackend, filter: &ListJobsParams) -> Result<JobPage> {
+    if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
+        return Err(Error::invalid(format!("list limit must be 1 to {MAX_LIST_LIMIT}, got {}", filter.limit)));
+    }
+    if filter.status.is_some() && filter.table != JobTable::Hot {
+        return Err(Error::invalid("a status filter applies to the hot table only"));
+    }
+    if let Some(tag) = &filter.tag {
+        validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
+    }
+    let from = filter.created_from.map(|t| ts_us("created_from", t)).transpose()?;
+    let to = filter.created_to.map(|t| ts_us("created_to", t)).transpose()?;
+    let (sql, src) = match filter.table {
+        JobTable::Hot => (&b.sql.list_hot, Src::Hot),
+        JobTable::Archive => (&b.sql.list_archive, Src::Archive),
+        JobTable::DeadLetter => (&b.sql.list_dead, Src::Dead),
+    };
+    let mut conn = b.reader.acquire().await.map_err(map_err)?;
+    let rows = sqlx::query(sql)
+        .bind(filter.queue.as_ref().map(QueueName::as_str))
+        .bind(filter.status.map(|s| i64::from(s.code())))
+        .bind(filter.kind.as_ref().map(|k| k.as_str()))
+        .bind(filter.tag.as_deref())
+        .bind(from)
+        .bind(to)
+        .bind(filter.after.map(|id| id.0))
+        .bind(i64::from(filter.limit) + 1)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let mut jobs = rows.iter().map(|r| rows::record(r, src)).collect::<Result<Vec<_>>>()?;
+    let next = if jobs.len() > filter.limit as usize {
+        jobs.truncate(filter.limit as usize);
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(JobPage { jobs, next })
+}

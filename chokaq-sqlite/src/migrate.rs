@@ -1,0 +1,134 @@
+//! The schema (one migration, idempotent DDL) and the migration routine.
+//!
+//! SQLite has no schemas inside a file: the "schema" is the database file, named `"main"` in
+//! the rendered statements. Timestamps are INTEGER microseconds since the Unix epoch (they
+//! sort and compare as numbers); ids and worker ids are 16-byte BLOBs (UUID v7 bytes sort by
+//! creation time); payload and tags are JSON text.
+
+use chokaq_core::{Error, ErrorKind, Result};
+use sqlx::sqlite::SqliteConnection;
+
+use crate::error::map_err;
+use crate::rows::now_us;
+use crate::sql::Statements;
+
+/// The version [`MIGRATIONS`] brings a database to.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// The columns shared by the hot, archive and dead-letter tables.
+macro_rules! job_columns {
+    () => {
+        "id BLOB NOT NULL PRIMARY KEY, \
+         queue TEXT NOT NULL, \
+         kind TEXT NOT NULL, \
+         payload TEXT NOT NULL, \
+         tags TEXT NOT NULL DEFAULT '[]', \
+         idempotency_key TEXT, \
+         priority INTEGER NOT NULL DEFAULT 0, \
+         status INTEGER NOT NULL DEFAULT 0, \
+         attempt INTEGER NOT NULL DEFAULT 0, \
+         max_attempts INTEGER NOT NULL, \
+         lease INTEGER, \
+         worker_id BLOB, \
+         heartbeat_at INTEGER, \
+         scheduled_at INTEGER, \
+         created_at INTEGER NOT NULL, \
+         started_at INTEGER, \
+         updated_at INTEGER NOT NULL, \
+         last_error TEXT, \
+         cancel_requested INTEGER NOT NULL DEFAULT 0, \
+         created_by TEXT"
+    };
+}
+
+/// The DDL of schema version 1, in order, as named templates (`{schema}` is rendered by
+/// [`crate::sql`]). Idempotent (`IF NOT EXISTS`, `ON CONFLICT DO NOTHING`) and run inside one
+/// `BEGIN IMMEDIATE` transaction. An index is created in the schema of its name and always
+/// on a table of that same schema, so SQLite wants the table name of `ON` unqualified.
+pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
+    ("migrate_jobs_hot", concat!("CREATE TABLE IF NOT EXISTS {schema}.jobs_hot (", job_columns!(), ")")),
+    // The claim: per queue, Pending, by priority then due time then id.
+    (
+        "migrate_jobs_hot_claim",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_hot_claim ON jobs_hot \
+         (queue, status, priority DESC, coalesce(scheduled_at, created_at), id)",
+    ),
+    // Rescue scans Fetched/Processing jobs by age.
+    ("migrate_jobs_hot_status", "CREATE INDEX IF NOT EXISTS {schema}.jobs_hot_status ON jobs_hot (status, updated_at)"),
+    // At most one live job per idempotency key.
+    (
+        "migrate_jobs_hot_idem",
+        "CREATE UNIQUE INDEX IF NOT EXISTS {schema}.jobs_hot_idem ON jobs_hot (idempotency_key) \
+         WHERE idempotency_key IS NOT NULL",
+    ),
+    (
+        "migrate_jobs_archive",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.jobs_archive (",
+            job_columns!(),
+            ", finished_at INTEGER NOT NULL)"
+        ),
+    ),
+    (
+        "migrate_jobs_archive_finished",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_finished ON jobs_archive (finished_at)",
+    ),
+    ("migrate_jobs_archive_queue", "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_queue ON jobs_archive (queue)"),
+    (
+        "migrate_jobs_dlq",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.jobs_dlq (",
+            job_columns!(),
+            ", finished_at INTEGER NOT NULL, reason TEXT NOT NULL)"
+        ),
+    ),
+    ("migrate_jobs_dlq_finished", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_finished ON jobs_dlq (finished_at)"),
+    ("migrate_jobs_dlq_queue", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_queue ON jobs_dlq (queue)"),
+    (
+        "migrate_queues",
+        "CREATE TABLE IF NOT EXISTS {schema}.queues (\
+         name TEXT NOT NULL PRIMARY KEY, \
+         max_workers INTEGER, \
+         is_paused INTEGER NOT NULL DEFAULT 0, \
+         is_active INTEGER NOT NULL DEFAULT 1, \
+         zombie_timeout_us INTEGER, \
+         zombie_policy TEXT NOT NULL DEFAULT 'retry', \
+         created_at INTEGER NOT NULL, \
+         updated_at INTEGER NOT NULL)",
+    ),
+    // The lease counter lives here: incremented inside every claim transaction.
+    (
+        "migrate_counters",
+        "CREATE TABLE IF NOT EXISTS {schema}.counters (name TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",
+    ),
+    (
+        "migrate_lease_counter",
+        "INSERT INTO {schema}.counters (name, value) VALUES ('lease', 0) ON CONFLICT (name) DO NOTHING",
+    ),
+    (
+        "migrate_versions",
+        "CREATE TABLE IF NOT EXISTS {schema}.versions (version INTEGER NOT NULL PRIMARY KEY, \
+         applied_at INTEGER NOT NULL)",
+    ),
+];
+
+/// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a
+/// database whose schema is newer than this library, and records the version.
+pub(crate) async fn run(conn: &mut SqliteConnection, sql: &Statements) -> Result<()> {
+    for (_, ddl) in &sql.migrations {
+        sqlx::query(ddl).execute(&mut *conn).await.map_err(map_err)?;
+    }
+    let newest: Option<i64> = sqlx::query_scalar(&sql.newest_version).fetch_one(&mut *conn).await.map_err(map_err)?;
+    if newest.is_some_and(|v| v > SCHEMA_VERSION) {
+        return Err(Error::new(
+            ErrorKind::Other,
+            format!(
+                "sqlite: the database schema is version {}, newer than this library's {}",
+                newest.unwrap_or_default(),
+                SCHEMA_VERSION
+            ),
+        ));
+    }
+    sqlx::query(&sql.record_version).bind(SCHEMA_VERSION).bind(now_us()).execute(&mut *conn).await.map_err(map_err)?;
+    Ok(())
+}

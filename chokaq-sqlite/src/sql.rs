@@ -1,0 +1,345 @@
+//! Every SQL statement the SQLite backend sends; nothing else builds SQL text.
+//!
+//! Each statement is a template that names its tables `{schema}.table`. [`render`], the one
+//! substitution, replaces `{schema}` with the validated, quoted schema name, and
+//! [`Statements::new`] renders the whole set once, when the backend connects. SQLite has no
+//! schemas inside a database file: the file is the schema, and the backend's statements name
+//! it by SQLite's own name for the file a connection opened, `"main"` ([`MAIN`]): the same
+//! tables the unqualified names of earlier versions reached (the backend creates no temporary
+//! tables that could shadow them).
+//!
+//! Values always travel as bound parameters (`?1`, `?2`, ...). Optional filters are static
+//! SQL with NULL-able parameters (`?2 IS NULL OR queue = ?2`), never text assembled per call.
+//! The DDL templates live in [`crate::migrate`] and are rendered here with the rest.
+
+use chokaq_core::{validate, Result};
+
+use crate::migrate;
+
+/// The schema the backend's statements are rendered for: the database file it opened.
+pub(crate) const MAIN: &str = "main";
+
+/// Every statement the backend can send (migrations and test support included), named and
+/// rendered for the SQLite schema (database) name `schema`: what the grammar check parses.
+///
+/// The backend itself always uses `"main"`, the database file it opened.
+///
+/// ```
+/// let all = chokaq_sqlite::all_statements("chokaq_grammar")?;
+/// assert!(all.iter().any(|(name, sql)| *name == "claim_one" && sql.contains("\"chokaq_grammar\".jobs_hot")));
+/// # Ok::<(), chokaq_core::Error>(())
+/// ```
+pub fn all_statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
+    Ok(Statements::new(schema)?.into_named())
+}
+
+/// The schema name as a quoted identifier, after validation (so splicing it is safe).
+fn quote(schema: &str) -> Result<String> {
+    validate::schema_name(schema)?;
+    Ok(format!("\"{schema}\""))
+}
+
+/// The one substitution: `{schema}` becomes the quoted schema name.
+fn render(template: &str, quoted_schema: &str) -> String {
+    template.replace("{schema}", quoted_schema)
+}
+
+/// The columns shared by the hot, archive and dead-letter tables, in one fixed order.
+macro_rules! cols {
+    () => {
+        "id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, max_attempts, lease, \
+         worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, cancel_requested, \
+         created_by"
+    };
+}
+
+/// A job read from one table with `finished_at` and `reason` (NULL where the table has none),
+/// as `rows::record` decodes it.
+macro_rules! select_job {
+    (jobs_hot) => {
+        concat!("SELECT ", cols!(), ", NULL AS finished_at, NULL AS reason FROM {schema}.jobs_hot")
+    };
+    (jobs_archive) => {
+        concat!("SELECT ", cols!(), ", finished_at, NULL AS reason FROM {schema}.jobs_archive")
+    };
+    (jobs_dlq) => {
+        concat!("SELECT ", cols!(), ", finished_at, reason FROM {schema}.jobs_dlq")
+    };
+}
+
+/// The listing filters: `?1` queue, `?2` status, `?3` kind, `?4` tag, `?5` created from,
+/// `?6` created before, `?7` the keyset cursor (the last id of the previous page), `?8` the
+/// row limit. Each filter is NULL when not asked for. The cursor is `id > coalesce(?7, x'')`
+/// rather than `?7 IS NULL OR id > ?7` so that SQLite still seeks the primary key to the
+/// cursor (ids are 16-byte BLOBs, all greater than the empty BLOB), instead of scanning
+/// every earlier page again.
+macro_rules! list_filters {
+    () => {
+        " WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR kind = ?3) \
+         AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(tags) WHERE json_each.value = ?4)) \
+         AND (?5 IS NULL OR created_at >= ?5) AND (?6 IS NULL OR created_at < ?6) \
+         AND id > coalesce(?7, x'') ORDER BY id LIMIT ?8"
+    };
+}
+
+/// Per-table row counts of a set of ids: `?1` a JSON array of the ids in hex.
+macro_rules! presence {
+    ($table:literal) => {
+        concat!(
+            "SELECT id, count(*) AS n FROM {schema}.",
+            $table,
+            " WHERE id IN (SELECT unhex(value) FROM json_each(?1)) GROUP BY id"
+        )
+    };
+}
+
+/// Declares [`Statements`] (one field per statement, plus the migrations) and the list of
+/// them all, from one table of `name: template` entries, so no statement can be left out of
+/// [`all_statements`].
+macro_rules! statements {
+    ($( $(#[doc = $doc:literal])* $name:ident: $template:expr, )*) => {
+        /// Every statement of the backend, rendered for one schema, built once at connect.
+        pub(crate) struct Statements {
+            /// The DDL of [`crate::migrate::MIGRATIONS`], in order, with their names.
+            pub(crate) migrations: Vec<(&'static str, String)>,
+            $( $(#[doc = $doc])* pub(crate) $name: String, )*
+        }
+
+        impl Statements {
+            /// Renders every template for `schema` (validated first).
+            pub(crate) fn new(schema: &str) -> Result<Self> {
+                let quoted = quote(schema)?;
+                Ok(Statements {
+                    migrations: migrate::MIGRATIONS.iter().map(|(n, t)| (*n, render(t, &quoted))).collect(),
+                    $( $name: render($template, &quoted), )*
+                })
+            }
+
+            /// Every statement, migrations first, with its name.
+            fn into_named(self) -> Vec<(&'static str, String)> {
+                let mut all = self.migrations;
+                $( all.push((stringify!($name), self.$name)); )*
+                all
+            }
+        }
+    };
+}
+
+statements! {
+    /// Opens every write transaction: takes the write lock before the first read.
+    begin_immediate: "BEGIN IMMEDIATE",
+
+    // --- migrate ---------------------------------------------------------------------------
+    /// The newest applied schema version.
+    newest_version: "SELECT max(version) FROM {schema}.versions",
+    /// `?1` version, `?2` now.
+    record_version:
+        "INSERT INTO {schema}.versions (version, applied_at) VALUES (?1, ?2) ON CONFLICT (version) DO NOTHING",
+
+    // --- enqueue ---------------------------------------------------------------------------
+    /// The live job holding an idempotency key: `?1` key.
+    find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE idempotency_key = ?1",
+    /// `?1` id, `?2` queue, `?3` kind, `?4` payload, `?5` tags, `?6` key, `?7` priority,
+    /// `?8` max attempts, `?9` scheduled at, `?10` now, `?11` created by.
+    insert_job: "INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, \
+         attempt, max_attempts, scheduled_at, created_at, updated_at, created_by) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, 0, ?8, ?9, ?10, ?10, ?11)",
+
+    // --- claim -----------------------------------------------------------------------------
+    /// A queue's control row: `?1` name.
+    queue_settings: "SELECT max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, updated_at \
+         FROM {schema}.queues WHERE name = ?1",
+    /// Fetched + Processing jobs of a queue: `?1` queue.
+    active_count: "SELECT count(*) FROM {schema}.jobs_hot WHERE queue = ?1 AND status IN (1, 2)",
+    /// Whether a queue has a due Pending job: `?1` queue, `?2` now.
+    any_due: "SELECT 1 FROM {schema}.jobs_hot WHERE queue = ?1 AND status = 0 \
+         AND coalesce(scheduled_at, created_at) <= ?2 LIMIT 1",
+    /// A queue's due Pending jobs in claim order: `?1` queue, `?2` now, `?3` limit.
+    claim_candidates: "SELECT id, priority, coalesce(scheduled_at, created_at) AS due FROM {schema}.jobs_hot \
+         WHERE queue = ?1 AND status = 0 AND coalesce(scheduled_at, created_at) <= ?2 \
+         ORDER BY priority DESC, coalesce(scheduled_at, created_at) ASC, id ASC LIMIT ?3",
+    /// Reserves `?1` leases; returns the last one.
+    next_leases: "UPDATE {schema}.counters SET value = value + ?1 WHERE name = 'lease' RETURNING value",
+    /// Claims one Pending job: `?1` status, `?2` worker, `?3` lease, `?4` now, `?5` 1 when
+    /// starting at once (else 0), `?6` id.
+    claim_one: concat!(
+        "UPDATE {schema}.jobs_hot SET status = ?1, worker_id = ?2, lease = ?3, updated_at = ?4, \
+         attempt = attempt + ?5, \
+         started_at = CASE WHEN ?5 = 1 THEN ?4 ELSE started_at END, \
+         heartbeat_at = CASE WHEN ?5 = 1 THEN ?4 ELSE heartbeat_at END \
+         WHERE id = ?6 AND status = 0 RETURNING ",
+        cols!()
+    ),
+
+    // --- guarded lease operations ----------------------------------------------------------
+    /// Fetched -> Processing: `?1` now, `?2` id, `?3` lease, `?4` worker.
+    start: "UPDATE {schema}.jobs_hot SET status = 2, attempt = attempt + 1, started_at = ?1, heartbeat_at = ?1, \
+         updated_at = ?1 WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1",
+    /// `?1` now, `?2` id, `?3` lease, `?4` worker.
+    heartbeat: "UPDATE {schema}.jobs_hot SET heartbeat_at = ?1, updated_at = ?1 \
+         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 2 RETURNING cancel_requested",
+    /// Hot -> archive for one held Processing lease: `?1` now, `?2` id, `?3` lease, `?4`
+    /// worker. The columns are the hot row's with `updated_at` set to the move time.
+    archive_held: concat!(
+        "INSERT INTO {schema}.jobs_archive (",
+        cols!(),
+        ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
+         max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, last_error, \
+         cancel_requested, created_by, ?1 FROM {schema}.jobs_hot \
+         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 2"
+    ),
+    /// Removes a moved hot row: `?1` id.
+    delete_hot: "DELETE FROM {schema}.jobs_hot WHERE id = ?1",
+    /// The attempts of a held Processing lease: `?1` id, `?2` lease, `?3` worker.
+    held_attempts: "SELECT attempt, max_attempts FROM {schema}.jobs_hot \
+         WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status = 2",
+    /// Back to Pending (retry, snooze): `?1` due at, `?2` now, `?3` error (NULL keeps the
+    /// last one), `?4` attempts to give back, `?5` id.
+    back_to_pending: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, scheduled_at = ?1, \
+         updated_at = ?2, heartbeat_at = NULL, cancel_requested = 0, last_error = coalesce(?3, last_error), \
+         attempt = max(attempt - ?4, 0) WHERE id = ?5",
+    /// Hot -> dead-letter for one id: `?1` now, `?2` id, `?3` reason, `?4` error (NULL keeps
+    /// `last_error`). The columns are the hot row's with `updated_at` set to the move time.
+    dead_letter: concat!(
+        "INSERT INTO {schema}.jobs_dlq (",
+        cols!(),
+        ", finished_at, reason) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
+         max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, \
+         coalesce(?4, last_error), cancel_requested, created_by, ?1, ?3 FROM {schema}.jobs_hot WHERE id = ?2"
+    ),
+    /// Fetched -> Pending: `?1` now, `?2` id, `?3` lease, `?4` worker.
+    release: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, updated_at = ?1 \
+         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1 RETURNING queue",
+
+    // --- rescue ----------------------------------------------------------------------------
+    /// Releases expired Fetched jobs: `?1` now, `?2` cutoff, `?3` limit.
+    rescue_fetched: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, updated_at = ?1 WHERE id IN \
+         (SELECT id FROM {schema}.jobs_hot WHERE status = 1 AND updated_at < ?2 ORDER BY updated_at, id LIMIT ?3) \
+         RETURNING queue",
+    /// Processing jobs whose heartbeat expired, with their queue's policy: `?1` now, `?2`
+    /// default zombie timeout, `?3` limit.
+    find_zombies: "SELECT h.id, h.queue, h.attempt, h.max_attempts, coalesce(q.zombie_policy, 'retry') AS policy \
+         FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues q ON q.name = h.queue \
+         WHERE h.status = 2 \
+           AND coalesce(h.heartbeat_at, h.started_at, h.updated_at) < ?1 - coalesce(q.zombie_timeout_us, ?2) \
+         ORDER BY h.id LIMIT ?3",
+    /// A zombie back to Pending: `?1` now, `?2` id.
+    retry_zombie: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, heartbeat_at = NULL, \
+         cancel_requested = 0, updated_at = ?1 WHERE id = ?2",
+
+    // --- cancel ----------------------------------------------------------------------------
+    /// `?1` id.
+    hot_status: "SELECT status FROM {schema}.jobs_hot WHERE id = ?1",
+    /// `?1` now, `?2` id.
+    request_cancel: "UPDATE {schema}.jobs_hot SET cancel_requested = 1, updated_at = ?1 WHERE id = ?2",
+
+    // --- queue controls: `?1` value, `?2` now, `?3` queue ------------------------------------
+    /// `?1` name, `?2` now.
+    ensure_queue: "INSERT INTO {schema}.queues (name, created_at, updated_at) VALUES (?1, ?2, ?2) \
+         ON CONFLICT (name) DO NOTHING",
+    set_paused: "UPDATE {schema}.queues SET is_paused = ?1, updated_at = ?2 WHERE name = ?3",
+    set_active: "UPDATE {schema}.queues SET is_active = ?1, updated_at = ?2 WHERE name = ?3",
+    set_max_workers: "UPDATE {schema}.queues SET max_workers = ?1, updated_at = ?2 WHERE name = ?3",
+    set_zombie_timeout: "UPDATE {schema}.queues SET zombie_timeout_us = ?1, updated_at = ?2 WHERE name = ?3",
+    set_zombie_policy: "UPDATE {schema}.queues SET zombie_policy = ?1, updated_at = ?2 WHERE name = ?3",
+
+    // --- requeue ---------------------------------------------------------------------------
+    /// `?1` id.
+    dead_key_and_queue: "SELECT idempotency_key, queue FROM {schema}.jobs_dlq WHERE id = ?1",
+    /// Dead-letter -> hot, Pending with attempt 0: `?1` now, `?2` id.
+    requeue: concat!(
+        "INSERT INTO {schema}.jobs_hot (",
+        cols!(),
+        ") SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
+         max_attempts, lease, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by \
+         FROM {schema}.jobs_dlq WHERE id = ?2"
+    ),
+    /// `?1` id.
+    delete_dead: "DELETE FROM {schema}.jobs_dlq WHERE id = ?1",
+
+    // --- purge: `?1` cutoff, `?2` queue and `?3` kind (NULL = any), `?4` batch size ----------
+    purge_archive: "DELETE FROM {schema}.jobs_archive WHERE id IN (SELECT id FROM {schema}.jobs_archive \
+         WHERE finished_at < ?1 AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR kind = ?3) \
+         ORDER BY finished_at LIMIT ?4)",
+    /// As `purge_archive`, plus `?5` reason (NULL = any).
+    purge_dead: "DELETE FROM {schema}.jobs_dlq WHERE id IN (SELECT id FROM {schema}.jobs_dlq \
+         WHERE finished_at < ?1 AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR kind = ?3) \
+         AND (?5 IS NULL OR reason = ?5) ORDER BY finished_at LIMIT ?4)",
+
+    // --- stats -----------------------------------------------------------------------------
+    stats_hot: "SELECT queue, status, count(*) AS n FROM {schema}.jobs_hot GROUP BY queue, status",
+    /// The oldest due Pending job per queue: `?1` now.
+    stats_lag: "SELECT queue, min(coalesce(scheduled_at, created_at)) AS due FROM {schema}.jobs_hot \
+         WHERE status = 0 AND coalesce(scheduled_at, created_at) <= ?1 GROUP BY queue",
+    stats_archive: "SELECT queue, count(*) AS n FROM {schema}.jobs_archive GROUP BY queue",
+    stats_dead: "SELECT queue, count(*) AS n FROM {schema}.jobs_dlq GROUP BY queue",
+
+    // --- get_job: `?1` id ------------------------------------------------------------------
+    get_hot: concat!(select_job!(jobs_hot), " WHERE id = ?1"),
+    get_archive: concat!(select_job!(jobs_archive), " WHERE id = ?1"),
+    get_dead: concat!(select_job!(jobs_dlq), " WHERE id = ?1"),
+
+    // --- list_jobs (parameters: see `list_filters!`) ---------------------------------------
+    list_hot: concat!(select_job!(jobs_hot), list_filters!()),
+    list_archive: concat!(select_job!(jobs_archive), list_filters!()),
+    list_dead: concat!(select_job!(jobs_dlq), list_filters!()),
+
+    // --- test support (feature `testing`) --------------------------------------------------
+    /// Forces fields of a hot job, bypassing every guard: `?1` id, `?2` status, `?3` attempt,
+    /// `?4` whether to set `scheduled_at` to `?5`, `?6` whether to set `heartbeat_at` to
+    /// `?7`, `?8` updated at, `?9` created at (NULL = keep).
+    force: "UPDATE {schema}.jobs_hot SET status = coalesce(?2, status), attempt = coalesce(?3, attempt), \
+         scheduled_at = CASE WHEN ?4 THEN ?5 ELSE scheduled_at END, \
+         heartbeat_at = CASE WHEN ?6 THEN ?7 ELSE heartbeat_at END, \
+         updated_at = coalesce(?8, updated_at), created_at = coalesce(?9, created_at) WHERE id = ?1",
+    presence_hot: presence!("jobs_hot"),
+    presence_archive: presence!("jobs_archive"),
+    presence_dead: presence!("jobs_dlq"),
+    /// What is left in the database file after the drops.
+    count_objects: "SELECT count(*) FROM {schema}.sqlite_schema",
+    drop_jobs_hot: "DROP TABLE IF EXISTS {schema}.jobs_hot",
+    drop_jobs_archive: "DROP TABLE IF EXISTS {schema}.jobs_archive",
+    drop_jobs_dlq: "DROP TABLE IF EXISTS {schema}.jobs_dlq",
+    drop_queues: "DROP TABLE IF EXISTS {schema}.queues",
+    drop_counters: "DROP TABLE IF EXISTS {schema}.counters",
+    drop_versions: "DROP TABLE IF EXISTS {schema}.versions",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The moves copy the hot row column for column, in `cols!()` order, with `updated_at`
+    /// replaced by the move time (and, into the dead-letter table, `last_error` by the new
+    /// error when there is one).
+    #[test]
+    fn moves_copy_every_column_in_order() {
+        let st = Statements::new(MAIN).unwrap();
+        let moved = cols!().replace("updated_at", "?1");
+        assert!(st.archive_held.contains(&format!("SELECT {moved}, ?1 FROM \"main\".jobs_hot")), "{}", st.archive_held);
+        let dead = moved.replace("last_error", "coalesce(?4, last_error)");
+        assert!(
+            st.dead_letter.contains(&format!("SELECT {dead}, ?1, ?3 FROM \"main\".jobs_hot")),
+            "{}",
+            st.dead_letter
+        );
+    }
+
+    #[test]
+    fn every_table_is_qualified_and_the_schema_is_validated() {
+        let all = all_statements("chokaq_grammar").unwrap();
+        for (name, sql) in &all {
+            assert!(!sql.contains("{schema}"), "{name}: {sql}");
+            if *name != "begin_immediate" {
+                assert!(sql.contains("\"chokaq_grammar\"."), "{name}: {sql}");
+            }
+        }
+        let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "names are unique");
+        for bad in ["", "a;b", "x\"y", "1a"] {
+            assert!(all_statements(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! [`TestSupport`] for the conformance suite and tests (feature `testing`): forcing a job's
+//! state past every guard, raw presence counts, dropping the tables.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chokaq_core::testing::{JobPatch, Presence, TestSupport};
+use chokaq_core::{Error, ErrorKind, JobId, Result, Timestamp};
+use sqlx::Row;
+
+use crate::backend::{commit, SqliteBackend};
+use crate::error::map_err;
+use crate::rows::{now_us, ts};
+
+#[async_trait]
+impl TestSupport for SqliteBackend {
+    async fn db_now(&self) -> Result<Timestamp> {
+        ts(now_us())
+    }
+
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        let micros = |t: Option<Timestamp>| t.map(|t| t.timestamp_micros());
+        let mut tx = self.begin_write().await?;
+        let n = sqlx::query(&self.sql.force)
+            .bind(id.0)
+            .bind(patch.status.map(|s| i64::from(s.code())))
+            .bind(patch.attempt.map(i64::from))
+            .bind(patch.scheduled_at.is_some())
+            .bind(patch.scheduled_at.and_then(micros))
+            .bind(patch.heartbeat_at.is_some())
+            .bind(patch.heartbeat_at.and_then(micros))
+            .bind(micros(patch.updated_at))
+            .bind(micros(patch.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        commit(tx).await?;
+        Ok(n == 1)
+    }
+
+    async fn presence(&self, id: JobId) -> Result<Presence> {
+        Ok(self.presence_many(&[id]).await?.pop().map(|(_, p)| p).unwrap_or_default())
+    }
+
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
+        let mut map: HashMap<JobId, Presence> = ids.iter().map(|id| (*id, Presence::default())).collect();
+        // The ids travel as one bound JSON array of hex strings (`unhex` in the statement).
+        let hex: Vec<String> = ids.iter().map(|id| id.0.simple().to_string()).collect();
+        let hex = serde_json::to_string(&hex)?;
+        let mut tx = self.begin_read().await?;
+        let tables: [(&String, fn(&mut Presence, u32)); 3] = [
+            (&self.sql.presence_hot, |p, n| p.hot = n),
+            (&self.sql.presence_archive, |p, n| p.archive = n),
+            (&self.sql.presence_dead, |p, n| p.dead = n),
+        ];
+        for (sql, set) in tables {
+            let rows = sqlx::query(sql).bind(&hex).fetch_all(&mut *tx).await.map_err(map_err)?;
+            for r in rows {
+                let id = JobId(r.try_get("id").map_err(map_err)?);
+                let n = u32::try_from(r.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(u32::MAX);
+                if let Some(p) = map.get_mut(&id) {
+                    set(p, n);
+                }
+            }
+        }
+        tx.rollback().await.map_err(map_err)?;
+        Ok(ids.iter().map(|id| (*id, map.get(id).copied().unwrap_or_default())).collect())
+    }
+
+    /// Drops this backend's tables. SQLite has no schemas, the database file is the schema:
+    /// when the file then holds nothing else, the pools are closed and the file (with its
+    /// `-wal` and `-shm` companions) is removed, so this backend is unusable afterwards. A
+    /// file that holds other tables is kept.
+    async fn drop_schema(&self) -> Result<()> {
+        // The database file (never printed), from the options the pool opens it with.
+        let file = self.writer.connect_options().get_filename().to_path_buf();
+        let mut tx = self.begin_write().await?;
+        let sql = &self.sql;
+        for drop in [
+            &sql.drop_jobs_hot,
+            &sql.drop_jobs_archive,
+            &sql.drop_jobs_dlq,
+            &sql.drop_queues,
+            &sql.drop_counters,
+            &sql.drop_versions,
+        ] {
+            sqlx::query(drop).execute(&mut *tx).await.map_err(map_err)?;
+        }
+        let left: i64 = sqlx::query_scalar(&sql.count_objects).fetch_one(&mut *tx).await.map_err(map_err)?;
+        commit(tx).await?;
+        if left == 0 {
+            self.close().await;
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = file.clone().into_os_string();
+                p.push(suffix);
+                match std::fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(Error::with_source(
+                            ErrorKind::Other,
+                            "sqlite: could not remove the dropped database file",
+                            e,
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
