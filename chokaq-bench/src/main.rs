@@ -1,7 +1,7 @@
 //! `chokaq-bench`: measures chokaq on your own PostgreSQL.
 //!
 //! ```text
-//! cargo run --release -p chokaq-conformance --features postgres --bin chokaq-bench -- --url <URL> [--json]
+//! cargo run --release -p chokaq-bench -- --url <URL> [--json]
 //! ```
 //!
 //! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (enqueue, drain by the
@@ -25,11 +25,11 @@ use chokaq::core::{
     Fenced, HeartbeatReport, JobPage, LeaseRef, ListJobsParams, PurgeParams, QueueControl, QueueSettings,
     RequeueOutcome, RescueParams, RescueReport, StatsSnapshot, Wakeups, MAX_ENQUEUE_BATCH,
 };
-use chokaq::postgres::{map_sqlx_error, PgBackend, PgConfig};
 use chokaq::{
     Backend, CancellationToken, Enqueued, Error, ErrorKind, JobContext, JobId, JobKind, JobRecord, NewJob, QueueName,
     Result, Worker, WorkerId,
 };
+use chokaq_postgres::{map_sqlx_error, PgBackend, PgConfig};
 use clap::{Parser, ValueEnum};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
