@@ -1,0 +1,65 @@
+//! The claim cost: `Backend::claim` of 10 jobs against a small and a large backlog.
+
+use std::time::Instant;
+
+use chokaq::core::{ClaimMode, ClaimParams, ClaimedJob, LeaseRef};
+use chokaq::{Backend, JobKind, NewJob, QueueName, Result, WorkerId};
+use serde_json::json;
+
+use super::{Bench, NOOP_KIND};
+use crate::figures::{human, ClaimFigures, Latency, Results};
+use crate::other;
+
+impl Bench {
+    /// Claim-10 latency with `backlog` Pending rows spread over the claim queues: each sample
+    /// is a timed claim (Start mode), then an untimed complete and a refill of as many jobs.
+    pub(super) async fn claim_cost(&self, backlog: u64, res: &mut Results) -> Result<ClaimFigures> {
+        let queues: Vec<QueueName> =
+            (0..self.args.claim_queues).map(|i| QueueName::new(format!("claim{i}"))).collect::<Result<_>>()?;
+        let have: u64 = {
+            let s = self.pg.stats().await?;
+            queues.iter().filter_map(|q| s.queue(q.as_str())).map(|q| q.pending + q.fetched + q.processing).sum()
+        };
+        if have > backlog {
+            return Err(other(format!("claim backlog already holds {have} > {backlog}")));
+        }
+        self.fill(&format!("fill backlog {}", human(backlog)), &queues, backlog - have, res).await?;
+        self.vacuum_hot().await?;
+        let worker = WorkerId::random();
+        let kind = JobKind::new(NOOP_KIND)?;
+        let samples = self.args.claim_samples as usize;
+        let warmup = 20usize;
+        let pb = self.bar(&format!("claim @ {}", human(backlog)), (2 * (samples + warmup)) as u64);
+        let mut all_ms = Vec::with_capacity(samples);
+        let mut one_ms = Vec::with_capacity(samples);
+        for i in 0..2 * (samples + warmup) {
+            // Even samples ask every queue (a worker serving all of them), odd ones one queue.
+            let ask = if i % 2 == 0 { queues.clone() } else { vec![queues[(i / 2) % queues.len()].clone()] };
+            let req = ClaimParams::new(worker, ask, 10, ClaimMode::Start);
+            let t0 = Instant::now();
+            let jobs = self.pg.claim(&req).await?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            if jobs.len() != 10 {
+                return Err(other(format!("claim from a backlog of {backlog} returned {} jobs", jobs.len())));
+            }
+            if i >= 2 * warmup {
+                if i % 2 == 0 {
+                    all_ms.push(ms);
+                } else {
+                    one_ms.push(ms);
+                }
+            }
+            let leases: Vec<LeaseRef> = jobs.iter().map(ClaimedJob::lease_ref).collect();
+            let out = self.pg.complete(worker, &leases).await?;
+            if out.done.len() != leases.len() {
+                return Err(other(format!("complete lost {} leases", out.lost.len())));
+            }
+            let refill: Vec<NewJob> =
+                jobs.iter().map(|j| NewJob::new(j.queue.clone(), kind.clone()).json(json!({ "n": i }))).collect();
+            self.pg.enqueue_many(refill).await?;
+            pb.inc(1);
+        }
+        pb.finish_with_message("done");
+        Ok(ClaimFigures { backlog, all_queues: Latency::of(all_ms), one_queue: Latency::of(one_ms) })
+    }
+}

@@ -1,0 +1,168 @@
+//! `chokaq-bench`: measures chokaq on your own PostgreSQL.
+//!
+//! ```text
+//! cargo run --release -p chokaq-bench -- --url <URL> [--json]
+//! ```
+//!
+//! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (enqueue, drain by the
+//! worker runtime, the raw skip-locked loop, the capped drain, claim cost against a small and a
+//! large backlog, pickup latency), drops the schema and prints a table, then each target with
+//! its measured ratio. With `--json` the last line of stdout is one JSON object with every
+//! figure and the settings. The URL is never printed. See `docs/performance.md`.
+//!
+//! The modules: `args` (the flags and their checks), `bench` (the run, its shared helpers and
+//! the enqueue workload; `bench::drain` by the runtime, `bench::raw` the bare skip-locked loop,
+//! `bench::claim` the claim cost against a backlog, `bench::pickup` the pickup latency),
+//! `timed` (the backend wrapper that counts and times the runtime's calls), `figures` (what
+//! each workload measured) and `report` (the table, the targets and the `--json` line).
+
+mod args;
+mod bench;
+mod figures;
+mod report;
+mod timed;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use chokaq::core::testing::TestSupport;
+use chokaq::core::validate;
+use chokaq::{Backend, Error, ErrorKind, Result};
+use chokaq_postgres::{map_sqlx_error, PgBackend, PgConfig};
+use clap::Parser;
+use indicatif::MultiProgress;
+use serde_json::{json, Value};
+
+use crate::args::Args;
+use crate::bench::Bench;
+use crate::figures::Results;
+use crate::report::{print_table, to_json};
+use crate::timed::{CallStats, Timed};
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn other(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Other, msg)
+}
+
+async fn environment(pg: &PgBackend) -> Result<Value> {
+    let row: (String, String, String, String) = sqlx::query_as(
+        "SELECT version(), current_setting('synchronous_commit'), current_setting('fsync'), current_setting('shared_buffers')",
+    )
+    .fetch_one(pg.pool())
+    .await
+    .map_err(map_sqlx_error)?;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    Ok(json!({
+        "date": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "server": row.0.split(" on ").next().unwrap_or(&row.0),
+        "synchronous_commit": row.1,
+        "fsync": row.2,
+        "shared_buffers": row.3,
+        "client_cores": cores,
+    }))
+}
+
+async fn main_inner(args: Args) -> Result<()> {
+    args.check()?;
+    let url = args
+        .url
+        .clone()
+        .or_else(|| std::env::var("CHOKAQ_TEST_POSTGRES_URL").ok())
+        .unwrap_or_else(|| DEFAULT_URL.to_string());
+    let schema = format!("chokaq_bench_{:016x}", rand::random::<u64>());
+    validate::schema_name(&schema)?;
+    let pg = Arc::new(PgBackend::connect(PgConfig::new(url).schema(&schema).max_connections(args.connections)).await?);
+    let env = environment(&pg).await?;
+    if env["synchronous_commit"].as_str() != Some("on") {
+        eprintln!("warning: synchronous_commit is {} (durable commits need on)", env["synchronous_commit"]);
+    }
+    let calls = Arc::new(CallStats::default());
+    let timed: Arc<dyn Backend> = Arc::new(Timed { inner: pg.clone(), stats: calls.clone() });
+    let mp = MultiProgress::new();
+    eprintln!("chokaq-bench: schema {schema}, {}", env["server"].as_str().unwrap_or(""));
+    let mut bench = Bench { args, pg: pg.clone(), calls, timed, schema, mp, bench_backlog: 0 };
+    let mut res = Results::default();
+    let outcome = tokio::select! {
+        r = async {
+            pg.migrate().await?;
+            bench.run(&mut res).await
+        } => r,
+        _ = tokio::signal::ctrl_c() => Err(other("interrupted")),
+    };
+    if bench.args.keep_schema {
+        eprintln!("chokaq-bench: kept schema {}", bench.schema);
+    } else if let Err(e) = pg.drop_schema().await {
+        eprintln!("chokaq-bench: could not drop schema {}: {e}", bench.schema);
+    }
+    outcome?;
+    print_table(&bench.args, &env, &res);
+    if bench.args.json {
+        println!("{}", to_json(&bench.args, &env, &res));
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match main_inner(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == ErrorKind::InvalidInput => {
+            eprintln!("chokaq-bench: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("chokaq-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::parse as args;
+
+    /// The whole bench, tiny sizes, on the test database: every workload runs, its exact-count
+    /// checks hold, and the schema is gone afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tiny_run_end_to_end() {
+        let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
+        let before = schemas(&url).await;
+        let a = args(&[
+            "--url",
+            &url,
+            "--jobs",
+            "600",
+            "--enqueue-batch",
+            "250",
+            "--drain-concurrency",
+            "1,8",
+            "--capped-jobs",
+            "100",
+            "--backlog-small",
+            "200",
+            "--backlog-large",
+            "1000",
+            "--claim-samples",
+            "20",
+            "--pickup-jobs",
+            "40",
+            "--json",
+        ]);
+        main_inner(a).await.unwrap();
+        let after = schemas(&url).await;
+        assert!(after.iter().all(|s| before.contains(s)), "bench schema left behind: {after:?}");
+    }
+
+    async fn schemas(url: &str) -> Vec<String> {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        let v = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'chokaq_bench_%'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        v
+    }
+}
