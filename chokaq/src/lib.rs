@@ -60,3 +60,16 @@ pub mod mssql {
 pub mod sqlite {
     pub use chokaq_sqlite::{SqliteBackend, SqliteConfig};
 }
+
+/// The Rust snippets of the repository's Markdown files, compiled (and run, unless marked
+/// `no_run`) by `cargo test --doc`, so the docs stay true to the code. Shell, TOML and
+/// output blocks carry their language and are not compiled. The snippets use the PostgreSQL
+/// backend, hence the feature.
+#[cfg(all(doctest, feature = "postgres"))]
+mod markdown_snippets {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../../docs/runtime.md")]
+    struct RuntimeDoc;
+}
