@@ -3,15 +3,17 @@
 //!
 //! ```text
 //! cargo run --release -p chokaq --features sqlite,postgres --example quickstart
-//! cargo run --release -p chokaq --features sqlite,postgres --example quickstart -- --database-url postgres://postgres@127.0.0.1:5432/test
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run --release -p chokaq --features sqlite,postgres --example quickstart
 //! ```
 //!
-//! With no `--database-url` (and no `$DATABASE_URL`) it needs no server: the jobs live in a
+//! With no `$DATABASE_URL` (and no `--database-url`) it needs no server: the jobs live in a
 //! SQLite file in a fresh temporary directory, removed at the end. Any URL
 //! [`chokaq::connect`] understands works (`postgres://…`, `sqlite:…`, a `*.db` path); the
 //! tables go to schema `chokaq_quickstart` (`--schema`), whose finished jobs are purged at
-//! start so the counts printed are this run's. Ctrl-C stops it gracefully: running jobs
-//! finish (or are handed back), nothing is lost.
+//! start so the counts printed are this run's. Prefer `DATABASE_URL` to `--database-url`:
+//! `cargo run` echoes its command line, password included. Ctrl-C stops it cleanly at any
+//! point: while enqueueing it stops there, while processing running jobs finish (or are
+//! handed back); nothing is lost, and the temporary directory is removed either way.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chokaq::core::{PurgeParams, PurgeTarget};
-use chokaq::{Backend, Client, Job, JobContext, JobError, RetryPolicy, Worker, WorkerReport};
+use chokaq::{Backend, CancellationToken, Client, Job, JobContext, JobError, RetryPolicy, Worker, WorkerReport};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -95,6 +97,9 @@ const QUEUES: [&str; 3] = ["email", "images", "reports"];
 async fn main() -> ExitCode {
     tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())).init();
     let args = Args::parse();
+    // Listen for Ctrl-C / SIGTERM from the start, so that an interrupt at any point ends the
+    // run cleanly (and the temporary directory is removed) instead of killing the process.
+    let shutdown = chokaq::shutdown_token();
     let (url, temp_dir) = match args.database_url.clone().filter(|u| !u.trim().is_empty()) {
         Some(url) => (url, None),
         None => {
@@ -107,7 +112,7 @@ async fn main() -> ExitCode {
             (url, Some(dir))
         }
     };
-    let result = run(&args, &url, temp_dir.as_ref()).await;
+    let result = run(&args, &url, temp_dir.as_ref(), shutdown).await;
     if let Some(dir) = temp_dir {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -121,47 +126,22 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::Result<()> {
-    // 1. Connect to whatever the URL names, and create the tables (safe to repeat).
-    let kind = chokaq::backend_kind(url)?;
-    match temp_dir {
-        Some(dir) => {
-            println!("no --database-url: using a SQLite file in a fresh temporary directory, {}", dir.display())
+async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>, shutdown: CancellationToken) -> chokaq::Result<()> {
+    // 1-2. Connect and enqueue, unless interrupted first.
+    let prepared = tokio::select! {
+        r = prepare(args, url, temp_dir) => r?,
+        _ = shutdown.cancelled() => {
+            let fate = if temp_dir.is_some() {
+                "the temporary database is removed"
+            } else {
+                "jobs enqueued so far stay queued; the next run or any worker runs them"
+            };
+            println!("interrupted before processing started ({fate})");
+            return Ok(());
         }
-        None => println!("database: {kind}, schema {}", args.schema),
-    }
-    let backend = chokaq::connect_and_migrate(url, &args.schema).await?;
-    let leftover = clean_start(&backend).await?;
-    if leftover > 0 {
-        println!("{leftover} live jobs left by an earlier, interrupted run will be processed too");
-    }
-
-    // 2. Enqueue: half emails, 30 % image resizes (one in six fails once), 20 % reports.
-    let client = Client::new(backend.clone()).with_created_by("quickstart");
+    };
+    let Prepared { backend, leftover } = prepared;
     let n = args.jobs;
-    let (mut emails, mut images, mut reports) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..n {
-        match i % 10 {
-            0..=4 => emails.push(SendEmail { to: format!("user{i}@example.com"), subject: "Welcome".into() }),
-            5..=7 => images.push(ResizeImage { n: i, path: format!("img/{i}.png"), width: 256 }),
-            _ => reports.push(BuildReport { customer: i, rows: 1000 + i % 500 }),
-        }
-    }
-    let t0 = Instant::now();
-    client.enqueue_many(&emails).await?;
-    client.enqueue_many(&images).await?;
-    client.enqueue_many(&reports).await?;
-    let flaky = images.iter().filter(|j| j.n % 20 == 5).count();
-    println!(
-        "enqueued {n} jobs in {:.2} s: {} {}, {} {} ({flaky} of them fail once), {} {}",
-        t0.elapsed().as_secs_f64(),
-        emails.len(),
-        SendEmail::KIND,
-        images.len(),
-        ResizeImage::KIND,
-        reports.len(),
-        BuildReport::KIND
-    );
 
     // 3. One worker, a handler per job type.
     let worker = Worker::builder(backend.clone())
@@ -190,7 +170,6 @@ async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::Resu
         .build()?;
 
     // 4. Run until every job is finished, or until Ctrl-C / SIGTERM.
-    let shutdown = chokaq::shutdown_token();
     let started = Instant::now();
     let (stats, run) = worker.run_with_handle(shutdown.clone());
     let run = tokio::spawn(run);
@@ -255,6 +234,59 @@ async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::Resu
         println!("interrupted: {} jobs not finished ({fate})", queues_hot(&s));
     }
     Ok(())
+}
+
+/// What steps 1 and 2 leave for the worker.
+struct Prepared {
+    backend: Arc<dyn Backend>,
+    /// Live jobs of an earlier, interrupted run.
+    leftover: u64,
+}
+
+/// Steps 1 and 2: connect, clean up, enqueue `args.jobs` jobs.
+async fn prepare(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::Result<Prepared> {
+    // 1. Connect to whatever the URL names, and create the tables (safe to repeat).
+    let kind = chokaq::backend_kind(url)?;
+    match temp_dir {
+        Some(dir) => {
+            println!("no --database-url: using a SQLite file in a fresh temporary directory, {}", dir.display())
+        }
+        None => println!("database: {kind}, schema {}", args.schema),
+    }
+    let backend = chokaq::connect_and_migrate(url, &args.schema).await?;
+    let leftover = clean_start(&backend).await?;
+    if leftover > 0 {
+        println!("{leftover} live jobs left by an earlier, interrupted run will be processed too");
+    }
+
+    // 2. Enqueue: half emails, 30 % image resizes (one in six fails once), 20 % reports.
+    let client = Client::new(backend.clone()).with_created_by("quickstart");
+    let n = args.jobs;
+    let (mut emails, mut images, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        match i % 10 {
+            0..=4 => emails.push(SendEmail { to: format!("user{i}@example.com"), subject: "Welcome".into() }),
+            5..=7 => images.push(ResizeImage { n: i, path: format!("img/{i}.png"), width: 256 }),
+            _ => reports.push(BuildReport { customer: i, rows: 1000 + i % 500 }),
+        }
+    }
+    let t0 = Instant::now();
+    client.enqueue_many(&emails).await?;
+    client.enqueue_many(&images).await?;
+    client.enqueue_many(&reports).await?;
+    let flaky = images.iter().filter(|j| j.n % 20 == 5).count();
+    println!(
+        "enqueued {n} jobs in {:.2} s: {} {}, {} {} ({flaky} of them fail once), {} {}",
+        t0.elapsed().as_secs_f64(),
+        emails.len(),
+        SendEmail::KIND,
+        images.len(),
+        ResizeImage::KIND,
+        reports.len(),
+        BuildReport::KIND
+    );
+
+    Ok(Prepared { backend, leftover })
 }
 
 /// Purges this schema's finished jobs, so that the counts printed are this run's; returns the

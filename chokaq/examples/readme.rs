@@ -1,10 +1,12 @@
-//! The code example of README.md, kept here so CI compiles it (`cargo clippy --all-features`).
-//! Run: `cargo run -p chokaq --features postgres --example readme` (runs until Ctrl-C).
+//! The code example of README.md ("Use it"), runnable: `cargo run -p chokaq --features
+//! postgres --example readme` (runs until Ctrl-C). `cargo test --doc` compiles the README's
+//! copy too (`chokaq/src/lib.rs`, feature `postgres`).
 
 use chokaq::postgres::{PgBackend, PgConfig};
-use chokaq::{Backend, Client, Job, JobContext, JobError, Worker};
+use chokaq::{Backend, Client, Job, JobBuilder, JobContext, JobError, Worker};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Serialize, Deserialize)]
 struct SendEmail {
@@ -24,7 +26,11 @@ async fn main() -> chokaq::Result<()> {
     backend.migrate().await?;
     let backend: Arc<dyn Backend> = Arc::new(backend);
 
-    Client::new(backend.clone()).enqueue(&SendEmail { to: "a@example.com".into() }).await?;
+    let client = Client::new(backend.clone());
+    client.enqueue(&SendEmail { to: "a@example.com".into() }).await?;
+    // With options (priority, delay, idempotency key, tags, queue, max attempts):
+    let later = JobBuilder::new(&SendEmail { to: "b@example.com".into() }).delay(Duration::from_secs(60));
+    client.enqueue(later).await?;
 
     Worker::builder(backend)
         .queue("email")

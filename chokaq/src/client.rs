@@ -1,140 +1,88 @@
-//! Enqueueing jobs: by type, or by kind and raw JSON.
+//! Enqueueing jobs: [`Client::enqueue`] and [`Client::enqueue_many`] take anything that
+//! becomes a [`NewJob`] ([`IntoNewJob`]): a typed job by reference, a [`JobBuilder`] (a typed
+//! or raw job with options), or a [`NewJob`] itself.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, BackendExt, CancelOutcome, Enqueued, Error, JobId, JobKind, JobRecord, NewJob, QueueName, Result,
-    Timestamp, MAX_ENQUEUE_BATCH,
+    Backend, BackendExt, CancelOutcome, Enqueued, JobId, JobKind, JobRecord, NewJob, QueueName, Result, Timestamp,
+    MAX_ENQUEUE_BATCH,
 };
 
 use crate::job::Job;
 use crate::metrics_names as m;
 
-/// Enqueues jobs and does operator actions through a backend. Cheap to clone.
-#[derive(Clone)]
-pub struct Client {
-    backend: Arc<dyn Backend>,
-    created_by: Option<String>,
+/// Anything [`Client::enqueue`] and [`Client::enqueue_many`] take: a [`NewJob`], a typed job
+/// by reference (`&T` where `T:` [`Job`]: its kind, default queue, max attempts and JSON
+/// payload), or a [`JobBuilder`]. The conversion is where bad input shows: a payload that
+/// does not serialize, or an invalid queue or kind, is an
+/// [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind::InvalidInput) error.
+pub trait IntoNewJob {
+    /// The job to enqueue.
+    fn into_new_job(self) -> Result<NewJob>;
 }
 
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The backend's own Debug redacts its connection string.
-        f.debug_struct("Client").field("backend", &self.backend.name()).field("created_by", &self.created_by).finish()
-    }
-}
-
-/// The [`NewJob`] for a typed job: its kind, default queue, max attempts and JSON payload.
-pub fn new_job<J: Job>(job: &J) -> Result<NewJob> {
-    let nj = NewJob::build(J::queue(), J::KIND)?.max_attempts(J::max_attempts());
-    nj.payload(job)
-}
-
-impl Client {
-    /// A client over `backend`.
-    pub fn new(backend: Arc<dyn Backend>) -> Self {
-        Client { backend, created_by: None }
-    }
-
-    /// Stamps `created_by` on every job this client enqueues (unless the job sets its own).
-    pub fn with_created_by(mut self, who: impl Into<String>) -> Self {
-        self.created_by = Some(who.into());
-        self
-    }
-
-    /// The backend.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
-    }
-
-    /// Enqueues a typed job with its type's defaults.
-    pub async fn enqueue<J: Job>(&self, job: &J) -> Result<Enqueued> {
-        self.enqueue_new(new_job(job)?).await
-    }
-
-    /// Starts a builder for a typed job (priority, delay, idempotency key, tags, ...).
-    pub fn job<J: Job>(&self, job: &J) -> EnqueueBuilder<'_> {
-        EnqueueBuilder { client: self, job: new_job(job) }
-    }
-
-    /// Enqueues many typed jobs in as few round trips as the batch limit allows.
-    pub async fn enqueue_many<J: Job>(&self, jobs: &[J]) -> Result<Vec<Enqueued>> {
-        let new_jobs = jobs.iter().map(new_job).collect::<Result<Vec<_>>>()?;
-        self.enqueue_new_many(new_jobs).await
-    }
-
-    /// Enqueues by queue, kind and raw JSON payload.
-    pub async fn enqueue_raw(&self, queue: &str, kind: &str, payload: serde_json::Value) -> Result<Enqueued> {
-        self.enqueue_new(NewJob::new(QueueName::new(queue)?, JobKind::new(kind)?).json(payload)).await
-    }
-
-    /// Enqueues a fully built [`NewJob`].
-    pub async fn enqueue_new(&self, mut job: NewJob) -> Result<Enqueued> {
-        if job.created_by.is_none() {
-            job.created_by.clone_from(&self.created_by);
-        }
-        let queue = job.queue.as_str().to_string();
-        let out = self.backend.enqueue(job).await?;
-        if !out.duplicate {
-            metrics::counter!(m::ENQUEUED, "queue" => queue).increment(1);
-        }
-        Ok(out)
-    }
-
-    /// Enqueues many [`NewJob`]s, [`MAX_ENQUEUE_BATCH`] per round trip. Each chunk is
-    /// validated as a whole: one invalid job rejects its chunk, and the earlier chunks stay.
-    pub async fn enqueue_new_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        for job in &mut jobs {
-            if job.created_by.is_none() {
-                job.created_by.clone_from(&self.created_by);
-            }
-        }
-        // Validate everything first, so bad input changes nothing.
-        for job in &jobs {
-            job.validate(usize::MAX)?;
-        }
-        let mut out = Vec::with_capacity(jobs.len());
-        while !jobs.is_empty() {
-            let rest = jobs.split_off(jobs.len().min(MAX_ENQUEUE_BATCH));
-            let chunk = std::mem::replace(&mut jobs, rest);
-            let queues: Vec<String> = chunk.iter().map(|j| j.queue.as_str().to_string()).collect();
-            let done = self.backend.enqueue_many(chunk).await?;
-            let mut per_queue: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-            for (q, e) in queues.into_iter().zip(&done) {
-                if !e.duplicate {
-                    *per_queue.entry(q).or_default() += 1;
-                }
-            }
-            for (q, n) in per_queue {
-                metrics::counter!(m::ENQUEUED, "queue" => q).increment(n);
-            }
-            out.extend(done);
-        }
-        Ok(out)
-    }
-
-    /// Asks to cancel a job (now if it is not running, on its worker's next heartbeat if it is).
-    pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        self.backend.cancel(id).await
-    }
-
-    /// A job wherever it is.
-    pub async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        self.backend.get_job(id).await
+impl IntoNewJob for NewJob {
+    fn into_new_job(self) -> Result<NewJob> {
+        Ok(self)
     }
 }
 
-/// Builder for one typed job; finish with [`EnqueueBuilder::enqueue`].
+impl<J: Job> IntoNewJob for &J {
+    fn into_new_job(self) -> Result<NewJob> {
+        let nj = NewJob::build(J::queue(), J::KIND)?.max_attempts(J::max_attempts());
+        nj.payload(self)
+    }
+}
+
+impl IntoNewJob for JobBuilder {
+    fn into_new_job(self) -> Result<NewJob> {
+        self.job
+    }
+}
+
+/// A job with options (queue, priority, delay, idempotency key, tags, max attempts), typed
+/// ([`JobBuilder::new`]) or by kind and raw JSON ([`JobBuilder::raw`]). Hand it to
+/// [`Client::enqueue`]; the first invalid value is reported there.
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize)]
+/// # struct SendEmail { to: String }
+/// # impl chokaq::Job for SendEmail { const KIND: &'static str = "email.send.v1"; }
+/// use std::time::Duration;
+/// use chokaq::{Client, JobBuilder};
+///
+/// # async fn demo(client: &Client) -> chokaq::Result<()> {
+/// let email = SendEmail { to: "a@example.com".into() };
+/// client.enqueue(&email).await?; // the type's defaults
+/// client
+///     .enqueue(JobBuilder::new(&email).priority(5).delay(Duration::from_secs(60)).idempotency_key("welcome-a"))
+///     .await?;
+/// client.enqueue(JobBuilder::raw("email", "email.send.v1", serde_json::json!({ "to": "b@example.com" }))).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
-#[must_use = "call .enqueue().await to enqueue the job"]
-pub struct EnqueueBuilder<'a> {
-    client: &'a Client,
+#[must_use = "hand it to Client::enqueue"]
+pub struct JobBuilder {
     job: Result<NewJob>,
 }
 
-impl EnqueueBuilder<'_> {
+impl JobBuilder {
+    /// A typed job with its type's defaults (kind, queue, max attempts).
+    pub fn new<J: Job>(job: &J) -> Self {
+        JobBuilder { job: job.into_new_job() }
+    }
+
+    /// A job by queue, kind and raw JSON payload.
+    pub fn raw(queue: &str, kind: &str, payload: serde_json::Value) -> Self {
+        let job = QueueName::new(queue).and_then(|q| Ok(NewJob::new(q, JobKind::new(kind)?).json(payload)));
+        JobBuilder { job }
+    }
+
     fn map(mut self, f: impl FnOnce(NewJob) -> NewJob) -> Self {
         self.job = self.job.map(f);
         self
@@ -181,21 +129,279 @@ impl EnqueueBuilder<'_> {
     pub fn max_attempts(self, n: i32) -> Self {
         self.map(|j| j.max_attempts(n))
     }
+}
 
-    /// The job as built so far.
-    pub fn into_new_job(self) -> Result<NewJob> {
-        self.job
-    }
+/// Enqueues jobs and does operator actions through a backend. Cheap to clone.
+///
+/// `B` is the backend: `Arc<dyn Backend>` by default (chosen at run time, e.g. by
+/// [`connect`](crate::connect)), or a concrete backend for what only it can do, such as
+/// `Client<PgBackend>::enqueue_in_tx` (feature `postgres`).
+#[derive(Clone)]
+pub struct Client<B = Arc<dyn Backend>> {
+    backend: B,
+    created_by: Option<String>,
+}
 
-    /// Enqueues it.
-    pub async fn enqueue(self) -> Result<Enqueued> {
-        let job = self.job?;
-        self.client.enqueue_new(job).await
+impl<B: Backend> fmt::Debug for Client<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The backend's own Debug redacts its connection string; the name is enough here.
+        f.debug_struct("Client").field("backend", &self.backend.name()).field("created_by", &self.created_by).finish()
     }
 }
 
-impl From<EnqueueBuilder<'_>> for Result<NewJob, Error> {
-    fn from(b: EnqueueBuilder<'_>) -> Self {
-        b.job
+impl<B: Backend> Client<B> {
+    /// A client over `backend`.
+    pub fn new(backend: B) -> Self {
+        Client { backend, created_by: None }
+    }
+
+    /// Stamps `created_by` on every job this client enqueues (unless the job sets its own).
+    pub fn with_created_by(mut self, who: impl Into<String>) -> Self {
+        self.created_by = Some(who.into());
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The job with this client's `created_by` stamped on it, unless it sets its own.
+    fn stamp(&self, job: impl IntoNewJob) -> Result<NewJob> {
+        let mut job = job.into_new_job()?;
+        if job.created_by.is_none() {
+            job.created_by.clone_from(&self.created_by);
+        }
+        Ok(job)
+    }
+
+    /// Enqueues one job: a typed job by reference (`&job`), a [`JobBuilder`], or a
+    /// [`NewJob`]. Bad input is an `InvalidInput` error and inserts nothing.
+    pub async fn enqueue(&self, job: impl IntoNewJob) -> Result<Enqueued> {
+        let job = self.stamp(job)?;
+        let queue = job.queue.as_str().to_string();
+        let out = self.backend.enqueue(job).await?;
+        if !out.duplicate {
+            metrics::counter!(m::ENQUEUED, "queue" => queue).increment(1);
+        }
+        Ok(out)
+    }
+
+    /// Enqueues many jobs (`&[T]` or `&Vec<T>` of a typed job, builders, [`NewJob`]s),
+    /// [`MAX_ENQUEUE_BATCH`] per round trip; results in input order. Every job is converted
+    /// and validated first, so bad input anywhere inserts nothing; a chunk the backend
+    /// rejects leaves the earlier chunks in place.
+    pub async fn enqueue_many<I>(&self, jobs: I) -> Result<Vec<Enqueued>>
+    where
+        I: IntoIterator,
+        I::Item: IntoNewJob,
+    {
+        let mut jobs = jobs.into_iter().map(|j| self.stamp(j)).collect::<Result<Vec<_>>>()?;
+        // Validate everything first, so bad input changes nothing.
+        for job in &jobs {
+            job.validate(usize::MAX)?;
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        while !jobs.is_empty() {
+            let rest = jobs.split_off(jobs.len().min(MAX_ENQUEUE_BATCH));
+            let chunk = std::mem::replace(&mut jobs, rest);
+            let queues: Vec<String> = chunk.iter().map(|j| j.queue.as_str().to_string()).collect();
+            let done = self.backend.enqueue_many(chunk).await?;
+            count_enqueued(queues, &done);
+            out.extend(done);
+        }
+        Ok(out)
+    }
+
+    /// Asks to cancel a job (now if it is not running, on its worker's next heartbeat if it is).
+    pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.backend.cancel(id).await
+    }
+
+    /// A job wherever it is.
+    pub async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.backend.get_job(id).await
+    }
+}
+
+/// Adds the enqueued jobs that are not duplicates to the per-queue metric.
+fn count_enqueued(queues: Vec<String>, done: &[Enqueued]) {
+    let mut per_queue: HashMap<String, u64> = HashMap::new();
+    for (q, e) in queues.into_iter().zip(done) {
+        if !e.duplicate {
+            *per_queue.entry(q).or_default() += 1;
+        }
+    }
+    for (q, n) in per_queue {
+        metrics::counter!(m::ENQUEUED, "queue" => q).increment(n);
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use chokaq_core::{Enqueued, Result};
+    use chokaq_postgres::PgBackend;
+    use sqlx::PgConnection;
+
+    use super::{count_enqueued, Client, IntoNewJob};
+    use crate::metrics_names as m;
+
+    impl Client<PgBackend> {
+        /// Enqueues inside the caller's PostgreSQL transaction (the outbox pattern): the job
+        /// exists, and idle workers are woken, only if that transaction commits. Pass
+        /// `&mut *tx` for a `sqlx::Transaction`.
+        ///
+        /// ```no_run
+        /// use chokaq::postgres::{map_sqlx_error, PgBackend, PgConfig};
+        /// use chokaq::{Client, JobBuilder};
+        ///
+        /// # async fn demo() -> chokaq::Result<()> {
+        /// let client = Client::new(PgBackend::connect(PgConfig::new("postgres://app@db/app")).await?);
+        /// let mut tx = client.backend().pool().begin().await.map_err(map_sqlx_error)?;
+        /// // ... the application's own writes on `tx` ...
+        /// let job = JobBuilder::raw("email", "email.send.v1", serde_json::json!({ "to": "a@example.com" }));
+        /// client.enqueue_in_tx(&mut tx, job).await?;
+        /// tx.commit().await.map_err(map_sqlx_error)?;
+        /// # Ok(()) }
+        /// ```
+        pub async fn enqueue_in_tx(&self, conn: &mut PgConnection, job: impl IntoNewJob) -> Result<Enqueued> {
+            let job = self.stamp(job)?;
+            let queue = job.queue.as_str().to_string();
+            let out = self.backend.enqueue_in_tx(conn, job).await?;
+            if !out.duplicate {
+                metrics::counter!(m::ENQUEUED, "queue" => queue).increment(1);
+            }
+            Ok(out)
+        }
+
+        /// [`Client::enqueue_in_tx`] for many jobs in one statement (at most
+        /// `MAX_ENQUEUE_BATCH`; results in input order).
+        pub async fn enqueue_many_in_tx<I>(&self, conn: &mut PgConnection, jobs: I) -> Result<Vec<Enqueued>>
+        where
+            I: IntoIterator,
+            I::Item: IntoNewJob,
+        {
+            let jobs = jobs.into_iter().map(|j| self.stamp(j)).collect::<Result<Vec<_>>>()?;
+            let queues: Vec<String> = jobs.iter().map(|j| j.queue.as_str().to_string()).collect();
+            let done = self.backend.enqueue_many_in_tx(conn, jobs).await?;
+            count_enqueued(queues, &done);
+            Ok(done)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chokaq_core::memory::MemoryBackend;
+    use chokaq_core::{Backend, ErrorKind, JobTable, ListJobsParams, NewJob};
+    use serde::{Deserialize, Serialize};
+
+    use super::{Client, IntoNewJob, JobBuilder};
+    use crate::job::Job;
+
+    #[derive(Serialize, Deserialize)]
+    struct Email {
+        to: String,
+    }
+
+    impl Job for Email {
+        const KIND: &'static str = "email.send.v1";
+        fn queue() -> &'static str {
+            "email"
+        }
+        fn max_attempts() -> i32 {
+            4
+        }
+    }
+
+    fn email() -> Email {
+        Email { to: "a@example.com".into() }
+    }
+
+    /// A typed job by reference takes its type's kind, queue, max attempts and payload; the
+    /// builder keeps those and adds its options; raw takes what it is given.
+    #[test]
+    fn conversions() {
+        let nj = (&email()).into_new_job().unwrap();
+        assert_eq!((nj.queue.as_str(), nj.kind.as_str(), nj.max_attempts), ("email", "email.send.v1", 4));
+        assert_eq!(nj.payload, serde_json::json!({ "to": "a@example.com" }));
+
+        let nj = JobBuilder::new(&email()).queue("other").priority(3).tag("t").idempotency_key("k").into_new_job();
+        let nj = nj.unwrap();
+        assert_eq!(
+            (nj.queue.as_str(), nj.kind.as_str(), nj.priority, nj.max_attempts),
+            ("other", "email.send.v1", 3, 4)
+        );
+        assert_eq!((nj.tags.as_slice(), nj.idempotency_key.as_deref()), (&["t".to_string()][..], Some("k")));
+
+        let nj = JobBuilder::raw("q", "k.v1", serde_json::json!([1])).into_new_job().unwrap();
+        assert_eq!((nj.queue.as_str(), nj.kind.as_str(), &nj.payload), ("q", "k.v1", &serde_json::json!([1])));
+
+        let bad = JobBuilder::raw("bad queue!", "k.v1", serde_json::Value::Null).priority(1).into_new_job();
+        assert_eq!(bad.unwrap_err().kind(), ErrorKind::InvalidInput, "the first error is kept through the options");
+    }
+
+    /// `enqueue` and `enqueue_many` take every form; `created_by` is stamped unless the job
+    /// sets its own; bad input anywhere in a batch inserts nothing.
+    #[tokio::test]
+    async fn enqueue_takes_every_form() {
+        let b = Arc::new(MemoryBackend::new());
+        let client = Client::new(b.clone()).with_created_by("tests");
+        client.enqueue(&email()).await.unwrap();
+        client.enqueue(JobBuilder::new(&email()).priority(2)).await.unwrap();
+        client.enqueue(NewJob::build("q", "k.v1").unwrap().created_by("someone")).await.unwrap();
+        let many = client.enqueue_many(&[email(), email()]).await.unwrap();
+        assert_eq!(many.len(), 2);
+        let builders = client.enqueue_many(vec![JobBuilder::new(&email()), JobBuilder::raw("q", "k.v1", 1.into())]);
+        assert_eq!(builders.await.unwrap().len(), 2);
+        assert_eq!(b.stats().await.unwrap().total(), 7);
+
+        let bad = vec![JobBuilder::new(&email()), JobBuilder::new(&email()).max_attempts(0)];
+        assert_eq!(client.enqueue_many(bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(b.stats().await.unwrap().total(), 7, "nothing of a bad batch is inserted");
+
+        let page = b.list_jobs(&ListJobsParams::new(JobTable::Hot)).await.unwrap();
+        let mut by: Vec<_> = page.jobs.iter().map(|j| j.created_by.clone().unwrap_or_default()).collect();
+        by.sort();
+        assert_eq!(by, ["someone", "tests", "tests", "tests", "tests", "tests", "tests"]);
+    }
+
+    /// PostgreSQL: a job enqueued in a transaction exists only once that transaction commits.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn pg_enqueue_in_tx_follows_the_transaction() {
+        use chokaq_core::testing::TestSupport;
+        use chokaq_postgres::{map_sqlx_error, PgBackend, PgConfig};
+
+        let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string());
+        let schema = format!("chokaq_t_{:016x}", rand::random::<u64>());
+        let b = match PgBackend::connect(PgConfig::new(url).schema(schema).max_connections(2)).await {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("PostgreSQL unreachable, test skipped: {e}");
+                return;
+            }
+        };
+        b.migrate().await.unwrap();
+        let client = Client::new(b.clone()).with_created_by("tx");
+
+        let mut tx = b.pool().begin().await.map_err(map_sqlx_error).unwrap();
+        client.enqueue_in_tx(&mut tx, &email()).await.unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(b.stats().await.unwrap().total(), 0, "rolled back: no job");
+
+        let mut tx = b.pool().begin().await.map_err(map_sqlx_error).unwrap();
+        let one = client.enqueue_in_tx(&mut tx, JobBuilder::new(&email()).priority(1)).await.unwrap();
+        let two = client.enqueue_many_in_tx(&mut tx, [&email(), &email()]).await.unwrap();
+        assert_eq!(b.stats().await.unwrap().total(), 0, "not committed yet: not visible");
+        tx.commit().await.unwrap();
+        assert_eq!(b.stats().await.unwrap().total(), 3);
+        let job = b.get_job(one.id).await.unwrap().unwrap();
+        assert_eq!(job.created_by.as_deref(), Some("tx"));
+        assert_eq!(two.len(), 2);
+        b.drop_schema().await.unwrap();
     }
 }

@@ -24,7 +24,7 @@ mod registry;
 mod signal;
 mod worker;
 
-pub use client::{new_job, Client, EnqueueBuilder};
+pub use client::{Client, IntoNewJob, JobBuilder};
 pub use connect::{backend_kind, connect, connect_and_migrate, BackendKind, ConnectOptions};
 pub use job::{Job, JobContext, JobError, JobResult};
 pub use signal::{shutdown_token, wait_for_signal};
@@ -38,20 +38,38 @@ pub use chokaq_core::{
 };
 pub use tokio_util::sync::CancellationToken;
 
-/// The PostgreSQL backend (feature `postgres`).
+/// The PostgreSQL backend (feature `postgres`): [`PgBackend`](postgres::PgBackend) and its
+/// [`PgConfig`](postgres::PgConfig), plus the sqlx types its API takes (`PgConnection` for
+/// [`Client::enqueue_in_tx`], `PgPool` for [`PgBackend::from_pool`](postgres::PgBackend::from_pool)).
 #[cfg(feature = "postgres")]
 pub mod postgres {
-    pub use chokaq_postgres::*;
+    pub use chokaq_postgres::{map_sqlx_error, Migration, PgBackend, PgConfig, MIGRATIONS};
+    pub use sqlx::{PgConnection, PgPool};
 }
 
-/// The SQL Server backend (feature `mssql`).
+/// The SQL Server backend (feature `mssql`): [`MssqlBackend`](mssql::MssqlBackend) and its
+/// [`MssqlConfig`](mssql::MssqlConfig).
 #[cfg(feature = "mssql")]
 pub mod mssql {
-    pub use chokaq_mssql::*;
+    pub use chokaq_mssql::{is_connection_string, Encrypt, MssqlBackend, MssqlConfig, DEFAULT_SCHEMA};
 }
 
-/// The SQLite backend (feature `sqlite`).
+/// The SQLite backend (feature `sqlite`): [`SqliteBackend`](sqlite::SqliteBackend) and its
+/// [`SqliteConfig`](sqlite::SqliteConfig).
 #[cfg(feature = "sqlite")]
 pub mod sqlite {
-    pub use chokaq_sqlite::*;
+    pub use chokaq_sqlite::{SqliteBackend, SqliteConfig};
+}
+
+/// The Rust snippets of the repository's Markdown files, compiled (and run, unless marked
+/// `no_run`) by `cargo test --doc`, so the docs stay true to the code. Shell, TOML and
+/// output blocks carry their language and are not compiled. The snippets use the PostgreSQL
+/// backend, hence the feature.
+#[cfg(all(doctest, feature = "postgres"))]
+mod markdown_snippets {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../../docs/runtime.md")]
+    struct RuntimeDoc;
 }

@@ -83,14 +83,14 @@ fn bad_settings_are_invalid_input() {
 
 #[tokio::test]
 async fn bad_enqueue_is_invalid_input_and_changes_nothing() {
-    use chokaq::{Backend, Client, ErrorKind};
+    use chokaq::{Backend, Client, ErrorKind, JobBuilder};
     let b = backend();
     let client = Client::new(b.clone());
-    let e = client.enqueue_raw("no spaces allowed", "k.v1", serde_json::json!({})).await.unwrap_err();
+    let e = client.enqueue(JobBuilder::raw("no spaces allowed", "k.v1", serde_json::json!({}))).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
-    let e = client.job(&common::Count { n: 1 }).queue("bad/queue").enqueue().await.unwrap_err();
+    let e = client.enqueue(JobBuilder::new(&common::Count { n: 1 }).queue("bad/queue")).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
-    let e = client.job(&common::Count { n: 1 }).max_attempts(0).enqueue().await.unwrap_err();
+    let e = client.enqueue(JobBuilder::new(&common::Count { n: 1 }).max_attempts(0)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert_eq!(b.stats().await.unwrap().total(), 0);
 }

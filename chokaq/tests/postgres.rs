@@ -20,9 +20,9 @@ use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chokaq::core::testing::TestSupport;
 use chokaq::core::{JobTable, ListJobsParams, RescueParams};
 use chokaq::{Backend, CancellationToken, Client, JobContext, JobId, MaintenanceConfig, Worker};
+use chokaq_core::testing::TestSupport;
 use chokaq_postgres::{PgBackend, PgConfig};
 use common::{err, Count, TestResult};
 use libtest_mimic::{Arguments, Failed, Trial};

@@ -8,12 +8,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chokaq::core::testing::TestSupport;
 use chokaq::core::{JobLocation, JobStatus, Timestamp};
 use chokaq::{
-    Backend, CancellationToken, Client, DeadReason, Job, JobContext, JobError, JobId, MaintenanceConfig, RetryPolicy,
-    Worker, WorkerReport,
+    Backend, CancellationToken, Client, DeadReason, Job, JobBuilder, JobContext, JobError, JobId, MaintenanceConfig,
+    RetryPolicy, Worker, WorkerReport,
 };
+use chokaq_core::testing::TestSupport;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
@@ -143,7 +143,7 @@ pub async fn typed_roundtrip<B: TestSupport>(b: Arc<B>) -> TestResult {
         .map_err(err)?;
     let jobs: Vec<Count> = (0..50).map(|n| Count { n }).collect();
     let ids: Vec<JobId> = client.enqueue_many(&jobs).await.map_err(err)?.into_iter().map(|e| e.id).collect();
-    let one = client.job(&Count { n: 999 }).priority(5).tag("single").enqueue().await.map_err(err)?;
+    let one = client.enqueue(JobBuilder::new(&Count { n: 999 }).priority(5).tag("single")).await.map_err(err)?;
     let (token, h) = spawn_worker(w);
     wait_for("51 archived", Duration::from_secs(20), || async { Ok(b.stats().await.map_err(err)?.archived == 51) })
         .await?;
@@ -264,9 +264,16 @@ pub async fn poison_and_panic<B: TestSupport>(b: Arc<B>) -> TestResult {
         })
         .build()
         .map_err(err)?;
-    let unknown = client.enqueue_raw("default", "nobody.handles.this.v1", serde_json::json!({})).await.map_err(err)?.id;
-    let bad =
-        client.enqueue_raw("default", Count::KIND, serde_json::json!({"n": "not a number"})).await.map_err(err)?.id;
+    let unknown = client
+        .enqueue(JobBuilder::raw("default", "nobody.handles.this.v1", serde_json::json!({})))
+        .await
+        .map_err(err)?
+        .id;
+    let bad = client
+        .enqueue(JobBuilder::raw("default", Count::KIND, serde_json::json!({"n": "not a number"})))
+        .await
+        .map_err(err)?
+        .id;
     let panicky = client.enqueue(&Count { n: 7 }).await.map_err(err)?.id;
     let fine = client.enqueue(&Count { n: 1 }).await.map_err(err)?.id;
     let (token, h) = spawn_worker(w);
@@ -486,8 +493,8 @@ pub async fn pause_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult {
 /// A job whose lease is lost while it runs (rescued as a zombie behind its worker's back) has
 /// its token fired and its outcome discarded; the job then runs again and completes once.
 pub async fn lease_lost_discards_outcome<B: TestSupport>(b: Arc<B>) -> TestResult {
-    use chokaq::core::testing::JobPatch;
     use chokaq::core::RescueParams;
+    use chokaq_core::testing::JobPatch;
     let dynb: Arc<dyn Backend> = b.clone();
     let client = Client::new(dynb.clone());
     let fired: Arc<Mutex<Vec<i32>>> = Arc::default();

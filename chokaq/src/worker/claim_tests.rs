@@ -7,49 +7,25 @@ use std::time::Duration;
 
 use chokaq_core::memory::MemoryBackend;
 use chokaq_core::testing::TestSupport;
-use chokaq_core::{Backend, ClaimMode, ClaimParams, JobStatus, NewJob, QueueControl, QueueName, WorkerId};
-use chokaq_postgres::{PgBackend, PgConfig};
+use chokaq_core::{Backend, ClaimMode, ClaimParams, JobStatus, QueueControl, QueueName, WorkerId};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lookahead_target;
 use crate::job::JobContext;
-use crate::worker::{MaintenanceConfig, Worker};
+use crate::worker::test_support::{jobs, no_maintenance, pg, wait_for};
+use crate::worker::Worker;
 
-fn no_maintenance() -> MaintenanceConfig {
-    MaintenanceConfig { enabled: false, ..MaintenanceConfig::default() }
-}
-
-fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
-    (0..n).map(|i| NewJob::build(queue, "t").unwrap().json(serde_json::json!({ "n": i }))).collect()
-}
-
-/// Polls `cond` until it holds or `limit` passes.
-async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn pg() -> Option<Arc<PgBackend>> {
-    let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string());
-    let schema = format!("chokaq_t_{:016x}", rand::random::<u64>());
-    match PgBackend::connect(PgConfig::new(url).schema(schema).max_connections(4)).await {
-        Ok(b) => {
-            b.migrate().await.expect("migrate");
-            Some(Arc::new(b))
-        }
-        Err(e) => {
-            eprintln!("PostgreSQL unreachable, test skipped: {e}");
-            None
-        }
-    }
+/// The look-ahead size: `concurrency` (within the bound) until both averages exist, then
+/// what the slots get through in two claim round trips, between 1 and the bound.
+#[test]
+fn lookahead_target_adapts_within_its_bound() {
+    assert_eq!(lookahead_target(8, 0, 1000, 10), 0, "bound 0: none");
+    assert_eq!(lookahead_target(8, 32, 0, 10), 8, "no claim measured yet");
+    assert_eq!(lookahead_target(8, 4, 1000, 0), 4, "no job measured yet, bound below concurrency");
+    assert_eq!(lookahead_target(8, 32, 1000, 10), 32, "short jobs: the bound");
+    assert_eq!(lookahead_target(8, 32, 1000, 1000), 16, "2 x 8 x 1000 / 1000");
+    assert_eq!(lookahead_target(8, 32, 1000, 1_000_000), 1, "long jobs: one");
 }
 
 /// One running job (blocked) and one look-ahead job (Processing, never run): at shutdown the
@@ -122,13 +98,6 @@ async fn lookahead_zero_claims_free_slots_only() {
     token.cancel();
     let report = run.await.unwrap().unwrap();
     assert_eq!((report.claimed, report.released, report.completed), (2, 0, 2), "{report:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lookahead_out_of_range_is_invalid_input() {
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    let e = Worker::builder(b).lookahead(1001).register_raw("t", |_p, _c| async { Ok(()) }).build().unwrap_err();
-    assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
 }
 
 /// PostgreSQL: the completions of `complete_and_claim` free cap room for its own claim; lost

@@ -1,0 +1,416 @@
+//! The claim loop and the look-ahead buffer: what to claim and when, in either claim mode,
+//! and the jobs held beyond the running ones.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chokaq_core::{
+    Backend, ClaimMode, ClaimParams, ClaimedJob, JobId, JobStatus, LeaseRef, QueueName, Wake, Wakeups, WorkerId,
+    MAX_CLAIM_LIMIT,
+};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::completer::{Completer, Outcomes};
+use super::executor::Executor;
+use super::heartbeat::Leases;
+use super::{add, ewma, with_retries, Counters, WorkerConfig};
+use crate::job::JobControl;
+use crate::metrics_names as m;
+
+/// The look-ahead buffer: jobs claimed straight to Processing (Start mode) beyond the free
+/// slots, in claim order. A finishing handler hands its slot to the first of them.
+#[derive(Default)]
+pub(super) struct Lookahead {
+    inner: Mutex<Buffered>,
+}
+
+#[derive(Default)]
+struct Buffered {
+    jobs: VecDeque<(ClaimedJob, Arc<JobControl>)>,
+    /// Shutdown: nothing more is taken from the buffer.
+    closed: bool,
+}
+
+impl Lookahead {
+    fn extend(&self, jobs: Vec<(ClaimedJob, Arc<JobControl>)>) {
+        self.inner.lock().unwrap().jobs.extend(jobs);
+    }
+
+    /// Takes the next look-ahead job, unless shutting down.
+    pub(super) fn take(&self) -> Option<(ClaimedJob, Arc<JobControl>)> {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.closed {
+            return None;
+        }
+        inner.jobs.pop_front()
+    }
+
+    fn len(&self) -> usize {
+        self.inner.lock().unwrap().jobs.len()
+    }
+
+    /// Shutdown: closes the buffer and returns what it held.
+    pub(super) fn close(&self) -> Vec<ClaimedJob> {
+        let mut inner = self.inner.lock().unwrap();
+        inner.closed = true;
+        inner.jobs.drain(..).map(|(job, _)| job).collect()
+    }
+}
+
+/// The claim loop's settings and the parts it drives.
+pub(super) struct Claimer {
+    backend: Arc<dyn Backend>,
+    worker: WorkerId,
+    queues: Vec<QueueName>,
+    concurrency: usize,
+    prefetch: usize,
+    /// The look-ahead bound (0 with a prefetch).
+    lookahead_max: usize,
+    min_poll_interval: Duration,
+    poll_interval: Duration,
+    /// How often the prefetched jobs' queues are checked for a pause.
+    pause_check: Duration,
+    claim_batch_window: Duration,
+    completion_batch: usize,
+    /// Wake-ups from the backend (`wake_loop`).
+    wake: Arc<Notify>,
+    executor: Arc<Executor>,
+    leases: Arc<Leases>,
+    lookahead: Arc<Lookahead>,
+    completer: Arc<Completer>,
+    outcomes: Arc<Outcomes>,
+    counters: Arc<Counters>,
+}
+
+/// The parts the claim loop drives, built by the worker.
+pub(super) struct Parts {
+    pub(super) wake: Arc<Notify>,
+    pub(super) executor: Arc<Executor>,
+    pub(super) leases: Arc<Leases>,
+    pub(super) lookahead: Arc<Lookahead>,
+    pub(super) completer: Arc<Completer>,
+    pub(super) outcomes: Arc<Outcomes>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Claimer {
+    pub(super) fn new(backend: Arc<dyn Backend>, worker: WorkerId, cfg: &WorkerConfig, parts: Parts) -> Self {
+        let Parts { wake, executor, leases, lookahead, completer, outcomes, counters } = parts;
+        let lookahead_max = if cfg.prefetch == 0 {
+            cfg.lookahead.unwrap_or(cfg.concurrency.saturating_mul(4)).min(MAX_CLAIM_LIMIT) as usize
+        } else {
+            0
+        };
+        Claimer {
+            backend,
+            worker,
+            queues: cfg.queues.clone(),
+            concurrency: cfg.concurrency as usize,
+            prefetch: cfg.prefetch as usize,
+            lookahead_max,
+            min_poll_interval: cfg.min_poll_interval,
+            poll_interval: cfg.poll_interval,
+            pause_check: cfg.heartbeat_interval,
+            claim_batch_window: cfg.claim_batch_window,
+            completion_batch: cfg.completion_batch,
+            wake,
+            executor,
+            leases,
+            lookahead,
+            completer,
+            outcomes,
+            counters,
+        }
+    }
+
+    /// Claims until `shutdown` fires; returns the prefetch buffer left then.
+    pub(super) async fn run(&self, shutdown: &CancellationToken) -> VecDeque<ClaimedJob> {
+        let concurrency = self.concurrency;
+        let prefetch = self.prefetch;
+        let mode = if prefetch == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
+        let ex = &self.executor;
+        // Moving average of claim round trips, microseconds.
+        let mut rtt_us = 0u64;
+        let mut buffer: VecDeque<ClaimedJob> = VecDeque::new();
+        let mut backoff = self.min_poll_interval;
+        let mut next_claim = Instant::now();
+        let max_idle = self.poll_interval;
+        let mut next_pause_check = Instant::now() + self.pause_check;
+        let mut gather_until: Option<Instant> = None;
+        // The last claim came back short while outcomes of this worker were still unwritten:
+        // the next claim waits for the next write (a queue cap counts unwritten jobs) instead
+        // of polling.
+        let mut await_written = false;
+        // The last claim came back short with jobs in flight: the next claim completes the
+        // queued finished jobs in the same call.
+        let mut cap_bound = false;
+        let mut seen_writes = 0u64;
+
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            // 0. Prefetched jobs of a queue paused (or deactivated) since are released, not run.
+            if !buffer.is_empty() && Instant::now() >= next_pause_check {
+                next_pause_check = Instant::now() + self.pause_check;
+                self.release_paused(&mut buffer).await;
+            }
+            // 1. Start buffered jobs on free slots (reserve mode).
+            if !buffer.is_empty() {
+                let free = ex.free_slots().min(buffer.len());
+                if free > 0 {
+                    if let Ok(permits) = ex.slots.clone().try_acquire_many_owned(free as u32) {
+                        let batch: Vec<ClaimedJob> = buffer.drain(..free).collect();
+                        self.start_and_spawn(batch, permits).await;
+                        continue;
+                    }
+                }
+            }
+            // 1b. Look-ahead jobs onto free slots (finishing handlers normally take them first).
+            ex.fill_slots();
+            // 2. Claim what fits: running + prefetched (Fetched) + look-ahead (Processing).
+            let lookahead = lookahead_target(concurrency, self.lookahead_max, rtt_us, ex.job_us());
+            let capacity = concurrency + prefetch + lookahead;
+            let free = ex.free_slots();
+            let held = (concurrency - free.min(concurrency)) + buffer.len() + self.lookahead.len();
+            let want = capacity.saturating_sub(held).min(MAX_CLAIM_LIMIT as usize);
+            let now = Instant::now();
+            // Batch claims: while most of the capacity is still held, give others a moment to
+            // free up.
+            let small = want > 0 && want * 2 < capacity;
+            let gathering = if small && !self.claim_batch_window.is_zero() && now >= next_claim {
+                let until = *gather_until.get_or_insert(now + self.claim_batch_window);
+                now < until
+            } else {
+                false
+            };
+            if want > 0 && now >= next_claim && !gathering {
+                gather_until = None;
+                await_written = false;
+                let req = ClaimParams::new(self.worker, self.queues.clone(), want as u32, mode);
+                let t0 = Instant::now();
+                let res = self.claim(&req, cap_bound).await;
+                add(&self.counters.claim_calls, 1);
+                let took = t0.elapsed();
+                rtt_us = ewma(rtt_us, took.as_micros() as u64);
+                metrics::histogram!(m::CLAIM_LATENCY).record(took.as_secs_f64());
+                match res {
+                    Ok(jobs) => {
+                        let got = jobs.len();
+                        add(&self.counters.claimed, got as u64);
+                        if mode == ClaimMode::Start {
+                            let tracked: Vec<(ClaimedJob, Arc<JobControl>)> = jobs
+                                .into_iter()
+                                .map(|job| {
+                                    let control = self.leases.track(&job);
+                                    (job, control)
+                                })
+                                .collect();
+                            self.lookahead.extend(tracked);
+                            ex.fill_slots();
+                        } else {
+                            buffer.extend(jobs);
+                        }
+                        if got >= want {
+                            // More may be waiting (rows skipped as locked by other claimers, or
+                            // a full batch): claim again as soon as there is room.
+                            backoff = self.min_poll_interval;
+                            next_claim = Instant::now();
+                            cap_bound = false;
+                            self.completer.set_cap_bound(false);
+                        } else {
+                            // Short: the queues ran dry, or a cap (which counts this worker's
+                            // finished but unwritten jobs) is reached. While this worker holds
+                            // jobs or unwritten outcomes, claim again as soon as they are all
+                            // finished (taking their completions along) or an outcome is
+                            // written, instead of polling.
+                            let in_flight = self.outcomes.any_unwritten() || !self.leases.is_empty();
+                            cap_bound = in_flight;
+                            self.completer.set_cap_bound(in_flight);
+                            await_written = in_flight;
+                            seen_writes = self.outcomes.writes();
+                            if got == 0 {
+                                next_claim = Instant::now() + backoff;
+                                backoff = (backoff * 2).min(max_idle);
+                            } else if in_flight {
+                                next_claim = Instant::now() + backoff;
+                            } else {
+                                backoff = self.min_poll_interval;
+                                next_claim = Instant::now();
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claim failed; backing off");
+                        next_claim = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(max_idle);
+                    }
+                }
+                continue;
+            }
+            // 3. Wait for a free slot, a written outcome, a wake-up, the next poll, or shutdown.
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ex.slot_freed.notified() => {
+                    if await_written {
+                        // Cap-bound: once nothing runs, complete what finished and claim at
+                        // once, without waiting for the completer's batch window.
+                        if self.leases.is_empty() && !self.completer.is_empty() {
+                            await_written = false;
+                            next_claim = Instant::now();
+                        }
+                    } else {
+                        // Let other finishing handlers free their slots too, so claims batch up.
+                        tokio::task::yield_now().await;
+                    }
+                }
+                _ = self.outcomes.next_write(), if await_written => {
+                    if self.outcomes.writes() != seen_writes {
+                        await_written = false;
+                        next_claim = Instant::now();
+                    }
+                }
+                _ = self.wake.notified() => {
+                    backoff = self.min_poll_interval;
+                    next_claim = Instant::now();
+                }
+                _ = tokio::time::sleep_until(next_claim), if want > 0 && !gathering => {}
+                _ = tokio::time::sleep_until(gather_until.unwrap_or(now)), if gathering => {}
+                _ = tokio::time::sleep_until(next_pause_check), if !buffer.is_empty() => {}
+            }
+        }
+        buffer
+    }
+
+    /// One claim round trip. Cap-bound, it takes the queued completions along, so the claim's
+    /// cap count sees them (one round trip where the backend supports it).
+    async fn claim(&self, req: &ClaimParams, cap_bound: bool) -> chokaq_core::Result<Vec<ClaimedJob>> {
+        let batch = if cap_bound { self.completer.take(self.completion_batch) } else { Vec::new() };
+        if batch.is_empty() {
+            return self.backend.claim(req).await;
+        }
+        let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
+        match self.backend.complete_and_claim(self.worker, &leases, req).await {
+            Ok((out, jobs)) => {
+                self.completer.written(&batch, Ok(out.lost));
+                Ok(jobs)
+            }
+            Err(e) => {
+                self.completer.written(&batch, Err(&e));
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases the buffered jobs of queues that are now paused or inactive.
+    async fn release_paused(&self, buffer: &mut VecDeque<ClaimedJob>) {
+        let mut queues: Vec<QueueName> = Vec::new();
+        for j in buffer.iter() {
+            if !queues.contains(&j.queue) {
+                queues.push(j.queue.clone());
+            }
+        }
+        let mut stopped: Vec<QueueName> = Vec::new();
+        for q in queues {
+            match self.backend.queue_settings(&q).await {
+                Ok(s) if s.is_paused || !s.is_active => stopped.push(q),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, queue = %q, "could not read queue settings"),
+            }
+        }
+        if stopped.is_empty() {
+            return;
+        }
+        let (release, keep): (Vec<ClaimedJob>, Vec<ClaimedJob>) =
+            buffer.drain(..).partition(|j| stopped.contains(&j.queue));
+        buffer.extend(keep);
+        let leases: Vec<LeaseRef> = release.iter().map(ClaimedJob::lease_ref).collect();
+        match with_retries(|| self.backend.release(self.worker, &leases)).await {
+            Ok(out) => {
+                tracing::info!(released = out.done.len(), "released prefetched jobs of paused queues");
+                add(&self.counters.released, out.done.len() as u64);
+                add(&self.counters.lease_lost, out.lost.len() as u64);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release prefetched jobs of paused queues; the rescuer will")
+            }
+        }
+    }
+
+    /// Reserve mode: starts buffered jobs (one call for the batch) and spawns the ones still
+    /// held.
+    async fn start_and_spawn(&self, batch: Vec<ClaimedJob>, mut permits: OwnedSemaphorePermit) {
+        let leases: Vec<LeaseRef> = batch.iter().map(ClaimedJob::lease_ref).collect();
+        match with_retries(|| self.backend.start(self.worker, &leases)).await {
+            Ok(out) => {
+                let done: HashSet<JobId> = out.done.into_iter().collect();
+                for mut job in batch {
+                    if done.contains(&job.id) {
+                        job.attempt += 1;
+                        job.status = JobStatus::Processing;
+                        if let Some(p) = permits.split(1) {
+                            self.executor.spawn_new(job, p);
+                        }
+                    } else {
+                        add(&self.counters.lease_lost, 1);
+                        metrics::counter!(m::LEASE_LOST, "queue" => job.queue.to_string(),
+                            "kind" => job.kind.to_string())
+                        .increment(1);
+                        tracing::debug!(id = %job.id, "lease lost before start (rescued or cancelled)");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, count = leases.len(), "start failed; releasing the jobs");
+                if let Err(e) = self.backend.release(self.worker, &leases).await {
+                    tracing::warn!(error = %e, "release failed too; the rescuer will put them back");
+                }
+            }
+        }
+    }
+}
+
+/// How many look-ahead jobs to hold: what the slots get through in two claim round trips,
+/// between 1 and `max`; `concurrency` (at most `max`) until both averages exist.
+fn lookahead_target(concurrency: usize, max: usize, rtt_us: u64, job_us: u64) -> usize {
+    if max == 0 {
+        return 0;
+    }
+    if rtt_us == 0 || job_us == 0 {
+        return concurrency.min(max);
+    }
+    let need = (2 * concurrency as u64 * rtt_us).div_ceil(job_us);
+    (need.min(max as u64) as usize).max(1)
+}
+
+/// Turns the backend's wake-ups for this worker's queues into claim-loop wake-ups, until
+/// `stop` fires or the stream ends.
+pub(super) async fn wake_loop(
+    wake: Arc<Notify>,
+    queues: Vec<QueueName>,
+    mut wakeups: Wakeups,
+    stop: CancellationToken,
+) {
+    loop {
+        let w = tokio::select! {
+            _ = stop.cancelled() => return,
+            w = wakeups.recv() => w,
+        };
+        match w {
+            Some(Wake::Any) => wake.notify_one(),
+            Some(Wake::Queue(q)) if queues.iter().any(|x| x.as_str() == q) => wake.notify_one(),
+            Some(Wake::Queue(_)) => {}
+            None => {
+                tracing::info!("wake-up stream ended; polling only");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "claim_tests.rs"]
+mod tests;

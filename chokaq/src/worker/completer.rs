@@ -1,0 +1,293 @@
+//! Completions: finished jobs queue their lease here and one task writes them in batches.
+//! Also the count of outcomes not written yet, which the claim loop waits on.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chokaq_core::{Backend, Error, JobId, JobKind, LeaseRef, QueueName, WorkerId};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{add, with_retries, Counters};
+use crate::metrics_names as m;
+
+/// A finished job waiting for its completion write.
+#[derive(Debug, Clone)]
+pub(super) struct Completion {
+    pub(super) lease: LeaseRef,
+    pub(super) queue: QueueName,
+    pub(super) kind: JobKind,
+}
+
+/// Finished jobs whose outcome (completion or failure) is not written yet: they still count
+/// against their queue's cap in the database. The executor counts them in, the completer and
+/// the failure path count them out; the claim loop reads the count and waits for writes.
+#[derive(Default)]
+pub(super) struct Outcomes {
+    unwritten: AtomicUsize,
+    /// Outcome writes so far (a `written` wake-up with no new write since a claim is stale).
+    writes: AtomicU64,
+    written: Notify,
+}
+
+impl Outcomes {
+    /// A finished job whose outcome is to be written.
+    pub(super) fn finished(&self) {
+        self.unwritten.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// `n` outcomes were written (or given up on): tell the claim loop.
+    pub(super) fn written(&self, n: usize) {
+        self.unwritten.fetch_sub(n, Ordering::AcqRel);
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        self.written.notify_one();
+    }
+
+    /// Whether any outcome is not written yet.
+    pub(super) fn any_unwritten(&self) -> bool {
+        self.unwritten.load(Ordering::Acquire) > 0
+    }
+
+    /// Writes so far.
+    pub(super) fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Acquire)
+    }
+
+    /// Waits for the next write notice.
+    pub(super) async fn next_write(&self) {
+        self.written.notified().await
+    }
+}
+
+/// The completion queue and its settings. The executor pushes, the completer task flushes, and
+/// a cap-bound claim loop takes completions along in `complete_and_claim`.
+pub(super) struct Completer {
+    backend: Arc<dyn Backend>,
+    worker: WorkerId,
+    /// Most completions per call.
+    max: usize,
+    /// Longest a finished job waits for its batch.
+    flush_every: Duration,
+    /// Flush at once when this many wait (2 x `concurrency`), unless cap-bound.
+    early: usize,
+    /// Finished jobs waiting for their completion write, oldest first.
+    queue: Mutex<VecDeque<Completion>>,
+    queued: Notify,
+    /// The claim loop's last claim came back short with jobs in flight: it completes the
+    /// queued jobs itself, so the completer gathers full batches only.
+    cap_bound: AtomicBool,
+    outcomes: Arc<Outcomes>,
+    counters: Arc<Counters>,
+}
+
+impl Completer {
+    pub(super) fn new(
+        backend: Arc<dyn Backend>,
+        worker: WorkerId,
+        max: usize,
+        flush_every: Duration,
+        concurrency: u32,
+        outcomes: Arc<Outcomes>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Completer {
+            backend,
+            worker,
+            max,
+            flush_every,
+            early: 2 * concurrency as usize,
+            queue: Mutex::new(VecDeque::new()),
+            queued: Notify::new(),
+            cap_bound: AtomicBool::new(false),
+            outcomes,
+            counters,
+        }
+    }
+
+    /// Queues a finished job's completion.
+    pub(super) fn push(&self, c: Completion) {
+        self.queue.lock().unwrap().push_back(c);
+        self.queued.notify_one();
+    }
+
+    /// Takes up to `max` queued completions, oldest first.
+    pub(super) fn take(&self, max: usize) -> Vec<Completion> {
+        let mut queue = self.queue.lock().unwrap();
+        let n = queue.len().min(max);
+        queue.drain(..n).collect()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.lock().unwrap().is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.queue.lock().unwrap().len()
+    }
+
+    /// Set by the claim loop after each claim.
+    pub(super) fn set_cap_bound(&self, yes: bool) {
+        self.cap_bound.store(yes, Ordering::Release);
+    }
+
+    /// Flushes until `stop` fires (every job has finished by then), then flushes what is left.
+    pub(super) async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let max = self.max;
+        loop {
+            if self.is_empty() {
+                tokio::select! {
+                    _ = self.queued.notified() => {}
+                    _ = stop.cancelled() => {
+                        // Stopping (every job has finished): flush what is left.
+                        loop {
+                            let batch = self.take(max);
+                            if batch.is_empty() {
+                                return;
+                            }
+                            self.flush(batch).await;
+                        }
+                    }
+                }
+            }
+            // Gather for up to the flush interval or a full batch; flush at once when two
+            // slot-fulls (2 x `concurrency`) are waiting, so few finished jobs stay unwritten
+            // (after a crash they run again), except while the claim loop is cap-bound: it takes
+            // them along.
+            let deadline = Instant::now() + self.flush_every;
+            let early = if self.cap_bound.load(Ordering::Acquire) { max } else { max.min(self.early) };
+            while self.len() < early {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = self.queued.notified() => {}
+                }
+            }
+            // Empty when a cap-bound claim loop took them along meanwhile.
+            let batch = self.take(max);
+            self.flush(batch).await;
+        }
+    }
+
+    async fn flush(&self, batch: Vec<Completion>) {
+        if batch.is_empty() {
+            return;
+        }
+        let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
+        add(&self.counters.complete_calls, 1);
+        let res = with_retries(|| self.backend.complete(self.worker, &leases)).await;
+        self.written(&batch, res.as_ref().map(|out| out.lost.clone()));
+    }
+
+    /// Records a completion write (counters, metrics) and tells the claim loop. `res` is the
+    /// leases the backend reported lost, or the error of the write.
+    pub(super) fn written(&self, batch: &[Completion], res: std::result::Result<Vec<JobId>, &Error>) {
+        match res {
+            Ok(lost) => {
+                let lost: HashSet<JobId> = lost.into_iter().collect();
+                let mut done = 0u64;
+                for c in batch {
+                    if lost.contains(&c.lease.id) {
+                        metrics::counter!(m::LEASE_LOST, "queue" => c.queue.to_string(), "kind" => c.kind.to_string())
+                            .increment(1);
+                        tracing::info!(id = %c.lease.id, "lease lost before completion; outcome discarded");
+                    } else {
+                        done += 1;
+                        metrics::counter!(m::COMPLETED, "queue" => c.queue.to_string(), "kind" => c.kind.to_string())
+                            .increment(1);
+                    }
+                }
+                add(&self.counters.completed, done);
+                add(&self.counters.lease_lost, lost.len() as u64);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, count = batch.len(),
+                    "could not complete jobs; they will be rescued and run again (handlers must be idempotent)");
+            }
+        }
+        self.outcomes.written(batch.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chokaq_core::memory::MemoryBackend;
+    use chokaq_core::{Backend, BackendExt, ClaimMode, ClaimParams, NewJob, QueueName, WorkerId};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{Completer, Completion, Outcomes};
+    use crate::worker::Counters;
+
+    /// Claims `n` jobs and queues their completions as finished jobs do.
+    async fn finished(b: &MemoryBackend, w: WorkerId, completer: &Completer, outcomes: &Outcomes, n: usize) {
+        for _ in 0..n {
+            b.enqueue(NewJob::build("q", "k").unwrap()).await.unwrap();
+        }
+        let q = vec![QueueName::new("q").unwrap()];
+        for job in b.claim(&ClaimParams::new(w, q, n as u32, ClaimMode::Start)).await.unwrap() {
+            outcomes.finished();
+            completer.push(Completion { lease: job.lease_ref(), queue: job.queue, kind: job.kind });
+        }
+    }
+
+    fn completer(b: Arc<MemoryBackend>, w: WorkerId, max: usize) -> (Arc<Completer>, Arc<Outcomes>, Arc<Counters>) {
+        let outcomes = Arc::new(Outcomes::default());
+        let counters = Arc::new(Counters::default());
+        let c = Completer::new(b, w, max, Duration::from_millis(2), 4, outcomes.clone(), counters.clone());
+        (Arc::new(c), outcomes, counters)
+    }
+
+    /// Queued completions are written in batches of at most `max`; stopping flushes the rest;
+    /// every outcome is counted out.
+    #[tokio::test]
+    async fn flushes_in_batches_and_at_stop() {
+        let b = Arc::new(MemoryBackend::new());
+        let w = WorkerId::random();
+        let (c, outcomes, counters) = completer(b.clone(), w, 3);
+        finished(&b, w, &c, &outcomes, 7).await;
+        assert!(outcomes.any_unwritten());
+        let stop = CancellationToken::new();
+        stop.cancel();
+        c.clone().run(stop).await;
+        let r = counters.report();
+        assert_eq!((r.completed, r.complete_calls, r.lease_lost), (7, 3, 0), "{r:?}");
+        assert!(!outcomes.any_unwritten());
+        assert_eq!(outcomes.writes(), 3);
+        assert_eq!(b.stats().await.unwrap().archived, 7);
+    }
+
+    /// A lease lost before its completion is counted as lost, not completed.
+    #[tokio::test]
+    async fn a_lost_lease_is_counted_not_completed() {
+        let b = Arc::new(MemoryBackend::new());
+        let w = WorkerId::random();
+        let (c, outcomes, counters) = completer(b.clone(), w, 10);
+        finished(&b, w, &c, &outcomes, 2).await;
+        let mut batch = c.take(10);
+        assert!(c.is_empty());
+        batch[1].lease.lease = chokaq_core::Lease(batch[1].lease.lease.0 + 1);
+        c.flush(batch).await;
+        let r = counters.report();
+        assert_eq!((r.completed, r.lease_lost, r.complete_calls), (1, 1, 1), "{r:?}");
+        assert!(!outcomes.any_unwritten());
+    }
+
+    /// While the task runs, a queued completion is written within the flush interval.
+    #[tokio::test]
+    async fn writes_within_the_flush_interval() {
+        let b = Arc::new(MemoryBackend::new());
+        let w = WorkerId::random();
+        let (c, outcomes, counters) = completer(b.clone(), w, 500);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(c.clone().run(stop.clone()));
+        finished(&b, w, &c, &outcomes, 1).await;
+        tokio::time::timeout(Duration::from_secs(5), outcomes.next_write()).await.expect("written in time");
+        assert_eq!(counters.report().completed, 1);
+        stop.cancel();
+        task.await.unwrap();
+    }
+}

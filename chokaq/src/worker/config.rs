@@ -1,0 +1,392 @@
+//! What a worker is configured with, and the builder that checks it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chokaq_core::{Backend, Error, JobKind, QueueName, Result, RetryPolicy, WorkerId, MAX_CLAIM_LIMIT};
+
+use super::maintenance::MaintenanceConfig;
+use super::Worker;
+use crate::job::{Job, JobContext, JobResult};
+use crate::registry::Registry;
+
+/// Everything a [`Worker`] is configured with. Set through [`WorkerBuilder`], which checks
+/// each value; read back with [`Worker::config`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// Queues to claim from, in order, without duplicates (`"default"` when none is given).
+    pub queues: Vec<QueueName>,
+    /// Handlers running at once: the number of slots (1 to 1000). Default 10.
+    pub concurrency: u32,
+    /// Jobs held Fetched ([`ClaimMode::Reserve`](chokaq_core::ClaimMode::Reserve)) beyond the
+    /// running ones (0 to 1000). Default 0: claims go straight to Processing
+    /// ([`ClaimMode::Start`](chokaq_core::ClaimMode::Start)).
+    pub prefetch: u32,
+    /// Most started jobs held beyond the running ones when `prefetch` is 0 (the buffer adapts
+    /// below it); `None` = 4 x `concurrency`.
+    pub lookahead: Option<u32>,
+    /// Longest wait between claims when idle (the back-off doubles up to it). Default 1 s.
+    pub poll_interval: Duration,
+    /// First back-off step after an empty claim. Default 20 ms.
+    pub min_poll_interval: Duration,
+    /// How often one batched heartbeat extends the held leases; also how often prefetched
+    /// jobs' queues are checked for a pause. Default 5 s.
+    pub heartbeat_interval: Duration,
+    /// Run timeout of a job whose type and queue set none. Default 30 min.
+    pub job_timeout: Duration,
+    /// Run timeouts by queue (a job type's own `Job::timeout` wins).
+    pub queue_timeouts: HashMap<QueueName, Duration>,
+    /// Back-off of retryable failures (a job type's own `Job::retry_policy` wins).
+    pub retry_policy: RetryPolicy,
+    /// How long a handler whose token fired gets to return before it is dropped. Default 1 s.
+    pub cancel_wait: Duration,
+    /// How long running handlers get to finish at shutdown before they are cancelled and
+    /// handed back. Default 10 s.
+    pub shutdown_grace: Duration,
+    /// Most completions written in one call (1 to 10,000). Default 500.
+    pub completion_batch: usize,
+    /// Longest a finished job waits for its completion batch. Default 2 ms.
+    pub completion_flush: Duration,
+    /// When fewer than half the slots are free, how long to wait for more before claiming,
+    /// so claims come in batches (zero: claim at once). Default 2 ms.
+    pub claim_batch_window: Duration,
+    /// Rescue and retention, run on an interval.
+    pub maintenance: MaintenanceConfig,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            queues: Vec::new(),
+            concurrency: 10,
+            prefetch: 0,
+            lookahead: None,
+            poll_interval: Duration::from_secs(1),
+            min_poll_interval: Duration::from_millis(20),
+            heartbeat_interval: Duration::from_secs(5),
+            job_timeout: Duration::from_secs(30 * 60),
+            queue_timeouts: HashMap::new(),
+            retry_policy: RetryPolicy::default(),
+            cancel_wait: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+            completion_batch: 500,
+            completion_flush: Duration::from_millis(2),
+            claim_batch_window: Duration::from_millis(2),
+            maintenance: MaintenanceConfig::default(),
+        }
+    }
+}
+
+/// Builds a [`Worker`]. Start with [`Worker::builder`].
+pub struct WorkerBuilder {
+    backend: Arc<dyn Backend>,
+    config: WorkerConfig,
+    queue_names: Vec<String>,
+    queue_timeouts: Vec<(String, Duration)>,
+    registry: Registry,
+    worker_id: Option<WorkerId>,
+}
+
+impl fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("backend", &self.backend.name())
+            .field("config", &self.config)
+            .field("queues", &self.queue_names)
+            .field("kinds", &self.registry.kinds().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl WorkerBuilder {
+    pub(super) fn new(backend: Arc<dyn Backend>) -> Self {
+        WorkerBuilder {
+            backend,
+            config: WorkerConfig::default(),
+            queue_names: Vec::new(),
+            queue_timeouts: Vec::new(),
+            registry: Registry::default(),
+            worker_id: None,
+        }
+    }
+
+    /// Adds a queue to take jobs from (at least one is needed; `"default"` if none is given).
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        self.queue_names.push(name.into());
+        self
+    }
+
+    /// Adds several queues.
+    pub fn queues<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.queue_names.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Handlers running at once (1 to 1000). Default 10.
+    pub fn concurrency(mut self, n: u32) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Jobs held Fetched beyond the running ones (0 to 1000). Default 0: claims go straight
+    /// to Processing for exactly as many jobs as there are free slots
+    /// ([`ClaimMode::Start`](chokaq_core::ClaimMode::Start)). With a prefetch the worker
+    /// reserves ([`ClaimMode::Reserve`](chokaq_core::ClaimMode::Reserve)) and starts each job
+    /// when a slot frees; buffered jobs must start within the rescuer's fetched timeout.
+    pub fn prefetch(mut self, n: u32) -> Self {
+        self.config.prefetch = n;
+        self
+    }
+
+    /// With `prefetch` 0: the most jobs claimed straight to Processing
+    /// ([`ClaimMode::Start`](chokaq_core::ClaimMode::Start)) beyond the free slots, held in a
+    /// look-ahead buffer so a freed slot takes the next job at once while the next claim is in
+    /// flight (0 to 1000). Default: 4 x `concurrency`. The buffer adapts below this bound:
+    /// `concurrency` jobs until a handler has finished, then about what the slots get through
+    /// in two claim round trips (short jobs: the bound; jobs much longer than a claim: one).
+    /// Buffered jobs are heart-beaten like running ones, count against queue caps, and are
+    /// handed back with [`FailAction::Snooze`](chokaq_core::FailAction::Snooze) (attempt not
+    /// counted) at shutdown. 0 claims only free slots.
+    pub fn lookahead(mut self, n: u32) -> Self {
+        self.config.lookahead = Some(n);
+        self
+    }
+
+    /// Longest wait between claims when idle (adaptive back-off doubles from the minimum up to
+    /// this; a wake-up resets it). Default 1 s. With LISTEN/NOTIFY this is only the fallback.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.config.poll_interval = d;
+        self
+    }
+
+    /// First back-off step after an empty claim. Default 20 ms.
+    pub fn min_poll_interval(mut self, d: Duration) -> Self {
+        self.config.min_poll_interval = d;
+        self
+    }
+
+    /// How often running jobs' leases are extended (one batched call per interval). Keep it
+    /// well under the queue's zombie timeout. Default 5 s.
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.config.heartbeat_interval = d;
+        self
+    }
+
+    /// Default run timeout of a job. Default 30 min.
+    pub fn job_timeout(mut self, d: Duration) -> Self {
+        self.config.job_timeout = d;
+        self
+    }
+
+    /// Run timeout of jobs of one queue (a job type's own `Job::timeout` wins).
+    pub fn queue_timeout(mut self, queue: impl Into<String>, d: Duration) -> Self {
+        self.queue_timeouts.push((queue.into(), d));
+        self
+    }
+
+    /// Back-off of retryable failures. Default [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, p: RetryPolicy) -> Self {
+        self.config.retry_policy = p;
+        self
+    }
+
+    /// How long a handler whose token fired gets to return before it is dropped. Default 1 s.
+    pub fn cancel_wait(mut self, d: Duration) -> Self {
+        self.config.cancel_wait = d;
+        self
+    }
+
+    /// How long running handlers get to finish at shutdown before they are cancelled and
+    /// handed back. Default 10 s.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.config.shutdown_grace = d;
+        self
+    }
+
+    /// Completions flushed in one call at most (default 500) and the longest a finished job
+    /// waits for its batch (default 2 ms).
+    pub fn completion_batching(mut self, max: usize, flush_every: Duration) -> Self {
+        self.config.completion_batch = max;
+        self.config.completion_flush = flush_every;
+        self
+    }
+
+    /// When fewer than half the slots are free, wait up to this long for more to free up
+    /// before claiming, so claims come in batches (default 2 ms; zero claims at once).
+    pub fn claim_batch_window(mut self, d: Duration) -> Self {
+        self.config.claim_batch_window = d;
+        self
+    }
+
+    /// Maintenance settings (rescue, retention).
+    pub fn maintenance(mut self, m: MaintenanceConfig) -> Self {
+        self.config.maintenance = m;
+        self
+    }
+
+    /// A fixed worker id (default: random per worker).
+    pub fn worker_id(mut self, id: WorkerId) -> Self {
+        self.worker_id = Some(id);
+        self
+    }
+
+    /// Registers the handler of a typed job.
+    pub fn register<J, F, Fut>(mut self, handler: F) -> Self
+    where
+        J: Job,
+        F: Fn(J, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = JobResult> + Send + 'static,
+    {
+        self.registry.insert_typed::<J, F, Fut>(handler);
+        self
+    }
+
+    /// Registers a handler by kind over the raw JSON payload.
+    pub fn register_raw<F, Fut>(mut self, kind: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(serde_json::Value, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = JobResult> + Send + 'static,
+    {
+        self.registry.insert_raw(kind.into(), handler);
+        self
+    }
+
+    /// Checks the settings and builds the worker. Bad settings are
+    /// [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind::InvalidInput).
+    pub fn build(self) -> Result<Worker> {
+        let WorkerBuilder { backend, mut config, mut queue_names, queue_timeouts, registry, worker_id } = self;
+        if queue_names.is_empty() {
+            queue_names.push("default".to_string());
+        }
+        let mut queues = Vec::new();
+        for q in queue_names {
+            let q = QueueName::new(q)?;
+            if !queues.contains(&q) {
+                queues.push(q);
+            }
+        }
+        config.queues = queues;
+        for (q, d) in queue_timeouts {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("timeout of queue {q:?} must be positive")));
+            }
+            config.queue_timeouts.insert(QueueName::new(q)?, d);
+        }
+        for kind in registry.kinds() {
+            JobKind::new(kind)?;
+        }
+        if registry.is_empty() {
+            return Err(Error::invalid("a worker needs at least one registered handler"));
+        }
+        check(&config)?;
+        Ok(Worker {
+            backend,
+            config,
+            registry: Arc::new(registry),
+            worker_id: worker_id.unwrap_or_else(WorkerId::random),
+        })
+    }
+}
+
+/// The range and consistency checks of the numeric settings.
+fn check(c: &WorkerConfig) -> Result<()> {
+    if c.concurrency == 0 || c.concurrency > MAX_CLAIM_LIMIT {
+        return Err(Error::invalid(format!("concurrency must be 1 to {MAX_CLAIM_LIMIT}, got {}", c.concurrency)));
+    }
+    if c.prefetch > MAX_CLAIM_LIMIT {
+        return Err(Error::invalid(format!("prefetch must be 0 to {MAX_CLAIM_LIMIT}, got {}", c.prefetch)));
+    }
+    if let Some(n) = c.lookahead.filter(|n| *n > MAX_CLAIM_LIMIT) {
+        return Err(Error::invalid(format!("lookahead must be 0 to {MAX_CLAIM_LIMIT}, got {n}")));
+    }
+    for (name, d) in [
+        ("poll interval", c.poll_interval),
+        ("min poll interval", c.min_poll_interval),
+        ("heartbeat interval", c.heartbeat_interval),
+        ("job timeout", c.job_timeout),
+        ("completion flush interval", c.completion_flush),
+        ("maintenance interval", c.maintenance.interval),
+    ] {
+        if d.is_zero() {
+            return Err(Error::invalid(format!("{name} must be positive")));
+        }
+    }
+    if c.min_poll_interval > c.poll_interval {
+        return Err(Error::invalid("min poll interval must not exceed the poll interval"));
+    }
+    if c.completion_batch == 0 || c.completion_batch > 10_000 {
+        return Err(Error::invalid(format!("completion batch must be 1 to 10000, got {}", c.completion_batch)));
+    }
+    if !(c.retry_policy.factor.is_finite() && c.retry_policy.jitter.is_finite()) {
+        return Err(Error::invalid("retry policy factor and jitter must be finite"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chokaq_core::memory::MemoryBackend;
+    use chokaq_core::{Backend, ErrorKind};
+
+    use super::WorkerBuilder;
+    use crate::worker::Worker;
+
+    fn builder() -> WorkerBuilder {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Worker::builder(b).register_raw("t", |_p, _c| async { Ok(()) })
+    }
+
+    #[test]
+    fn lookahead_out_of_range_is_invalid_input() {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let e = Worker::builder(b).lookahead(1001).register_raw("t", |_p, _c| async { Ok(()) }).build().unwrap_err();
+        assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
+    }
+
+    /// Queues: `"default"` when none is given, duplicates dropped, order kept; queue timeouts
+    /// land in the config by queue.
+    #[test]
+    fn queues_and_queue_timeouts() {
+        let w = builder().build().unwrap();
+        assert_eq!(w.config().queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), ["default"]);
+        let w = builder().queue("b").queues(["a", "b"]).queue_timeout("a", Duration::from_secs(3)).build().unwrap();
+        assert_eq!(w.config().queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+        let a = chokaq_core::QueueName::new("a").unwrap();
+        assert_eq!(w.config().queue_timeouts.get(&a), Some(&Duration::from_secs(3)));
+    }
+
+    /// Every numeric range and consistency check is an `InvalidInput` error.
+    #[test]
+    fn out_of_range_settings_are_invalid_input() {
+        let bad = [
+            builder().prefetch(1001),
+            builder().poll_interval(Duration::ZERO),
+            builder().min_poll_interval(Duration::from_secs(2)),
+            builder().job_timeout(Duration::ZERO),
+            builder().queue_timeout("q", Duration::ZERO),
+            builder().completion_batching(0, Duration::from_millis(2)),
+            builder().completion_batching(10_001, Duration::from_millis(2)),
+            builder().completion_batching(10, Duration::ZERO),
+            builder().retry_policy(chokaq_core::RetryPolicy { factor: f64::NAN, ..Default::default() }),
+        ];
+        for (i, b) in bad.into_iter().enumerate() {
+            assert_eq!(b.build().map(|_| ()).unwrap_err().kind(), ErrorKind::InvalidInput, "case {i}");
+        }
+        assert!(builder()
+            .prefetch(1000)
+            .lookahead(0)
+            .completion_batching(10_000, Duration::from_millis(1))
+            .build()
+            .is_ok());
+    }
+}

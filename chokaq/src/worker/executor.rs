@@ -1,0 +1,346 @@
+//! Running one job: its handler on a slot, with the panic caught, the timeout and the stop
+//! switch watched; then the verdict, the slot handed on, and the outcome queued or written.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chokaq_core::{
+    Backend, ClaimedJob, DeadReason, FailAction, FailOutcome, Fenced, JobKind, LeaseRef, QueueName, RetryPolicy,
+    WorkerId,
+};
+use futures::FutureExt;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::claim::Lookahead;
+use super::completer::{Completer, Completion, Outcomes};
+use super::heartbeat::Leases;
+use super::{add, ewma, with_retries, Counters, WorkerConfig, SHUTDOWN_ERROR};
+use crate::job::{ContextInner, JobContext, JobControl, JobError, StopReason};
+use crate::metrics_names as m;
+use crate::registry::{HandlerOutcome, Registry};
+
+/// What a job runs with when its type sets nothing: the worker's timeouts and retry policy.
+pub(super) struct Defaults {
+    pub(super) job_timeout: Duration,
+    pub(super) queue_timeouts: HashMap<QueueName, Duration>,
+    pub(super) retry_policy: RetryPolicy,
+    pub(super) cancel_wait: Duration,
+}
+
+impl Defaults {
+    pub(super) fn from_config(cfg: &WorkerConfig) -> Self {
+        Defaults {
+            job_timeout: cfg.job_timeout,
+            queue_timeouts: cfg.queue_timeouts.clone(),
+            retry_policy: cfg.retry_policy,
+            cancel_wait: cfg.cancel_wait,
+        }
+    }
+}
+
+/// The slots and the jobs on them. Owns the semaphore of `concurrency` slots, the task tracker
+/// of running jobs and the moving average of handler run times.
+pub(super) struct Executor {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) worker: WorkerId,
+    pub(super) registry: Arc<Registry>,
+    pub(super) defaults: Defaults,
+    pub(super) slots: Arc<Semaphore>,
+    /// A finishing job handed its slot on or freed it.
+    pub(super) slot_freed: Notify,
+    /// Moving average of handler run times, microseconds (0: none finished yet).
+    pub(super) job_us: AtomicU64,
+    pub(super) tracker: TaskTracker,
+    pub(super) leases: Arc<Leases>,
+    pub(super) lookahead: Arc<Lookahead>,
+    pub(super) completer: Arc<Completer>,
+    pub(super) outcomes: Arc<Outcomes>,
+    pub(super) counters: Arc<Counters>,
+}
+
+/// What to do with a finished attempt.
+#[derive(Debug, PartialEq)]
+pub(super) enum Verdict {
+    Complete,
+    Fail(FailAction),
+    /// The lease is gone: write nothing.
+    Discard,
+}
+
+impl Executor {
+    /// Registers a Processing job with the leases and runs it on the slot `permit` holds.
+    pub(super) fn spawn_new(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+        let control = self.leases.track(&job);
+        self.spawn(job, permit, control);
+    }
+
+    /// Runs a tracked job on the slot `permit` holds.
+    pub(super) fn spawn(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
+        add(&self.counters.started, 1);
+        let span = tracing::info_span!("chokaq.job", queue = %job.queue, kind = %job.kind, id = %job.id,
+            attempt = job.attempt);
+        self.tracker.spawn(self.clone().run_job(job, permit, control).instrument(span));
+    }
+
+    /// Starts look-ahead jobs on every free slot.
+    pub(super) fn fill_slots(self: &Arc<Self>) {
+        loop {
+            let Ok(permit) = self.slots.clone().try_acquire_owned() else { return };
+            match self.lookahead.take() {
+                Some((job, control)) => self.spawn(job, permit, control),
+                None => return,
+            }
+        }
+    }
+
+    /// Free slots now.
+    pub(super) fn free_slots(&self) -> usize {
+        self.slots.available_permits()
+    }
+
+    /// The moving average of handler run times, microseconds (0: none finished yet).
+    pub(super) fn job_us(&self) -> u64 {
+        self.job_us.load(Ordering::Relaxed)
+    }
+
+    async fn run_job(self: Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
+        let ClaimedJob {
+            id,
+            queue,
+            kind,
+            payload,
+            attempt,
+            max_attempts,
+            lease,
+            scheduled_at,
+            created_at,
+            started_at,
+            ..
+        } = job;
+        let lease = LeaseRef { id, lease };
+        if let Some(started) = started_at {
+            let due = scheduled_at.unwrap_or(created_at);
+            let lag = (started - due).to_std().unwrap_or_default();
+            metrics::histogram!(m::QUEUE_LAG, "queue" => queue.to_string()).record(lag.as_secs_f64());
+        }
+        let t0 = Instant::now();
+        let handler = self.registry.get(kind.as_str()).cloned();
+        let verdict = match handler {
+            None => {
+                add(&self.counters.failed, 1);
+                let msg =
+                    format!("unknown job kind {:?}: no handler is registered for it on this worker", kind.as_str());
+                tracing::warn!("{msg}");
+                Verdict::Fail(FailAction::DeadLetter { reason: DeadReason::Failed, error: msg })
+            }
+            Some(h) => {
+                let d = &self.defaults;
+                let timeout = h.timeout.or_else(|| d.queue_timeouts.get(&queue).copied()).unwrap_or(d.job_timeout);
+                let policy = h.retry_policy.unwrap_or(d.retry_policy);
+                if let Some(reason) = control.reason() {
+                    // Stopped while waiting in the look-ahead buffer (lease lost, cancel request):
+                    // the handler does not run.
+                    decide(&self.counters, Some(reason), None, attempt, &policy, timeout)
+                } else {
+                    let ctx = JobContext::new(ContextInner {
+                        id,
+                        lease,
+                        attempt,
+                        max_attempts,
+                        queue: queue.clone(),
+                        kind: kind.clone(),
+                        worker: self.worker,
+                        backend: self.backend.clone(),
+                        control: control.clone(),
+                    });
+                    let fut = AssertUnwindSafe((h.call)(payload, ctx)).catch_unwind();
+                    tokio::pin!(fut);
+                    let first = tokio::select! {
+                        biased;
+                        r = &mut fut => Some(r),
+                        _ = control.token.cancelled() => None,
+                        _ = tokio::time::sleep(timeout) => {
+                            control.stop(StopReason::Timeout);
+                            None
+                        }
+                    };
+                    let res = match first {
+                        Some(r) => Some(r),
+                        // Stopped from outside: give the handler a moment to notice and return.
+                        None => tokio::time::timeout(d.cancel_wait, &mut fut).await.ok(),
+                    };
+                    let ran = t0.elapsed();
+                    let avg = self.job_us.load(Ordering::Relaxed);
+                    self.job_us.store(ewma(avg, ran.as_micros() as u64), Ordering::Relaxed);
+                    metrics::histogram!(m::JOB_RUN, "queue" => queue.to_string(), "kind" => kind.to_string())
+                        .record(ran.as_secs_f64());
+                    decide(&self.counters, control.reason(), res, attempt, &policy, timeout)
+                }
+            }
+        };
+        // The handler is done (or dropped): hand the slot to the next look-ahead job, or free
+        // it, before the finishing write. Until that write the job still counts against caps.
+        // Forget this attempt's lease only (a newer lease of the same job may be buffered).
+        self.leases.untrack(lease);
+        if !matches!(verdict, Verdict::Discard) {
+            self.outcomes.finished();
+        }
+        // Queue the completion before the slot is seen free, so a claim loop that finds nothing
+        // running finds every finished job's completion queued.
+        let verdict = match verdict {
+            Verdict::Complete => {
+                self.completer.push(Completion { lease, queue: queue.clone(), kind: kind.clone() });
+                None
+            }
+            other => Some(other),
+        };
+        match self.lookahead.take() {
+            Some((next, next_control)) => self.spawn(next, permit, next_control),
+            None => drop(permit),
+        }
+        self.slot_freed.notify_one();
+
+        match verdict {
+            None | Some(Verdict::Complete) => {}
+            Some(Verdict::Discard) => {
+                add(&self.counters.lease_lost, 1);
+                metrics::counter!(m::LEASE_LOST, "queue" => queue.to_string(), "kind" => kind.to_string()).increment(1);
+                tracing::info!("lease lost; outcome discarded");
+            }
+            Some(Verdict::Fail(outcome)) => self.finish_failed(lease, &queue, &kind, outcome).await,
+        }
+    }
+
+    async fn finish_failed(&self, lease: LeaseRef, queue: &QueueName, kind: &JobKind, outcome: FailAction) {
+        let c = &self.counters;
+        let is_failure = matches!(outcome, FailAction::Retry { .. } | FailAction::DeadLetter { .. });
+        match with_retries(|| self.backend.fail(self.worker, lease, outcome.clone())).await {
+            Ok(Fenced::Done(r)) => {
+                if is_failure {
+                    metrics::counter!(m::FAILED, "queue" => queue.to_string(), "kind" => kind.to_string()).increment(1);
+                }
+                match r {
+                    FailOutcome::Retried { at } => {
+                        add(&c.retried, 1);
+                        metrics::counter!(m::RETRIED, "queue" => queue.to_string(), "kind" => kind.to_string())
+                            .increment(1);
+                        tracing::debug!(%at, "job will be retried");
+                    }
+                    FailOutcome::Snoozed { until } => {
+                        add(&c.snoozed, 1);
+                        tracing::debug!(%until, "job snoozed");
+                    }
+                    FailOutcome::DeadLettered(reason) => {
+                        add(&c.dead_lettered, 1);
+                        if reason == DeadReason::Cancelled {
+                            add(&c.cancelled, 1);
+                        }
+                        metrics::counter!(m::DEAD_LETTERED, "queue" => queue.to_string(),
+                            "kind" => kind.to_string(), "reason" => reason.as_str())
+                        .increment(1);
+                        tracing::info!(%reason, "job dead-lettered");
+                    }
+                }
+            }
+            Ok(Fenced::LeaseLost) => {
+                add(&c.lease_lost, 1);
+                metrics::counter!(m::LEASE_LOST, "queue" => queue.to_string(), "kind" => kind.to_string()).increment(1);
+                tracing::info!("lease lost; failure outcome discarded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "could not record the failed attempt; the rescuer will retry the job");
+            }
+        }
+        self.outcomes.written(1);
+    }
+}
+
+type CaughtOutcome = std::result::Result<HandlerOutcome, Box<dyn std::any::Any + Send>>;
+
+/// The verdict on an attempt: why it was stopped from outside, if it was, and what the
+/// handler produced (`None`: nothing in time). Counts failures, panics, timeouts and
+/// hand-backs.
+fn decide(
+    c: &Counters,
+    reason: Option<StopReason>,
+    res: Option<CaughtOutcome>,
+    attempt: i32,
+    policy: &RetryPolicy,
+    timeout: Duration,
+) -> Verdict {
+    let returned_ok = matches!(res, Some(Ok(HandlerOutcome::Returned(Ok(())))));
+    match reason {
+        Some(StopReason::LeaseLost) => return Verdict::Discard,
+        Some(StopReason::CancelRequested) => {
+            return Verdict::Fail(FailAction::Cancelled { error: Some("cancelled by operator request".to_string()) })
+        }
+        // The work got done after all: keep it.
+        Some(StopReason::Timeout | StopReason::Shutdown) if returned_ok => return Verdict::Complete,
+        Some(StopReason::Timeout) => {
+            add(&c.timed_out, 1);
+            add(&c.failed, 1);
+            tracing::warn!(?timeout, "job timed out");
+            return Verdict::Fail(FailAction::Retry {
+                delay: policy.delay(attempt),
+                error: format!("job timed out after {timeout:?}"),
+            });
+        }
+        Some(StopReason::Shutdown) => {
+            add(&c.handed_back, 1);
+            return Verdict::Fail(FailAction::Retry { delay: Duration::ZERO, error: SHUTDOWN_ERROR.to_string() });
+        }
+        None => {}
+    }
+    match res {
+        None => {
+            add(&c.failed, 1);
+            Verdict::Fail(FailAction::Retry { delay: policy.delay(attempt), error: "handler stopped".to_string() })
+        }
+        Some(Err(panic)) => {
+            add(&c.panicked, 1);
+            add(&c.failed, 1);
+            let msg = format!("handler panicked: {}", panic_message(panic.as_ref()));
+            tracing::warn!("{msg}");
+            Verdict::Fail(FailAction::Retry { delay: policy.delay(attempt), error: msg })
+        }
+        Some(Ok(HandlerOutcome::Undecodable(msg))) => {
+            add(&c.failed, 1);
+            tracing::warn!("{msg}");
+            Verdict::Fail(FailAction::DeadLetter { reason: DeadReason::Failed, error: msg })
+        }
+        Some(Ok(HandlerOutcome::Returned(Ok(())))) => Verdict::Complete,
+        Some(Ok(HandlerOutcome::Returned(Err(e)))) => {
+            if !matches!(e, JobError::Snooze(_) | JobError::Cancel(_)) {
+                add(&c.failed, 1);
+            }
+            tracing::debug!(error = %e, "handler returned an error");
+            Verdict::Fail(match e {
+                JobError::Retry(msg) => FailAction::Retry { delay: policy.delay(attempt), error: msg },
+                JobError::RetryAfter(delay, msg) => FailAction::Retry { delay, error: msg },
+                JobError::Fatal(msg) => FailAction::DeadLetter { reason: DeadReason::Failed, error: msg },
+                JobError::Snooze(delay) => FailAction::Snooze { delay },
+                JobError::Cancel(error) => FailAction::Cancelled { error },
+            })
+        }
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;

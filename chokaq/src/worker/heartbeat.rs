@@ -1,0 +1,233 @@
+//! The leases a worker holds, and the task that extends them: one batched heartbeat per
+//! interval for every running and look-ahead job.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chokaq_core::{Backend, ClaimedJob, JobId, LeaseRef, WorkerId};
+use tokio_util::sync::CancellationToken;
+
+use super::{add, Counters};
+use crate::job::{JobControl, StopReason};
+
+struct Held {
+    lease: LeaseRef,
+    control: Arc<JobControl>,
+}
+
+/// The Processing leases this worker holds (running jobs and look-ahead ones), each with the
+/// stop switch of its job. The heartbeat extends them; a lost lease or a cancel request it
+/// reports fires the job's switch.
+#[derive(Default)]
+pub(super) struct Leases {
+    held: Mutex<HashMap<JobId, Held>>,
+}
+
+impl Leases {
+    /// Registers a Processing job for heartbeats, cancel requests and lease loss.
+    pub(super) fn track(&self, job: &ClaimedJob) -> Arc<JobControl> {
+        let control = Arc::new(JobControl::new());
+        let old = self.held.lock().unwrap().insert(job.id, Held { lease: job.lease_ref(), control: control.clone() });
+        if let Some(old) = old {
+            // This worker still runs an earlier attempt of the same job, which was rescued and
+            // granted anew: the earlier lease is lost, whatever the next heartbeat would say.
+            old.control.stop(StopReason::LeaseLost);
+        }
+        control
+    }
+
+    /// Forgets one attempt's lease, and only that attempt's (a newer lease of the same job
+    /// may be held).
+    pub(super) fn untrack(&self, lease: LeaseRef) {
+        let mut held = self.held.lock().unwrap();
+        if held.get(&lease.id).is_some_and(|r| r.lease == lease) {
+            held.remove(&lease.id);
+        }
+    }
+
+    /// Forgets these jobs, whatever their lease.
+    pub(super) fn forget(&self, ids: impl IntoIterator<Item = JobId>) {
+        let mut held = self.held.lock().unwrap();
+        for id in ids {
+            held.remove(&id);
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.held.lock().unwrap().is_empty()
+    }
+
+    /// Fires every held job's switch with `reason`; returns how many.
+    pub(super) fn stop_all(&self, reason: StopReason) -> usize {
+        let controls: Vec<Arc<JobControl>> = match self.held.lock() {
+            Ok(held) => held.values().map(|r| r.control.clone()).collect(),
+            Err(_) => return 0,
+        };
+        for c in &controls {
+            c.stop(reason);
+        }
+        controls.len()
+    }
+
+    /// The leases to extend: all held but those already known lost.
+    fn to_extend(&self) -> Vec<LeaseRef> {
+        self.held
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|r| r.control.reason() != Some(StopReason::LeaseLost))
+            .map(|r| r.lease)
+            .collect()
+    }
+
+    /// Fires the switches of the jobs the heartbeat found lost or asked to cancel.
+    fn apply(&self, lost: &[JobId], cancel_requested: &[JobId]) {
+        let held = self.held.lock().unwrap();
+        for id in lost {
+            if let Some(r) = held.get(id) {
+                r.control.stop(StopReason::LeaseLost);
+            }
+        }
+        for id in cancel_requested {
+            if let Some(r) = held.get(id) {
+                r.control.stop(StopReason::CancelRequested);
+            }
+        }
+    }
+}
+
+/// The heartbeat task.
+pub(super) struct Heartbeat {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) worker: WorkerId,
+    pub(super) interval: Duration,
+    pub(super) leases: Arc<Leases>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Heartbeat {
+    /// One batched heartbeat per interval until `stop` fires (the first after one interval).
+    pub(super) async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.beat().await;
+        }
+    }
+
+    async fn beat(&self) {
+        let leases = self.leases.to_extend();
+        if leases.is_empty() {
+            return;
+        }
+        add(&self.counters.heartbeat_calls, 1);
+        match self.backend.heartbeat(self.worker, &leases).await {
+            Ok(report) => {
+                if report.lost.is_empty() && report.cancel_requested.is_empty() {
+                    return;
+                }
+                self.leases.apply(&report.lost, &report.cancel_requested);
+            }
+            Err(e) => tracing::warn!(error = %e, count = leases.len(), "heartbeat failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chokaq_core::memory::MemoryBackend;
+    use chokaq_core::{
+        Backend, BackendExt, ClaimMode, ClaimParams, ClaimedJob, FailAction, Fenced, NewJob, QueueName, WorkerId,
+    };
+
+    use super::{Heartbeat, Leases};
+    use crate::job::StopReason;
+    use crate::worker::Counters;
+
+    async fn claimed(b: &MemoryBackend, w: WorkerId, n: usize) -> Vec<ClaimedJob> {
+        for _ in 0..n {
+            b.enqueue(NewJob::build("q", "k").unwrap()).await.unwrap();
+        }
+        let q = vec![QueueName::new("q").unwrap()];
+        b.claim(&ClaimParams::new(w, q, n as u32, ClaimMode::Start)).await.unwrap()
+    }
+
+    fn heartbeat(b: Arc<MemoryBackend>, w: WorkerId, leases: Arc<Leases>) -> (Heartbeat, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        let hb =
+            Heartbeat { backend: b, worker: w, interval: Duration::from_secs(1), leases, counters: counters.clone() };
+        (hb, counters)
+    }
+
+    /// A job tracked again (rescued and granted anew while its earlier attempt still runs):
+    /// the earlier attempt's switch fires `LeaseLost`, and forgetting the earlier lease leaves
+    /// the newer one held.
+    #[tokio::test]
+    async fn tracking_again_stops_the_earlier_attempt() {
+        let b = MemoryBackend::new();
+        let w = WorkerId::random();
+        let job = claimed(&b, w, 1).await.remove(0);
+        let leases = Leases::default();
+        let first = leases.track(&job);
+        let mut again = job.clone();
+        again.lease = chokaq_core::Lease(job.lease.0 + 1);
+        let second = leases.track(&again);
+        assert_eq!(first.reason(), Some(StopReason::LeaseLost));
+        assert_eq!(second.reason(), None);
+        leases.untrack(job.lease_ref());
+        assert!(!leases.is_empty(), "the newer lease stays");
+        leases.untrack(again.lease_ref());
+        assert!(leases.is_empty());
+    }
+
+    /// One call for all held leases; a lease the backend reports lost fires its job's switch
+    /// and is not extended again; nothing held, no call.
+    #[tokio::test]
+    async fn a_beat_extends_all_and_stops_the_lost() {
+        let b = Arc::new(MemoryBackend::new());
+        let w = WorkerId::random();
+        let jobs = claimed(&b, w, 2).await;
+        let leases = Arc::new(Leases::default());
+        let controls: Vec<_> = jobs.iter().map(|j| leases.track(j)).collect();
+        // The first job's lease goes: its attempt is put back to Pending behind our back.
+        let snoozed = b.fail(w, jobs[0].lease_ref(), FailAction::Snooze { delay: Duration::ZERO }).await.unwrap();
+        assert!(matches!(snoozed, Fenced::Done(_)));
+        let (hb, counters) = heartbeat(b.clone(), w, leases.clone());
+        hb.beat().await;
+        assert_eq!(counters.report().heartbeat_calls, 1);
+        assert_eq!(controls[0].reason(), Some(StopReason::LeaseLost));
+        assert_eq!(controls[1].reason(), None);
+        assert_eq!(leases.to_extend(), vec![jobs[1].lease_ref()]);
+        assert_eq!(leases.stop_all(StopReason::Shutdown), 2);
+        assert_eq!(controls[1].reason(), Some(StopReason::Shutdown));
+
+        let empty = Arc::new(Leases::default());
+        let (hb, counters) = heartbeat(b, w, empty);
+        hb.beat().await;
+        assert_eq!(counters.report().heartbeat_calls, 0);
+    }
+
+    /// An operator's cancel request reported by the heartbeat fires `CancelRequested`.
+    #[tokio::test]
+    async fn a_cancel_request_stops_the_job() {
+        let b = Arc::new(MemoryBackend::new());
+        let w = WorkerId::random();
+        let job = claimed(&b, w, 1).await.remove(0);
+        let leases = Arc::new(Leases::default());
+        let control = leases.track(&job);
+        b.cancel(job.id).await.unwrap();
+        let (hb, _) = heartbeat(b, w, leases);
+        hb.beat().await;
+        assert_eq!(control.reason(), Some(StopReason::CancelRequested));
+        assert!(control.token.is_cancelled());
+    }
+}

@@ -1,0 +1,417 @@
+//! The worker: claims jobs, runs handlers, batches heartbeats and completions, runs
+//! maintenance and shuts down gracefully. See `docs/runtime.md` for the design.
+//!
+//! Its parts, each owning what it uses:
+//!
+//! * [`claim`]: the claim loop (what to claim and when) and the look-ahead buffer;
+//! * [`executor`]: the slots and one job on a slot (panic, timeout, verdict, failure write);
+//! * [`completer`]: the completion queue and the task that writes it in batches, and the
+//!   count of outcomes not written yet;
+//! * [`heartbeat`]: the leases held and the task that extends them;
+//! * [`maintenance`]: rescue and retention purges on an interval;
+//! * [`config`]: the settings and their builder.
+//!
+//! This module starts them, shuts them down in order, and keeps the counters.
+
+mod claim;
+mod completer;
+mod config;
+mod executor;
+mod heartbeat;
+mod maintenance;
+#[cfg(test)]
+mod test_support;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chokaq_core::{Backend, ClaimedJob, FailAction, Fenced, LeaseRef, QueueName, Result, WorkerId};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::{WorkerBuilder, WorkerConfig};
+pub use maintenance::MaintenanceConfig;
+
+use crate::job::StopReason;
+use crate::registry::Registry;
+use claim::{Claimer, Lookahead, Parts};
+use completer::{Completer, Outcomes};
+use executor::{Defaults, Executor};
+use heartbeat::{Heartbeat, Leases};
+use maintenance::Maintenance;
+
+/// The error text of a job handed back at shutdown.
+pub const SHUTDOWN_ERROR: &str = "worker shut down";
+
+/// Counts of what a worker did, returned by [`Worker::run`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Jobs claimed (in either claim mode).
+    pub claimed: u64,
+    /// Jobs started (handlers run).
+    pub started: u64,
+    /// Jobs archived.
+    pub completed: u64,
+    /// Attempts that failed (error, panic, timeout, undecodable payload, unknown kind).
+    pub failed: u64,
+    /// Of those, put back to Pending for a retry.
+    pub retried: u64,
+    /// Snoozed by their handler.
+    pub snoozed: u64,
+    /// Moved to the dead-letter table (any reason, cancellations included).
+    pub dead_lettered: u64,
+    /// Cancelled (operator request or handler).
+    pub cancelled: u64,
+    /// Outcomes discarded because the lease was lost.
+    pub lease_lost: u64,
+    /// Prefetched jobs released at shutdown.
+    pub released: u64,
+    /// Running jobs handed back at shutdown after the grace period.
+    pub handed_back: u64,
+    /// Handlers that panicked.
+    pub panicked: u64,
+    /// Handlers that timed out.
+    pub timed_out: u64,
+    /// Claim round trips (empty ones included).
+    pub claim_calls: u64,
+    /// Completion round trips.
+    pub complete_calls: u64,
+    /// Heartbeat round trips.
+    pub heartbeat_calls: u64,
+}
+
+/// The live counters behind a [`WorkerReport`]; every part adds to its own.
+#[derive(Debug, Default)]
+struct Counters {
+    claimed: AtomicU64,
+    started: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    snoozed: AtomicU64,
+    dead_lettered: AtomicU64,
+    cancelled: AtomicU64,
+    lease_lost: AtomicU64,
+    released: AtomicU64,
+    handed_back: AtomicU64,
+    panicked: AtomicU64,
+    timed_out: AtomicU64,
+    claim_calls: AtomicU64,
+    complete_calls: AtomicU64,
+    heartbeat_calls: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    fn report(&self) -> WorkerReport {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerReport {
+            claimed: g(&self.claimed),
+            started: g(&self.started),
+            completed: g(&self.completed),
+            failed: g(&self.failed),
+            retried: g(&self.retried),
+            snoozed: g(&self.snoozed),
+            dead_lettered: g(&self.dead_lettered),
+            cancelled: g(&self.cancelled),
+            lease_lost: g(&self.lease_lost),
+            released: g(&self.released),
+            handed_back: g(&self.handed_back),
+            panicked: g(&self.panicked),
+            timed_out: g(&self.timed_out),
+            claim_calls: g(&self.claim_calls),
+            complete_calls: g(&self.complete_calls),
+            heartbeat_calls: g(&self.heartbeat_calls),
+        }
+    }
+}
+
+/// A live view of a running worker's counters; see [`Worker::run_with_handle`].
+#[derive(Debug, Clone)]
+pub struct StatsHandle(Arc<Counters>);
+
+impl StatsHandle {
+    /// The counters now.
+    pub fn report(&self) -> WorkerReport {
+        self.0.report()
+    }
+}
+
+/// Runs handlers for jobs claimed from a backend. Build with [`Worker::builder`], run with
+/// [`Worker::run`].
+pub struct Worker {
+    backend: Arc<dyn Backend>,
+    config: WorkerConfig,
+    registry: Arc<Registry>,
+    worker_id: WorkerId,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.worker_id)
+            .field("backend", &self.backend.name())
+            .field("config", &self.config)
+            .field("kinds", &self.registry.kinds().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Worker {
+    /// A builder over `backend`.
+    pub fn builder(backend: Arc<dyn Backend>) -> WorkerBuilder {
+        WorkerBuilder::new(backend)
+    }
+
+    /// This worker's id (random per worker unless set).
+    pub fn id(&self) -> WorkerId {
+        self.worker_id
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Runs until `shutdown` is cancelled, then shuts down gracefully: stops claiming,
+    /// releases prefetched jobs at once, gives running handlers the grace period, cancels and
+    /// hands back the rest, flushes completions. Returns what it did.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport> {
+        self.run_with_stats(shutdown, Arc::new(Counters::default())).await
+    }
+
+    /// Like [`Worker::run`], also returning a live view of the counters before it starts.
+    pub fn run_with_handle(
+        self,
+        shutdown: CancellationToken,
+    ) -> (StatsHandle, impl Future<Output = Result<WorkerReport>> + Send + 'static) {
+        let counters = Arc::new(Counters::default());
+        (StatsHandle(counters.clone()), self.run_with_stats(shutdown, counters))
+    }
+
+    async fn run_with_stats(self, shutdown: CancellationToken, counters: Arc<Counters>) -> Result<WorkerReport> {
+        let Worker { backend, config: cfg, registry, worker_id: worker } = self;
+        let leases = Arc::new(Leases::default());
+        let lookahead = Arc::new(Lookahead::default());
+        let outcomes = Arc::new(Outcomes::default());
+        let completer = Arc::new(Completer::new(
+            backend.clone(),
+            worker,
+            cfg.completion_batch,
+            cfg.completion_flush,
+            cfg.concurrency,
+            outcomes.clone(),
+            counters.clone(),
+        ));
+        let executor = Arc::new(Executor {
+            backend: backend.clone(),
+            worker,
+            registry,
+            defaults: Defaults::from_config(&cfg),
+            slots: Arc::new(Semaphore::new(cfg.concurrency as usize)),
+            slot_freed: Notify::new(),
+            job_us: AtomicU64::new(0),
+            tracker: TaskTracker::new(),
+            leases: leases.clone(),
+            lookahead: lookahead.clone(),
+            completer: completer.clone(),
+            outcomes: outcomes.clone(),
+            counters: counters.clone(),
+        });
+        let wake = Arc::new(Notify::new());
+        let parts = Parts {
+            wake: wake.clone(),
+            executor: executor.clone(),
+            leases: leases.clone(),
+            lookahead: lookahead.clone(),
+            completer: completer.clone(),
+            outcomes,
+            counters: counters.clone(),
+        };
+        let claimer = Claimer::new(backend.clone(), worker, &cfg, parts);
+        tracing::info!(
+            worker = %worker,
+            backend = backend.name(),
+            queues = ?cfg.queues.iter().map(QueueName::as_str).collect::<Vec<_>>(),
+            concurrency = cfg.concurrency,
+            prefetch = cfg.prefetch,
+            "chokaq worker starting"
+        );
+
+        // Background tasks: stopped only after every job has finished.
+        let bg_stop = CancellationToken::new();
+        let completer_stop = CancellationToken::new();
+        let mut bg = Vec::new();
+        let heartbeat = Heartbeat {
+            backend: backend.clone(),
+            worker,
+            interval: cfg.heartbeat_interval,
+            leases: leases.clone(),
+            counters: counters.clone(),
+        };
+        bg.push(tokio::spawn(heartbeat.run(bg_stop.clone())));
+        if cfg.maintenance.enabled {
+            let maintenance = Maintenance::new(backend.clone(), cfg.maintenance.clone());
+            bg.push(tokio::spawn(maintenance.run(bg_stop.clone())));
+        }
+        match backend.wakeups().await {
+            Ok(Some(w)) => bg.push(tokio::spawn(claim::wake_loop(wake, cfg.queues.clone(), w, bg_stop.clone()))),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "wake-ups unavailable; polling only"),
+        }
+        let completer_task = tokio::spawn(completer.run(completer_stop.clone()));
+        // If this future is dropped instead of shut down through its token, stop everything it
+        // started rather than leak it: running jobs are handed back as at the end of a grace
+        // period, background tasks stop.
+        let guard = DropGuard {
+            worker,
+            leases: leases.clone(),
+            stops: vec![bg_stop.clone(), completer_stop.clone()],
+            armed: true,
+        };
+
+        let buffer = claimer.run(&shutdown).await;
+
+        // Shutdown: look-ahead jobs (already Processing) go back to Pending at once, their
+        // attempt not counted.
+        let held = lookahead.close();
+        if !held.is_empty() {
+            hand_back_lookahead(&backend, worker, &leases, &counters, held).await;
+        }
+        // Shutdown: release prefetched jobs at once.
+        tracing::info!(worker = %worker, buffered = buffer.len(), "chokaq worker shutting down");
+        if !buffer.is_empty() {
+            release_prefetched(&backend, worker, &counters, buffer).await;
+        }
+        // Grace period for running handlers, then cancel and hand back the rest.
+        executor.tracker.close();
+        if tokio::time::timeout(cfg.shutdown_grace, executor.tracker.wait()).await.is_err() {
+            let count = leases.stop_all(StopReason::Shutdown);
+            tracing::info!(count, "grace period over; cancelling running jobs");
+            executor.tracker.wait().await;
+        }
+        completer_stop.cancel();
+        let _ = completer_task.await;
+        bg_stop.cancel();
+        for t in bg {
+            let _ = t.await;
+        }
+        let report = counters.report();
+        let mut guard = guard;
+        guard.armed = false;
+        tracing::info!(worker = %worker, ?report, "chokaq worker stopped");
+        Ok(report)
+    }
+}
+
+/// Shutdown: hands the look-ahead jobs (Processing, never run) back to Pending at once, with
+/// `FailAction::Snooze { delay: 0 }` so the attempt does not count.
+async fn hand_back_lookahead(
+    backend: &Arc<dyn Backend>,
+    worker: WorkerId,
+    leases: &Leases,
+    counters: &Counters,
+    held: Vec<ClaimedJob>,
+) {
+    leases.forget(held.iter().map(|job| job.id));
+    let results = futures::future::join_all(held.iter().map(|job| {
+        let lease = job.lease_ref();
+        with_retries(move || backend.fail(worker, lease, FailAction::Snooze { delay: Duration::ZERO }))
+    }))
+    .await;
+    for r in results {
+        match r {
+            Ok(Fenced::Done(_)) => add(&counters.released, 1),
+            Ok(Fenced::LeaseLost) => add(&counters.lease_lost, 1),
+            Err(e) => tracing::warn!(error = %e, "could not hand back a look-ahead job; the rescuer will"),
+        }
+    }
+}
+
+/// Shutdown: releases the prefetched (Fetched) jobs at once, in one call.
+async fn release_prefetched(
+    backend: &Arc<dyn Backend>,
+    worker: WorkerId,
+    counters: &Counters,
+    buffer: VecDeque<ClaimedJob>,
+) {
+    let leases: Vec<LeaseRef> = buffer.iter().map(ClaimedJob::lease_ref).collect();
+    match with_retries(|| backend.release(worker, &leases)).await {
+        Ok(out) => {
+            add(&counters.released, out.done.len() as u64);
+            add(&counters.lease_lost, out.lost.len() as u64);
+        }
+        Err(e) => tracing::warn!(error = %e, "could not release prefetched jobs; the rescuer will"),
+    }
+}
+
+struct DropGuard {
+    worker: WorkerId,
+    leases: Arc<Leases>,
+    stops: Vec<CancellationToken>,
+    armed: bool,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::warn!(worker = %self.worker, "worker future dropped without a graceful shutdown");
+        self.leases.stop_all(StopReason::Shutdown);
+        for t in &self.stops {
+            t.cancel();
+        }
+    }
+}
+
+/// Calls `f` again on retryable errors, a few times with a short back-off.
+async fn with_retries<T, F, Fut>(mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut delay = Duration::from_millis(50);
+    let mut tries = 0;
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() && tries < 4 => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "retrying a backend call");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// An exponential moving average (weight 1/8); `avg` 0 means no sample yet.
+fn ewma(avg: u64, sample: u64) -> u64 {
+    let sample = sample.max(1);
+    if avg == 0 {
+        sample
+    } else {
+        (avg * 7 + sample) / 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ewma;
+
+    #[test]
+    fn ewma_starts_at_the_first_sample_and_weighs_an_eighth() {
+        assert_eq!(ewma(0, 800), 800);
+        assert_eq!(ewma(800, 1600), 900);
+        assert_eq!(ewma(0, 0), 1, "a zero sample counts as 1, so 0 keeps meaning no sample");
+    }
+}
