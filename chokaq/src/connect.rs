@@ -247,9 +247,7 @@ impl ConnectOptions {
             #[cfg(feature = "mssql")]
             BackendKind::Mssql => {
                 use chokaq_mssql::{MssqlBackend, MssqlConfig};
-                let ado =
-                    if chokaq_mssql::is_connection_string(url) { url.to_string() } else { mssql_url_to_ado(url)? };
-                let mut cfg = MssqlConfig::new(&ado)?.schema(&self.schema)?;
+                let mut cfg = MssqlConfig::from_url(url)?.schema(&self.schema)?;
                 if let Some(n) = self.max_connections {
                     cfg = cfg.max_connections(n);
                 }
@@ -273,95 +271,6 @@ pub async fn connect(url: &str, schema: &str) -> Result<Arc<dyn Backend>> {
 /// [`connect`], then [`Backend::migrate`] (creates or upgrades the tables; safe to repeat).
 pub async fn connect_and_migrate(url: &str, schema: &str) -> Result<Arc<dyn Backend>> {
     ConnectOptions::new(url).schema(schema).migrate(true).connect().await
-}
-
-/// `mssql://user:password@host[:port][/database][?key=value&…]` (or `sqlserver://`) as an
-/// ADO.NET connection string: `server=tcp:host,port;user id=…;password=…;database=…;key=value`.
-/// User, password, database and query values are percent-decoded; every value is `{…}`-quoted.
-/// Query keys are ADO keys (`encrypt`, `trustservercertificate`, `connect timeout`, …), so
-/// `MssqlConfig` validates them. Errors never quote the URL.
-#[cfg_attr(not(feature = "mssql"), allow(dead_code))]
-fn mssql_url_to_ado(url: &str) -> Result<String> {
-    let rest = url.split_once("://").map(|(_, r)| r).ok_or_else(|| Error::invalid("SQL Server URL: missing ://"))?;
-    let (main, query) = rest.split_once('?').map_or((rest, None), |(m, q)| (m, Some(q)));
-    if main.contains(';') {
-        return Err(Error::invalid(
-            "SQL Server URL: JDBC-style ';key=value' parts are not supported; use mssql://user:password@host:port/database?key=value or an ADO.NET string server=…;…",
-        ));
-    }
-    let (authority, database) = main.split_once('/').map_or((main, None), |(a, d)| (a, Some(d)));
-    let (userinfo, hostport) = authority.rsplit_once('@').map_or((None, authority), |(u, h)| (Some(u), h));
-    let (host, port) = if let Some(after) = hostport.strip_prefix('[') {
-        let (h, tail) = after.split_once(']').ok_or_else(|| Error::invalid("SQL Server URL: unclosed '[' in host"))?;
-        (h, tail.strip_prefix(':'))
-    } else {
-        hostport.rsplit_once(':').map_or((hostport, None), |(h, p)| (h, Some(p)))
-    };
-    if host.is_empty() {
-        return Err(Error::invalid("SQL Server URL: missing host"));
-    }
-    let port: u16 = match port {
-        None | Some("") => 1433,
-        Some(p) => p.parse().map_err(|_| Error::invalid("SQL Server URL: the port must be a number 1-65535"))?,
-    };
-    let host = percent_decode(host, "host")?;
-    let mut out = format!("server=tcp:{},{port}", quote_host(&host)?);
-    if let Some(ui) = userinfo {
-        let (user, password) = ui.split_once(':').map_or((ui, None), |(u, p)| (u, Some(p)));
-        if !user.is_empty() {
-            out.push_str(&format!(";user id={}", ado_quote(&percent_decode(user, "user")?)));
-        }
-        if let Some(p) = password {
-            out.push_str(&format!(";password={}", ado_quote(&percent_decode(p, "password")?)));
-        }
-    }
-    if let Some(db) = database.map(|d| d.trim_end_matches('/')).filter(|d| !d.is_empty()) {
-        out.push_str(&format!(";database={}", ado_quote(&percent_decode(db, "database")?)));
-    }
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) =
-            pair.split_once('=').ok_or_else(|| Error::invalid("SQL Server URL: a query parameter has no '='"))?;
-        let k = percent_decode(k, "query key")?;
-        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == ' ' || c == '_') {
-            return Err(Error::invalid("SQL Server URL: query keys must be ADO.NET keys (letters, digits, spaces)"));
-        }
-        out.push_str(&format!(";{k}={}", ado_quote(&percent_decode(v, "query value")?)));
-    }
-    Ok(out)
-}
-
-/// A host for `server=tcp:host,port`: no quoting is possible there, so reject separators.
-fn quote_host(host: &str) -> Result<&str> {
-    if host.chars().any(|c| matches!(c, ';' | ',' | '=' | '{' | '}' | '\'' | '"') || c.is_control()) {
-        return Err(Error::invalid("SQL Server URL: the host contains a character not allowed in a host name"));
-    }
-    Ok(host)
-}
-
-/// `{value}` with `}` doubled: ADO.NET quoting that any character survives.
-fn ado_quote(v: &str) -> String {
-    format!("{{{}}}", v.replace('}', "}}"))
-}
-
-/// Decodes `%XX` escapes (and nothing else). Errors name the part, never its text.
-fn percent_decode(s: &str, what: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-            let b = hex
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::invalid(format!("SQL Server URL: bad %-escape in the {what}")))?;
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::invalid(format!("SQL Server URL: the {what} is not UTF-8 once decoded")))
 }
 
 #[cfg(test)]
@@ -450,43 +359,6 @@ mod tests {
         let d = format!("{o:?}");
         assert!(!d.contains(SECRET), "{d}");
         assert!(d.contains("Postgres"), "{d}");
-    }
-
-    #[test]
-    fn mssql_url_becomes_ado() {
-        let ado = mssql_url_to_ado(
-            "mssql://sa:p%40ss%3Bw%7Drd@db.local:14330/jobs?encrypt=false&TrustServerCertificate=true",
-        )
-        .unwrap();
-        assert_eq!(
-            ado,
-            "server=tcp:db.local,14330;user id={sa};password={p@ss;w}}rd};database={jobs};encrypt={false};\
-             TrustServerCertificate={true}"
-        );
-        assert_eq!(mssql_url_to_ado("sqlserver://h").unwrap(), "server=tcp:h,1433");
-        assert_eq!(mssql_url_to_ado("mssql://u@[::1]:1/").unwrap(), "server=tcp:::1,1;user id={u}");
-        for bad in [
-            format!("mssql://sa:{SECRET}@/db"),
-            format!("mssql://sa:{SECRET}@h:99999/db"),
-            format!("mssql://sa:{SECRET}%zz@h/db"),
-            format!("sqlserver://h:1433;databaseName=x;password={SECRET}"),
-            format!("mssql://sa:{SECRET}@h/db?novalue"),
-            format!("mssql://sa:{SECRET}@h/db?bad;key=1"),
-        ] {
-            let e = mssql_url_to_ado(&bad).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad}");
-            assert!(!e.to_string().contains(SECRET), "{e}");
-        }
-    }
-
-    #[cfg(feature = "mssql")]
-    #[test]
-    fn mssql_url_is_accepted_by_mssql_config() {
-        let ado = mssql_url_to_ado(&format!("mssql://sa:{SECRET}@h:1433/jobs?encrypt=false")).unwrap();
-        let cfg = chokaq_mssql::MssqlConfig::new(&ado).unwrap().schema("s").unwrap();
-        assert!(!format!("{cfg:?}").contains(SECRET));
-        let e = chokaq_mssql::MssqlConfig::new(&mssql_url_to_ado("mssql://h/db?bogus=1").unwrap()).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
 
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
