@@ -1,9 +1,9 @@
-//! Versioned migrations embedded in the crate.
+//! Versioned migrations, embedded in the crate from `migrations/*.sql`.
 
 use futures::future::BoxFuture;
 use sqlx::PgPool;
 
-use crate::sql::{quoted, render};
+use crate::sql::Statements;
 
 /// One schema migration: its version and SQL (with `{schema}` placeholders).
 #[derive(Debug, Clone, Copy)]
@@ -13,45 +13,43 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-/// Every migration, in version order.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "init", sql: include_str!("../migrations/0001_init.sql") },
-    Migration {
-        version: 2,
-        name: "complete_and_claim",
-        sql: include_str!("../migrations/0002_complete_and_claim.sql"),
-    },
-];
+/// Declares [`MIGRATIONS`] (from `migrations/<file>.sql`) and, in the same order, the name of
+/// each in [`all_statements`](crate::all_statements).
+macro_rules! migrations {
+    ($($version:literal, $name:literal, $file:literal;)*) => {
+        /// Every migration, in version order.
+        pub const MIGRATIONS: &[Migration] = &[
+            $(Migration {
+                version: $version,
+                name: $name,
+                sql: include_str!(concat!("../migrations/", $file, ".sql")),
+            },)*
+        ];
+
+        /// The statement name of each of [`MIGRATIONS`], e.g. `migration_0001_init`.
+        pub(crate) const MIGRATION_NAMES: &[&str] = &[$(concat!("migration_", $file),)*];
+    };
+}
+
+migrations! {
+    1, "init", "0001_init";
+    2, "complete_and_claim", "0002_complete_and_claim";
+}
 
 /// Applies the missing migrations in one transaction under a schema-specific advisory lock, so
 /// many processes may call it at once: the first creates, the others wait and find nothing to do.
-pub(crate) async fn migrate(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
-    let q = quoted(schema);
+pub(crate) async fn migrate(pool: &PgPool, sql: &Statements, schema: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SET LOCAL lock_timeout = '10s'").execute(&mut *tx).await?;
+    sqlx::query(&sql.migrate_lock_timeout).execute(&mut *tx).await?;
     // Before anything else: CREATE SCHEMA IF NOT EXISTS itself races between sessions.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("chokaq:migrate:{schema}"))
-        .execute(&mut *tx)
-        .await?;
-    let create_schema = format!("CREATE SCHEMA IF NOT EXISTS {q}");
-    sqlx::query(&create_schema).execute(&mut *tx).await?;
-    let create_versions = format!(
-        "CREATE TABLE IF NOT EXISTS {q}.versions (version integer PRIMARY KEY, name text NOT NULL, \
-         applied_at timestamptz NOT NULL DEFAULT now())"
-    );
-    sqlx::query(&create_versions).execute(&mut *tx).await?;
-    let current: i32 =
-        sqlx::query_scalar(&format!("SELECT coalesce(max(version), 0) FROM {q}.versions")).fetch_one(&mut *tx).await?;
-    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+    sqlx::query(&sql.migrate_lock).bind(format!("chokaq:migrate:{schema}")).execute(&mut *tx).await?;
+    sqlx::query(&sql.create_schema).execute(&mut *tx).await?;
+    sqlx::query(&sql.create_versions).execute(&mut *tx).await?;
+    let current: i32 = sqlx::query_scalar(&sql.current_version).fetch_one(&mut *tx).await?;
+    for (m, script) in MIGRATIONS.iter().zip(&sql.migrations).filter(|(m, _)| m.version > current) {
         tracing::info!(schema, version = m.version, name = m.name, "applying migration");
-        let ddl = render(m.sql, schema);
-        run_script(&mut tx, &ddl).await?;
-        sqlx::query(&format!("INSERT INTO {q}.versions (version, name) VALUES ($1, $2)"))
-            .bind(m.version)
-            .bind(m.name)
-            .execute(&mut *tx)
-            .await?;
+        run_script(&mut tx, script).await?;
+        sqlx::query(&sql.insert_version).bind(m.version).bind(m.name).execute(&mut *tx).await?;
     }
     tx.commit().await?;
     Ok(())

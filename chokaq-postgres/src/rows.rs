@@ -1,14 +1,19 @@
-//! Decoding rows into chokaq's types.
+//! Rows to chokaq's types and back: decoding result rows, and the few conversions of inputs
+//! into bound values (lease arrays, microseconds, stored error texts).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chokaq_core::{
-    ClaimedJob, DeadReason, Error, ErrorKind, JobId, JobKind, JobLocation, JobRecord, JobStatus, Lease, QueueName,
-    QueueSettings, Result, Timestamp, WorkerId, ZombiePolicy,
+    validate, BatchOutcome, ClaimedJob, DeadReason, Error, ErrorKind, JobId, JobKind, JobLocation, JobRecord,
+    JobStatus, Lease, LeaseRef, QueueName, QueueSettings, QueueStats, Result, StatsSnapshot, Timestamp, WorkerId,
+    ZombiePolicy,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
+
+use crate::error::map_sqlx_error;
 
 fn get<'r, T>(row: &'r PgRow, col: &str) -> Result<T>
 where
@@ -100,4 +105,58 @@ const MAX_MICROS: i64 = 100 * 366 * 24 * 3600 * 1_000_000;
 /// 100 years.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(MAX_MICROS).min(MAX_MICROS)
+}
+
+/// The rows of the stats statement: one per queue (none when every table is empty, then one
+/// row with only `taken_at`).
+pub(crate) fn stats(rows: &[PgRow]) -> Result<StatsSnapshot> {
+    let mut snap = StatsSnapshot::default();
+    for row in rows {
+        let get_i = |c: &str| row.try_get::<i64, _>(c).map(count).map_err(map_sqlx_error);
+        snap.taken_at = row.try_get("taken_at").map_err(map_sqlx_error)?;
+        let Some(queue) = row.try_get::<Option<String>, _>("queue").map_err(map_sqlx_error)? else { continue };
+        let q = QueueStats {
+            queue,
+            pending: get_i("pending")?,
+            fetched: get_i("fetched")?,
+            processing: get_i("processing")?,
+            archived: get_i("archived")?,
+            dead: get_i("dead")?,
+            oldest_due_at: row.try_get("oldest_due_at").map_err(map_sqlx_error)?,
+        };
+        snap.pending += q.pending;
+        snap.fetched += q.fetched;
+        snap.processing += q.processing;
+        snap.archived += q.archived;
+        snap.dead += q.dead;
+        snap.queues.push(q);
+    }
+    Ok(snap)
+}
+
+/// Input ids and leases, first occurrence of each id kept.
+pub(crate) fn dedup(leases: &[LeaseRef]) -> (Vec<Uuid>, Vec<i64>) {
+    let mut seen = HashSet::with_capacity(leases.len());
+    leases.iter().filter(|l| seen.insert(l.id)).map(|l| (l.id.0, l.lease.0)).unzip()
+}
+
+/// Every id in exactly one list, in input order.
+pub(crate) fn split(ids: &[Uuid], done: &HashSet<Uuid>) -> BatchOutcome {
+    BatchOutcome::partition(ids.iter().map(|id| JobId(*id)), |id| done.contains(&id.0))
+}
+
+/// Claimed rows in claim order (`UPDATE … RETURNING` has none): priority DESC, due ASC, id.
+pub(crate) fn sorted_claims(rows: &[PgRow]) -> Result<Vec<ClaimedJob>> {
+    let mut jobs = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
+    jobs.sort_by(|(a, ad), (b, bd)| b.priority.cmp(&a.priority).then(ad.cmp(bd)).then(a.id.cmp(&b.id)));
+    Ok(jobs.into_iter().map(|(j, _)| j).collect())
+}
+
+/// An error text as stored: at most [`validate::MAX_ERROR_LEN`] bytes, no NUL.
+pub(crate) fn error_text(s: &str) -> String {
+    validate::truncate(&s.replace('\0', "\u{FFFD}"), validate::MAX_ERROR_LEN).to_owned()
+}
+
+pub(crate) fn count(v: i64) -> u64 {
+    v.max(0) as u64
 }

@@ -1,12 +1,27 @@
-//! Every SQL statement of the backend. `{schema}` is the validated, quoted schema name and
-//! `{channel}` the NOTIFY channel (`<schema>_jobs`), both substituted once when the backend is
-//! built; every value is a bound parameter.
+//! Every SQL statement of the backend, and nothing else builds SQL text. Each is a template
+//! with `{schema}` (the validated, quoted schema name) and `{channel}` (the NOTIFY channel,
+//! `<schema>_jobs`), substituted by [`render`] once, when the backend is built, into a
+//! [`Statements`] set; every value is a bound parameter. Optional filters are NULL-able
+//! parameters (`$n::text IS NULL OR queue = $n`), so no statement is assembled at run time.
+
+use chokaq_core::{validate, Result};
+
+use crate::migrate::{MIGRATIONS, MIGRATION_NAMES};
 
 /// Columns copied by a move from the hot table into the archive.
 macro_rules! archive_cols {
     () => {
         "id, queue, kind, payload, tags, idempotency_key, priority, attempt, max_attempts, lease, worker_id, \
          heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, created_by, finished_at"
+    };
+}
+
+/// Values for [`archive_cols`] from a deleted hot row `g`.
+macro_rules! archive_vals {
+    () => {
+        "g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, g.attempt, g.max_attempts, \
+         g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.last_error, \
+         g.created_by, now()"
     };
 }
 
@@ -27,7 +42,7 @@ macro_rules! dlq_vals {
 }
 
 /// Locks the hot rows whose lease the caller still holds, in id order. `$1` worker,
-/// `$2` ids, `$3` leases; `%STATUS%` is the status the guard expects.
+/// `$2` ids, `$3` leases; `$status` is the status the guard expects.
 macro_rules! guard {
     ($status:literal) => {
         concat!(
@@ -40,7 +55,14 @@ macro_rules! guard {
     };
 }
 
-pub(crate) const ENQUEUE: &str = "
+/// Columns of a `queues` row.
+macro_rules! queue_cols {
+    () => {
+        "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, updated_at"
+    };
+}
+
+const ENQUEUE: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[],
                          $8::timestamptz[], $9::int8[], $10::int4[], $11::text[])
@@ -64,17 +86,16 @@ woke AS (
 )
 SELECT ins.id, (SELECT count(*) FROM woke) AS woke FROM ins";
 
-pub(crate) const LOOKUP_KEYS: &str =
-    "SELECT idempotency_key, id FROM {schema}.jobs_hot WHERE idempotency_key = ANY($1::text[])";
+const LOOKUP_KEYS: &str = "SELECT idempotency_key, id FROM {schema}.jobs_hot WHERE idempotency_key = ANY($1::text[])";
 
-pub(crate) const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
+const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
 
 /// `$1` worker, `$2` ids, `$3` leases (the completions), `$4` queues, `$5` limit, `$6` start:
 /// the completed ids (`o_done`, on every row) and the claimed rows (all NULL when none).
-pub(crate) const COMPLETE_AND_CLAIM: &str =
+const COMPLETE_AND_CLAIM: &str =
     "SELECT r.o_done, (r.o_job).* FROM {schema}.complete_and_claim($1, $2, $3, $4, $5, $6) r";
 
-pub(crate) const START: &str = concat!(
+const START: &str = concat!(
     "WITH l AS (",
     guard!("1"),
     ") UPDATE {schema}.jobs_hot h
@@ -83,7 +104,7 @@ pub(crate) const START: &str = concat!(
      RETURNING h.id"
 );
 
-pub(crate) const HEARTBEAT: &str = concat!(
+const HEARTBEAT: &str = concat!(
     "WITH l AS (",
     guard!("2"),
     ") UPDATE {schema}.jobs_hot h SET heartbeat_at = now()
@@ -91,7 +112,7 @@ pub(crate) const HEARTBEAT: &str = concat!(
      RETURNING h.id, h.cancel_requested"
 );
 
-pub(crate) const RELEASE: &str = concat!(
+const RELEASE: &str = concat!(
     "WITH l AS (",
     guard!("1"),
     ") UPDATE {schema}.jobs_hot h SET status = 0, worker_id = NULL, updated_at = now()
@@ -99,23 +120,21 @@ pub(crate) const RELEASE: &str = concat!(
      RETURNING h.id"
 );
 
-pub(crate) const COMPLETE: &str = concat!(
+const COMPLETE: &str = concat!(
     "WITH l AS (",
     guard!("2"),
     "), g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*)
      INSERT INTO {schema}.jobs_archive (",
     archive_cols!(),
-    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, g.attempt, g.max_attempts,
-              g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.last_error,
-              g.created_by, now()
-         FROM g
-     RETURNING id"
+    ") SELECT ",
+    archive_vals!(),
+    " FROM g RETURNING id"
 );
 
 /// `$1` worker, `$2` id, `$3` lease, `$4` action (`retry`, `snooze`, `dead`), `$5` delay in
 /// microseconds, `$6` error, `$7` dead-letter reason. A retry with no attempts left becomes a
 /// dead letter (`failed`). One row when the lease was held, none when it was lost.
-pub(crate) const FAIL: &str = concat!(
+const FAIL: &str = concat!(
     "WITH l AS (
         SELECT h.id,
                CASE WHEN $4::text = 'retry' AND h.attempt >= h.max_attempts THEN 'dead' ELSE $4::text END AS act
@@ -146,7 +165,7 @@ pub(crate) const FAIL: &str = concat!(
 );
 
 /// `$1` id. Pending/Fetched: moved to the dead-letter table; Processing: flagged.
-pub(crate) const CANCEL: &str = concat!(
+const CANCEL: &str = concat!(
     "WITH l AS (SELECT h.id, h.status FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE),
      g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.status IN (0, 1) RETURNING h.*),
      dead AS (INSERT INTO {schema}.jobs_dlq (",
@@ -162,10 +181,10 @@ pub(crate) const CANCEL: &str = concat!(
      SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
 );
 
-pub(crate) const RESCUE_LOCK: &str = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))";
+const RESCUE_LOCK: &str = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))";
 
 /// `$1` fetched timeout in microseconds, `$2` limit.
-pub(crate) const RESCUE_FETCHED: &str = "
+const RESCUE_FETCHED: &str = "
 WITH l AS (
     SELECT h.id FROM {schema}.jobs_hot h
      WHERE h.status = 1 AND h.updated_at < now() - $1::int8 * interval '1 microsecond'
@@ -178,7 +197,7 @@ UPDATE {schema}.jobs_hot h SET status = 0, worker_id = NULL, updated_at = now()
 RETURNING h.id";
 
 /// `$1` default zombie timeout in microseconds, `$2` limit.
-pub(crate) const RESCUE_ZOMBIES: &str = concat!(
+const RESCUE_ZOMBIES: &str = concat!(
     "WITH z AS (
         SELECT h.id, (h.attempt < h.max_attempts AND coalesce(q.zombie_policy, 0) = 0) AS retry
           FROM {schema}.jobs_hot h
@@ -204,22 +223,41 @@ pub(crate) const RESCUE_ZOMBIES: &str = concat!(
      SELECT (SELECT count(*) FROM back) AS retried, (SELECT count(*) FROM dead) AS dead"
 );
 
-const QUEUE_COLS: &str = "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, updated_at";
-
-/// The upsert of one control column; `%COL%` is one of a fixed list, never user input.
-const CONTROL: &str = "
+/// The upsert of one control column (`$1` queue, `$2` value); the column is one of a fixed
+/// list, never input.
+macro_rules! control {
+    ($col:literal) => {
+        concat!(
+            "
 WITH up AS (
-    INSERT INTO {schema}.queues AS c (name, %COL%) VALUES ($1, $2)
-    ON CONFLICT (name) DO UPDATE SET %COL% = EXCLUDED.%COL%, updated_at = now()
-    RETURNING %QUEUE_COLS%
+    INSERT INTO {schema}.queues AS c (name, ",
+            $col,
+            ") VALUES ($1, $2)
+    ON CONFLICT (name) DO UPDATE SET ",
+            $col,
+            " = EXCLUDED.",
+            $col,
+            ", updated_at = now()
+    RETURNING ",
+            queue_cols!(),
+            "
 ),
 woke AS (SELECT pg_notify('{channel}', up.name) FROM up)
-SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up";
+SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
+        )
+    };
+}
 
-pub(crate) const QUEUE_SETTINGS: &str = "SELECT %QUEUE_COLS% FROM {schema}.queues WHERE name = $1";
+const CONTROL_PAUSED: &str = control!("is_paused");
+const CONTROL_ACTIVE: &str = control!("is_active");
+const CONTROL_MAX_WORKERS: &str = control!("max_workers");
+const CONTROL_ZOMBIE_TIMEOUT: &str = control!("zombie_timeout_ms");
+const CONTROL_ZOMBIE_POLICY: &str = control!("zombie_policy");
+
+const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM {schema}.queues WHERE name = $1");
 
 /// `$1` id. Moves a dead letter back to Pending, attempt 0; a live key conflict raises 23505.
-pub(crate) const REQUEUE: &str = "
+const REQUEUE: &str = "
 WITH g AS (DELETE FROM {schema}.jobs_dlq d WHERE d.id = $1 RETURNING d.*),
 ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, attempt,
@@ -234,7 +272,7 @@ woke AS (SELECT pg_notify('{channel}', ins.queue) FROM ins)
 SELECT (SELECT count(*) FROM ins) AS moved, (SELECT count(*) FROM woke) AS woke";
 
 /// One statement, so one snapshot: the per-table sums always add up.
-pub(crate) const STATS: &str = "
+const STATS: &str = "
 WITH h AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 0) AS pending,
@@ -254,23 +292,100 @@ q AS (
 SELECT t.taken_at, q.* FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true ORDER BY q.queue";
 
 /// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
-pub(crate) const HOT_RECORD: &str = "'hot'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, \
-    status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
-    heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by";
-pub(crate) const ARCHIVE_RECORD: &str = "'archive'::text AS loc, id, queue, kind, payload, tags, idempotency_key, \
-    priority, NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
-    created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, created_by";
-pub(crate) const DLQ_RECORD: &str = "'dead'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, \
-    NULL::int2 AS status, reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
-    heartbeat_at, updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by";
+macro_rules! hot_record {
+    () => {
+        "'hot'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, status, \
+         NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
+         heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+    };
+}
+macro_rules! archive_record {
+    () => {
+        "'archive'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, \
+         NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
+         created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
+         created_by"
+    };
+}
+macro_rules! dlq_record {
+    () => {
+        "'dead'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, NULL::int2 AS status, \
+         reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
+         updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+    };
+}
 
-const GET_JOB: &str = "SELECT %HOT% FROM {schema}.jobs_hot WHERE id = $1
-UNION ALL SELECT %ARCHIVE% FROM {schema}.jobs_archive WHERE id = $1
-UNION ALL SELECT %DLQ% FROM {schema}.jobs_dlq WHERE id = $1";
+/// `$1` id: the job from whichever table holds it.
+const GET_JOB: &str = concat!(
+    "SELECT ",
+    hot_record!(),
+    " FROM {schema}.jobs_hot WHERE id = $1\nUNION ALL SELECT ",
+    archive_record!(),
+    " FROM {schema}.jobs_archive WHERE id = $1\nUNION ALL SELECT ",
+    dlq_record!(),
+    " FROM {schema}.jobs_dlq WHERE id = $1"
+);
 
-pub(crate) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS {schema} CASCADE";
+/// One page of a table, filtered by NULL-able parameters (NULL: no filter), in id order from
+/// after `$6` (keyset paging). `$1` queue, `$2` kind, `$3` tag, `$4` created from (inclusive),
+/// `$5` created to (exclusive), `$6` after id, `$7` limit; on the hot table `$8` status.
+macro_rules! list {
+    ($record:ident, $table:literal, $extra:literal) => {
+        concat!(
+            "SELECT ",
+            $record!(),
+            " FROM {schema}.",
+            $table,
+            "
+ WHERE ($1::text IS NULL OR queue = $1::text)
+   AND ($2::text IS NULL OR kind = $2::text)
+   AND ($3::text IS NULL OR tags @> ARRAY[$3::text])
+   AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
+   AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+   AND ($6::uuid IS NULL OR id > $6::uuid)",
+            $extra,
+            "
+ ORDER BY id
+ LIMIT $7"
+        )
+    };
+}
 
-pub(crate) const FORCE: &str = "
+const LIST_HOT: &str = list!(hot_record, "jobs_hot", "\n   AND ($8::int2 IS NULL OR status = $8::int2)");
+const LIST_ARCHIVE: &str = list!(archive_record, "jobs_archive", "");
+const LIST_DLQ: &str = list!(dlq_record, "jobs_dlq", "");
+
+/// One batch of a purge: rows finished more than `$1` microseconds ago, filtered by the
+/// NULL-able `$2` queue and `$3` kind (and on the dead-letter table `$5` reason), at most `$4`
+/// of them, skipping rows a concurrent purge holds.
+macro_rules! purge {
+    ($table:literal, $extra:literal) => {
+        concat!(
+            "
+DELETE FROM {schema}.",
+            $table,
+            " WHERE id IN (
+    SELECT id FROM {schema}.",
+            $table,
+            "
+     WHERE finished_at < now() - $1::int8 * interval '1 microsecond'
+       AND ($2::text IS NULL OR queue = $2::text)
+       AND ($3::text IS NULL OR kind = $3::text)",
+            $extra,
+            "
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+)"
+        )
+    };
+}
+
+const PURGE_ARCHIVE: &str = purge!("jobs_archive", "");
+const PURGE_DLQ: &str = purge!("jobs_dlq", "\n       AND ($5::text IS NULL OR reason = $5::text)");
+
+const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS {schema} CASCADE";
+
+const FORCE: &str = "
 UPDATE {schema}.jobs_hot SET
     status = coalesce($2::int2, status),
     attempt = coalesce($3::int4, attempt),
@@ -280,7 +395,7 @@ UPDATE {schema}.jobs_hot SET
     created_at = coalesce($9::timestamptz, created_at)
 WHERE id = $1";
 
-pub(crate) const PRESENCE_MANY: &str = "
+const PRESENCE_MANY: &str = "
 SELECT u.id,
        (SELECT count(*) FROM {schema}.jobs_hot h WHERE h.id = u.id) AS hot,
        (SELECT count(*) FROM {schema}.jobs_archive a WHERE a.id = u.id) AS archive,
@@ -288,156 +403,107 @@ SELECT u.id,
   FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, ord)
  ORDER BY u.ord";
 
-pub(crate) const KILL_CONNECTIONS: &str = "
+const KILL_CONNECTIONS: &str = "
 SELECT count(*) FILTER (WHERE t.ok) FROM (
     SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
      WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
 ) t";
 
-// ---- deliberately broken statements for the conformance suite's teeth test ----
+const DB_NOW: &str = "SELECT now()";
 
-/// Candidates read with no lock at all; the UPDATE follows as a separate statement.
+// ---- the migrator's own statements; the migrations themselves are `migrations/*.sql` ----
+
+const MIGRATE_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
+
+/// `$1` the lock's key (`chokaq:migrate:<schema>`).
+const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS {schema}";
+
+const CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS {schema}.versions (version integer PRIMARY KEY, \
+    name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+
+const CURRENT_VERSION: &str = "SELECT coalesce(max(version), 0) FROM {schema}.versions";
+
+/// `$1` version, `$2` name.
+const INSERT_VERSION: &str = "INSERT INTO {schema}.versions (version, name) VALUES ($1, $2)";
+
+// After the macros above, which it uses.
 #[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_CLAIM_SELECT: &str = "
-SELECT h.id FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues c ON c.name = h.queue
- WHERE h.queue = ANY($1::text[]) AND h.status = 0 AND h.due_at <= now()
-   AND (c.name IS NULL OR (c.is_active AND NOT c.is_paused))
- ORDER BY h.priority DESC, h.due_at, h.id
- LIMIT $2";
-
-/// The UPDATE of the two-statement claim: no status check, no skip-locked.
+mod faults;
 #[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_CLAIM_UPDATE: &str = "
-UPDATE {schema}.jobs_hot h
-   SET status = CASE WHEN $3 THEN 2 ELSE 1 END,
-       attempt = CASE WHEN $3 THEN h.attempt + 1 ELSE h.attempt END,
-       started_at = CASE WHEN $3 THEN now() ELSE h.started_at END,
-       heartbeat_at = CASE WHEN $3 THEN now() ELSE h.heartbeat_at END,
-       lease = nextval('{schema}.lease_seq'), worker_id = $2, updated_at = now()
- WHERE h.id = ANY($1::uuid[])
-RETURNING h.*";
+pub use faults::Faults;
 
-/// The seed's committed-count cap: the count is taken in the claim statement's own snapshot,
-/// with no lock on the queue row, so racing claimers fill the same gap.
-#[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_CLAIM_PLAIN_COUNT: &str = "
-WITH r AS (
-    SELECT q.q,
-           CASE WHEN c.max_workers IS NULL THEN $3
-                ELSE greatest(0, least($3, c.max_workers - (SELECT count(*) FROM {schema}.jobs_hot a
-                                                             WHERE a.queue = q.q AND a.status IN (1, 2))::int))
-           END AS allow
-      FROM (SELECT DISTINCT unnest($2::text[]) AS q) q
-      LEFT JOIN {schema}.queues c ON c.name = q.q
-     WHERE c.name IS NULL OR (c.is_active AND NOT c.is_paused)
-),
-cand AS (
-    SELECT x.id, x.priority, x.due_at FROM r CROSS JOIN LATERAL (
-        SELECT h.id, h.priority, h.due_at FROM {schema}.jobs_hot h
-         WHERE h.queue = r.q AND h.status = 0 AND h.due_at <= now()
-         ORDER BY h.priority DESC, h.due_at, h.id LIMIT r.allow
-           FOR UPDATE SKIP LOCKED) x
-),
-pick AS (SELECT id FROM cand ORDER BY priority DESC, due_at, id LIMIT $3)
-UPDATE {schema}.jobs_hot h
-   SET status = CASE WHEN $4 THEN 2 ELSE 1 END,
-       attempt = CASE WHEN $4 THEN h.attempt + 1 ELSE h.attempt END,
-       started_at = CASE WHEN $4 THEN now() ELSE h.started_at END,
-       heartbeat_at = CASE WHEN $4 THEN now() ELSE h.heartbeat_at END,
-       lease = nextval('{schema}.lease_seq'), worker_id = $1, updated_at = now()
-  FROM pick WHERE h.id = pick.id
-RETURNING h.*";
+/// Declares [`Statements`]: one field per statement, rendered from its template by
+/// [`Statements::new`] and listed with its name by [`Statements::named`], so no statement can be
+/// left out of [`all_statements`].
+macro_rules! statements {
+    ($($name:ident = $template:expr;)*) => {
+        /// Every statement of the backend rendered for one schema, built once per backend.
+        pub(crate) struct Statements {
+            $(pub(crate) $name: String,)*
+            /// The migration scripts of [`MIGRATIONS`], in the same order.
+            pub(crate) migrations: Vec<String>,
+        }
 
-/// Complete with no `lease` condition.
-#[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_COMPLETE_NO_LEASE: &str = concat!(
-    "WITH l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id
-              WHERE h.worker_id = $1 AND h.status = 2 ORDER BY h.id FOR UPDATE OF h),
-     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*)
-     INSERT INTO {schema}.jobs_archive (",
-    archive_cols!(),
-    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, g.attempt, g.max_attempts,
-              g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.last_error,
-              g.created_by, now()
-         FROM g
-     RETURNING id"
-);
+        impl Statements {
+            /// The statements for `schema`, which the caller has validated.
+            pub(crate) fn new(schema: &str) -> Self {
+                Statements {
+                    $($name: render($template, schema),)*
+                    migrations: MIGRATIONS.iter().map(|m| render(m.sql, schema)).collect(),
+                }
+            }
 
-/// First half of a complete split into two autocommitted statements: the DELETE.
-#[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_MOVE_DELETE: &str = concat!(
-    "WITH l AS (",
-    guard!("2"),
-    ") DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING to_jsonb(h.*)"
-);
-
-/// Second half: the INSERT, from the rows the DELETE returned.
-#[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_MOVE_INSERT: &str = concat!(
-    "INSERT INTO {schema}.jobs_archive (",
-    archive_cols!(),
-    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, g.attempt, g.max_attempts,
-              g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.last_error,
-              g.created_by, now()
-         FROM jsonb_populate_recordset(NULL::{schema}.jobs_archive, $1::jsonb) g
-     RETURNING id"
-);
-
-/// Heartbeat with no `lease` condition.
-#[cfg(feature = "fault-injection")]
-pub(crate) const FAULT_HEARTBEAT_NO_LEASE: &str = "
-WITH l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id
-            WHERE h.worker_id = $1 AND h.status = 2 ORDER BY h.id FOR UPDATE OF h)
-UPDATE {schema}.jobs_hot h SET heartbeat_at = now() FROM l WHERE h.id = l.id
-RETURNING h.id, h.cancel_requested";
-
-/// The statements with the schema and channel substituted, built once per backend.
-#[derive(Debug)]
-pub(crate) struct Statements {
-    pub enqueue: String,
-    pub lookup_keys: String,
-    pub claim: String,
-    pub complete_and_claim: String,
-    pub start: String,
-    pub heartbeat: String,
-    pub release: String,
-    pub complete: String,
-    pub fail: String,
-    pub cancel: String,
-    pub rescue_fetched: String,
-    pub rescue_zombies: String,
-    pub control_paused: String,
-    pub control_active: String,
-    pub control_max_workers: String,
-    pub control_zombie_timeout: String,
-    pub control_zombie_policy: String,
-    pub queue_settings: String,
-    pub requeue: String,
-    pub stats: String,
-    pub get_job: String,
-    pub drop_schema: String,
-    pub force: String,
-    pub presence_many: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_claim_select: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_claim_update: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_claim_plain_count: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_complete_no_lease: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_move_delete: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_move_insert: String,
-    #[cfg(feature = "fault-injection")]
-    pub fault_heartbeat_no_lease: String,
+            /// Every statement with its name, the migration scripts last (`migration_0001_init`, …).
+            fn named(&self) -> Vec<(&'static str, String)> {
+                let mut all = vec![$((stringify!($name), self.$name.clone()),)*];
+                all.extend(MIGRATION_NAMES.iter().copied().zip(self.migrations.iter().cloned()));
+                all
+            }
+        }
+    };
 }
 
-/// `"schema"`: the schema name quoted as an identifier (it is validated first, so it has no
-/// quote in it; quoting keeps its case).
-pub(crate) fn quoted(schema: &str) -> String {
-    format!("\"{schema}\"")
+statements! {
+    enqueue = ENQUEUE;
+    lookup_keys = LOOKUP_KEYS;
+    claim = CLAIM;
+    complete_and_claim = COMPLETE_AND_CLAIM;
+    start = START;
+    heartbeat = HEARTBEAT;
+    release = RELEASE;
+    complete = COMPLETE;
+    fail = FAIL;
+    cancel = CANCEL;
+    rescue_lock = RESCUE_LOCK;
+    rescue_fetched = RESCUE_FETCHED;
+    rescue_zombies = RESCUE_ZOMBIES;
+    control_paused = CONTROL_PAUSED;
+    control_active = CONTROL_ACTIVE;
+    control_max_workers = CONTROL_MAX_WORKERS;
+    control_zombie_timeout = CONTROL_ZOMBIE_TIMEOUT;
+    control_zombie_policy = CONTROL_ZOMBIE_POLICY;
+    queue_settings = QUEUE_SETTINGS;
+    requeue = REQUEUE;
+    stats = STATS;
+    get_job = GET_JOB;
+    list_hot = LIST_HOT;
+    list_archive = LIST_ARCHIVE;
+    list_dlq = LIST_DLQ;
+    purge_archive = PURGE_ARCHIVE;
+    purge_dlq = PURGE_DLQ;
+    migrate_lock_timeout = MIGRATE_LOCK_TIMEOUT;
+    migrate_lock = MIGRATE_LOCK;
+    create_schema = CREATE_SCHEMA;
+    create_versions = CREATE_VERSIONS;
+    current_version = CURRENT_VERSION;
+    insert_version = INSERT_VERSION;
+    db_now = DB_NOW;
+    force = FORCE;
+    presence_many = PRESENCE_MANY;
+    kill_connections = KILL_CONNECTIONS;
+    drop_schema = DROP_SCHEMA;
 }
 
 /// The NOTIFY channel of a schema.
@@ -445,56 +511,26 @@ pub(crate) fn channel(schema: &str) -> String {
     format!("{schema}_jobs")
 }
 
+/// The one substitution: `{schema}` becomes the schema name quoted as an identifier (it is
+/// validated first, so it has no quote in it; quoting keeps its case) and `{channel}` the
+/// schema's NOTIFY channel.
 pub(crate) fn render(template: &str, schema: &str) -> String {
-    template.replace("{schema}", &quoted(schema)).replace("{channel}", &channel(schema))
+    template.replace("{schema}", &format!("\"{schema}\"")).replace("{channel}", &channel(schema))
 }
 
-impl Statements {
-    pub(crate) fn new(schema: &str) -> Self {
-        let r = |t: &str| render(t, schema);
-        let control = |col: &str| r(&CONTROL.replace("%COL%", col).replace("%QUEUE_COLS%", QUEUE_COLS));
-        Statements {
-            enqueue: r(ENQUEUE),
-            lookup_keys: r(LOOKUP_KEYS),
-            claim: r(CLAIM),
-            complete_and_claim: r(COMPLETE_AND_CLAIM),
-            start: r(START),
-            heartbeat: r(HEARTBEAT),
-            release: r(RELEASE),
-            complete: r(COMPLETE),
-            fail: r(FAIL),
-            cancel: r(CANCEL),
-            rescue_fetched: r(RESCUE_FETCHED),
-            rescue_zombies: r(RESCUE_ZOMBIES),
-            control_paused: control("is_paused"),
-            control_active: control("is_active"),
-            control_max_workers: control("max_workers"),
-            control_zombie_timeout: control("zombie_timeout_ms"),
-            control_zombie_policy: control("zombie_policy"),
-            queue_settings: r(&QUEUE_SETTINGS.replace("%QUEUE_COLS%", QUEUE_COLS)),
-            requeue: r(REQUEUE),
-            stats: r(STATS),
-            get_job: r(&GET_JOB
-                .replace("%HOT%", HOT_RECORD)
-                .replace("%ARCHIVE%", ARCHIVE_RECORD)
-                .replace("%DLQ%", DLQ_RECORD)),
-            drop_schema: r(DROP_SCHEMA),
-            force: r(FORCE),
-            presence_many: r(PRESENCE_MANY),
-            #[cfg(feature = "fault-injection")]
-            fault_claim_select: r(FAULT_CLAIM_SELECT),
-            #[cfg(feature = "fault-injection")]
-            fault_claim_update: r(FAULT_CLAIM_UPDATE),
-            #[cfg(feature = "fault-injection")]
-            fault_claim_plain_count: r(FAULT_CLAIM_PLAIN_COUNT),
-            #[cfg(feature = "fault-injection")]
-            fault_complete_no_lease: r(FAULT_COMPLETE_NO_LEASE),
-            #[cfg(feature = "fault-injection")]
-            fault_move_delete: r(FAULT_MOVE_DELETE),
-            #[cfg(feature = "fault-injection")]
-            fault_move_insert: r(FAULT_MOVE_INSERT),
-            #[cfg(feature = "fault-injection")]
-            fault_heartbeat_no_lease: r(FAULT_HEARTBEAT_NO_LEASE),
-        }
-    }
+/// Every statement the backend can send (the migration scripts included, each file as one
+/// entry), named and rendered for `schema`: for checking them with an SQL parser.
+///
+/// ```
+/// let all = chokaq_postgres::all_statements("jobs")?;
+/// let (_, claim) = all.iter().find(|(name, _)| *name == "claim").unwrap();
+/// assert_eq!(claim, r#"SELECT * FROM "jobs".claim($1, $2, $3, $4)"#);
+/// # Ok::<(), chokaq_core::Error>(())
+/// ```
+pub fn all_statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
+    validate::schema_name(schema)?;
+    Ok(Statements::new(schema).named())
 }
+
+#[cfg(test)]
+mod tests;

@@ -61,7 +61,7 @@ fn teeth() -> Vec<Tooth> {
 
 async fn open(url: &str, faults: Faults) -> chokaq_core::Result<Arc<PgBackend>> {
     let cfg = PgConfig::new(url).schema(fresh_schema_name()).max_connections(16);
-    let b = PgBackend::connect(cfg).await?.with_faults(faults);
+    let b = PgBackend::connect_with_faults(cfg, faults).await?;
     b.migrate().await?;
     Ok(Arc::new(b))
 }

@@ -1,0 +1,188 @@
+//! Enqueue: one batch insert with `ON CONFLICT … DO NOTHING` and the look-up of taken keys,
+//! on the backend's pool ([`Backend::enqueue_many`](chokaq_core::Backend::enqueue_many)) or in
+//! the caller's transaction ([`PgBackend::enqueue_in_tx`]).
+
+use std::collections::{HashMap, HashSet};
+
+use chokaq_core::{Enqueued, Error, ErrorKind, JobId, NewJob, Result, RunAt, Timestamp, MAX_ENQUEUE_BATCH};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::error::{map_sqlx_error, with_retry};
+use crate::rows;
+use crate::PgBackend;
+
+/// One job of an enqueue batch, validated and ready to bind.
+pub(crate) struct NewRow {
+    id: Uuid,
+    queue: String,
+    kind: String,
+    payload: String,
+    tags: String,
+    key: Option<String>,
+    priority: i32,
+    scheduled_at: Option<Timestamp>,
+    delay_us: Option<i64>,
+    max_attempts: i32,
+    created_by: Option<String>,
+}
+
+/// Where enqueue runs: on the backend's pool (each statement retried by [`with_retry`]) or on
+/// the caller's connection (never retried: the caller's transaction is theirs to retry).
+pub(crate) enum Target<'a> {
+    Pool(&'a PgPool),
+    Conn(&'a mut PgConnection),
+}
+
+/// Where an input job's result comes from.
+pub(crate) enum Slot {
+    /// Its own row (index into the rows).
+    Row(usize),
+    /// An earlier input with the same idempotency key (index into the inputs).
+    SameAs(usize),
+}
+
+impl PgBackend {
+    /// Enqueues inside the caller's transaction (outbox pattern): the job exists, and its
+    /// NOTIFY is delivered, only if that transaction commits. Pass `&mut *tx`.
+    pub async fn enqueue_in_tx(&self, conn: &mut PgConnection, job: NewJob) -> Result<Enqueued> {
+        let mut out = self.enqueue_many_in_tx(conn, vec![job]).await?;
+        out.pop().ok_or_else(|| Error::new(ErrorKind::Other, "enqueue returned no result"))
+    }
+
+    /// [`PgBackend::enqueue_in_tx`] for many jobs (results in input order).
+    pub async fn enqueue_many_in_tx(&self, conn: &mut PgConnection, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        let (rows, slots) = self.prepare(jobs)?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.enqueue_on(Target::Conn(conn), &rows, &slots).await
+    }
+
+    /// Validates every job and resolves duplicate keys within the batch to their first
+    /// occurrence.
+    pub(crate) fn prepare(&self, jobs: Vec<NewJob>) -> Result<(Vec<NewRow>, Vec<Slot>)> {
+        if jobs.len() > MAX_ENQUEUE_BATCH {
+            return Err(Error::invalid(format!(
+                "at most {MAX_ENQUEUE_BATCH} jobs per enqueue_many, got {}",
+                jobs.len()
+            )));
+        }
+        let mut rows = Vec::with_capacity(jobs.len());
+        let mut slots = Vec::with_capacity(jobs.len());
+        let mut first_of_key: HashMap<String, usize> = HashMap::new();
+        for (i, job) in jobs.into_iter().enumerate() {
+            job.validate(self.shared.max_payload_bytes)?;
+            if let Some(key) = &job.idempotency_key {
+                if let Some(&j) = first_of_key.get(key) {
+                    slots.push(Slot::SameAs(j));
+                    continue;
+                }
+                first_of_key.insert(key.clone(), i);
+            }
+            let (scheduled_at, delay_us) = match job.run_at {
+                RunAt::Now => (None, None),
+                RunAt::At(t) => (Some(t), None),
+                RunAt::After(d) => (None, Some(rows::micros(d))),
+            };
+            slots.push(Slot::Row(rows.len()));
+            rows.push(NewRow {
+                id: JobId::new().0,
+                queue: job.queue.as_str().to_owned(),
+                kind: job.kind.as_str().to_owned(),
+                payload: serde_json::to_string(&job.payload)?,
+                tags: serde_json::to_string(&job.tags)?,
+                key: job.idempotency_key,
+                priority: job.priority,
+                scheduled_at,
+                delay_us,
+                max_attempts: job.max_attempts,
+                created_by: job.created_by,
+            });
+        }
+        Ok((rows, slots))
+    }
+
+    /// The insert of `batch`: returns the ids of the rows inserted (not those whose key was
+    /// taken).
+    fn insert_query<'q>(
+        &'q self,
+        batch: &[&'q NewRow],
+    ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, Uuid, sqlx::postgres::PgArguments> {
+        sqlx::query_scalar(&self.sql().enqueue)
+            .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.queue.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.payload.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.tags.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.key.as_deref()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.priority).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.scheduled_at).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.delay_us).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.max_attempts).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.created_by.as_deref()).collect::<Vec<_>>())
+    }
+
+    /// Inserts `rows` (one statement), then resolves the keys that were taken to the live
+    /// job's id (a second statement, so a new snapshot: it sees a concurrent enqueuer's
+    /// committed row, which the insert waited for). A taken key whose job left the hot table
+    /// before the look-up is inserted again, a bounded number of times.
+    pub(crate) async fn enqueue_on(
+        &self,
+        mut target: Target<'_>,
+        rows: &[NewRow],
+        slots: &[Slot],
+    ) -> Result<Vec<Enqueued>> {
+        let mut result: Vec<Option<Enqueued>> = vec![None; rows.len()];
+        let mut todo: Vec<usize> = (0..rows.len()).collect();
+        for _round in 0..10 {
+            let batch: Vec<&NewRow> = todo.iter().map(|&i| &rows[i]).collect();
+            let inserted: Vec<Uuid> = match &mut target {
+                Target::Pool(pool) => with_retry(|| self.insert_query(&batch).fetch_all(*pool)).await?,
+                Target::Conn(conn) => self.insert_query(&batch).fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
+            };
+            let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+            let mut taken = Vec::new();
+            for &i in &todo {
+                if inserted.contains(&rows[i].id) {
+                    result[i] = Some(Enqueued { id: JobId(rows[i].id), duplicate: false });
+                } else {
+                    taken.push(i);
+                }
+            }
+            todo.clear();
+            if taken.is_empty() {
+                break;
+            }
+            let keys: Vec<&str> = taken.iter().filter_map(|&i| rows[i].key.as_deref()).collect();
+            let lookup = || sqlx::query_as::<_, (String, Uuid)>(&self.sql().lookup_keys).bind(&keys);
+            let live: HashMap<String, Uuid> = match &mut target {
+                Target::Pool(pool) => with_retry(|| lookup().fetch_all(*pool)).await?,
+                Target::Conn(conn) => lookup().fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
+            }
+            .into_iter()
+            .collect();
+            for i in taken {
+                match rows[i].key.as_deref().and_then(|k| live.get(k)) {
+                    Some(id) => result[i] = Some(Enqueued { id: JobId(*id), duplicate: true }),
+                    None => todo.push(i),
+                }
+            }
+            if todo.is_empty() {
+                break;
+            }
+        }
+        if !todo.is_empty() {
+            return Err(Error::new(ErrorKind::Conflict, "idempotency key kept changing hands; try again"));
+        }
+        let mut out: Vec<Enqueued> = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let e = match *slot {
+                Slot::Row(r) => result[r].ok_or_else(|| Error::new(ErrorKind::Other, "enqueue lost a row"))?,
+                Slot::SameAs(j) => Enqueued { id: out[j].id, duplicate: true },
+            };
+            out.push(e);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,214 @@
+//! Deliberately broken statements for the conformance suite's "teeth" test (feature
+//! `fault-injection`). A [`Faults`] value picks some of them, and
+//! [`Statements::with_faults`] builds a statement set in which they replace the correct ones:
+//! the backend runs whatever set it was built with, so no code path of it knows about faults.
+//!
+//! Each broken statement binds the same parameters and returns the same columns as the
+//! statement it replaces. The claim and complete parts are CTE lists (ending in `claimed` and
+//! `done`), so `complete_and_claim` is replaced too when either is broken: one statement made
+//! of the complete part and the claim part in force.
+
+use super::{render, Statements};
+
+/// Deliberately broken statements for the conformance suite's "teeth" test: each switch
+/// replaces correct statements by the broken ones it names, so the suite can prove it catches
+/// that bug. Compiled only with the `fault-injection` feature; see
+/// [`PgBackend::connect_with_faults`](crate::PgBackend::connect_with_faults).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Claim = candidates read with no lock, then updated by id with no status re-check: a
+    /// racing claimer waits for the row, then takes it again (no skip-locked atomicity).
+    pub claim_two_statements: bool,
+    /// Cap = the seed's committed-count CTE in the claim statement, no queue-row lock.
+    pub cap_plain_count: bool,
+    /// Complete without the `lease` condition.
+    pub complete_without_lease_guard: bool,
+    /// Complete's move loses its INSERT: the rows leave the hot table and reach no other, as
+    /// when a DELETE and an INSERT run as two autocommitted statements and the session dies
+    /// between them.
+    pub move_two_autocommits: bool,
+    /// Heartbeat without the `lease` condition.
+    pub heartbeat_ignores_lease: bool,
+}
+
+/// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` start.
+const CLAIM_PARAMS: &str = "p AS (SELECT $1::uuid AS worker, $2::text[] AS queues, $3::int4 AS lim, $4::bool AS start)";
+
+/// The same names for `complete_and_claim`'s parameters (`$4` queues, `$5` limit, `$6` start).
+const COMPLETE_AND_CLAIM_PARAMS: &str =
+    "p AS (SELECT $1::uuid AS worker, $4::text[] AS queues, $5::int4 AS lim, $6::bool AS start)";
+
+/// The correct claim, as a CTE.
+const CLAIM_PART: &str =
+    "claimed AS (SELECT c.* FROM p CROSS JOIN LATERAL {schema}.claim(p.worker, p.queues, p.lim, p.start) c)";
+
+/// Candidates read with no lock at all; the UPDATE takes them by id with no status check, so a
+/// claimer that waited for a row another claimer took re-checks only the id, and takes it too.
+const CLAIM_UNLOCKED_PART: &str = "
+cand AS (
+    SELECT h.id FROM p, {schema}.jobs_hot h LEFT JOIN {schema}.queues c ON c.name = h.queue
+     WHERE h.queue = ANY(p.queues) AND h.status = 0 AND h.due_at <= now()
+       AND (c.name IS NULL OR (c.is_active AND NOT c.is_paused))
+     ORDER BY h.priority DESC, h.due_at, h.id
+     LIMIT (SELECT lim FROM p)
+),
+claimed AS (
+    UPDATE {schema}.jobs_hot h
+       SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
+           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
+           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
+           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
+           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
+      FROM p, cand
+     WHERE h.id = cand.id
+    RETURNING h.*
+)";
+
+/// The seed's committed-count cap: the count is taken in the claim statement's own snapshot,
+/// with no lock on the queue row, so racing claimers fill the same gap.
+const CLAIM_PLAIN_COUNT_PART: &str = "
+r AS (
+    SELECT q.q,
+           CASE WHEN c.max_workers IS NULL THEN (SELECT lim FROM p)
+                ELSE greatest(0, least((SELECT lim FROM p),
+                                       c.max_workers - (SELECT count(*) FROM {schema}.jobs_hot a
+                                                         WHERE a.queue = q.q AND a.status IN (1, 2))::int))
+           END AS allow
+      FROM (SELECT DISTINCT unnest(p.queues) AS q FROM p) q
+      LEFT JOIN {schema}.queues c ON c.name = q.q
+     WHERE c.name IS NULL OR (c.is_active AND NOT c.is_paused)
+),
+cand AS (
+    SELECT x.id, x.priority, x.due_at FROM r CROSS JOIN LATERAL (
+        SELECT h.id, h.priority, h.due_at FROM {schema}.jobs_hot h
+         WHERE h.queue = r.q AND h.status = 0 AND h.due_at <= now()
+         ORDER BY h.priority DESC, h.due_at, h.id LIMIT r.allow
+           FOR UPDATE SKIP LOCKED) x
+),
+pick AS (SELECT id FROM cand ORDER BY priority DESC, due_at, id LIMIT (SELECT lim FROM p)),
+claimed AS (
+    UPDATE {schema}.jobs_hot h
+       SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
+           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
+           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
+           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
+           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
+      FROM p, pick
+     WHERE h.id = pick.id
+    RETURNING h.*
+)";
+
+/// The correct complete (`$1` worker, `$2` ids, `$3` leases), as CTEs.
+const COMPLETE_PART: &str = concat!(
+    "l AS (",
+    guard!("2"),
+    "),
+g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
+done AS (INSERT INTO {schema}.jobs_archive (",
+    archive_cols!(),
+    ") SELECT ",
+    archive_vals!(),
+    " FROM g RETURNING id)"
+);
+
+/// Complete with no `lease` condition.
+const COMPLETE_NO_LEASE_PART: &str = concat!(
+    "l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id
+        WHERE h.worker_id = $1 AND h.status = 2 ORDER BY h.id FOR UPDATE OF h),
+g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
+done AS (INSERT INTO {schema}.jobs_archive (",
+    archive_cols!(),
+    ") SELECT ",
+    archive_vals!(),
+    " FROM g RETURNING id)"
+);
+
+/// The first half of a move split into two autocommitted statements, with no second half.
+const COMPLETE_DELETE_ONLY_PART: &str = concat!(
+    "l AS (",
+    guard!("2"),
+    "),
+done AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.id)"
+);
+
+/// Heartbeat with no `lease` condition.
+const HEARTBEAT_NO_LEASE: &str = "
+WITH l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id
+            WHERE h.worker_id = $1 AND h.status = 2 ORDER BY h.id FOR UPDATE OF h)
+UPDATE {schema}.jobs_hot h SET heartbeat_at = now() FROM l WHERE h.id = l.id
+RETURNING h.id, h.cancel_requested";
+
+impl Statements {
+    /// The statements for `schema` with the broken ones `faults` names in place of the correct
+    /// ones; `Faults::default()` gives exactly [`Statements::new`].
+    pub(crate) fn with_faults(schema: &str, faults: Faults) -> Self {
+        let mut s = Statements::new(schema);
+        let claim = if faults.claim_two_statements {
+            Some(CLAIM_UNLOCKED_PART)
+        } else if faults.cap_plain_count {
+            Some(CLAIM_PLAIN_COUNT_PART)
+        } else {
+            None
+        };
+        let complete = if faults.move_two_autocommits {
+            Some(COMPLETE_DELETE_ONLY_PART)
+        } else if faults.complete_without_lease_guard {
+            Some(COMPLETE_NO_LEASE_PART)
+        } else {
+            None
+        };
+        if let Some(part) = claim {
+            s.claim = render(&format!("WITH {CLAIM_PARAMS},\n{part}\nSELECT * FROM claimed"), schema);
+        }
+        if let Some(part) = complete {
+            s.complete = render(&format!("WITH {part}\nSELECT id FROM done"), schema);
+        }
+        if claim.is_some() || complete.is_some() {
+            let (claim, complete) = (claim.unwrap_or(CLAIM_PART), complete.unwrap_or(COMPLETE_PART));
+            s.complete_and_claim = render(
+                &format!(
+                    "WITH {COMPLETE_AND_CLAIM_PARAMS},\n{complete},\n{claim}\n\
+                     SELECT (SELECT coalesce(array_agg(done.id), '{{}}'::uuid[]) FROM done) AS o_done, claimed.*\n\
+                     FROM p LEFT JOIN claimed ON true"
+                ),
+                schema,
+            );
+        }
+        if faults.heartbeat_ignores_lease {
+            s.heartbeat = render(HEARTBEAT_NO_LEASE, schema);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changed(faults: Faults) -> Vec<&'static str> {
+        let plain = Statements::new("s").named();
+        let faulty = Statements::with_faults("s", faults).named();
+        plain.iter().zip(&faulty).filter(|(a, b)| a.1 != b.1).map(|(a, _)| a.0).collect()
+    }
+
+    /// Each switch swaps exactly the statements it names (and `complete_and_claim` with the
+    /// claim or the complete), and no switch leaves a placeholder unrendered.
+    #[test]
+    fn each_fault_swaps_its_statements() {
+        let f = Faults::default();
+        assert!(changed(f).is_empty());
+        let cases = [
+            (Faults { claim_two_statements: true, ..f }, vec!["claim", "complete_and_claim"]),
+            (Faults { cap_plain_count: true, ..f }, vec!["claim", "complete_and_claim"]),
+            (Faults { complete_without_lease_guard: true, ..f }, vec!["complete_and_claim", "complete"]),
+            (Faults { move_two_autocommits: true, ..f }, vec!["complete_and_claim", "complete"]),
+            (Faults { heartbeat_ignores_lease: true, ..f }, vec!["heartbeat"]),
+        ];
+        for (faults, want) in cases {
+            assert_eq!(changed(faults), want, "{faults:?}");
+            for (name, sql) in Statements::with_faults("s", faults).named() {
+                assert!(!sql.contains("{schema}") && !sql.contains("{channel}"), "{name}: {sql}");
+            }
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The statement set's shape: what the grammar check (`tests/grammar.rs`) cannot see.
+
+use super::*;
+
+/// Every template is rendered: no placeholder is left, the schema is quoted, and the channel
+/// is the schema's.
+#[test]
+fn every_statement_is_rendered() {
+    let all = all_statements("Jobs_1").unwrap();
+    assert!(all.len() >= 40, "{}", all.len());
+    for (name, sql) in &all {
+        assert!(!sql.contains("{schema}") && !sql.contains("{channel}") && !sql.contains('%'), "{name}: {sql}");
+    }
+    let enqueue = &all.iter().find(|(n, _)| *n == "enqueue").unwrap().1;
+    assert!(enqueue.contains(r#"INSERT INTO "Jobs_1".jobs_hot"#) && enqueue.contains("pg_notify('Jobs_1_jobs'"));
+    assert!(all_statements("bad\"name").is_err());
+}
+
+/// The highest `$n` in `sql`.
+fn params(sql: &str) -> u32 {
+    sql.split('$')
+        .skip(1)
+        .filter_map(|t| t.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The optional filters of list and purge are NULL-able parameters, and each table's statement
+/// has exactly the parameters the backend binds to it: `$1`–`$7` (hot: `$8` status) for a
+/// list page, `$1`–`$4` (dead letters: `$5` reason) for a purge batch.
+#[test]
+fn list_and_purge_take_null_able_filters() {
+    let s = Statements::new("s");
+    assert_eq!(params(&s.list_hot), 8);
+    assert_eq!(params(&s.list_archive), 7);
+    assert_eq!(params(&s.list_dlq), 7);
+    assert!(s.list_hot.contains("($8::int2 IS NULL OR status = $8::int2)"), "{}", s.list_hot);
+    assert!(s.list_dlq.contains("($1::text IS NULL OR queue = $1::text)"), "{}", s.list_dlq);
+    assert!(s.list_dlq.contains("ORDER BY id\n LIMIT $7"), "{}", s.list_dlq);
+    assert_eq!(params(&s.purge_archive), 4);
+    assert_eq!(params(&s.purge_dlq), 5);
+    assert!(s.purge_dlq.contains("($5::text IS NULL OR reason = $5::text)"), "{}", s.purge_dlq);
+    for purge in [&s.purge_archive, &s.purge_dlq] {
+        assert!(purge.contains("LIMIT $4\n       FOR UPDATE SKIP LOCKED"), "{purge}");
+    }
+}

@@ -1,0 +1,64 @@
+//! `impl TestSupport` (feature `testing`): for the conformance suite and tests, never for
+//! applications.
+
+use async_trait::async_trait;
+use chokaq_core::testing::{JobPatch, Presence, TestSupport};
+use chokaq_core::{JobId, Result, Timestamp};
+use uuid::Uuid;
+
+use crate::error::with_retry;
+use crate::rows::count;
+use crate::PgBackend;
+
+#[async_trait]
+impl TestSupport for PgBackend {
+    async fn db_now(&self) -> Result<Timestamp> {
+        with_retry(|| sqlx::query_scalar(&self.sql().db_now).fetch_one(&self.pool)).await
+    }
+
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        let n = with_retry(|| {
+            sqlx::query(&self.sql().force)
+                .bind(id.0)
+                .bind(patch.status.map(|s| s.code()))
+                .bind(patch.attempt)
+                .bind(patch.scheduled_at.is_some())
+                .bind(patch.scheduled_at.flatten())
+                .bind(patch.heartbeat_at.is_some())
+                .bind(patch.heartbeat_at.flatten())
+                .bind(patch.updated_at)
+                .bind(patch.created_at)
+                .execute(&self.pool)
+        })
+        .await?
+        .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn presence(&self, id: JobId) -> Result<Presence> {
+        Ok(self.presence_many(&[id]).await?.pop().map(|(_, p)| p).unwrap_or_default())
+    }
+
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
+        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+        let rows: Vec<(Uuid, i64, i64, i64)> =
+            with_retry(|| sqlx::query_as(&self.sql().presence_many).bind(&ids).fetch_all(&self.pool)).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, h, a, d)| (JobId(id), Presence { hot: h as u32, archive: a as u32, dead: d as u32 }))
+            .collect())
+    }
+
+    async fn kill_connections(&self) -> Result<u64> {
+        let n: i64 = with_retry(|| {
+            sqlx::query_scalar(&self.sql().kill_connections).bind(&self.shared.application_name).fetch_one(&self.pool)
+        })
+        .await?;
+        Ok(count(n))
+    }
+
+    async fn drop_schema(&self) -> Result<()> {
+        with_retry(|| sqlx::query(&self.sql().drop_schema).execute(&self.pool)).await?;
+        Ok(())
+    }
+}
