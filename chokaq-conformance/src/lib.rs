@@ -41,18 +41,20 @@
 
 mod cases;
 mod child;
+mod cli;
 mod ctx;
 mod harness;
 mod runner;
 
-pub use cases::{all_cases, case_names, Case, Needs, NASTY};
+pub use cases::{all_cases, case_names, Case, Needs, Outcome, NASTY};
 pub use child::{maybe_run_child, ChildLine, ChildProc, ENV_CHILD_BATCH, ENV_CHILD_QUEUE, ENV_CHILD_ROLE};
+pub use cli::{error_chain, runner_main, Runner, Target, ENV_CHILD_FAULT};
 pub use ctx::{rescue_params, CaseResult, ChildLauncher, Ctx, Failure, StressSettings, AGED, POLL_DEADLINE};
 pub use harness::{
     fresh_schema_name, is_required, ConnectFn, Harness, TestBackend, UrlHarness, ENV_CHILD_SCHEMA, ENV_CHILD_URL,
     ENV_REQUIRE,
 };
-pub use runner::{missing_capability, run_cases, run_main, run_one, run_suite, Summary};
+pub use runner::{missing_capability, run_case_outcomes, run_cases, run_main, run_one, run_suite, Summary};
 
 /// Re-exported so backend crates can build extra trials (the teeth test) without their own
 /// dependency on it.
