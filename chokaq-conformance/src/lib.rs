@@ -43,6 +43,7 @@ mod cases;
 mod child;
 mod cli;
 mod ctx;
+pub mod grammar;
 mod harness;
 mod runner;
 

@@ -1,10 +1,13 @@
-//! `MssqlConfig`: an ADO.NET-style connection string, parsed and validated early, with the
-//! password kept out of every `Debug`, `Display`, log line and error.
+//! `MssqlConfig`: a connection string (ADO.NET `server=…;…`, or an `mssql://` /
+//! `sqlserver://` URL; parsed in `connstr.rs`) validated early, plus the backend's knobs, with
+//! the password kept out of every `Debug`, `Display`, log line and error.
 
 use std::fmt;
 use std::time::Duration;
 
 use chokaq_core::{validate, Error, Result};
+
+use crate::connstr::{is_connection_string, mssql_url_to_ado, parse_ado, ConnParts};
 
 /// Default schema for the chokaq tables.
 pub const DEFAULT_SCHEMA: &str = "chokaq";
@@ -15,49 +18,6 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time one statement may take before the call fails with `Unavailable` and its
 /// connection is discarded.
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How the TDS stream is encrypted (`Encrypt=` in the connection string).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encrypt {
-    /// `Encrypt=true|yes|mandatory|strict`: everything encrypted, fail if the server cannot.
-    Required,
-    /// `Encrypt=false|no|optional`: only the login packet is encrypted (TDS "encryption off").
-    LoginOnly,
-    /// `Encrypt=disabled|none|notsupported`: no TLS at all (the server must allow it).
-    Disabled,
-}
-
-/// The parsed parts of a connection string. The password is only reachable inside the crate.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct ConnParts {
-    pub host: String,
-    pub port: u16,
-    pub instance: Option<String>,
-    pub database: Option<String>,
-    pub user: Option<String>,
-    pub password: Option<String>,
-    pub encrypt: Encrypt,
-    pub trust_server_certificate: bool,
-    pub application_name: Option<String>,
-    pub connect_timeout: Option<Duration>,
-}
-
-impl fmt::Debug for ConnParts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnParts")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("instance", &self.instance)
-            .field("database", &self.database)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("encrypt", &self.encrypt)
-            .field("trust_server_certificate", &self.trust_server_certificate)
-            .field("application_name", &self.application_name)
-            .field("connect_timeout", &self.connect_timeout)
-            .finish()
-    }
-}
 
 /// Configuration of [`crate::MssqlBackend`].
 ///
@@ -122,6 +82,42 @@ impl MssqlConfig {
         })
     }
 
+    /// Parses a SQL Server address in either form a user may write it:
+    ///
+    /// - an ADO.NET connection string (`server=…;…`, see [`is_connection_string`]), exactly
+    ///   as [`MssqlConfig::new`];
+    /// - a URL `mssql://user:password@host[:port][/database][?key=value&…]` (or
+    ///   `sqlserver://…`): port 1433 by default, user, password, database and values
+    ///   percent-decoded, query keys being ADO.NET keys (`encrypt=false`,
+    ///   `TrustServerCertificate=true`, `Connect Timeout=5`, …; unknown keys are rejected).
+    ///
+    /// JDBC-style `;key=value` parts and other schemes are `InvalidInput`. Errors never quote
+    /// the URL.
+    ///
+    /// ```
+    /// # use chokaq_mssql::MssqlConfig;
+    /// let url = MssqlConfig::from_url("mssql://app:s%3Bcret@db.local:14330/jobs?encrypt=false")?;
+    /// let ado = MssqlConfig::from_url("server=tcp:db.local,14330;user=app;password={s;cret};Database=jobs;Encrypt=false")?;
+    /// assert_eq!(url.to_string(), ado.to_string());
+    /// assert_eq!(url.to_string(), "db.local,14330/jobs (schema chokaq)");
+    /// # Ok::<(), chokaq_core::Error>(())
+    /// ```
+    ///
+    /// [`is_connection_string`]: crate::is_connection_string
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = url.trim();
+        if is_connection_string(url) {
+            return MssqlConfig::new(url);
+        }
+        let lower = url.get(..12).unwrap_or(url).to_ascii_lowercase();
+        if !(lower.starts_with("mssql://") || lower.starts_with("sqlserver://")) {
+            return Err(Error::invalid(
+                "not a SQL Server address: expected server=…;… (ADO.NET), mssql://… or sqlserver://… (the URL is not shown)",
+            ));
+        }
+        MssqlConfig::new(&mssql_url_to_ado(url)?)
+    }
+
     /// Sets the schema (default `chokaq`), validated with
     /// [`chokaq_core::validate::schema_name`].
     pub fn schema(mut self, name: &str) -> Result<Self> {
@@ -180,204 +176,10 @@ impl MssqlConfig {
     }
 }
 
-/// Whether `s` looks like an ADO.NET SQL Server connection string (`server=...;...`) rather
-/// than a URL: no `://`, and a `server` / `data source` / `address` key. Lets a tool pick this
-/// backend from a user's string without parsing (or printing) it.
-pub fn is_connection_string(s: &str) -> bool {
-    !s.contains("://")
-        && s.split(';').any(|kv| {
-            kv.split_once('=').is_some_and(|(k, _)| {
-                matches!(
-                    k.trim().to_ascii_lowercase().replace(' ', "").as_str(),
-                    "server" | "datasource" | "address" | "addr" | "networkaddress"
-                )
-            })
-        })
-}
-
-/// Splits a connection string into `(key, value)` pairs, honouring `{...}`, `"..."` and
-/// `'...'` quoting. Errors name the key, never a value.
-pub(crate) fn split_pairs(s: &str) -> Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let chars: Vec<char> = s.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        // key
-        let start = i;
-        while i < chars.len() && chars[i] != '=' && chars[i] != ';' {
-            i += 1;
-        }
-        let key: String = chars[start..i].iter().collect::<String>().trim().to_string();
-        if i >= chars.len() || chars[i] == ';' {
-            if !key.is_empty() {
-                return Err(Error::invalid(format!("connection string: key {key:?} has no value")));
-            }
-            i += 1;
-            continue;
-        }
-        if key.is_empty() {
-            return Err(Error::invalid("connection string: empty key before '='"));
-        }
-        i += 1; // '='
-        while i < chars.len() && chars[i] == ' ' {
-            i += 1;
-        }
-        let mut value = String::new();
-        if i < chars.len() && matches!(chars[i], '{' | '"' | '\'') {
-            let close = if chars[i] == '{' { '}' } else { chars[i] };
-            i += 1;
-            let mut closed = false;
-            while i < chars.len() {
-                if chars[i] == close {
-                    if i + 1 < chars.len() && chars[i + 1] == close {
-                        value.push(close);
-                        i += 2;
-                        continue;
-                    }
-                    i += 1;
-                    closed = true;
-                    break;
-                }
-                value.push(chars[i]);
-                i += 1;
-            }
-            if !closed {
-                return Err(Error::invalid(format!("connection string: unterminated quoted value for key {key:?}")));
-            }
-            while i < chars.len() && chars[i] == ' ' {
-                i += 1;
-            }
-            if i < chars.len() && chars[i] != ';' {
-                return Err(Error::invalid(format!(
-                    "connection string: unexpected text after the quoted value of key {key:?}"
-                )));
-            }
-        } else {
-            while i < chars.len() && chars[i] != ';' {
-                value.push(chars[i]);
-                i += 1;
-            }
-            value = value.trim().to_string();
-        }
-        i += 1; // ';'
-        out.push((key, value));
-    }
-    Ok(out)
-}
-
-fn parse_bool(key: &str, v: &str) -> Result<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "1" => Ok(true),
-        "false" | "no" | "0" => Ok(false),
-        _ => Err(Error::invalid(format!("connection string: {key} must be true or false"))),
-    }
-}
-
-pub(crate) fn parse_ado(s: &str) -> Result<ConnParts> {
-    let mut parts = ConnParts {
-        host: String::new(),
-        port: 1433,
-        instance: None,
-        database: None,
-        user: None,
-        password: None,
-        encrypt: Encrypt::Required,
-        trust_server_certificate: false,
-        application_name: None,
-        connect_timeout: None,
-    };
-    let mut saw_server = false;
-    for (key, value) in split_pairs(s)? {
-        let k = key.to_ascii_lowercase().replace(' ', "");
-        match k.as_str() {
-            "server" | "datasource" | "address" | "addr" | "networkaddress" => {
-                saw_server = true;
-                parse_server(&value, &mut parts)?;
-            }
-            "database" | "initialcatalog" => parts.database = Some(value).filter(|v| !v.is_empty()),
-            "user" | "userid" | "uid" | "username" => parts.user = Some(value),
-            "password" | "pwd" => parts.password = Some(value),
-            "encrypt" => {
-                parts.encrypt = match value.to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "mandatory" | "strict" => Encrypt::Required,
-                    "false" | "no" | "optional" => Encrypt::LoginOnly,
-                    "disabled" | "none" | "notsupported" => Encrypt::Disabled,
-                    _ => {
-                        return Err(Error::invalid(
-                            "connection string: Encrypt must be true, false or disabled".to_string(),
-                        ))
-                    }
-                }
-            }
-            "trustservercertificate" => parts.trust_server_certificate = parse_bool("TrustServerCertificate", &value)?,
-            "applicationname" | "app" => parts.application_name = Some(value),
-            "connecttimeout" | "connectiontimeout" | "timeout" => {
-                let secs: u64 = value
-                    .parse()
-                    .map_err(|_| Error::invalid("connection string: Connect Timeout must be whole seconds"))?;
-                parts.connect_timeout = Some(Duration::from_secs(secs.max(1)));
-            }
-            "integratedsecurity" | "trustedconnection" => {
-                if parse_bool(&key, &value)? {
-                    return Err(Error::unsupported("integrated security is not supported; use user and password"));
-                }
-            }
-            // Accepted and ignored: pooling is chokaq's own.
-            "pooling" | "multipleactiveresultsets" | "maxpoolsize" | "minpoolsize" => {}
-            _ => return Err(Error::invalid(format!("connection string: unknown key {key:?}"))),
-        }
-    }
-    if !saw_server || parts.host.is_empty() {
-        return Err(Error::invalid("connection string: server is required (server=tcp:host,1433)"));
-    }
-    if parts.user.is_none() {
-        return Err(Error::invalid("connection string: user is required (SQL Server authentication)"));
-    }
-    Ok(parts)
-}
-
-fn parse_server(value: &str, parts: &mut ConnParts) -> Result<()> {
-    let mut v = value.trim();
-    if let Some(rest) = v.strip_prefix("tcp:").or_else(|| v.strip_prefix("TCP:")) {
-        v = rest;
-    }
-    let (hostpart, port) = match v.split_once(',') {
-        Some((h, p)) => {
-            let port: u16 = p
-                .trim()
-                .parse()
-                .map_err(|_| Error::invalid("connection string: server port must be a number from 1 to 65535"))?;
-            if port == 0 {
-                return Err(Error::invalid("connection string: server port must be a number from 1 to 65535"));
-            }
-            (h.trim(), Some(port))
-        }
-        None => (v, None),
-    };
-    let (host, instance) = match hostpart.split_once('\\') {
-        Some((h, i)) => (h, Some(i.to_string())),
-        None => (hostpart, None),
-    };
-    let host = if host == "." || host.eq_ignore_ascii_case("(local)") { "localhost" } else { host };
-    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@') {
-        return Err(Error::invalid("connection string: server host is empty or malformed"));
-    }
-    if instance.is_some() && port.is_none() {
-        return Err(Error::invalid(
-            "connection string: a named instance needs an explicit port (server=tcp:host\\instance,port)",
-        ));
-    }
-    parts.host = host.to_string();
-    parts.port = port.unwrap_or(1433);
-    parts.instance = instance;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const SECRET: &str = "Sup3r;Secr=t}";
+    use crate::connstr::Encrypt;
 
     #[test]
     fn parses_the_brief_example() {
@@ -393,26 +195,6 @@ mod tests {
         assert!(c.parts.trust_server_certificate);
         assert_eq!(c.parts.encrypt, Encrypt::LoginOnly);
         assert_eq!(c.schema, "chokaq");
-    }
-
-    #[test]
-    fn quoting_and_case() {
-        let p = parse_ado(
-            "Data Source=db.example,14330; User ID = app ; PWD={Sup3r;Secr=t}}};Initial Catalog='a b';ENCRYPT=disabled",
-        )
-        .unwrap();
-        assert_eq!(p.host, "db.example");
-        assert_eq!(p.port, 14330);
-        assert_eq!(p.user.as_deref(), Some("app"));
-        assert_eq!(p.password.as_deref(), Some(SECRET));
-        assert_eq!(p.database.as_deref(), Some("a b"));
-        assert_eq!(p.encrypt, Encrypt::Disabled);
-        let p = parse_ado("server=h;user=u;password=\"a\"\"b\"").unwrap();
-        assert_eq!(p.password.as_deref(), Some("a\"b"));
-        assert_eq!(p.port, 1433);
-        assert_eq!(p.encrypt, Encrypt::Required);
-        let p = parse_ado("server=h\\SQLEXPRESS,1500;user=u;password=p;").unwrap();
-        assert_eq!(p.instance.as_deref(), Some("SQLEXPRESS"));
     }
 
     #[test]
@@ -455,15 +237,6 @@ mod tests {
     }
 
     #[test]
-    fn recognises_connection_strings() {
-        assert!(is_connection_string("server=tcp:127.0.0.1,1433;user=sa;password=x;TrustServerCertificate=true"));
-        assert!(is_connection_string("Data Source=h;User ID=u"));
-        assert!(!is_connection_string("postgres://u:p@h/db"));
-        assert!(!is_connection_string("sqlite:jobs.db"));
-        assert!(!is_connection_string(""));
-    }
-
-    #[test]
     fn schema_is_validated() {
         let c = MssqlConfig::new("server=h;user=u;password=p").unwrap();
         for bad in ["", "a]b", "x;drop", "1a", "a b", "[x]"] {
@@ -472,5 +245,41 @@ mod tests {
         }
         assert_eq!(c.clone().schema("_ok_1").unwrap().schema_name(), "_ok_1");
         assert_eq!(c.max_connections(0).max_connections, 1);
+    }
+
+    /// The URL forms `chokaq::connect` accepts (moved here from `chokaq/src/connect.rs`).
+    #[test]
+    fn urls_and_connection_strings_give_the_same_config() {
+        const SECRET: &str = "hunter2-s3cret";
+        let cfg = MssqlConfig::from_url(&format!("mssql://sa:{SECRET}@h:1433/jobs?encrypt=false")).unwrap();
+        let cfg = cfg.schema("s").unwrap();
+        assert!(!format!("{cfg:?}").contains(SECRET));
+        assert_eq!(cfg.parts.password.as_deref(), Some(SECRET));
+        assert_eq!((cfg.parts.host.as_str(), cfg.parts.port), ("h", 1433));
+        assert_eq!(cfg.parts.database.as_deref(), Some("jobs"));
+        assert_eq!(cfg.parts.encrypt, Encrypt::LoginOnly);
+        let e = MssqlConfig::from_url("mssql://h/db?bogus=1").unwrap_err();
+        assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
+
+        let ado = "server=tcp:h,1433;user=sa;password=x;TrustServerCertificate=true";
+        let a = MssqlConfig::from_url(&format!("  {ado}  ")).unwrap();
+        let b = MssqlConfig::new(ado).unwrap();
+        assert_eq!(a.parts, b.parts);
+        let c = MssqlConfig::from_url("SQLSERVER://sa:x@h?TrustServerCertificate=true").unwrap();
+        assert_eq!(c.parts, b.parts);
+
+        for bad in [
+            format!("postgres://sa:{SECRET}@h/db"),
+            format!("sqlite:///tmp/{SECRET}.db"),
+            SECRET.to_string(),
+            String::new(),
+            format!("mssql://sa:{SECRET}@h:99999/db"),
+            format!("sqlserver://h:1433;databaseName=x;password={SECRET}"),
+        ] {
+            let e = MssqlConfig::from_url(&bad).unwrap_err();
+            assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput, "{bad}");
+            assert!(!e.to_string().contains(SECRET), "{e}");
+            assert!(!format!("{e:?}").contains(SECRET), "{e:?}");
+        }
     }
 }

@@ -1,10 +1,13 @@
-//! The one place where SQL Server errors become `chokaq_core::Error`s, by error number
-//! (never by message text).
+//! The one place where SQL Server errors become `chokaq_core::Error`s: [`kind_for_number`]
+//! maps a server error number (never the message text) to an `ErrorKind`; the other
+//! functions wrap it for driver, connect, pool, timeout and decoding failures.
 
 use chokaq_core::{Error, ErrorKind};
 
+use crate::pool::ConnectError;
+
 /// The kind for a SQL Server error number (and the client's `-2` timeout).
-pub fn kind_for_number(number: i64) -> ErrorKind {
+pub(crate) fn kind_for_number(number: i64) -> ErrorKind {
     match number {
         // deadlock victim, lock request timeout, snapshot update conflict
         1205 | 1222 | 3960 => ErrorKind::Transient,
@@ -23,7 +26,7 @@ pub fn kind_for_number(number: i64) -> ErrorKind {
 }
 
 /// Maps a tiberius error to a chokaq error; `op` names the operation for the message.
-pub fn map_error(op: &str, e: tiberius::error::Error) -> Error {
+pub(crate) fn map_error(op: &str, e: tiberius::error::Error) -> Error {
     use tiberius::error::Error as T;
     match &e {
         T::Server(tok) => {
@@ -45,13 +48,44 @@ pub fn map_error(op: &str, e: tiberius::error::Error) -> Error {
 
 /// The error for a statement that did not finish within the statement timeout (the same kind
 /// as the client timeout `-2`).
-pub fn timeout(op: &str, after: std::time::Duration) -> Error {
+pub(crate) fn timeout(op: &str, after: std::time::Duration) -> Error {
     Error::new(kind_for_number(-2), format!("{op}: no answer from SQL Server within {after:?}"))
 }
 
 /// A result row that does not have the expected shape.
-pub fn decode(op: &str, what: impl std::fmt::Display) -> Error {
+pub(crate) fn decode(op: &str, what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Other, format!("{op}: unexpected result from SQL Server: {what}"))
+}
+
+/// Opening a connection failed.
+pub(crate) fn connect_error(e: ConnectError) -> Error {
+    match e {
+        ConnectError::Timeout(d) => {
+            Error::new(ErrorKind::Unavailable, format!("connect: SQL Server did not answer within {d:?}"))
+        }
+        ConnectError::Driver(e) => {
+            // Server errors during login keep their number's kind (18456 login failed is
+            // `Other`); every other failure to open a connection means the server is not
+            // reachable as configured.
+            let from_server = e.code().is_some();
+            let err = map_error("connect", e);
+            if from_server || err.kind() == ErrorKind::Unavailable {
+                err
+            } else {
+                Error::new(ErrorKind::Unavailable, err.message().to_string())
+            }
+        }
+    }
+}
+
+/// Getting a connection from the pool failed.
+pub(crate) fn pool_error(e: bb8::RunError<ConnectError>) -> Error {
+    match e {
+        bb8::RunError::User(e) => connect_error(e),
+        bb8::RunError::TimedOut => {
+            Error::new(ErrorKind::Unavailable, "timed out waiting for a pooled SQL Server connection")
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,16 +1,29 @@
 //! `chokaq-mssql`: the SQL Server backend of chokaq (tiberius + bb8).
 //!
-//! Every T-SQL statement lives in [`sql`]; errors are mapped in [`error::map_error`]. See
-//! `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers` strict
-//! with READ_COMMITTED_SNAPSHOT on and off.
+//! [`MssqlBackend`] implements [`chokaq_core::Backend`]; [`MssqlConfig`] takes an ADO.NET
+//! connection string ([`MssqlConfig::new`]) or either that or an `mssql://` / `sqlserver://`
+//! URL ([`MssqlConfig::from_url`]); [`all_statements`] lists every T-SQL statement the backend
+//! sends. See `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers`
+//! strict with READ_COMMITTED_SNAPSHOT on and off.
+//!
+//! Inside: `backend.rs` (the struct and `impl Backend`), `sql/` (every statement), `rows/`
+//! (values and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`),
+//! `config.rs` and `connstr.rs` (configuration, connection strings and URLs), `pool.rs`
+//! (connections and running a batch), `migrate.rs`, and `testing.rs` (`TestSupport`, feature
+//! `testing`).
 
-mod config;
-pub mod error;
-pub mod sql;
-
-pub use config::{is_connection_string, Encrypt, MssqlConfig, DEFAULT_SCHEMA};
-pub use sql::all_statements;
 mod backend;
+mod config;
+mod connstr;
+mod error;
+mod migrate;
 mod pool;
+mod rows;
+mod sql;
+#[cfg(feature = "testing")]
+mod testing;
 
 pub use backend::MssqlBackend;
+pub use config::{MssqlConfig, DEFAULT_SCHEMA};
+pub use connstr::{is_connection_string, Encrypt};
+pub use sql::all_statements;

@@ -4,16 +4,25 @@
 //! and unmarked when the statement's results were fully read. A statement that fails, times
 //! out or whose future is dropped half-way leaves it marked, and bb8 discards it instead of
 //! handing a connection with unread results or an open transaction to the next caller.
+//!
+//! [`Pool::run`] is how every statement is sent: one batch, bound values, the statement
+//! timeout, and transient failures retried.
 
 use std::fmt;
 use std::time::Duration;
 
-use tiberius::{AuthMethod, Client, Config, EncryptionLevel};
+use chokaq_core::{ErrorKind, Result};
+use tiberius::{AuthMethod, Client, Config, EncryptionLevel, Row, ToSql};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use crate::config::{ConnParts, Encrypt};
+use crate::connstr::{ConnParts, Encrypt};
+use crate::error::{connect_error, map_error, pool_error, timeout};
 use crate::sql;
+
+/// Transient failures (deadlock victim, lock timeout, snapshot conflict) are retried this
+/// many times with a short randomised back-off; every batch is atomic, so a retry is safe.
+const MAX_TRANSIENT_RETRIES: u32 = 4;
 
 /// One pooled connection.
 pub(crate) struct Conn {
@@ -128,5 +137,69 @@ impl bb8::ManageConnection for Manager {
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
         conn.broken
+    }
+}
+
+/// The connection pool of one backend, and the one way statements reach the server.
+pub(crate) struct Pool {
+    pool: bb8::Pool<Manager>,
+    statement_timeout: Duration,
+}
+
+impl Pool {
+    /// Opens and checks one connection at once (so a wrong address fails here with
+    /// `Unavailable` within the connect timeout), then builds the pool around it.
+    pub async fn open(manager: Manager, max_connections: u32, statement_timeout: Duration) -> Result<Pool> {
+        let connect_timeout = manager.connect_timeout;
+        let first = bb8::ManageConnection::connect(&manager).await.map_err(connect_error)?;
+        let pool = bb8::Pool::builder()
+            .max_size(max_connections)
+            .connection_timeout((connect_timeout + Duration::from_secs(5)).max(Duration::from_secs(30)))
+            .test_on_check_out(false)
+            .retry_connection(false)
+            .build_unchecked(manager);
+        let _ = pool.add(first);
+        Ok(Pool { pool, statement_timeout })
+    }
+
+    /// Runs one batch, retrying transient failures.
+    pub async fn run(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
+        let mut attempt = 0;
+        loop {
+            match self.run_once(op, sql, params).await {
+                Err(e) if e.kind() == ErrorKind::Transient && attempt < MAX_TRANSIENT_RETRIES => {
+                    attempt += 1;
+                    let base = 5u64 << attempt;
+                    let jitter = rand::random::<u64>() % (base + 1);
+                    tracing::debug!(target: "chokaq_mssql", op, attempt, error = %e, "retrying transient failure");
+                    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn run_once(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
+        let mut conn = self.pool.get().await.map_err(pool_error)?;
+        conn.broken = true;
+        let limit = self.statement_timeout;
+        let res =
+            tokio::time::timeout(limit, async { conn.client.query(sql, params).await?.into_results().await }).await;
+        match res {
+            Err(_) => Err(timeout(op, limit)),
+            Ok(Ok(rows)) => {
+                conn.broken = false;
+                Ok(rows)
+            }
+            Ok(Err(e)) => {
+                let err = map_error(op, e);
+                // Deadlock victims and duplicate keys roll the XACT_ABORT batch back and
+                // leave the session clean; anything else: discard the connection.
+                if matches!(err.kind(), ErrorKind::Transient | ErrorKind::Conflict) {
+                    conn.broken = false;
+                }
+                Err(err)
+            }
+        }
     }
 }

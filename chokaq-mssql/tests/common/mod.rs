@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chokaq_conformance::{run_main, Harness, TestBackend, UrlHarness};
+use chokaq_conformance::{run_main, Harness, TestBackend, UrlHarness, ENV_REQUIRE};
 use chokaq_core::{Error, ErrorKind, Result};
 use chokaq_mssql::{MssqlBackend, MssqlConfig};
 
@@ -34,9 +34,10 @@ impl Harness for MssqlHarness {
     fn unavailable_reason(&self) -> Option<String> {
         self.inner.unavailable_reason().map(|_| {
             format!(
-                "SQL Server (READ_COMMITTED_SNAPSHOT {}) is not configured: set {ENV_URL} to an ADO connection \
-                 string (server=tcp:host,1433;user=...;password=...;TrustServerCertificate=true); no SQL Server \
-                 and no Docker engine are available here",
+                "no SQL Server is configured for the READ_COMMITTED_SNAPSHOT {} run: these cases stay ignored until \
+                 {ENV_URL} is set to an ADO.NET connection string of a server where the login may create \
+                 databases, e.g. {ENV_URL}='server=tcp:127.0.0.1,1433;user=sa;password=...;\
+                 TrustServerCertificate=true;Encrypt=false' ({ENV_REQUIRE}=mssql turns this into a failure)",
                 if self.rcsi { "ON" } else { "OFF" }
             )
         })

@@ -1,0 +1,374 @@
+//! Rows <-> core types. Result rows are decoded here into `chokaq_core` types, by the column
+//! names the statements in `sql/` return; [`params`] turns core values into the values bound
+//! to those statements.
+
+mod params;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chokaq_core::chrono::{DateTime, NaiveDateTime, Utc};
+use chokaq_core::uuid::Uuid;
+use chokaq_core::{
+    BatchOutcome, CancelOutcome, ClaimedJob, DeadReason, Enqueued, FailOutcome, Fenced, HeartbeatReport, JobId,
+    JobKind, JobLocation, JobRecord, JobStatus, Lease, LeaseRef, QueueName, QueueSettings, QueueStats, RescueReport,
+    Result, StatsSnapshot, Timestamp, WorkerId, ZombiePolicy,
+};
+use tiberius::Row;
+
+#[cfg(feature = "testing")]
+pub(crate) use self::params::hex_id;
+pub(crate) use self::params::{
+    check_ts, control_params, dead_reason_text, delay_parts, fail_action, id_bytes, job_json, leases_json, millis,
+};
+use crate::error::decode;
+
+pub(crate) fn col<'a, T: tiberius::FromSql<'a>>(op: &str, row: &'a Row, name: &str) -> Result<Option<T>> {
+    row.try_get::<T, _>(name).map_err(|e| decode(op, format!("column {name}: {e}")))
+}
+
+pub(crate) fn req<'a, T: tiberius::FromSql<'a>>(op: &str, row: &'a Row, name: &str) -> Result<T> {
+    col::<T>(op, row, name)?.ok_or_else(|| decode(op, format!("column {name} is NULL")))
+}
+
+pub(crate) fn ts(op: &str, row: &Row, name: &str) -> Result<Option<Timestamp>> {
+    Ok(col::<NaiveDateTime>(op, row, name)?.map(|n| DateTime::<Utc>::from_naive_utc_and_offset(n, Utc)))
+}
+
+pub(crate) fn req_ts(op: &str, row: &Row, name: &str) -> Result<Timestamp> {
+    ts(op, row, name)?.ok_or_else(|| decode(op, format!("column {name} is NULL")))
+}
+
+pub(crate) fn job_id(op: &str, row: &Row, name: &str) -> Result<JobId> {
+    let b: &[u8] = req(op, row, name)?;
+    Uuid::from_slice(b).map(JobId).map_err(|e| decode(op, format!("column {name}: {e}")))
+}
+
+pub(crate) fn count(op: &str, row: &Row, name: &str) -> Result<u64> {
+    let n: i32 = col(op, row, name)?.unwrap_or(0);
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// The columns every job table shares.
+struct Common {
+    id: JobId,
+    queue: QueueName,
+    kind: JobKind,
+    payload: serde_json::Value,
+    tags: Vec<String>,
+    idempotency_key: Option<String>,
+    priority: i32,
+    attempt: i32,
+    max_attempts: i32,
+    lease: Option<Lease>,
+    worker_id: Option<WorkerId>,
+    heartbeat_at: Option<Timestamp>,
+    scheduled_at: Option<Timestamp>,
+    created_at: Timestamp,
+    started_at: Option<Timestamp>,
+    updated_at: Timestamp,
+    last_error: Option<String>,
+    created_by: Option<String>,
+}
+
+fn decode_common(op: &str, row: &Row) -> Result<Common> {
+    let payload_text: &str = req(op, row, "Payload")?;
+    let tags = match col::<&str>(op, row, "Tags")? {
+        Some(t) => serde_json::from_str(t).map_err(|e| decode(op, format!("Tags: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(Common {
+        id: job_id(op, row, "Id")?,
+        queue: QueueName::new(req::<&str>(op, row, "Queue")?)?,
+        kind: JobKind::new(req::<&str>(op, row, "Kind")?)?,
+        payload: serde_json::from_str(payload_text).map_err(|e| decode(op, format!("Payload: {e}")))?,
+        tags,
+        idempotency_key: col::<&str>(op, row, "IdempotencyKey")?.map(str::to_string),
+        priority: req(op, row, "Priority")?,
+        attempt: req(op, row, "Attempt")?,
+        max_attempts: req(op, row, "MaxAttempts")?,
+        lease: col::<i64>(op, row, "Lease")?.map(Lease),
+        worker_id: col::<Uuid>(op, row, "WorkerId")?.map(WorkerId),
+        heartbeat_at: ts(op, row, "HeartbeatUtc")?,
+        scheduled_at: ts(op, row, "ScheduledAtUtc")?,
+        created_at: req_ts(op, row, "CreatedAtUtc")?,
+        started_at: ts(op, row, "StartedAtUtc")?,
+        updated_at: req_ts(op, row, "UpdatedAtUtc")?,
+        last_error: col::<&str>(op, row, "LastError")?.map(str::to_string),
+        created_by: col::<&str>(op, row, "CreatedBy")?.map(str::to_string),
+    })
+}
+
+pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
+    let op = "claim";
+    let c = decode_common(op, row)?;
+    Ok(ClaimedJob {
+        id: c.id,
+        queue: c.queue,
+        kind: c.kind,
+        payload: c.payload,
+        tags: c.tags,
+        idempotency_key: c.idempotency_key,
+        priority: c.priority,
+        status: JobStatus::from_code(req(op, row, "Status")?)?,
+        attempt: c.attempt,
+        max_attempts: c.max_attempts,
+        lease: c.lease.ok_or_else(|| decode(op, "claimed row without a lease"))?,
+        worker_id: c.worker_id.ok_or_else(|| decode(op, "claimed row without a worker"))?,
+        scheduled_at: c.scheduled_at,
+        created_at: c.created_at,
+        started_at: c.started_at,
+        heartbeat_at: c.heartbeat_at,
+        last_error: c.last_error,
+        created_by: c.created_by,
+    })
+}
+
+pub(crate) fn decode_record(op: &str, row: &Row) -> Result<JobRecord> {
+    let loc: i32 = req(op, row, "Loc")?;
+    let location = match loc {
+        0 => JobLocation::Hot(JobStatus::from_code(req(op, row, "Status")?)?),
+        1 => JobLocation::Archived,
+        2 => JobLocation::Dead(DeadReason::parse(req::<&str>(op, row, "Reason")?)?),
+        other => return Err(decode(op, format!("unknown location {other}"))),
+    };
+    let cancel_requested: bool = col(op, row, "CancelRequested")?.unwrap_or(false);
+    let finished_at = ts(op, row, "FinishedAtUtc")?;
+    let c = decode_common(op, row)?;
+    Ok(JobRecord {
+        id: c.id,
+        location,
+        queue: c.queue,
+        kind: c.kind,
+        payload: c.payload,
+        tags: c.tags,
+        idempotency_key: c.idempotency_key,
+        priority: c.priority,
+        attempt: c.attempt,
+        max_attempts: c.max_attempts,
+        lease: c.lease,
+        worker_id: c.worker_id,
+        scheduled_at: c.scheduled_at,
+        created_at: c.created_at,
+        started_at: c.started_at,
+        heartbeat_at: c.heartbeat_at,
+        updated_at: c.updated_at,
+        finished_at,
+        last_error: c.last_error,
+        cancel_requested,
+        created_by: c.created_by,
+    })
+}
+
+pub(crate) fn decode_queue(op: &str, row: &Row) -> Result<QueueSettings> {
+    let policy: i16 = req(op, row, "ZombiePolicy")?;
+    Ok(QueueSettings {
+        name: QueueName::new(req::<&str>(op, row, "Name")?)?,
+        max_workers: col::<i32>(op, row, "MaxWorkers")?.map(|n| u32::try_from(n).unwrap_or(0)),
+        is_paused: req(op, row, "IsPaused")?,
+        is_active: req(op, row, "IsActive")?,
+        zombie_timeout: col::<i64>(op, row, "ZombieTimeoutMs")?
+            .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        zombie_policy: if policy == 1 { ZombiePolicy::DeadLetter } else { ZombiePolicy::Retry },
+        updated_at: ts(op, row, "UpdatedAtUtc")?,
+    })
+}
+
+/// The last result set's rows (batches may emit none before it).
+pub(crate) fn last_set(sets: Vec<Vec<Row>>) -> Vec<Row> {
+    sets.into_iter().last().unwrap_or_default()
+}
+
+pub(crate) fn first_row(op: &str, sets: Vec<Vec<Row>>) -> Result<Row> {
+    last_set(sets).into_iter().next().ok_or_else(|| decode(op, "no result row"))
+}
+
+/// Splits input leases into done / lost by the ids the database reported.
+pub(crate) fn outcome(leases: &[LeaseRef], done_ids: &HashSet<JobId>) -> BatchOutcome {
+    BatchOutcome::partition(leases.iter().map(|l| l.id), |id| done_ids.contains(id))
+}
+
+pub(crate) fn ids_of(op: &str, rows: &[Row]) -> Result<HashSet<JobId>> {
+    rows.iter().map(|r| job_id(op, r, "Id")).collect()
+}
+
+/// `fail`'s `Result` row (0 lease lost, 1 retried, 2 snoozed, 3 dead-lettered).
+pub(crate) fn decode_fail(op: &str, row: &Row, reason: DeadReason) -> Result<Fenced<FailOutcome>> {
+    let result: i32 = req(op, row, "Result")?;
+    Ok(match result {
+        0 => Fenced::LeaseLost,
+        1 => Fenced::Done(FailOutcome::Retried { at: req_ts(op, row, "DueAtUtc")? }),
+        2 => Fenced::Done(FailOutcome::Snoozed { until: req_ts(op, row, "DueAtUtc")? }),
+        3 => Fenced::Done(FailOutcome::DeadLettered(reason)),
+        other => return Err(decode(op, format!("unknown result {other}"))),
+    })
+}
+
+/// `enqueue`'s rows (`Id`, `Duplicate`), one per job in input order.
+pub(crate) fn decode_enqueued(op: &str, rows: &[Row], jobs: usize) -> Result<Vec<Enqueued>> {
+    if rows.len() != jobs {
+        return Err(decode(op, format!("{} result rows for {jobs} jobs", rows.len())));
+    }
+    rows.iter().map(|r| Ok(Enqueued { id: job_id(op, r, "Id")?, duplicate: req(op, r, "Duplicate")? })).collect()
+}
+
+/// `heartbeat`'s rows (`Id`, `CancelRequested` of every job still held) as the report over
+/// the input leases.
+pub(crate) fn heartbeat_report(op: &str, leases: &[LeaseRef], rows: &[Row]) -> Result<HeartbeatReport> {
+    let mut held = HashSet::new();
+    let mut cancel = HashSet::new();
+    for r in rows {
+        let id = job_id(op, r, "Id")?;
+        if col::<bool>(op, r, "CancelRequested")?.unwrap_or(false) {
+            cancel.insert(id);
+        }
+        held.insert(id);
+    }
+    let mut report = HeartbeatReport::default();
+    for l in leases {
+        if held.contains(&l.id) {
+            report.held.push(l.id);
+            if cancel.contains(&l.id) {
+                report.cancel_requested.push(l.id);
+            }
+        } else {
+            report.lost.push(l.id);
+        }
+    }
+    Ok(report)
+}
+
+/// `rescue`'s one row.
+pub(crate) fn decode_rescue(op: &str, row: &Row) -> Result<RescueReport> {
+    Ok(RescueReport {
+        ran: req(op, row, "Ran")?,
+        fetched_released: count(op, row, "FetchedReleased")?,
+        zombies_retried: count(op, row, "ZombiesRetried")?,
+        zombies_dead: count(op, row, "ZombiesDead")?,
+    })
+}
+
+/// `cancel`'s `Result` (1 cancelled, 2 requested, else not live).
+pub(crate) fn decode_cancel(op: &str, row: &Row) -> Result<CancelOutcome> {
+    Ok(match req::<i32>(op, row, "Result")? {
+        1 => CancelOutcome::Cancelled,
+        2 => CancelOutcome::Requested,
+        _ => CancelOutcome::NotLive,
+    })
+}
+
+/// `stats`' result sets: the `IsSnapshot` / `Now` row, then one row per queue.
+pub(crate) fn decode_stats(op: &str, sets: Vec<Vec<Row>>) -> Result<StatsSnapshot> {
+    let has = |r: &Row, name: &str| r.columns().iter().any(|c| c.name() == name);
+    let mut snap = StatsSnapshot::default();
+    let mut rows = Vec::new();
+    for r in sets.into_iter().flatten() {
+        if has(&r, "IsSnapshot") {
+            snap.taken_at = ts(op, &r, "Now")?;
+        } else {
+            rows.push(r);
+        }
+    }
+    for r in &rows {
+        let q = QueueStats {
+            queue: req::<&str>(op, r, "Queue")?.to_string(),
+            pending: count(op, r, "Pending")?,
+            fetched: count(op, r, "Fetched")?,
+            processing: count(op, r, "Processing")?,
+            archived: count(op, r, "Archived")?,
+            dead: count(op, r, "Dead")?,
+            oldest_due_at: ts(op, r, "OldestDue")?,
+        };
+        snap.pending += q.pending;
+        snap.fetched += q.fetched;
+        snap.processing += q.processing;
+        snap.archived += q.archived;
+        snap.dead += q.dead;
+        snap.queues.push(q);
+    }
+    Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::Statements;
+
+    /// The columns the decoders read are the ones the statements return.
+    #[test]
+    fn decoders_read_columns_the_statements_return() {
+        let st = Statements::new("chokaq").unwrap();
+        let common = [
+            "Id",
+            "Queue",
+            "Kind",
+            "Payload",
+            "Tags",
+            "IdempotencyKey",
+            "Priority",
+            "Attempt",
+            "MaxAttempts",
+            "Lease",
+            "WorkerId",
+            "HeartbeatUtc",
+            "ScheduledAtUtc",
+            "CreatedAtUtc",
+            "StartedAtUtc",
+            "UpdatedAtUtc",
+            "LastError",
+            "CreatedBy",
+        ];
+        let record = ["Loc", "Status", "CancelRequested", "FinishedAtUtc", "Reason"];
+        let mut expect: Vec<(&str, &String, Vec<&str>)> = vec![
+            ("enqueue", &st.enqueue, vec!["Id", "Duplicate"]),
+            ("claim", &st.claim, [&common[..], &["Status"]].concat()),
+            ("start", &st.start, vec!["Id"]),
+            ("heartbeat", &st.heartbeat, vec!["Id", "CancelRequested"]),
+            ("complete", &st.complete, vec!["Id"]),
+            ("release", &st.release, vec!["Id"]),
+            ("fail", &st.fail, vec!["Result", "DueAtUtc"]),
+            ("rescue", &st.rescue, vec!["Ran", "FetchedReleased", "ZombiesRetried", "ZombiesDead"]),
+            ("cancel", &st.cancel, vec!["Result"]),
+            ("requeue_dead", &st.requeue_dead, vec!["Moved"]),
+            ("purge_archive", &st.purge_archive, vec!["Deleted"]),
+            ("purge_dlq", &st.purge_dlq, vec!["Deleted"]),
+            (
+                "stats",
+                &st.stats,
+                vec!["IsSnapshot", "Now", "Queue", "Pending", "Fetched", "Processing", "Archived", "Dead", "OldestDue"],
+            ),
+            ("db_now", &st.db_now, vec!["Now"]),
+            ("force", &st.force, vec!["Changed"]),
+            ("presence_many", &st.presence_many, vec!["Id", "Hot", "Archive", "Dead"]),
+            ("kill_connections", &st.kill_connections, vec!["Killed"]),
+        ];
+        let queue_cols =
+            vec!["Name", "MaxWorkers", "IsPaused", "IsActive", "ZombieTimeoutMs", "ZombiePolicy", "UpdatedAtUtc"];
+        expect.push(("control_queue", &st.control_queue, queue_cols.clone()));
+        expect.push(("queue_settings", &st.queue_settings, queue_cols));
+        for (name, sql) in [
+            ("get_job", &st.get_job),
+            ("list_hot", &st.list_hot),
+            ("list_archive", &st.list_archive),
+            ("list_dlq", &st.list_dlq),
+        ] {
+            expect.push((name, sql, [&common[..], &record[..]].concat()));
+        }
+        for (name, sql, cols) in expect {
+            for c in cols {
+                assert!(sql.contains(&format!("[{c}]")), "{name} does not return [{c}]");
+            }
+        }
+    }
+
+    #[test]
+    fn batch_outcomes_keep_input_order_and_split_every_id() {
+        let a = LeaseRef { id: JobId::new(), lease: Lease(1) };
+        let b = LeaseRef { id: JobId::new(), lease: Lease(2) };
+        let c = LeaseRef { id: JobId::new(), lease: Lease(3) };
+        let done: HashSet<JobId> = [c.id, a.id].into_iter().collect();
+        let out = outcome(&[a, b, c], &done);
+        assert_eq!(out.done, vec![a.id, c.id]);
+        assert_eq!(out.lost, vec![b.id]);
+    }
+}

@@ -1,0 +1,240 @@
+//! Queue controls, purge, stats and the read-only job lookups (`get_job`, `list_jobs`).
+//!
+//! Optional filters are static SQL over NULL-able parameters (`@Queue IS NULL OR [Queue] =
+//! @Queue`): one statement per table, whatever filters the caller sets.
+//!
+//! A job record (`get_job`, `list_*`) has the same columns from every table: `Loc` (0 = hot,
+//! 1 = archive, 2 = dead), the columns every job table shares, then `Status`,
+//! `CancelRequested`, `FinishedAtUtc` and `Reason`, typed NULLs (or 0) where a table has no
+//! such column.
+
+/// Queue control as an upsert: update under `UPDLOCK, HOLDLOCK` (which also locks the key
+/// range when the row is missing), insert if nothing was updated. No MERGE.
+///
+/// Parameters: `@P1` queue, `@P2` op (1 pause, 2 resume, 3 activate, 4 deactivate,
+/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy), `@P3` max workers,
+/// `@P4` zombie timeout ms, `@P5` zombie policy. Returns the row.
+pub(super) const CONTROL_QUEUE: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+DECLARE @Name VARCHAR(128) = @P1;
+DECLARE @Op SMALLINT = @P2;
+DECLARE @MaxWorkers INT = @P3;
+DECLARE @ZombieTimeoutMs BIGINT = @P4;
+DECLARE @ZombiePolicy SMALLINT = @P5;
+DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+BEGIN TRANSACTION;
+UPDATE q
+SET
+    q.[IsPaused] = CASE @Op WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE q.[IsPaused] END,
+    q.[IsActive] = CASE @Op WHEN 3 THEN 1 WHEN 4 THEN 0 ELSE q.[IsActive] END,
+    q.[MaxWorkers] = CASE WHEN @Op = 5 THEN @MaxWorkers ELSE q.[MaxWorkers] END,
+    q.[ZombieTimeoutMs] = CASE WHEN @Op = 6 THEN @ZombieTimeoutMs ELSE q.[ZombieTimeoutMs] END,
+    q.[ZombiePolicy] = CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE q.[ZombiePolicy] END,
+    q.[UpdatedAtUtc] = @Now
+FROM {schema}.[Queues] AS q WITH (UPDLOCK, HOLDLOCK)
+WHERE q.[Name] = @Name;
+IF @@ROWCOUNT = 0
+    INSERT INTO {schema}.[Queues] ([Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
+    [CreatedAtUtc], [UpdatedAtUtc])
+    VALUES (
+        @Name,
+        CASE WHEN @Op = 5 THEN @MaxWorkers END,
+        CASE WHEN @Op = 1 THEN 1 ELSE 0 END,
+        CASE WHEN @Op = 4 THEN 0 ELSE 1 END,
+        CASE WHEN @Op = 6 THEN @ZombieTimeoutMs END,
+        CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE 0 END,
+        @Now,
+        @Now
+    );
+COMMIT TRANSACTION;
+SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
+    [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
+
+/// One queue's row (none when it has no control row). `@P1` queue.
+pub(super) const QUEUE_SETTINGS: &str = "DECLARE @Name VARCHAR(128) = @P1;
+SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
+    [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
+
+/// One bounded purge batch of the archive: `DELETE TOP (@n)`. `@P1` batch size, `@P2` older
+/// than (ms), `@P3` queue or NULL, `@P4` kind or NULL. Returns `Deleted`.
+pub(super) const PURGE_ARCHIVE: &str = "SET NOCOUNT ON;
+DECLARE @BatchSize INT = @P1;
+DECLARE @OlderThanMs BIGINT = @P2;
+DECLARE @Queue VARCHAR(128) = @P3;
+DECLARE @Kind NVARCHAR(255) = @P4;
+DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
+    SYSUTCDATETIME()));
+DELETE TOP (@BatchSize)
+FROM {schema}.[JobsArchive]
+WHERE [FinishedAtUtc] < @Cutoff
+    AND (@Queue IS NULL OR [Queue] = @Queue)
+    AND (@Kind IS NULL OR [Kind] = @Kind);
+SELECT @@ROWCOUNT AS [Deleted];";
+
+/// [`PURGE_ARCHIVE`] for the dead letters, with `@P5` reason or NULL.
+pub(super) const PURGE_DLQ: &str = "SET NOCOUNT ON;
+DECLARE @BatchSize INT = @P1;
+DECLARE @OlderThanMs BIGINT = @P2;
+DECLARE @Queue VARCHAR(128) = @P3;
+DECLARE @Kind NVARCHAR(255) = @P4;
+DECLARE @Reason VARCHAR(32) = @P5;
+DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
+    SYSUTCDATETIME()));
+DELETE TOP (@BatchSize)
+FROM {schema}.[JobsDlq]
+WHERE [FinishedAtUtc] < @Cutoff
+    AND (@Queue IS NULL OR [Queue] = @Queue)
+    AND (@Kind IS NULL OR [Kind] = @Kind)
+    AND (@Reason IS NULL OR [Reason] = @Reason);
+SELECT @@ROWCOUNT AS [Deleted];";
+
+/// Counts per queue and state, in ONE statement. The batch switches to SNAPSHOT isolation
+/// when the database has `ALLOW_SNAPSHOT_ISOLATION ON` (a transaction-consistent view);
+/// otherwise the single statement runs under READ COMMITTED, which is statement-consistent
+/// when READ_COMMITTED_SNAPSHOT is ON, and a locking read (that can see a job mid-move)
+/// when both are off (documented in docs/sqlserver.md). Returns the `IsSnapshot` flag and
+/// the clock, then one row per queue.
+pub(super) const STATS: &str = "SET NOCOUNT ON;
+DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Snapshot BIT = 0;
+IF EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [snapshot_isolation_state] = 1)
+BEGIN
+    SET TRANSACTION ISOLATION LEVEL SNAPSHOT;
+    SET @Snapshot = 1;
+END;
+BEGIN TRANSACTION;
+SELECT @Snapshot AS [IsSnapshot], @Now AS [Now];
+SELECT
+    x.[Queue],
+    SUM(x.[Pending]) AS [Pending],
+    SUM(x.[Fetched]) AS [Fetched],
+    SUM(x.[Processing]) AS [Processing],
+    SUM(x.[Archived]) AS [Archived],
+    SUM(x.[Dead]) AS [Dead],
+    MIN(x.[OldestDue]) AS [OldestDue]
+FROM (
+    SELECT
+        h.[Queue],
+        SUM(CASE WHEN h.[Status] = 0 THEN 1 ELSE 0 END) AS [Pending],
+        SUM(CASE WHEN h.[Status] = 1 THEN 1 ELSE 0 END) AS [Fetched],
+        SUM(CASE WHEN h.[Status] = 2 THEN 1 ELSE 0 END) AS [Processing],
+        0 AS [Archived],
+        0 AS [Dead],
+        MIN(CASE WHEN h.[Status] = 0 AND h.[DueAtUtc] <= @Now THEN h.[DueAtUtc] END) AS [OldestDue]
+    FROM {schema}.[JobsHot] AS h
+    GROUP BY h.[Queue]
+    UNION ALL
+    SELECT a.[Queue], 0, 0, 0, COUNT(*), 0, NULL
+    FROM {schema}.[JobsArchive] AS a
+    GROUP BY a.[Queue]
+    UNION ALL
+    SELECT d.[Queue], 0, 0, 0, 0, COUNT(*), NULL
+    FROM {schema}.[JobsDlq] AS d
+    GROUP BY d.[Queue]
+) AS x
+GROUP BY x.[Queue]
+ORDER BY x.[Queue];
+COMMIT TRANSACTION;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;";
+
+/// A job wherever it is. `@P1` id. At most one row in the normal case; more rows would mean
+/// a broken invariant and are reported.
+pub(super) const GET_JOB: &str = "DECLARE @Id BINARY(16) = @P1;
+SELECT 0 AS [Loc], h.[Id], h.[Queue], h.[Kind], h.[Payload], h.[Tags], h.[IdempotencyKey], h.[Priority], \
+    h.[Attempt], h.[MaxAttempts], h.[Lease], h.[WorkerId], h.[HeartbeatUtc], h.[ScheduledAtUtc], h.[CreatedAtUtc], \
+    h.[StartedAtUtc], h.[UpdatedAtUtc], h.[LastError], h.[CreatedBy], h.[Status] AS [Status], \
+    h.[CancelRequested] AS [CancelRequested], CAST(NULL AS DATETIME2(7)) AS [FinishedAtUtc], \
+    CAST(NULL AS VARCHAR(32)) AS [Reason] FROM {schema}.[JobsHot] AS h WHERE h.[Id] = @Id
+UNION ALL
+SELECT 1 AS [Loc], a.[Id], a.[Queue], a.[Kind], a.[Payload], a.[Tags], a.[IdempotencyKey], a.[Priority], \
+    a.[Attempt], a.[MaxAttempts], a.[Lease], a.[WorkerId], a.[HeartbeatUtc], a.[ScheduledAtUtc], a.[CreatedAtUtc], \
+    a.[StartedAtUtc], a.[UpdatedAtUtc], a.[LastError], a.[CreatedBy], CAST(NULL AS SMALLINT) AS [Status], \
+    CAST(0 AS BIT) AS [CancelRequested], a.[FinishedAtUtc] AS [FinishedAtUtc], \
+    CAST(NULL AS VARCHAR(32)) AS [Reason] FROM {schema}.[JobsArchive] AS a WHERE a.[Id] = @Id
+UNION ALL
+SELECT 2 AS [Loc], d.[Id], d.[Queue], d.[Kind], d.[Payload], d.[Tags], d.[IdempotencyKey], d.[Priority], \
+    d.[Attempt], d.[MaxAttempts], d.[Lease], d.[WorkerId], d.[HeartbeatUtc], d.[ScheduledAtUtc], d.[CreatedAtUtc], \
+    d.[StartedAtUtc], d.[UpdatedAtUtc], d.[LastError], d.[CreatedBy], CAST(NULL AS SMALLINT) AS [Status], \
+    CAST(0 AS BIT) AS [CancelRequested], d.[FinishedAtUtc] AS [FinishedAtUtc], \
+    d.[Reason] AS [Reason] FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = @Id;";
+
+/// A filtered page of the hot table, keyset-paged on the clustered `Id` (UUID v7 bytes, so id
+/// order is creation order). `@P1` limit (the caller asks one more to know if a next page
+/// exists), `@P2` after id or NULL, `@P3` queue, `@P4` status, `@P5` kind, `@P6` tag,
+/// `@P7` created from, `@P8` created to: every filter NULL when unset. `OPTION (RECOMPILE)`
+/// so each combination of filters gets its own plan.
+pub(super) const LIST_HOT: &str = "DECLARE @Limit INT = @P1;
+DECLARE @After BINARY(16) = @P2;
+DECLARE @Queue VARCHAR(128) = @P3;
+DECLARE @Status SMALLINT = @P4;
+DECLARE @Kind NVARCHAR(255) = @P5;
+DECLARE @Tag NVARCHAR(100) = @P6;
+DECLARE @CreatedFrom DATETIME2(7) = @P7;
+DECLARE @CreatedTo DATETIME2(7) = @P8;
+SELECT TOP (@Limit) 0 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
+    t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
+    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[Status] AS [Status], \
+    t.[CancelRequested] AS [CancelRequested], CAST(NULL AS DATETIME2(7)) AS [FinishedAtUtc], \
+    CAST(NULL AS VARCHAR(32)) AS [Reason]
+FROM {schema}.[JobsHot] AS t
+WHERE (@After IS NULL OR t.[Id] > @After)
+    AND (@Queue IS NULL OR t.[Queue] = @Queue)
+    AND (@Status IS NULL OR t.[Status] = @Status)
+    AND (@Kind IS NULL OR t.[Kind] = @Kind)
+    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
+    WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
+    AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
+    AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
+ORDER BY t.[Id]
+OPTION (RECOMPILE);";
+
+/// [`LIST_HOT`] for the archive (`@P4`, the status, is declared and unused: every list
+/// statement binds the same eight values).
+pub(super) const LIST_ARCHIVE: &str = "DECLARE @Limit INT = @P1;
+DECLARE @After BINARY(16) = @P2;
+DECLARE @Queue VARCHAR(128) = @P3;
+DECLARE @Status SMALLINT = @P4;
+DECLARE @Kind NVARCHAR(255) = @P5;
+DECLARE @Tag NVARCHAR(100) = @P6;
+DECLARE @CreatedFrom DATETIME2(7) = @P7;
+DECLARE @CreatedTo DATETIME2(7) = @P8;
+SELECT TOP (@Limit) 1 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
+    t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
+    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], \
+    CAST(NULL AS SMALLINT) AS [Status], CAST(0 AS BIT) AS [CancelRequested], t.[FinishedAtUtc] AS [FinishedAtUtc], \
+    CAST(NULL AS VARCHAR(32)) AS [Reason]
+FROM {schema}.[JobsArchive] AS t
+WHERE (@After IS NULL OR t.[Id] > @After)
+    AND (@Queue IS NULL OR t.[Queue] = @Queue)
+    AND (@Kind IS NULL OR t.[Kind] = @Kind)
+    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
+    WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
+    AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
+    AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
+ORDER BY t.[Id]
+OPTION (RECOMPILE);";
+
+/// [`LIST_HOT`] for the dead letters (`@P4` unused, as in [`LIST_ARCHIVE`]).
+pub(super) const LIST_DLQ: &str = "DECLARE @Limit INT = @P1;
+DECLARE @After BINARY(16) = @P2;
+DECLARE @Queue VARCHAR(128) = @P3;
+DECLARE @Status SMALLINT = @P4;
+DECLARE @Kind NVARCHAR(255) = @P5;
+DECLARE @Tag NVARCHAR(100) = @P6;
+DECLARE @CreatedFrom DATETIME2(7) = @P7;
+DECLARE @CreatedTo DATETIME2(7) = @P8;
+SELECT TOP (@Limit) 2 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
+    t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
+    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], \
+    CAST(NULL AS SMALLINT) AS [Status], CAST(0 AS BIT) AS [CancelRequested], t.[FinishedAtUtc] AS [FinishedAtUtc], \
+    t.[Reason] AS [Reason]
+FROM {schema}.[JobsDlq] AS t
+WHERE (@After IS NULL OR t.[Id] > @After)
+    AND (@Queue IS NULL OR t.[Queue] = @Queue)
+    AND (@Kind IS NULL OR t.[Kind] = @Kind)
+    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
+    WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
+    AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
+    AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
+ORDER BY t.[Id]
+OPTION (RECOMPILE);";

@@ -1,0 +1,383 @@
+//! Every T-SQL statement of the SQL Server backend; nothing else in the crate builds SQL text.
+//!
+//! The statements are `const` templates in the submodules, grouped by what they do:
+//! [`migrate`] (the schema objects), [`claim`] (enqueue and the claim), [`moves`] (the guarded
+//! writes of a claimed job, rescue, cancel, requeue), [`admin`] (queue controls, purge, stats,
+//! `get_job`, `list_jobs`) and [`support`] (test support and the conformance harness's database
+//! setup). [`render`] is the one function that puts names into a template; [`Statements`] is
+//! the set rendered once for the backend's schema when it connects.
+//!
+//! Each statement is one batch sent with `sp_executesql` (tiberius binds values as `@P1`,
+//! `@P2`, …). Every batch starts by copying its parameters into named, typed variables, so the
+//! statement reads on its own. Values are always bound; the only things spliced into the text
+//! are names that [`chokaq_core::validate::schema_name`] accepted (so they cannot contain `]`
+//! or `'`). Optional filters are static SQL over NULL-able parameters
+//! (`@Queue IS NULL OR [Queue] = @Queue`).
+//!
+//! Ids are stored as `BINARY(16)` (the UUID v7 bytes), not `UNIQUEIDENTIFIER`: SQL Server
+//! sorts `uniqueidentifier` by its last six bytes first, which would break "id order =
+//! creation order" for keyset paging and the claim's tie-break. Text keys compared for
+//! equality (queue, kind, idempotency key, reason) use the binary collation
+//! `Latin1_General_BIN2`, so `Mail` and `mail` are different queues and keys whatever the
+//! database's collation.
+//!
+//! Lists of ids or leases travel as ONE JSON parameter read with `OPENJSON`, so a batch of
+//! any size is one round trip and never meets the 2,100-parameter limit.
+
+use chokaq_core::{validate, Error, Result};
+
+mod admin;
+mod claim;
+mod migrate;
+mod moves;
+mod support;
+
+/// The session options every pooled connection gets once, as a plain batch (so they stick):
+/// the options filtered indexes need, `XACT_ABORT`, and READ COMMITTED (READPAST needs it;
+/// error 650 under SNAPSHOT).
+pub(crate) const SESSION_SETUP: &str = "SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+SET XACT_ABORT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;";
+
+/// The connection health check.
+pub(crate) const PING: &str = "SELECT 1 AS [Ok];";
+
+/// The name a template is rendered for.
+#[derive(Debug, Clone, Copy)]
+enum Name<'a> {
+    /// A schema: `{schema}` becomes `[name]`, `{schema_text}` (inside an `N'…'` literal:
+    /// `SCHEMA_ID`, the app-lock resources) becomes `name`.
+    Schema(&'a str),
+    /// A database (the conformance harness's setup only): `{database}` becomes `[name]`,
+    /// `{database_text}` becomes `name`.
+    Database(&'a str),
+}
+
+/// THE substitution: the one place a name enters SQL text. The name is validated here (again)
+/// so that nothing unvalidated is ever spliced.
+fn render(template: &str, name: Name<'_>) -> Result<String> {
+    let (key, value) = match name {
+        Name::Schema(s) => ("schema", s),
+        Name::Database(d) => ("database", d),
+    };
+    validate::schema_name(value).map_err(|e| match name {
+        Name::Schema(_) => e,
+        Name::Database(_) => Error::invalid(format!("invalid database name {value:?}")),
+    })?;
+    Ok(template.replace(&format!("{{{key}}}"), &format!("[{value}]")).replace(&format!("{{{key}_text}}"), value))
+}
+
+/// Every statement of the backend, rendered once for one schema.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) migrate_schema: String,
+    pub(crate) migrate_objects: String,
+    pub(crate) enqueue: String,
+    pub(crate) claim: String,
+    pub(crate) start: String,
+    pub(crate) heartbeat: String,
+    pub(crate) complete: String,
+    pub(crate) fail: String,
+    pub(crate) release: String,
+    pub(crate) rescue: String,
+    pub(crate) cancel: String,
+    pub(crate) control_queue: String,
+    pub(crate) queue_settings: String,
+    pub(crate) requeue_dead: String,
+    pub(crate) purge_archive: String,
+    pub(crate) purge_dlq: String,
+    pub(crate) stats: String,
+    pub(crate) get_job: String,
+    pub(crate) list_hot: String,
+    pub(crate) list_archive: String,
+    pub(crate) list_dlq: String,
+    pub(crate) db_now: String,
+    pub(crate) force: String,
+    pub(crate) presence_many: String,
+    pub(crate) kill_connections: String,
+    pub(crate) drop_schema: String,
+}
+
+impl Statements {
+    /// The statements for `schema`; an invalid schema name is `InvalidInput`.
+    pub(crate) fn new(schema: &str) -> Result<Self> {
+        let r = |template: &str| render(template, Name::Schema(schema));
+        Ok(Statements {
+            migrate_schema: r(migrate::MIGRATE_SCHEMA)?,
+            migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
+            enqueue: r(claim::ENQUEUE)?,
+            claim: r(claim::CLAIM)?,
+            start: r(moves::START)?,
+            heartbeat: r(moves::HEARTBEAT)?,
+            complete: r(moves::COMPLETE)?,
+            fail: r(moves::FAIL)?,
+            release: r(moves::RELEASE)?,
+            rescue: r(moves::RESCUE)?,
+            cancel: r(moves::CANCEL)?,
+            control_queue: r(admin::CONTROL_QUEUE)?,
+            queue_settings: r(admin::QUEUE_SETTINGS)?,
+            requeue_dead: r(moves::REQUEUE_DEAD)?,
+            purge_archive: r(admin::PURGE_ARCHIVE)?,
+            purge_dlq: r(admin::PURGE_DLQ)?,
+            stats: r(admin::STATS)?,
+            get_job: r(admin::GET_JOB)?,
+            list_hot: r(admin::LIST_HOT)?,
+            list_archive: r(admin::LIST_ARCHIVE)?,
+            list_dlq: r(admin::LIST_DLQ)?,
+            db_now: r(support::DB_NOW)?,
+            force: r(support::FORCE)?,
+            presence_many: r(support::PRESENCE_MANY)?,
+            kill_connections: r(support::KILL_CONNECTIONS)?,
+            drop_schema: r(support::DROP_SCHEMA)?,
+        })
+    }
+
+    /// `(name, sql)` for every statement, the session setup and the health check included.
+    fn all(&self) -> Result<Vec<(&'static str, String)>> {
+        Ok(vec![
+            ("session_setup", SESSION_SETUP.to_string()),
+            ("ping", PING.to_string()),
+            ("migrate_schema", self.migrate_schema.clone()),
+            ("migrate_objects", self.migrate_objects.clone()),
+            ("enqueue", self.enqueue.clone()),
+            ("claim", self.claim.clone()),
+            ("start", self.start.clone()),
+            ("heartbeat", self.heartbeat.clone()),
+            ("complete", self.complete.clone()),
+            ("fail", self.fail.clone()),
+            ("release", self.release.clone()),
+            ("rescue", self.rescue.clone()),
+            ("cancel", self.cancel.clone()),
+            ("control_queue", self.control_queue.clone()),
+            ("queue_settings", self.queue_settings.clone()),
+            ("requeue_dead", self.requeue_dead.clone()),
+            ("purge_archive", self.purge_archive.clone()),
+            ("purge_dlq", self.purge_dlq.clone()),
+            ("stats", self.stats.clone()),
+            ("get_job", self.get_job.clone()),
+            ("list_hot", self.list_hot.clone()),
+            ("list_archive", self.list_archive.clone()),
+            ("list_dlq", self.list_dlq.clone()),
+            ("db_now", self.db_now.clone()),
+            ("force", self.force.clone()),
+            ("presence_many", self.presence_many.clone()),
+            ("kill_connections", self.kill_connections.clone()),
+            ("drop_schema", self.drop_schema.clone()),
+            ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")?),
+        ])
+    }
+}
+
+/// The conformance harness's database setup for database `db` (see
+/// [`crate::MssqlBackend::ensure_database`]); an invalid name is `InvalidInput`.
+pub(crate) fn ensure_test_database(db: &str) -> Result<String> {
+    render(support::ENSURE_TEST_DATABASE, Name::Database(db))
+}
+
+/// Every statement the backend can send, as `(name, sql)`, rendered for `schema`: the
+/// migration batches, every operation, the test support and the session setup. The
+/// sqlfluff grammar check (`tests/grammar.rs`) parses each one.
+///
+/// An invalid schema name is an [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind) error
+/// (nothing unvalidated is ever spliced).
+///
+/// ```
+/// let all = chokaq_mssql::all_statements("chokaq")?;
+/// assert!(all.iter().any(|(name, sql)| *name == "claim" && sql.contains("[chokaq].[JobsHot]")));
+/// assert!(chokaq_mssql::all_statements("bad]name").is_err());
+/// # Ok::<(), chokaq_core::Error>(())
+/// ```
+pub fn all_statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
+    Statements::new(schema)?.all()
+}
+
+#[cfg(test)]
+mod tests {
+    use chokaq_core::ErrorKind;
+
+    use super::*;
+
+    #[test]
+    fn every_statement_names_only_the_schema_it_was_given() {
+        let all = all_statements("jobs_x").unwrap();
+        assert_eq!(all.len(), 29);
+        let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "statement names are unique");
+        for (name, sql) in &all {
+            assert!(!sql.contains("[chokaq]"), "{name}");
+            assert!(!sql.contains("{s}") && !sql.contains("{out}"), "{name}: unexpanded placeholder");
+            assert!(!sql.contains('{') && !sql.contains('}'), "{name}: unexpanded placeholder");
+            assert!(!sql.to_ascii_uppercase().contains("MERGE "), "{name}: no MERGE anywhere");
+        }
+        for bad in ["bad]name", "x'; DROP TABLE y; --", "", "1a"] {
+            assert_eq!(all_statements(bad).unwrap_err().kind(), ErrorKind::InvalidInput, "{bad}");
+        }
+        assert_eq!(ensure_test_database("db]x").unwrap_err().kind(), ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn render_puts_the_quoted_name_and_its_text_in_their_places() {
+        let sql = render("SELECT SCHEMA_ID(N'{schema_text}') FROM {schema}.[T];", Name::Schema("jobs_1")).unwrap();
+        assert_eq!(sql, "SELECT SCHEMA_ID(N'jobs_1') FROM [jobs_1].[T];");
+        let sql =
+            render("IF DB_ID(N'{database_text}') IS NULL CREATE DATABASE {database};", Name::Database("d")).unwrap();
+        assert_eq!(sql, "IF DB_ID(N'd') IS NULL CREATE DATABASE [d];");
+        let st = Statements::new("jobs_1").unwrap();
+        assert!(st.migrate_schema.contains("@Resource = N'chokaq:migrate:jobs_1'"));
+        assert!(st.migrate_schema.contains("IF SCHEMA_ID(N'jobs_1') IS NULL"));
+        assert!(st.rescue.contains("@Resource = N'chokaq:rescue:jobs_1'"));
+        let db = ensure_test_database("chokaq_conformance_rcsi_off").unwrap();
+        assert!(db.contains("CREATE DATABASE [chokaq_conformance_rcsi_off];"));
+        assert!(!db.contains("rcsi_on"));
+    }
+
+    /// Every `[Name]` a statement uses is defined somewhere: a table, column or index of the
+    /// DDL, a column of a table variable or `OPENJSON ... WITH`, an alias (`AS [Name]`), or a
+    /// catalog column. Catches a misspelt column without a server.
+    #[test]
+    fn every_bracketed_name_is_defined() {
+        fn bracketed(sql: &str) -> Vec<String> {
+            let mut out = Vec::new();
+            let mut rest = sql;
+            while let Some(i) = rest.find('[') {
+                let Some(j) = rest[i..].find(']') else { break };
+                out.push(rest[i + 1..i + j].to_string());
+                rest = &rest[i + j + 1..];
+            }
+            out
+        }
+        let all = all_statements("chokaq").unwrap();
+        let mut defined: std::collections::BTreeSet<String> =
+            bracketed(&Statements::new("chokaq").unwrap().migrate_objects).into_iter().collect();
+        for catalog in [
+            "name",
+            "object_id",
+            "database_id",
+            "snapshot_isolation_state",
+            "is_read_committed_snapshot_on",
+            "session_id",
+            "program_name",
+            "value",
+            "chokaq",
+            "chokaq_conformance_rcsi_on",
+        ] {
+            defined.insert(catalog.to_string());
+        }
+        for (_, sql) in &all {
+            // Declarations: "DECLARE @X TABLE (" and "WITH (" column lists, and aliases.
+            for line in sql.lines() {
+                let t = line.trim_start();
+                if t.starts_with('[')
+                    && (t.contains(" INT")
+                        || t.contains("CHAR")
+                        || t.contains("BINARY")
+                        || t.contains("BIT")
+                        || t.contains("DATETIME2")
+                        || t.contains("BIGINT"))
+                {
+                    defined.extend(bracketed(t).into_iter().take(1));
+                }
+                if t.starts_with("DECLARE @") && t.contains(" TABLE (") {
+                    defined.extend(bracketed(t));
+                }
+                if t.contains("OPENJSON(") && t.contains(" WITH (") {
+                    defined.extend(bracketed(t));
+                }
+            }
+            let mut rest = sql.as_str();
+            while let Some(i) = rest.find("AS [") {
+                let after = &rest[i + 4..];
+                if let Some(j) = after.find(']') {
+                    defined.insert(after[..j].to_string());
+                }
+                rest = &rest[i + 4..];
+            }
+        }
+        for (name, sql) in &all {
+            for ident in bracketed(sql) {
+                assert!(defined.contains(&ident), "{name}: [{ident}] is not defined anywhere");
+            }
+        }
+        // And the check has teeth.
+        assert!(!defined.contains("HeartBeatUtc"));
+    }
+
+    #[test]
+    fn parameters_are_numbered_densely() {
+        // Every @Pn used by a statement is declared once, and n runs 1..=max with no gap, so
+        // the Rust side binds exactly that many values.
+        for (name, sql) in all_statements("chokaq").unwrap() {
+            let mut max = 0;
+            let bytes = sql.as_bytes();
+            let mut i = 0;
+            let mut seen = std::collections::BTreeSet::new();
+            while i + 2 < bytes.len() {
+                if bytes[i] == b'@' && bytes[i + 1] == b'P' && bytes[i + 2].is_ascii_digit() {
+                    let mut j = i + 2;
+                    while j < bytes.len() && bytes[j].is_ascii_digit() {
+                        j += 1;
+                    }
+                    let n: usize = sql[i + 2..j].parse().unwrap();
+                    seen.insert(n);
+                    max = max.max(n);
+                    i = j;
+                } else {
+                    i += 1;
+                }
+            }
+            assert_eq!(seen.len(), max, "{name}: parameters {seen:?}");
+        }
+    }
+
+    /// How many values the Rust side binds for each statement (see backend.rs); must equal
+    /// the highest `@Pn` the statement uses.
+    #[test]
+    fn bound_values_match_parameters() {
+        let binds = [
+            ("session_setup", 0),
+            ("ping", 0),
+            ("migrate_schema", 0),
+            ("migrate_objects", 0),
+            ("enqueue", 1),
+            ("claim", 4),
+            ("start", 2),
+            ("heartbeat", 2),
+            ("complete", 2),
+            ("fail", 8),
+            ("release", 2),
+            ("rescue", 3),
+            ("cancel", 1),
+            ("control_queue", 5),
+            ("queue_settings", 1),
+            ("requeue_dead", 1),
+            ("purge_archive", 4),
+            ("purge_dlq", 5),
+            ("stats", 0),
+            ("get_job", 1),
+            ("list_hot", 8),
+            ("list_archive", 8),
+            ("list_dlq", 8),
+            ("db_now", 0),
+            ("force", 13),
+            ("presence_many", 1),
+            ("kill_connections", 1),
+            ("drop_schema", 0),
+            ("ensure_test_database", 1),
+        ];
+        let all = all_statements("chokaq").unwrap();
+        assert_eq!(all.len(), binds.len());
+        for ((name, sql), (bname, n)) in all.iter().zip(binds) {
+            assert_eq!(*name, bname);
+            let max = (1..=20).filter(|i| sql.contains(&format!("@P{i}"))).max().unwrap_or(0);
+            assert_eq!(max, n, "{name}: highest parameter @P{max}, {n} values bound");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The test support (`chokaq_core::testing::TestSupport`): force a job's fields past every
+//! guard, see which tables hold a job, kill this backend's sessions, drop the schema. Compiled
+//! only with the crate's `testing` feature, for the conformance suite and tests; never for
+//! applications. The statements are in `sql::support`.
+
+use async_trait::async_trait;
+use chokaq_core::testing::{JobPatch, Presence, TestSupport};
+use chokaq_core::{JobId, JobStatus, Result, Timestamp};
+
+use crate::backend::MssqlBackend;
+use crate::rows::{check_ts, count, first_row, hex_id, id_bytes, job_id, last_set, req, req_ts};
+
+#[async_trait]
+impl TestSupport for MssqlBackend {
+    async fn db_now(&self) -> Result<Timestamp> {
+        let op = "db_now";
+        let row = first_row(op, self.run(op, &self.sql().db_now, &[]).await?)?;
+        req_ts(op, &row, "Now")
+    }
+
+    async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        let op = "force";
+        for (what, t) in [
+            ("scheduled_at", patch.scheduled_at.flatten()),
+            ("heartbeat_at", patch.heartbeat_at.flatten()),
+            ("updated_at", patch.updated_at),
+            ("created_at", patch.created_at),
+        ] {
+            check_ts(what, t)?;
+        }
+        let bytes = id_bytes(id);
+        let status = patch.status.map(JobStatus::code);
+        let sched = patch.scheduled_at.flatten();
+        let hb = patch.heartbeat_at.flatten();
+        let (s1, s2, s3, s4, s5, s6) = (
+            patch.status.is_some(),
+            patch.attempt.is_some(),
+            patch.scheduled_at.is_some(),
+            patch.heartbeat_at.is_some(),
+            patch.updated_at.is_some(),
+            patch.created_at.is_some(),
+        );
+        let row = first_row(
+            op,
+            self.run(
+                op,
+                &self.sql().force,
+                &[
+                    &bytes,
+                    &s1,
+                    &status,
+                    &s2,
+                    &patch.attempt,
+                    &s3,
+                    &sched,
+                    &s4,
+                    &hb,
+                    &s5,
+                    &patch.updated_at,
+                    &s6,
+                    &patch.created_at,
+                ],
+            )
+            .await?,
+        )?;
+        Ok(req::<i32>(op, &row, "Changed")? > 0)
+    }
+
+    async fn presence(&self, id: JobId) -> Result<Presence> {
+        Ok(self.presence_many(&[id]).await?.into_iter().next().map(|(_, p)| p).unwrap_or_default())
+    }
+
+    async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
+        let op = "presence_many";
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let json = serde_json::to_string(&ids.iter().map(|i| hex_id(*i)).collect::<Vec<_>>())?;
+        let rows = last_set(self.run(op, &self.sql().presence_many, &[&json]).await?);
+        let mut found = std::collections::HashMap::new();
+        for r in &rows {
+            let p = Presence {
+                hot: count(op, r, "Hot")? as u32,
+                archive: count(op, r, "Archive")? as u32,
+                dead: count(op, r, "Dead")? as u32,
+            };
+            found.insert(job_id(op, r, "Id")?, p);
+        }
+        Ok(ids.iter().map(|i| (*i, found.get(i).copied().unwrap_or_default())).collect())
+    }
+
+    async fn kill_connections(&self) -> Result<u64> {
+        let op = "kill_connections";
+        let name = self.application_name().to_string();
+        let row = first_row(op, self.run(op, &self.sql().kill_connections, &[&name]).await?)?;
+        count(op, &row, "Killed")
+    }
+
+    async fn drop_schema(&self) -> Result<()> {
+        self.run("drop_schema", &self.sql().drop_schema, &[]).await?;
+        Ok(())
+    }
+}
