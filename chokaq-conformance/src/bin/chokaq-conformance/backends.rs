@@ -46,8 +46,8 @@ fn scheme_of(url: &str) -> Option<&str> {
     well_formed.then_some(scheme)
 }
 
-/// The harness for the target's URL, chosen by its scheme (SQL Server: by the form of an ADO
-/// connection string); its `--schema` applies, and its fault (a [`FAULT_NAMES`] entry, only
+/// The harness for the target's URL, chosen by its scheme (SQL Server: `mssql://`,
+/// `sqlserver://` or an ADO connection string, the forms `MssqlConfig::from_url` takes); its `--schema` applies, and its fault (a [`FAULT_NAMES`] entry, only
 /// with the `fault-injection` feature and only for PostgreSQL) switches one broken statement
 /// on. Errors never quote the URL.
 pub fn harness_for(target: &Target) -> Result<UrlHarness, String> {
@@ -81,24 +81,15 @@ pub fn harness_for(target: &Target) -> Result<UrlHarness, String> {
         "postgres" | "postgresql" => postgres(target),
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(sqlite(target)),
-        // chokaq_mssql::MssqlConfig takes an ADO connection string only.
-        "mssql" | "sqlserver" => Err(format!(
-            "SQL Server takes an ADO connection string, not a {scheme}:// URL: e.g. \
-             server=tcp:host,1433;user=sa;password=...;TrustServerCertificate=true{}",
-            if cfg!(feature = "mssql") {
-                String::new()
-            } else {
-                format!(
-                    " (and this build has no SQL Server backend: built with {}; rebuild with --features mssql)",
-                    built_with()
-                )
-            }
-        )),
+        // MssqlConfig::from_url takes mssql:// and sqlserver:// URLs as well as ADO strings.
+        #[cfg(feature = "mssql")]
+        "mssql" | "sqlserver" => Ok(mssql(target)),
         other => Err(format!(
             "no backend for URL scheme {other:?} in this build (built with: {}); rebuild with --features {}",
             built_with(),
             match other {
                 "postgres" | "postgresql" => "postgres",
+                "mssql" | "sqlserver" => "mssql",
                 "sqlite" => "sqlite",
                 _ => "<backend>",
             }
@@ -180,7 +171,7 @@ fn mssql(target: &Target) -> UrlHarness {
 
     UrlHarness::for_target("mssql", target, |conn_str, schema| {
         Box::pin(async move {
-            let cfg = MssqlConfig::new(&conn_str)?.schema(&schema)?.max_connections(16);
+            let cfg = MssqlConfig::from_url(&conn_str)?.schema(&schema)?.max_connections(16);
             Ok(Arc::new(MssqlBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
         })
     })

@@ -59,10 +59,16 @@ mod tests {
     }
 
     #[test]
-    fn a_sql_server_url_gets_a_true_message() {
-        let e = backends::harness_for(&target("mssql://sa:pw@h:1433/db", None)).expect_err("not a connection string");
-        assert!(e.contains("ADO connection string"), "{e}");
-        assert!(!e.contains("no backend for URL scheme"), "{e}");
+    fn sql_server_urls_are_accepted_or_need_the_feature() {
+        for url in ["mssql://sa:pw@h:1433/db", "sqlserver://sa:pw@h", "server=tcp:h,1433;user=sa;password=pw"] {
+            let r = backends::harness_for(&target(url, None));
+            if cfg!(feature = "mssql") {
+                assert!(r.is_ok(), "{url}: {:?}", r.err());
+            } else {
+                let e = r.expect_err(url);
+                assert!(e.contains("--features mssql"), "{e}");
+            }
+        }
     }
 
     #[cfg(feature = "fault-injection")]
