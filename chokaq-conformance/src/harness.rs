@@ -52,6 +52,12 @@ pub trait Harness: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Where the cases run, as the runner binary's first line shows it (e.g.
+    /// `schema chokaq_t_ab12`); never a URL or a password. `None`: not shown.
+    fn store(&self) -> Option<String> {
+        None
+    }
+
     /// Called once after the run (drop the schema the harness created).
     async fn finish(&self) -> Result<()> {
         Ok(())
@@ -165,6 +171,10 @@ impl Harness for UrlHarness {
                 })
                 .await?;
         Ok(b.clone())
+    }
+
+    fn store(&self) -> Option<String> {
+        Some(format!("schema {}", self.schema))
     }
 
     fn child_env(&self) -> Vec<(String, String)> {

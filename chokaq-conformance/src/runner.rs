@@ -1,5 +1,6 @@
-//! Running cases: as libtest-mimic trials ([`run_main`]), as a plain list ([`run_cases`]) and
-//! as the runner binary's printed suite ([`run_suite`]).
+//! Running cases: as libtest-mimic trials ([`run_main`]), as a plain list
+//! ([`run_case_outcomes`], [`run_cases`]) and as the runner binary's printed suite
+//! ([`run_suite`]).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,11 +9,13 @@ use std::time::{Duration, Instant};
 use chokaq_core::ErrorKind;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
-use crate::cases::{all_cases, Case};
+use crate::cases::{all_cases, Case, Outcome};
+use crate::cli::error_chain;
 use crate::ctx::{ChildLauncher, Ctx, StressSettings};
 use crate::harness::{is_required, Harness, TestBackend};
 
-/// Why a case cannot run on this backend (a missing capability), if it cannot.
+/// Why a case cannot run on this backend (a missing [`crate::Needs`]), if it cannot. (A case
+/// may also find out itself that it cannot run, and end [`Outcome::Ignored`].)
 pub async fn missing_capability(case: &Case, backend: &dyn TestBackend, children: bool) -> Option<String> {
     let caps = backend.capabilities();
     if case.needs.multi_process && !caps.multi_process {
@@ -24,13 +27,10 @@ pub async fn missing_capability(case: &Case, backend: &dyn TestBackend, children
     if case.needs.kill_connections && !caps.kill_connections {
         return Some("backend lacks capability kill_connections".into());
     }
-    if case.needs.listen_notify && !matches!(backend.wakeups().await, Ok(Some(_))) {
-        return Some("backend pushes no wake-ups (Backend::wakeups returns None)".into());
-    }
     None
 }
 
-fn build_runtime() -> tokio::runtime::Runtime {
+pub(crate) fn build_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("a tokio runtime")
 }
 
@@ -40,49 +40,74 @@ fn exclusivity() -> &'static tokio::sync::RwLock<()> {
     LOCK.get_or_init(|| tokio::sync::RwLock::new(()))
 }
 
-/// Runs one case against `backend` with a per-case time limit (exclusive cases wait until
-/// no other case of this process runs, and hold the others back meanwhile).
-pub async fn run_one(case: &Case, ctx: Ctx) -> Result<(), String> {
+/// Runs one case with a per-case time limit (exclusive cases wait until no other case of
+/// this process runs, and hold the others back meanwhile). The capability check is the
+/// caller's ([`missing_capability`]).
+pub async fn run_one(case: &Case, ctx: Ctx) -> Outcome {
     let limit = Duration::from_secs(120);
     let lock = exclusivity();
     let (_shared, _alone) =
         if case.needs.exclusive { (None, Some(lock.write().await)) } else { (Some(lock.read().await), None) };
     match tokio::time::timeout(limit, (case.run)(ctx)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(f)) => Err(f.0),
-        Err(_) => Err(format!("case {} did not finish within {limit:?}", case.name)),
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Failed(format!("case {} did not finish within {limit:?}", case.name)),
     }
 }
 
+/// Checks a case's needs, then runs it ([`Outcome::Ignored`] with the reason when a need is
+/// missing).
+async fn check_and_run(case: &Case, backend: Arc<dyn TestBackend>, children: Option<ChildLauncher>) -> Outcome {
+    if let Some(why) = missing_capability(case, &*backend, children.is_some()).await {
+        return Outcome::Ignored(why);
+    }
+    let caps = backend.capabilities();
+    let ctx = Ctx { backend, caps, case: case.name, stress: StressSettings::from_env(), children };
+    run_one(case, ctx).await
+}
+
 /// Runs the named cases (all cases when `names` is empty) against `backend`, in-process
-/// (multi-process cases are reported as skipped with `Err("skipped: ...")` unless
-/// `children` is given), sequentially, and returns each case's outcome in order. The teeth
-/// test uses this.
-pub async fn run_cases(
+/// (multi-process cases are ignored unless `children` is given), one after the other, and
+/// returns each case's outcome in order; a name that is no case is [`Outcome::Failed`].
+pub async fn run_case_outcomes(
     backend: Arc<dyn TestBackend>,
     names: &[&str],
     children: Option<ChildLauncher>,
-) -> Vec<(String, Result<(), String>)> {
-    let stress = StressSettings::from_env();
-    let caps = backend.capabilities();
+) -> Vec<(String, Outcome)> {
     let mut out = Vec::new();
     for case in all_cases() {
         if !names.is_empty() && !names.contains(&case.name) {
             continue;
         }
-        if let Some(why) = missing_capability(&case, &*backend, children.is_some()).await {
-            out.push((case.name.to_string(), Err(format!("skipped: {why}"))));
-            continue;
-        }
-        let ctx = Ctx { backend: backend.clone(), caps, case: case.name, stress, children: children.clone() };
-        out.push((case.name.to_string(), run_one(&case, ctx).await));
+        out.push((case.name.to_string(), check_and_run(&case, backend.clone(), children.clone()).await));
     }
     for name in names {
         if !out.iter().any(|(n, _)| n == name) {
-            out.push((name.to_string(), Err(format!("no case named {name}"))));
+            out.push((name.to_string(), Outcome::Failed(format!("no case named {name}"))));
         }
     }
     out
+}
+
+/// [`run_case_outcomes`] as results, for the teeth tests: a passed case is `Ok(())`, a
+/// failed one `Err(message)`, an ignored one `Err("skipped: <reason>")` (that prefix is
+/// part of this function's contract; [`run_case_outcomes`] tells the three apart).
+pub async fn run_cases(
+    backend: Arc<dyn TestBackend>,
+    names: &[&str],
+    children: Option<ChildLauncher>,
+) -> Vec<(String, Result<(), String>)> {
+    run_case_outcomes(backend, names, children)
+        .await
+        .into_iter()
+        .map(|(name, outcome)| {
+            let r = match outcome {
+                Outcome::Passed => Ok(()),
+                Outcome::Failed(msg) => Err(msg),
+                Outcome::Ignored(why) => Err(format!("skipped: {why}")),
+            };
+            (name, r)
+        })
+        .collect()
 }
 
 /// The entry point of a backend crate's `tests/conformance.rs` (`harness = false`): when the
@@ -105,11 +130,12 @@ pub fn run_main<H: Harness>(harness: H) -> ExitCode {
         Some(why) => Err((true, why)),
         None => match rt.block_on(harness.open()) {
             Ok(b) => Ok(b),
-            Err(e) => Err((e.kind() == ErrorKind::Unavailable, format!("{name} could not be opened: {e}"))),
+            Err(e) => {
+                Err((e.kind() == ErrorKind::Unavailable, format!("{name} could not be opened: {}", error_chain(&e))))
+            }
         },
     };
     let children = ChildLauncher::current_exe(harness.child_env()).ok();
-    let stress = StressSettings::from_env();
     let handle = rt.handle().clone();
     let mut trials = Vec::new();
     for case in all_cases() {
@@ -133,12 +159,11 @@ pub fn run_main<H: Harness>(harness: H) -> ExitCode {
                 let handle = handle.clone();
                 let children = children.clone();
                 Trial::ignorable_test(trial_name, move || {
-                    if let Some(why) = handle.block_on(missing_capability(&case, &*backend, children.is_some())) {
-                        return Ok(Completion::ignored_with(why));
+                    match handle.block_on(check_and_run(&case, backend, children)) {
+                        Outcome::Passed => Ok(Completion::Completed),
+                        Outcome::Ignored(why) => Ok(Completion::ignored_with(why)),
+                        Outcome::Failed(msg) => Err(Failed::from(msg)),
                     }
-                    let caps = backend.capabilities();
-                    let ctx = Ctx { backend, caps, case: case.name, stress, children };
-                    handle.block_on(run_one(&case, ctx)).map(|()| Completion::Completed).map_err(Failed::from)
                 })
             }
         };
@@ -158,19 +183,18 @@ pub fn run_main<H: Harness>(harness: H) -> ExitCode {
 pub struct Summary {
     pub passed: usize,
     pub failed: usize,
-    pub skipped: usize,
+    pub ignored: usize,
 }
 
 /// Runs every case whose name contains `filter` against `backend`, `parallel` at a time,
-/// printing one line per case as it finishes and a closing line `N passed, N failed`.
+/// printing one line per case as it finishes (`ok`, `FAILED` or `ignored`, with the reason)
+/// and the closing lines `N ignored` (when some were) and `N passed, N failed`.
 pub async fn run_suite(
     backend: Arc<dyn TestBackend>,
     filter: Option<&str>,
     children: Option<ChildLauncher>,
     parallel: usize,
 ) -> Summary {
-    let stress = StressSettings::from_env();
-    let caps = backend.capabilities();
     let cases: Vec<Case> = all_cases().into_iter().filter(|c| filter.is_none_or(|f| c.name.contains(f))).collect();
     let sem = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
     let mut set = tokio::task::JoinSet::new();
@@ -180,42 +204,31 @@ pub async fn run_suite(
         let sem = sem.clone();
         set.spawn(async move {
             let _permit = sem.acquire_owned().await.expect("semaphore open");
-            if let Some(why) = missing_capability(&case, &*backend, children.is_some()).await {
-                println!("case {:<44} ... skipped ({why})", case.name);
-                return (0, 0, 1);
-            }
-            let ctx = Ctx { backend, caps, case: case.name, stress, children };
             let t = Instant::now();
-            let r = run_one(&case, ctx).await;
+            let outcome = check_and_run(&case, backend, children).await;
             let ms = t.elapsed().as_millis();
-            match r {
-                Ok(()) => {
-                    println!("case {:<44} ... ok ({ms} ms)", case.name);
-                    (1, 0, 0)
-                }
-                Err(e) => {
-                    println!("case {:<44} ... FAILED ({ms} ms): {e}", case.name);
-                    (0, 1, 0)
-                }
+            match &outcome {
+                Outcome::Passed => println!("case {:<44} ... ok ({ms} ms)", case.name),
+                Outcome::Ignored(why) => println!("case {:<44} ... ignored ({why})", case.name),
+                Outcome::Failed(e) => println!("case {:<44} ... FAILED ({ms} ms): {e}", case.name),
             }
+            outcome
         });
     }
     let mut s = Summary::default();
     while let Some(r) = set.join_next().await {
         match r {
-            Ok((p, f, k)) => {
-                s.passed += p;
-                s.failed += f;
-                s.skipped += k;
-            }
+            Ok(Outcome::Passed) => s.passed += 1,
+            Ok(Outcome::Failed(_)) => s.failed += 1,
+            Ok(Outcome::Ignored(_)) => s.ignored += 1,
             Err(e) => {
                 println!("case panicked: {e}");
                 s.failed += 1;
             }
         }
     }
-    if s.skipped > 0 {
-        println!("{} skipped (missing capability)", s.skipped);
+    if s.ignored > 0 {
+        println!("{} ignored", s.ignored);
     }
     println!("{} passed, {} failed", s.passed, s.failed);
     s

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use chokaq_conformance::{is_required, ENV_CHILD_ROLE, ENV_CHILD_SCHEMA, ENV_CHILD_URL};
+use chokaq_conformance::{is_required, ENV_CHILD_FAULT, ENV_CHILD_ROLE, ENV_CHILD_SCHEMA, ENV_CHILD_URL};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
@@ -76,18 +76,24 @@ struct Output {
 /// Runs the runner binary with `args` and waits for it (killed after [`RUN_LIMIT`]). The
 /// child-process variables are cleared so the runner starts as a parent.
 fn run(args: &[&str]) -> Output {
+    run_with_url(args, None)
+}
+
+/// [`run`], with `url` in `CHOKAQ_CONFORMANCE_URL` (the way the docs recommend: not on the
+/// command line).
+fn run_with_url(args: &[&str], url: Option<&str>) -> Output {
     let started = Instant::now();
-    let mut child = Command::new(RUNNER)
-        .args(args)
+    let mut cmd = Command::new(RUNNER);
+    cmd.args(args)
         .env_remove(ENV_CHILD_ROLE)
         .env_remove(ENV_CHILD_SCHEMA)
         .env_remove(ENV_CHILD_URL)
-        .env_remove("CHOKAQ_CONFORMANCE_FAULT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the runner");
+        .env_remove(ENV_CHILD_FAULT);
+    if let Some(url) = url {
+        cmd.env(ENV_CHILD_URL, url);
+    }
+    let mut child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the runner");
     let mut out = child.stdout.take().expect("stdout piped");
     let mut err = child.stderr.take().expect("stderr piped");
     let out_reader = std::thread::spawn(move || {
@@ -155,7 +161,7 @@ fn closing(stdout: &str) -> (usize, usize) {
     parse().unwrap_or_else(|| panic!("closing line is not `N passed, N failed`: {last:?}\n{stdout}"))
 }
 
-/// The per-case lines: (name, outcome word: `ok`, `FAILED` or `skipped`).
+/// The per-case lines: (name, outcome word: `ok`, `FAILED` or `ignored`).
 fn case_lines(stdout: &str) -> Vec<(String, String)> {
     stdout
         .lines()
@@ -175,7 +181,7 @@ fn clean_run_passes_every_case_and_drops_its_schema() {
     }
     let names = case_names();
     let url = url();
-    let o = run(&["--url", &url]);
+    let o = run_with_url(&[], Some(&url));
     println!("clean run: {:.1} s, exit {:?}", o.elapsed.as_secs_f64(), o.code);
     assert_eq!(o.code, Some(0), "clean run failed:\n{}\n{}", o.stdout, o.stderr);
     let lines = case_lines(&o.stdout);
@@ -184,14 +190,14 @@ fn clean_run_passes_every_case_and_drops_its_schema() {
         assert_eq!(n, 1, "case {name} printed {n} times, expected once:\n{}", o.stdout);
     }
     assert_eq!(lines.len(), names.len(), "case lines vs --list:\n{}", o.stdout);
-    let skipped = lines.iter().filter(|(_, w)| w == "skipped").count();
+    let ignored = lines.iter().filter(|(_, w)| w == "ignored").count();
     let ok = lines.iter().filter(|(_, w)| w == "ok").count();
-    assert_eq!(ok + skipped, names.len(), "every line is ok or skipped:\n{}", o.stdout);
-    // The closing line is exactly `N passed, 0 failed` with N = cases - skipped.
+    assert_eq!(ok + ignored, names.len(), "every line is ok or ignored:\n{}", o.stdout);
+    // The closing line is exactly `N passed, 0 failed` with N = cases - ignored.
     let last = o.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
-    assert_eq!(last, format!("{} passed, 0 failed", names.len() - skipped));
-    assert_eq!(closing(&o.stdout), (names.len() - skipped, 0));
-    println!("clean run: {last} ({skipped} skipped, {} cases listed)", names.len());
+    assert_eq!(last, format!("{} passed, 0 failed", names.len() - ignored));
+    assert_eq!(closing(&o.stdout), (names.len() - ignored, 0));
+    println!("clean run: {last} ({ignored} ignored, {} cases listed)", names.len());
     let schema = printed_schema(&o.stdout);
     assert_eq!(schema_count(&schema), 0, "schema {schema} left behind");
     assert!(!o.stdout.contains(&url) && !o.stderr.contains(&url), "the URL was printed");
@@ -235,6 +241,39 @@ fn unreachable_url_exits_2_without_its_password() {
         assert!(!text.contains("s3cr3tpw"), "password printed: {text}");
     }
     assert!(!o.stdout.contains("passed,"), "no suite should run: {}", o.stdout);
+}
+
+#[test]
+fn a_refused_login_prints_its_cause_without_the_password() {
+    if !postgres_available("a_refused_login_prints_its_cause_without_the_password") {
+        return;
+    }
+    // The server answers, but the database does not exist: its reason must show.
+    let base = url();
+    let Some((server, _db)) = base.rsplit_once('/') else { panic!("no database in the test URL") };
+    let (scheme, rest) = server.split_once("://").expect("a URL");
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let bad = format!("{scheme}://postgres:s3cr3tpw@{rest}/chokaq_no_such_database");
+    let o = run_with_url(&[], Some(&bad));
+    assert_eq!(o.code, Some(2), "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("chokaq_no_such_database"), "the server's reason is missing: {}", o.stderr);
+    for text in [&o.stdout, &o.stderr] {
+        assert!(!text.contains("s3cr3tpw"), "password printed: {text}");
+    }
+}
+
+/// `mssql://` is one of the forms `MssqlConfig::from_url` takes: a build with the `mssql`
+/// feature tries it (nothing listens on port 1), one without names the feature.
+#[test]
+fn a_sql_server_url_is_taken_or_names_the_feature() {
+    let o = run_with_url(&[], Some("mssql://sa:s3cr3tpw@127.0.0.1:1/db"));
+    assert_eq!(o.code, Some(2), "{}\n{}", o.stdout, o.stderr);
+    if cfg!(feature = "mssql") {
+        assert!(o.stderr.contains("error: cannot use the mssql database"), "{}", o.stderr);
+    } else {
+        assert!(o.stderr.contains("--features mssql"), "{}", o.stderr);
+    }
+    assert!(!o.stderr.contains("s3cr3tpw") && !o.stdout.contains("s3cr3tpw"));
 }
 
 #[test]

@@ -11,6 +11,14 @@ use chokaq_core::{
 use crate::ctx::{CaseResult, Ctx};
 use crate::{ensure, ensure_eq};
 
+super::cases!(bad_input:
+    nasty_text_roundtrips,
+    invalid_jobs_rejected,
+    invalid_claim_and_list,
+    unknown_and_empty,
+    dead_letter_keeps_text,
+);
+
 /// Strings that break naive SQL: metacharacters, quotes, backslashes, LIKE wildcards,
 /// non-ASCII, emoji, right-to-left text, escapes.
 pub const NASTY: &[&str] = &[

@@ -9,6 +9,16 @@ use chokaq_core::{BackendExt, ClaimMode, ClaimParams, ErrorKind, LeaseRef, Queue
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
+super::cases!(cap:
+    limits_single_batch,
+    counts_fetched_and_processing,
+    change_and_clear,
+    zero_claims_nothing,
+    binds_only_its_queue,
+    race_strict,
+    race_multi_queue,
+);
+
 /// One batch claim never takes more than the cap.
 pub async fn limits_single_batch(cx: Ctx) -> CaseResult {
     let q = cx.queue();

@@ -10,6 +10,18 @@ use crate::child::ChildLine;
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
+super::cases!(claim:
+    returns_fetched_with_lease,
+    start_mode_goes_to_processing,
+    respects_limit,
+    batch_distinct_ids_and_leases,
+    order_priority_due_id,
+    leases_grow,
+    only_named_queues,
+    race_tasks_no_duplicates,
+    race_processes_no_duplicates [MULTI_PROCESS],
+);
+
 /// A reserve-mode claim moves the job to Fetched, names the worker, hands out a lease.
 pub async fn returns_fetched_with_lease(cx: Ctx) -> CaseResult {
     let q = cx.queue();

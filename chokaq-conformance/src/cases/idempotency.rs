@@ -7,6 +7,14 @@ use chokaq_core::{BackendExt, ClaimMode, Fenced, JobTable, ListJobsParams, Worke
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
+super::cases!(idempotency:
+    duplicate_returns_existing,
+    concurrent_one_row,
+    key_free_after_finish,
+    batch_with_duplicates,
+    concurrent_overlapping_batches,
+);
+
 /// A second enqueue with a live key returns the first job's id, marked duplicate, and no
 /// new row; jobs without keys never collide.
 pub async fn duplicate_returns_existing(cx: Ctx) -> CaseResult {

@@ -10,6 +10,20 @@ use chokaq_core::{
 use crate::ctx::{CaseResult, Ctx, AGED};
 use crate::{ensure, ensure_eq};
 
+super::cases!(lease:
+    stale_complete_is_lost,
+    stale_heartbeat_is_lost,
+    stale_fail_is_lost,
+    same_worker_stale_copy,
+    status_guards,
+    wrong_lease_is_lost,
+    batch_complete_mixed,
+    cancelled_fetched_cannot_start,
+    heartbeat_bumps,
+    concurrent_double_complete,
+    rescue_races_complete,
+);
+
 /// Claims (start mode) a fresh job as worker A, ages it, rescues it and lets worker B claim
 /// it again: returns (A's stale claim, B's claim).
 async fn rescued_and_reclaimed(cx: &Ctx) -> Result<(WorkerId, ClaimedJob, WorkerId, ClaimedJob), crate::Failure> {

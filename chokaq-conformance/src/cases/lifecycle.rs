@@ -11,6 +11,21 @@ use chokaq_core::{
 use crate::ctx::{CaseResult, Ctx};
 use crate::{ensure, ensure_eq};
 
+super::cases!(lifecycle:
+    reserve_start_complete,
+    release_returns_pending,
+    cancel_each_state,
+    cancel_not_live,
+    requeue_dead,
+    requeue_key_conflict,
+    purge,
+    get_and_list,
+    enqueue_many_in_order,
+    purge_bounded,
+    concurrent_requeue_once,
+    cancel_races_claim,
+);
+
 /// Reserve, start, complete: attempt 1, then archived with `finished_at`, nowhere else.
 pub async fn reserve_start_complete(cx: Ctx) -> CaseResult {
     let q = cx.queue();

@@ -1,8 +1,12 @@
 //! The cases, one per behaviour, grouped as the contract is.
+//!
+//! Each group file registers its cases with one [`cases!`] line (a case's name is the group
+//! and the function name: `claim` + `respects_limit` = `claim_respects_limit`); this file
+//! declares the group modules and lists them once, in [`all_cases`]'s order.
 
 use futures::future::BoxFuture;
 
-use crate::ctx::{CaseResult, Ctx};
+use crate::ctx::{Ctx, Failure};
 
 mod bad_input;
 mod cap;
@@ -10,6 +14,7 @@ mod claim;
 mod idempotency;
 mod lease;
 mod lifecycle;
+mod notify;
 mod pause;
 mod rescue;
 mod retry;
@@ -19,15 +24,58 @@ mod stress;
 
 pub use bad_input::NASTY;
 
-/// What a case needs beyond the core contract (checked against the backend's capabilities).
+/// How a case ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every assertion held.
+    Passed,
+    /// An assertion or a backend call failed; the message says what was expected and seen.
+    Failed(String),
+    /// The case cannot run on this backend or in this run (the reason): never a pass. The
+    /// runner decides it for a missing [`Needs`]; a case may decide it itself (the wake-up
+    /// case, when `Backend::wakeups` returns `None`).
+    Ignored(String),
+}
+
+impl Outcome {
+    /// Whether the case failed.
+    pub fn is_failed(&self) -> bool {
+        matches!(self, Outcome::Failed(_))
+    }
+}
+
+impl From<Failure> for Outcome {
+    fn from(f: Failure) -> Self {
+        Outcome::Failed(f.0)
+    }
+}
+
+/// What a case function may return: [`crate::CaseResult`] (passed or failed) or
+/// `Result<Outcome, Failure>` (for a case that may decide it is ignored).
+pub(crate) trait IntoOutcome {
+    fn into_outcome(self) -> Outcome;
+}
+
+impl IntoOutcome for Result<(), Failure> {
+    fn into_outcome(self) -> Outcome {
+        self.map_or_else(Outcome::from, |()| Outcome::Passed)
+    }
+}
+
+impl IntoOutcome for Result<Outcome, Failure> {
+    fn into_outcome(self) -> Outcome {
+        self.unwrap_or_else(Outcome::from)
+    }
+}
+
+/// What a case needs beyond the core contract (checked against the backend's capabilities
+/// before the case runs; a missing one makes the case [`Outcome::Ignored`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
     /// Several OS processes on one store, and a child-process launcher.
     pub multi_process: bool,
     /// [`chokaq_core::testing::TestSupport::kill_connections`].
     pub kill_connections: bool,
-    /// [`chokaq_core::Backend::wakeups`] returns a stream.
-    pub listen_notify: bool,
     /// Runs alone: no other case of the run is in flight meanwhile (it disturbs the shared
     /// backend, e.g. kills its connections).
     pub exclusive: bool,
@@ -35,14 +83,11 @@ pub struct Needs {
 
 impl Needs {
     /// Nothing beyond the contract.
-    pub const NONE: Needs =
-        Needs { multi_process: false, kill_connections: false, listen_notify: false, exclusive: false };
+    pub const NONE: Needs = Needs { multi_process: false, kill_connections: false, exclusive: false };
     /// Child OS processes.
     pub const MULTI_PROCESS: Needs = Needs { multi_process: true, ..Needs::NONE };
     /// Killing connections (alone: the kills hit every session of the backend).
     pub const KILL_CONNECTIONS: Needs = Needs { kill_connections: true, exclusive: true, ..Needs::NONE };
-    /// Push wake-ups.
-    pub const LISTEN_NOTIFY: Needs = Needs { listen_notify: true, ..Needs::NONE };
 }
 
 /// One named case.
@@ -55,7 +100,7 @@ pub struct Case {
     /// What it needs beyond the contract.
     pub needs: Needs,
     /// The case itself.
-    pub run: fn(Ctx) -> BoxFuture<'static, CaseResult>,
+    pub run: fn(Ctx) -> BoxFuture<'static, Outcome>,
 }
 
 impl std::fmt::Debug for Case {
@@ -68,112 +113,65 @@ impl std::fmt::Debug for Case {
     }
 }
 
-macro_rules! case {
-    ($group:literal, $name:literal, $f:path) => {
-        case!($group, $name, $f, Needs::NONE)
+/// Registers the cases of one group file, in order: `cases!(group: case_fn, ...)`. Each
+/// entry is an `async fn(Ctx)` of that file returning [`crate::CaseResult`] (or
+/// `Result<Outcome, Failure>`), optionally followed by `[NEEDS]`, a [`Needs`] constant
+/// (`[MULTI_PROCESS]`, `[KILL_CONNECTIONS]`). The case is named `<group>_<case_fn>`. Expands
+/// to the file's `fn cases() -> Vec<Case>`.
+macro_rules! cases {
+    (@needs) => {
+        $crate::cases::Needs::NONE
     };
-    ($group:literal, $name:literal, $f:path, $needs:expr) => {
-        Case { name: $name, group: $group, needs: $needs, run: |cx| Box::pin($f(cx)) }
+    (@needs $needs:ident) => {
+        $crate::cases::Needs::$needs
+    };
+    ($group:ident: $($case:ident $([$needs:ident])?),+ $(,)?) => {
+        /// This group's cases, in order.
+        pub(super) fn cases() -> Vec<$crate::cases::Case> {
+            vec![$($crate::cases::Case {
+                name: concat!(stringify!($group), "_", stringify!($case)),
+                group: stringify!($group),
+                needs: $crate::cases::cases!(@needs $($needs)?),
+                run: |cx| Box::pin(async move { $crate::cases::IntoOutcome::into_outcome($case(cx).await) }),
+            }),+]
+        }
+    };
+}
+pub(crate) use cases;
+
+/// Lists the group modules once; expands to [`all_cases`].
+macro_rules! groups {
+    ($($group:ident),+ $(,)?) => {
+        /// Every case, in a stable order: the groups as listed, each group's cases as its
+        /// `cases!` line lists them.
+        pub fn all_cases() -> Vec<Case> {
+            let mut all = Vec::new();
+            $(all.extend($group::cases());)+
+            all
+        }
     };
 }
 
-/// Every case, in a stable order.
-pub fn all_cases() -> Vec<Case> {
-    vec![
-        // claim
-        case!("claim", "claim_returns_fetched_with_lease", claim::returns_fetched_with_lease),
-        case!("claim", "claim_start_mode_goes_to_processing", claim::start_mode_goes_to_processing),
-        case!("claim", "claim_respects_limit", claim::respects_limit),
-        case!("claim", "claim_batch_distinct_ids_and_leases", claim::batch_distinct_ids_and_leases),
-        case!("claim", "claim_order_priority_due_id", claim::order_priority_due_id),
-        case!("claim", "claim_leases_grow", claim::leases_grow),
-        case!("claim", "claim_only_named_queues", claim::only_named_queues),
-        case!("claim", "claim_race_tasks_no_duplicates", claim::race_tasks_no_duplicates),
-        case!("claim", "claim_race_processes_no_duplicates", claim::race_processes_no_duplicates, Needs::MULTI_PROCESS),
-        // cap
-        case!("cap", "cap_limits_single_batch", cap::limits_single_batch),
-        case!("cap", "cap_counts_fetched_and_processing", cap::counts_fetched_and_processing),
-        case!("cap", "cap_change_and_clear", cap::change_and_clear),
-        case!("cap", "cap_zero_claims_nothing", cap::zero_claims_nothing),
-        case!("cap", "cap_binds_only_its_queue", cap::binds_only_its_queue),
-        case!("cap", "cap_race_strict", cap::race_strict),
-        case!("cap", "cap_race_multi_queue", cap::race_multi_queue),
-        // lease / fencing
-        case!("lease", "lease_stale_complete_is_lost", lease::stale_complete_is_lost),
-        case!("lease", "lease_stale_heartbeat_is_lost", lease::stale_heartbeat_is_lost),
-        case!("lease", "lease_stale_fail_is_lost", lease::stale_fail_is_lost),
-        case!("lease", "lease_same_worker_stale_copy", lease::same_worker_stale_copy),
-        case!("lease", "lease_status_guards", lease::status_guards),
-        case!("lease", "lease_wrong_lease_is_lost", lease::wrong_lease_is_lost),
-        case!("lease", "lease_batch_complete_mixed", lease::batch_complete_mixed),
-        case!("lease", "lease_cancelled_fetched_cannot_start", lease::cancelled_fetched_cannot_start),
-        case!("lease", "lease_heartbeat_bumps", lease::heartbeat_bumps),
-        case!("lease", "lease_concurrent_double_complete", lease::concurrent_double_complete),
-        case!("lease", "lease_rescue_races_complete", lease::rescue_races_complete),
-        // lifecycle
-        case!("lifecycle", "lifecycle_reserve_start_complete", lifecycle::reserve_start_complete),
-        case!("lifecycle", "lifecycle_release_returns_pending", lifecycle::release_returns_pending),
-        case!("lifecycle", "lifecycle_cancel_each_state", lifecycle::cancel_each_state),
-        case!("lifecycle", "lifecycle_cancel_not_live", lifecycle::cancel_not_live),
-        case!("lifecycle", "lifecycle_requeue_dead", lifecycle::requeue_dead),
-        case!("lifecycle", "lifecycle_requeue_key_conflict", lifecycle::requeue_key_conflict),
-        case!("lifecycle", "lifecycle_purge", lifecycle::purge),
-        case!("lifecycle", "lifecycle_get_and_list", lifecycle::get_and_list),
-        case!("lifecycle", "lifecycle_enqueue_many_in_order", lifecycle::enqueue_many_in_order),
-        case!("lifecycle", "lifecycle_purge_bounded", lifecycle::purge_bounded),
-        case!("lifecycle", "lifecycle_concurrent_requeue_once", lifecycle::concurrent_requeue_once),
-        case!("lifecycle", "lifecycle_cancel_races_claim", lifecycle::cancel_races_claim),
-        // retry
-        case!("retry", "retry_backoff_schedules_pending", retry::backoff_schedules_pending),
-        case!("retry", "retry_until_max_attempts_then_dead", retry::until_max_attempts_then_dead),
-        case!("retry", "retry_fatal_dead_letters_at_once", retry::fatal_dead_letters_at_once),
-        case!("retry", "retry_snooze_does_not_count", retry::snooze_does_not_count),
-        case!("retry", "retry_long_error_truncated", retry::long_error_truncated),
-        // rescue
-        case!("rescue", "rescue_fetched_timeout", rescue::fetched_timeout),
-        case!("rescue", "rescue_zombie_retried", rescue::zombie_retried),
-        case!("rescue", "rescue_zombie_dead_without_attempts", rescue::zombie_dead_without_attempts),
-        case!("rescue", "rescue_zombie_policy_dead_letter", rescue::zombie_policy_dead_letter),
-        case!("rescue", "rescue_queue_zombie_timeout", rescue::queue_zombie_timeout),
-        case!("rescue", "rescue_leaves_fresh_jobs", rescue::leaves_fresh_jobs),
-        case!("rescue", "rescue_sigkill_mid_job", rescue::sigkill_mid_job, Needs::MULTI_PROCESS),
-        // schedule
-        case!("schedule", "schedule_future_not_claimed", schedule::future_not_claimed),
-        case!("schedule", "schedule_past_claimed_first", schedule::past_claimed_first),
-        case!("schedule", "schedule_short_delay_becomes_due", schedule::short_delay_becomes_due),
-        // pause
-        case!("pause", "pause_blocks_claims", pause::blocks_claims),
-        case!("pause", "pause_inactive_blocks_claims", pause::inactive_blocks_claims),
-        case!("pause", "pause_fetched_released_on_pause", pause::fetched_released_on_pause),
-        case!("pause", "pause_settings_and_isolation", pause::settings_and_isolation),
-        // idempotency
-        case!("idempotency", "idempotency_duplicate_returns_existing", idempotency::duplicate_returns_existing),
-        case!("idempotency", "idempotency_concurrent_one_row", idempotency::concurrent_one_row),
-        case!("idempotency", "idempotency_key_free_after_finish", idempotency::key_free_after_finish),
-        case!("idempotency", "idempotency_batch_with_duplicates", idempotency::batch_with_duplicates),
-        case!("idempotency", "idempotency_concurrent_overlapping_batches", idempotency::concurrent_overlapping_batches),
-        // stats
-        case!("stats", "stats_counts_per_state", stats::counts_per_state),
-        case!("stats", "stats_oldest_due_lag", stats::oldest_due_lag),
-        case!("stats", "stats_readers_see_consistent_sums", stats::readers_see_consistent_sums),
-        // bad input
-        case!("bad_input", "bad_input_nasty_text_roundtrips", bad_input::nasty_text_roundtrips),
-        case!("bad_input", "bad_input_invalid_jobs_rejected", bad_input::invalid_jobs_rejected),
-        case!("bad_input", "bad_input_invalid_claim_and_list", bad_input::invalid_claim_and_list),
-        case!("bad_input", "bad_input_unknown_and_empty", bad_input::unknown_and_empty),
-        case!("bad_input", "bad_input_dead_letter_keeps_text", bad_input::dead_letter_keeps_text),
-        // faults and push
-        case!(
-            "stress",
-            "stress_kill_connections_nothing_lost",
-            stress::kill_connections_nothing_lost,
-            Needs::KILL_CONNECTIONS
-        ),
-        case!("notify", "notify_wakes_on_enqueue", stress::notify_wakes_on_enqueue, Needs::LISTEN_NOTIFY),
-    ]
-}
+groups!(claim, cap, lease, lifecycle, retry, rescue, schedule, pause, idempotency, stats, bad_input, stress, notify);
 
 /// The names of every case.
 pub fn case_names() -> Vec<&'static str> {
     all_cases().iter().map(|c| c.name).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_prefixed_by_their_group() {
+        let all = all_cases();
+        let names: HashSet<&str> = all.iter().map(|c| c.name).collect();
+        assert_eq!(names.len(), all.len(), "duplicate case names");
+        for c in &all {
+            assert!(c.name.starts_with(&format!("{}_", c.group)), "{c:?}");
+        }
+    }
 }

@@ -8,6 +8,8 @@ use chokaq_core::{
 use crate::ctx::{CaseResult, Ctx};
 use crate::{ensure, ensure_eq};
 
+super::cases!(pause: blocks_claims, inactive_blocks_claims, fetched_released_on_pause, settings_and_isolation);
+
 /// Paused: no claims; resumed: claims again.
 pub async fn blocks_claims(cx: Ctx) -> CaseResult {
     let q = cx.queue();

@@ -13,6 +13,16 @@ use crate::child::ChildLine;
 use crate::ctx::{rescue_params, CaseResult, Ctx, AGED};
 use crate::{ensure, ensure_eq};
 
+super::cases!(rescue:
+    fetched_timeout,
+    zombie_retried,
+    zombie_dead_without_attempts,
+    zombie_policy_dead_letter,
+    queue_zombie_timeout,
+    leaves_fresh_jobs,
+    sigkill_mid_job [MULTI_PROCESS],
+);
+
 /// A Fetched job not started within the fetched timeout goes back to Pending, attempt
 /// unchanged, and its old lease is lost.
 pub async fn fetched_timeout(cx: Ctx) -> CaseResult {

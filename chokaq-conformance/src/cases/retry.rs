@@ -9,6 +9,14 @@ use chokaq_core::{ClaimMode, DeadReason, FailAction, FailOutcome, Fenced, JobLoc
 use crate::ctx::{CaseResult, Ctx};
 use crate::{ensure, ensure_eq};
 
+super::cases!(retry:
+    backoff_schedules_pending,
+    until_max_attempts_then_dead,
+    fatal_dead_letters_at_once,
+    snooze_does_not_count,
+    long_error_truncated,
+);
+
 /// A retry puts the job back to Pending, due after the delay (database clock), with the
 /// error kept and the worker cleared; it is not claimable before then.
 pub async fn backoff_schedules_pending(cx: Ctx) -> CaseResult {

@@ -8,6 +8,8 @@ use chokaq_core::{ClaimMode, JobLocation, JobStatus, WorkerId};
 use crate::ctx::{CaseResult, Ctx};
 use crate::{ensure, ensure_eq};
 
+super::cases!(schedule: future_not_claimed, past_claimed_first, short_delay_becomes_due);
+
 /// A job delayed by an hour (database clock) is not claimed; once its time is forced into the
 /// past it is.
 pub async fn future_not_claimed(cx: Ctx) -> CaseResult {

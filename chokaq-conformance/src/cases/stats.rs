@@ -11,6 +11,8 @@ use chokaq_core::{BackendExt, ClaimMode, DeadReason, FailAction, JobId, LeaseRef
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
+super::cases!(stats: counts_per_state, oldest_due_lag, readers_see_consistent_sums);
+
 /// Two Pending, one Fetched, one Processing, one archived, one dead: counted exactly.
 pub async fn counts_per_state(cx: Ctx) -> CaseResult {
     let q = cx.queue();

@@ -11,6 +11,8 @@ use chokaq_core::{ClaimMode, JobId, JobLocation, JobStatus, Lease, LeaseRef, Wor
 use crate::ctx::{CaseResult, Ctx, Failure, AGED};
 use crate::{ensure, ensure_eq};
 
+super::cases!(stress: kill_connections_nothing_lost [KILL_CONNECTIONS]);
+
 /// (id, attempt) -> the leases handed out for it.
 type ClaimLog = HashMap<(JobId, i32), Vec<Lease>>;
 
@@ -146,22 +148,4 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(last.map(Failure::from).unwrap_or_else(|| Failure("retry failed".into())))
-}
-
-/// Wake-ups: an enqueue wakes a listener (capability listen_notify).
-pub async fn notify_wakes_on_enqueue(cx: Ctx) -> CaseResult {
-    let mut wakeups = cx.backend.wakeups().await?.ok_or("listen_notify is declared but wakeups() returned None")?;
-    let q = cx.queue();
-    // The listener may need a moment to subscribe: enqueue until a wake-up for the queue comes.
-    let deadline = Instant::now() + crate::POLL_DEADLINE;
-    loop {
-        cx.enqueue(cx.job(&q)).await?;
-        match tokio::time::timeout(Duration::from_millis(500), wakeups.recv()).await {
-            Ok(Some(chokaq_core::Wake::Queue(name))) if name == q.as_str() => return Ok(()),
-            Ok(Some(chokaq_core::Wake::Any)) => return Ok(()),
-            Ok(Some(_)) | Err(_) => {}
-            Ok(None) => return Err("the wake-up stream ended".into()),
-        }
-        ensure!(Instant::now() < deadline, "no wake-up for {q} within {:?}", crate::POLL_DEADLINE);
-    }
 }

@@ -1,12 +1,8 @@
-//! Which backend a URL names. Each backend is a feature of this crate; to add one, add a
-//! feature-gated arm to [`harness_for`] and a function like [`postgres`] (about 15 lines).
+//! Which backend a URL names: one feature-gated arm per backend in [`harness_for`], and one
+//! function per backend that builds its harness (the in-tree wiring; docs/conformance.md,
+//! "Wiring a backend into this repository's runner").
 
-use chokaq_conformance::UrlHarness;
-
-/// Env var carrying `--inject-fault NAME` to the child processes of multi-process cases, so
-/// they run the same broken statements as the parent.
-#[cfg(feature = "fault-injection")]
-pub const ENV_FAULT: &str = "CHOKAQ_CONFORMANCE_FAULT";
+use chokaq_conformance::{Target, UrlHarness};
 
 /// The names `--inject-fault` takes: the switches of `chokaq_postgres::Faults`.
 #[cfg(feature = "fault-injection")]
@@ -33,10 +29,30 @@ fn fault_named(name: &str) -> Result<chokaq_postgres::Faults, String> {
     Ok(f)
 }
 
-/// The harness for `url`, chosen by its scheme; `fault` (a [`FAULT_NAMES`] entry, only with
-/// the `fault-injection` feature and only for PostgreSQL) switches one broken statement on.
-pub fn harness_for(url: &str, fault: Option<&str>) -> Result<UrlHarness, String> {
-    if let Some(name) = fault {
+/// An ADO.NET connection string, as SQL Server takes it (`server=tcp:host,1433;user=...`):
+/// no `://`, and a `key=value` pair. (With the `mssql` feature, chokaq-mssql decides.)
+#[cfg(not(feature = "mssql"))]
+fn looks_like_connection_string(url: &str) -> bool {
+    !url.contains("://") && url.contains('=')
+}
+
+/// The URL's scheme, when it has a well-formed one (never a piece of a connection string,
+/// which could hold a password).
+fn scheme_of(url: &str) -> Option<&str> {
+    let scheme = url.split_once(':')?.0;
+    let mut chars = scheme.chars();
+    let well_formed = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    well_formed.then_some(scheme)
+}
+
+/// The harness for the target's URL, chosen by its scheme (SQL Server: `mssql://`,
+/// `sqlserver://` or an ADO connection string, the forms `MssqlConfig::from_url` takes); its `--schema` applies, and its fault (a [`FAULT_NAMES`] entry, only
+/// with the `fault-injection` feature and only for PostgreSQL) switches one broken statement
+/// on. Errors never quote the URL.
+pub fn harness_for(target: &Target) -> Result<UrlHarness, String> {
+    let url = target.url.as_str();
+    if let Some(name) = &target.fault {
         if !cfg!(feature = "fault-injection") {
             return Err(format!("fault {name:?} asked for, but this build lacks the fault-injection feature"));
         }
@@ -45,23 +61,38 @@ pub fn harness_for(url: &str, fault: Option<&str>) -> Result<UrlHarness, String>
             return Err("--inject-fault applies to a postgres:// URL only".into());
         }
     }
-    // SQL Server takes an ADO connection string (server=tcp:host,1433;user=...), not a URL.
     #[cfg(feature = "mssql")]
     if chokaq_mssql::is_connection_string(url) {
-        return Ok(mssql(url));
+        return Ok(mssql(target));
     }
-    let scheme = url.split_once("://").map(|(s, _)| s).or_else(|| url.split_once(':').map(|(s, _)| s)).unwrap_or("");
+    #[cfg(not(feature = "mssql"))]
+    if looks_like_connection_string(url) {
+        return Err(format!(
+            "this looks like a SQL Server connection string, but this build has no SQL Server backend (built \
+             with: {}); rebuild with --features mssql",
+            built_with()
+        ));
+    }
+    let Some(scheme) = scheme_of(url) else {
+        return Err("no URL scheme: expected e.g. postgres://user@host:5432/db".into());
+    };
     match scheme.to_ascii_lowercase().as_str() {
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => postgres(url, fault),
-        // #[cfg(feature = "mssql")]
-        // "mssql" | "sqlserver" => Ok(mssql(url)),
+        "postgres" | "postgresql" => postgres(target),
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(sqlite(url)),
-        "" => Err("no URL scheme: expected e.g. postgres://user@host:5432/db".into()),
+        "sqlite" => Ok(sqlite(target)),
+        // MssqlConfig::from_url takes mssql:// and sqlserver:// URLs as well as ADO strings.
+        #[cfg(feature = "mssql")]
+        "mssql" | "sqlserver" => Ok(mssql(target)),
         other => Err(format!(
-            "no backend for URL scheme {other:?} in this build (built with: {}); rebuild with --features <backend>",
-            built_with()
+            "no backend for URL scheme {other:?} in this build (built with: {}); rebuild with --features {}",
+            built_with(),
+            match other {
+                "postgres" | "postgresql" => "postgres",
+                "mssql" | "sqlserver" => "mssql",
+                "sqlite" => "sqlite",
+                _ => "<backend>",
+            }
         )),
     }
 }
@@ -85,18 +116,16 @@ fn built_with() -> String {
 }
 
 #[cfg(feature = "postgres")]
-fn postgres(url: &str, fault: Option<&str>) -> Result<UrlHarness, String> {
+fn postgres(target: &Target) -> Result<UrlHarness, String> {
     use std::sync::Arc;
 
     use chokaq_conformance::TestBackend;
     use chokaq_postgres::{PgBackend, PgConfig};
 
     #[cfg(feature = "fault-injection")]
-    let faults = fault.map(fault_named).transpose()?.unwrap_or_default();
-    #[cfg(not(feature = "fault-injection"))]
-    let _ = fault; // rejected in harness_for
+    let faults = target.fault.as_deref().map(fault_named).transpose()?.unwrap_or_default();
 
-    Ok(UrlHarness::new("postgres", Some(url.to_string()), move |url, schema| {
+    Ok(UrlHarness::for_target("postgres", target, move |url, schema| {
         Box::pin(async move {
             probe_postgres(&url).await?;
             let cfg = PgConfig::new(url).schema(schema).max_connections(16);
@@ -134,15 +163,15 @@ async fn probe_postgres(url: &str) -> chokaq_core::Result<()> {
 }
 
 #[cfg(feature = "mssql")]
-fn mssql(conn_str: &str) -> UrlHarness {
+fn mssql(target: &Target) -> UrlHarness {
     use std::sync::Arc;
 
     use chokaq_conformance::TestBackend;
     use chokaq_mssql::{MssqlBackend, MssqlConfig};
 
-    UrlHarness::new("mssql", Some(conn_str.to_string()), |conn_str, schema| {
+    UrlHarness::for_target("mssql", target, |conn_str, schema| {
         Box::pin(async move {
-            let cfg = MssqlConfig::new(&conn_str)?.schema(&schema)?.max_connections(16);
+            let cfg = MssqlConfig::from_url(&conn_str)?.schema(&schema)?.max_connections(16);
             Ok(Arc::new(MssqlBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
         })
     })
@@ -153,13 +182,13 @@ fn mssql(conn_str: &str) -> UrlHarness {
 /// `chokaq_t_ab12` give `/tmp/conf.chokaq_t_ab12.db`), so the suite never touches the file the
 /// URL names; child processes derive the same file from the same URL and schema.
 #[cfg(feature = "sqlite")]
-fn sqlite(url: &str) -> UrlHarness {
+fn sqlite(target: &Target) -> UrlHarness {
     use std::sync::Arc;
 
     use chokaq_conformance::TestBackend;
     use chokaq_sqlite::{SqliteBackend, SqliteConfig};
 
-    UrlHarness::new("sqlite", Some(url.to_string()), |url, schema| {
+    UrlHarness::for_target("sqlite", target, |url, schema| {
         Box::pin(async move {
             let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
             let (path, params) = rest.split_once('?').map_or((rest, None), |(p, q)| (p, Some(q)));
