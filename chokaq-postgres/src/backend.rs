@@ -81,7 +81,7 @@ impl PgBackend {
     }
 
     /// Wraps an existing pool. `config.url` is not used; its other settings are.
-    /// `TestSupport::kill_connections` finds only sessions whose `application_name` is
+    /// The test support (feature `testing`) kills only sessions whose `application_name` is
     /// `chokaq:<schema>`, as [`PgBackend::connect`] sets it.
     pub fn from_pool(pool: PgPool, config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;

@@ -73,3 +73,27 @@ mod markdown_snippets {
     #[doc = include_str!("../../docs/runtime.md")]
     struct RuntimeDoc;
 }
+
+/// The other pages of `docs/` (`docs/conformance.md` is compiled by `chokaq-conformance`):
+/// their Rust snippets are compiled by `cargo test --doc --all-features`, so the docs run as
+/// written. Snippets that need a server are `no_run`.
+#[cfg(all(doctest, feature = "postgres", feature = "sqlite", feature = "mssql"))]
+mod backend_doc_snippets {
+    #[doc = include_str!("../../docs/architecture.md")]
+    struct Architecture;
+
+    #[doc = include_str!("../../docs/contract.md")]
+    struct Contract;
+
+    #[doc = include_str!("../../docs/performance.md")]
+    struct Performance;
+
+    #[doc = include_str!("../../docs/postgres.md")]
+    struct Postgres;
+
+    #[doc = include_str!("../../docs/sqlite.md")]
+    struct Sqlite;
+
+    #[doc = include_str!("../../docs/sqlserver.md")]
+    struct SqlServer;
+}
