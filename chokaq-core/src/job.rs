@@ -301,11 +301,9 @@ mod tests {
     #[test]
     fn control_characters_in_text_fields_are_invalid_input() {
         for bad in ["a\nb", "a\rb", "\u{1b}[31mred", "tab\there", "del\u{7f}", "c1\u{85}next", "line\u{2028}sep"] {
-            for (what, j) in [
-                ("tag", job().tag(bad)),
-                ("key", job().idempotency_key(bad)),
-                ("created_by", job().created_by(bad)),
-            ] {
+            for (what, j) in
+                [("tag", job().tag(bad)), ("key", job().idempotency_key(bad)), ("created_by", job().created_by(bad))]
+            {
                 let r = j.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES);
                 assert_eq!(r.map_err(|e| e.kind()).err(), Some(ErrorKind::InvalidInput), "{what} {bad:?}");
             }

@@ -439,7 +439,9 @@ mod tests {
         for ok in ["chokaq", "_x", "A1_b", &"a".repeat(MAX_SCHEMA_NAME_LEN)] {
             assert!(schema_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "1abc", "a-b", "a;drop", "a b", "\"x\"", &"a".repeat(MAX_SCHEMA_NAME_LEN + 1), &"a".repeat(64), "é"] {
+        for bad in
+            ["", "1abc", "a-b", "a;drop", "a b", "\"x\"", &"a".repeat(MAX_SCHEMA_NAME_LEN + 1), &"a".repeat(64), "é"]
+        {
             assert!(schema_name(bad).is_err(), "{bad}");
         }
     }
@@ -474,7 +476,11 @@ mod tests {
             let name = "s".repeat(len);
             if schema_name(&name).is_ok() {
                 for derived in [format!("{name}_jobs"), format!("chokaq:{name}")] {
-                    assert!(derived.len() <= 63, "schema name of {len} bytes derives {derived:?} ({} bytes)", derived.len());
+                    assert!(
+                        derived.len() <= 63,
+                        "schema name of {len} bytes derives {derived:?} ({} bytes)",
+                        derived.len()
+                    );
                 }
             }
         }
@@ -482,7 +488,9 @@ mod tests {
 
     #[test]
     fn text_fields_reject_control_characters() {
-        for bad in ["a\nb", "a\rb", "\u{1b}[2J", "a\tb", "\u{7f}", "\u{85}", "\u{9f}", "a\u{2028}b", "a\u{2029}b", "a\0b"] {
+        for bad in
+            ["a\nb", "a\rb", "\u{1b}[2J", "a\tb", "\u{7f}", "\u{85}", "\u{9f}", "a\u{2028}b", "a\u{2029}b", "a\0b"]
+        {
             assert!(text_field("tag", bad, 100).is_err(), "{bad:?}");
         }
         for ok in ["a b", "Ünïcödé", "🚀", "RTL שלום \u{202e}abc", "'; --"] {

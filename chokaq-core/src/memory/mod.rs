@@ -702,7 +702,11 @@ mod tests {
         assert!(again.duplicate && again.id == on_a.id, "K twice on qa: {again:?}");
         // Inside one batch too, per queue.
         let out = b
-            .enqueue_many(vec![job("qc").idempotency_key("B"), job("qd").idempotency_key("B"), job("qc").idempotency_key("B")])
+            .enqueue_many(vec![
+                job("qc").idempotency_key("B"),
+                job("qd").idempotency_key("B"),
+                job("qc").idempotency_key("B"),
+            ])
             .await
             .unwrap();
         assert!(!out[0].duplicate && !out[1].duplicate && out[0].id != out[1].id, "{out:?}");
@@ -787,10 +791,9 @@ mod tests {
         let w = WorkerId::random();
         let got = b.claim(&ClaimParams::new(w, vec![q("d")], 1, ClaimMode::Start)).await.unwrap();
         let too_long = validate::MAX_DELAY + Duration::from_secs(1);
-        for action in [
-            FailAction::Retry { delay: too_long, error: "e".into() },
-            FailAction::Snooze { delay: Duration::MAX },
-        ] {
+        for action in
+            [FailAction::Retry { delay: too_long, error: "e".into() }, FailAction::Snooze { delay: Duration::MAX }]
+        {
             let err = b.fail(w, got[0].lease_ref(), action).await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidInput);
         }
