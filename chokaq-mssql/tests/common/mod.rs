@@ -62,7 +62,7 @@ pub fn main_for(rcsi: bool) -> std::process::ExitCode {
     let inner = UrlHarness::new("mssql", url, move |url, schema| {
         Box::pin(async move {
             let cfg = MssqlConfig::new(&url)?.schema(&schema)?.max_connections(16);
-            let (cfg, now_on) = MssqlBackend::ensure_database(cfg, db, rcsi).await?;
+            let (cfg, now_on, _) = MssqlBackend::ensure_database(cfg, db, rcsi, true).await?;
             if now_on != rcsi {
                 return Err(Error::new(
                     ErrorKind::Other,
