@@ -4,6 +4,9 @@
 //!
 //! The lease-list statements take `@P1`, a JSON array `[{"id": "<32 hex>", "lease": n}, …]`
 //! read with `OPENJSON`, and `@P2`, the worker id. The guard is Id + Lease + WorkerId + Status.
+//! Every read of the hot table here is `FORCESEEK` (on the primary key, or on the index of
+//! the state it looks for): whatever the optimizer estimates for the JSON list, no plan can
+//! scan the table under update locks.
 
 /// Fetched → Processing (`Attempt + 1`). Returns the ids written.
 pub(super) const START: &str = "SET NOCOUNT ON;
@@ -14,7 +17,7 @@ UPDATE h
 SET h.[Status] = 2, h.[Attempt] = h.[Attempt] + 1, h.[StartedAtUtc] = @Now, h.[HeartbeatUtc] \
     = @Now, h.[UpdatedAtUtc] = @Now
 OUTPUT INSERTED.[Id]
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
@@ -27,7 +30,7 @@ DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 UPDATE h
 SET h.[HeartbeatUtc] = @Now, h.[UpdatedAtUtc] = @Now
 OUTPUT INSERTED.[Id], INSERTED.[CancelRequested]
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;";
@@ -52,7 +55,7 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc])
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;
@@ -156,7 +159,7 @@ DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 UPDATE h
 SET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now
 OUTPUT INSERTED.[Id]
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
@@ -408,6 +411,31 @@ mod tests {
         }
         // A retry or snooze due later goes to Scheduled.
         assert!(f.contains("h.[Status] = CASE WHEN @Due > @Now THEN 3 ELSE 0 END,"));
+    }
+
+    /// Item 11: no read of the hot table in a write can become a scan under U/X locks.
+    #[test]
+    fn every_write_to_the_hot_table_seeks() {
+        let st = Statements::new("chokaq").unwrap();
+        for (name, sql) in [
+            ("start", &st.start),
+            ("heartbeat", &st.heartbeat),
+            ("complete", &st.complete),
+            ("release", &st.release),
+            ("fail", &st.fail),
+            ("rescue", &st.rescue),
+            ("cancel", &st.cancel),
+            ("claim", &st.claim),
+            ("enqueue", &st.enqueue),
+        ] {
+            for (i, _) in sql.match_indices("[chokaq].[JobsHot] AS ") {
+                let line = &sql[i..sql[i..].find('\n').map_or(sql.len(), |n| i + n)];
+                let seeks = line.contains("FORCESEEK") || line.contains("INDEX([IX_JobsHot_");
+                // cancel's first read takes no lock at all (it only learns where the job is).
+                let unlocked_lookup = name == "cancel" && line == "[chokaq].[JobsHot] AS h";
+                assert!(seeks || unlocked_lookup, "{name}: {line}");
+            }
+        }
     }
 
     /// Item 13: cancel locks the claim-index entry before the clustered row, as a claim does.
