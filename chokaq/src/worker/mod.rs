@@ -20,6 +20,8 @@ mod executor;
 mod heartbeat;
 mod maintenance;
 #[cfg(test)]
+mod reliability_tests;
+#[cfg(test)]
 mod test_support;
 
 use std::collections::VecDeque;
@@ -208,6 +210,7 @@ impl Worker {
             cfg.completion_batch,
             cfg.completion_flush,
             cfg.concurrency,
+            leases.clone(),
             outcomes.clone(),
             counters.clone(),
         ));
@@ -225,6 +228,7 @@ impl Worker {
             completer: completer.clone(),
             outcomes: outcomes.clone(),
             counters: counters.clone(),
+            span: tracing::info_span!("chokaq.worker", worker = %worker),
         });
         let wake = Arc::new(Notify::new());
         let parts = Parts {
@@ -371,6 +375,71 @@ impl Drop for DropGuard {
             t.cancel();
         }
     }
+}
+
+/// The longest pause between two tries of an outcome write.
+const WRITE_BACKOFF_CAP: Duration = Duration::from_secs(1);
+
+/// Writes an outcome (`complete`, `fail`): calls `f` again on every retryable error, with a
+/// back-off that doubles from 50 ms up to [`WRITE_BACKOFF_CAP`], until it is written or fails
+/// for good (a non-retryable error). Nothing is given up on a transient error: a repeated
+/// write of the same lease cannot apply twice (the lease guard), and the job's lease stays
+/// heart-beaten meanwhile.
+async fn write_with_retries<T, F, Fut>(worker: WorkerId, what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    if broken(worker, Broken::GiveUpAfterFour) {
+        return with_retries(f).await;
+    }
+    let mut delay = Duration::from_millis(50);
+    let mut tries = 0u64;
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() => {
+                tries += 1;
+                if tries % 10 == 0 {
+                    tracing::warn!(error = %e, tries, what, "an outcome write keeps failing; still retrying");
+                } else {
+                    tracing::debug!(error = %e, tries, what, "retrying an outcome write");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(WRITE_BACKOFF_CAP);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Deliberately broken variants of the worker, switched on per worker id by this crate's unit
+/// tests only (the teeth: each must be caught by a named test). Always off outside tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broken {
+    /// Outcome writes give up after four retries (the old behaviour).
+    GiveUpAfterFour,
+    /// A finished job's lease is forgotten before its outcome is written (no heartbeats).
+    UntrackBeforeWrite,
+    /// A failed `complete_and_claim` drops its completions.
+    DropFailedBatch,
+    /// A job handed back at shutdown is retried even on its last attempt (dead-lettered).
+    ShutdownRetries,
+    /// A heartbeat reply's lost list is applied by job id, whatever the lease.
+    LostById,
+}
+
+#[cfg(test)]
+static BROKEN: std::sync::Mutex<Vec<(WorkerId, Broken)>> = std::sync::Mutex::new(Vec::new());
+
+#[cfg(test)]
+fn broken(worker: WorkerId, what: Broken) -> bool {
+    BROKEN.lock().unwrap().contains(&(worker, what))
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn broken(_worker: WorkerId, _what: Broken) -> bool {
+    false
 }
 
 /// Calls `f` again on retryable errors, a few times with a short back-off.
