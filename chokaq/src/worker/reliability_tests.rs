@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::{Heartbeat, Leases};
 use super::test_support::{jobs, no_maintenance, Faulty};
-use super::{Counters, Worker, WorkerBuilder, WorkerReport};
+use super::{Broken, Counters, Worker, WorkerBuilder, WorkerReport, BROKEN};
 use crate::job::{JobContext, JobError, StopReason};
 
 type Res = Result<(), String>;
@@ -93,13 +93,14 @@ pub(super) async fn outcomes_survive_many_transient_errors(worker: WorkerId) -> 
     let b = Arc::new(Faulty::default());
     let runs: Arc<Mutex<HashMap<JobId, u32>>> = Arc::default();
     let w = counting(&b, worker, runs.clone()).concurrency(2).build().map_err(|e| e.to_string())?;
-    // 12 failures over two writes: at least one write sees 6 in a row.
-    b.write_failures.store(12, Ordering::Release);
+    // 10 failures over two writes: at least one write sees 5 in a row, one more than the old
+    // four retries.
+    b.write_failures.store(10, Ordering::Release);
     let ok = b.enqueue(NewJob::build("default", "t").unwrap()).await.unwrap().id;
     let fatal =
         b.enqueue(NewJob::build("default", "t").unwrap().json(serde_json::json!({"fatal": true}))).await.unwrap().id;
     let report = run_until(w, || async {
-        wait_until("both outcomes written", Duration::from_secs(20), || async {
+        wait_until("both outcomes written", Duration::from_secs(12), || async {
             location(&b, ok).await == Some(JobLocation::Archived)
                 && location(&b, fatal).await == Some(JobLocation::Dead(DeadReason::Failed))
         })
@@ -419,4 +420,54 @@ async fn job_spans_do_not_nest() {
             "a job span nested in {parent:?}: {spans:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Teeth: each deliberately broken worker (switched on for one worker id) is caught by the
+// named scenario above.
+
+async fn caught<F, Fut>(what: Broken, scenario: F) -> String
+where
+    F: FnOnce(WorkerId) -> Fut,
+    Fut: std::future::Future<Output = Res>,
+{
+    let worker = WorkerId::random();
+    BROKEN.lock().unwrap().push((worker, what));
+    let out = scenario(worker).await;
+    BROKEN.lock().unwrap().retain(|(w, _)| *w != worker);
+    match out {
+        Ok(()) => panic!("the broken variant {what:?} was not caught"),
+        Err(e) => {
+            println!("{what:?} caught: {e}");
+            e
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_giving_up_after_four_tries_is_caught() {
+    caught(Broken::GiveUpAfterFour, outcomes_survive_many_transient_errors).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_forgetting_the_lease_before_the_write_is_caught() {
+    let e = caught(Broken::UntrackBeforeWrite, unwritten_outcome_keeps_its_lease).await;
+    assert!(e.contains("rescued"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_dropping_a_failed_complete_and_claim_batch_is_caught() {
+    caught(Broken::DropFailedBatch, complete_and_claim_error_keeps_the_batch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_retrying_the_last_attempt_at_shutdown_is_caught() {
+    let e = caught(Broken::ShutdownRetries, graceful_shutdown_never_dead_letters).await;
+    assert!(e.contains("Dead"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_applying_lost_leases_by_id_is_caught() {
+    let e = caught(Broken::LostById, heartbeat_reply_about_an_old_lease).await;
+    assert!(e.contains("stopped the newer lease"), "{e}");
 }
