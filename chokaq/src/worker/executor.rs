@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::claim::Lookahead;
 use super::completer::{Completer, Completion, Outcomes};
+use super::config::MAX_SETTING_DURATION;
 use super::heartbeat::Leases;
 use super::{add, broken, ewma, write_with_retries, Broken, Counters, WorkerConfig, SHUTDOWN_ERROR};
 use crate::job::{ContextInner, JobContext, JobControl, JobError, StopReason};
@@ -357,9 +358,11 @@ fn decide_with(
             tracing::debug!(error = %e, "handler returned an error");
             Verdict::Fail(match e {
                 JobError::Retry(msg) => FailAction::Retry { delay: policy.delay(attempt), error: msg },
-                JobError::RetryAfter(delay, msg) => FailAction::Retry { delay, error: msg },
+                JobError::RetryAfter(delay, msg) => {
+                    FailAction::Retry { delay: delay.min(MAX_SETTING_DURATION), error: msg }
+                }
                 JobError::Fatal(msg) => FailAction::DeadLetter { reason: DeadReason::Failed, error: msg },
-                JobError::Snooze(delay) => FailAction::Snooze { delay },
+                JobError::Snooze(delay) => FailAction::Snooze { delay: delay.min(MAX_SETTING_DURATION) },
                 JobError::Cancel(error) => FailAction::Cancelled { error },
             })
         }

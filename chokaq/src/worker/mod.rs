@@ -36,7 +36,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use config::{WorkerBuilder, WorkerConfig};
+pub use config::{WorkerBuilder, WorkerConfig, MAX_SETTING_DURATION};
 pub use maintenance::MaintenanceConfig;
 
 use crate::job::StopReason;
