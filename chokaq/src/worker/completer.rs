@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::Leases;
-use super::{add, broken, write_with_retries, Broken, Counters};
+use super::{add, broken, write_with_retries, Broken, Counters, WorkerConfig};
 use crate::metrics_names as m;
 
 /// A finished job waiting for its completion write.
@@ -92,12 +92,12 @@ pub(super) struct Completer {
 }
 
 impl Completer {
+    /// The completer of `worker`, with the completion settings of `cfg` (batch size, flush
+    /// interval, concurrency).
     pub(super) fn new(
         backend: Arc<dyn Backend>,
         worker: WorkerId,
-        max: usize,
-        flush_every: Duration,
-        concurrency: u32,
+        cfg: &WorkerConfig,
         leases: Arc<Leases>,
         outcomes: Arc<Outcomes>,
         counters: Arc<Counters>,
@@ -105,9 +105,9 @@ impl Completer {
         Completer {
             backend,
             worker,
-            max,
-            flush_every,
-            early: 2 * concurrency as usize,
+            max: cfg.completion_batch,
+            flush_every: cfg.completion_flush,
+            early: 2 * cfg.concurrency as usize,
             queue: Mutex::new(VecDeque::new()),
             queued: Notify::new(),
             cap_bound: AtomicBool::new(false),
@@ -267,7 +267,13 @@ mod tests {
         let outcomes = Arc::new(Outcomes::default());
         let counters = Arc::new(Counters::default());
         let leases = Arc::new(crate::worker::heartbeat::Leases::default());
-        let c = Completer::new(b, w, max, Duration::from_millis(2), 4, leases, outcomes.clone(), counters.clone());
+        let cfg = crate::WorkerConfig {
+            completion_batch: max,
+            completion_flush: Duration::from_millis(2),
+            concurrency: 4,
+            ..Default::default()
+        };
+        let c = Completer::new(b, w, &cfg, leases, outcomes.clone(), counters.clone());
         (Arc::new(c), outcomes, counters)
     }
 

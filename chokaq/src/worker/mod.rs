@@ -204,16 +204,8 @@ impl Worker {
         let leases = Arc::new(Leases::default());
         let lookahead = Arc::new(Lookahead::default());
         let outcomes = Arc::new(Outcomes::default());
-        let completer = Arc::new(Completer::new(
-            backend.clone(),
-            worker,
-            cfg.completion_batch,
-            cfg.completion_flush,
-            cfg.concurrency,
-            leases.clone(),
-            outcomes.clone(),
-            counters.clone(),
-        ));
+        let completer =
+            Arc::new(Completer::new(backend.clone(), worker, &cfg, leases.clone(), outcomes.clone(), counters.clone()));
         let executor = Arc::new(Executor {
             backend: backend.clone(),
             worker,

@@ -375,8 +375,10 @@ async fn heartbeat_reply_about_an_old_lease_test() {
 }
 
 /// Item 14: records each new span's name and its parent's name.
+type SpanParents = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
 #[derive(Clone, Default)]
-struct Parents(Arc<Mutex<Vec<(String, Option<String>)>>>);
+struct Parents(SpanParents);
 
 impl<S> tracing_subscriber::Layer<S> for Parents
 where
