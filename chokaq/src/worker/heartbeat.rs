@@ -60,14 +60,6 @@ impl Leases {
         }
     }
 
-    /// Forgets these jobs, whatever their lease.
-    pub(super) fn forget(&self, ids: impl IntoIterator<Item = JobId>) {
-        let mut held = self.held.lock().unwrap();
-        for id in ids {
-            held.remove(&id);
-        }
-    }
-
     /// Whether no job is running or waiting in the look-ahead buffer (finished jobs whose
     /// outcome is not written yet do not count).
     pub(super) fn none_running(&self) -> bool {

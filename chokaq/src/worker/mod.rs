@@ -317,12 +317,18 @@ async fn hand_back_lookahead(
     counters: &Counters,
     held: Vec<ClaimedJob>,
 ) {
-    leases.forget(held.iter().map(|job| job.id));
+    // Their leases stay heart-beaten until the hand-back is written (a rescue meanwhile would
+    // spend their attempt).
     let results = futures::future::join_all(held.iter().map(|job| {
         let lease = job.lease_ref();
-        with_retries(move || backend.fail(worker, lease, FailAction::Snooze { delay: Duration::ZERO }))
+        write_with_retries(worker, "hand back", move || {
+            backend.fail(worker, lease, FailAction::Snooze { delay: Duration::ZERO })
+        })
     }))
     .await;
+    for job in &held {
+        leases.untrack(job.lease_ref());
+    }
     for r in results {
         match r {
             Ok(Fenced::Done(_)) => add(&counters.released, 1),
