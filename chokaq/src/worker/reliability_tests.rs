@@ -344,6 +344,73 @@ pub(super) async fn heartbeat_reply_about_an_old_lease(worker: WorkerId) -> Res 
     Ok(())
 }
 
+/// Item 6 after a crash, `max_attempts = 1`: the worker's backend goes dead (every call hangs,
+/// as if the process were killed) with one running job and two prefetched ones; the rescuer
+/// then dead-letters the job that ran (its one attempt ran) and puts the two that never ran
+/// back to Pending with their attempt unspent. With `prefetch` the guarantee holds after a
+/// crash; the look-ahead (`ClaimMode::Start`) is the documented exception (`docs/runtime.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
+    let b = Arc::new(Faulty::default());
+    let dynb: Arc<dyn Backend> = b.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s2 = started.clone();
+    let w = Worker::builder(dynb)
+        .concurrency(1)
+        .prefetch(2)
+        .maintenance(no_maintenance())
+        .register_raw("t", move |_p, _ctx: JobContext| {
+            let started = s2.clone();
+            async move {
+                started.notify_one();
+                futures::future::pending::<()>().await;
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let ids: Vec<JobId> = b
+        .enqueue_many(jobs("default", 3).into_iter().map(|j| j.max_attempts(1)).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    let task = tokio::spawn(w.run(CancellationToken::new()));
+    tokio::time::timeout(Duration::from_secs(5), started.notified()).await.expect("a handler started");
+    wait_until("1 processing + 2 fetched", Duration::from_secs(5), || async {
+        let s = b.stats().await.unwrap();
+        s.processing == 1 && s.fetched == 2
+    })
+    .await
+    .unwrap();
+    // The crash: nothing this worker does reaches the database any more.
+    b.dead.store(true, Ordering::Release);
+    task.abort();
+    let _ = task.await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let params = RescueParams {
+        fetched_timeout: Duration::from_millis(1),
+        default_zombie_timeout: Duration::from_millis(1),
+        limit: 10,
+    };
+    let r = b.inner.rescue(&params).await.unwrap();
+    assert_eq!((r.fetched_released, r.zombies_retried + r.zombies_dead), (2, 1), "{r:?}");
+    let mut ran_dead = 0;
+    for id in &ids {
+        let j = b.inner.get_job(*id).await.unwrap().unwrap();
+        match j.location {
+            JobLocation::Hot(JobStatus::Pending) => assert_eq!(j.attempt, 0, "never ran, attempt unspent: {j:?}"),
+            JobLocation::Dead(_) => {
+                assert_eq!(j.attempt, 1, "{j:?}");
+                ran_dead += 1;
+            }
+            other => panic!("job {id} at {other:?}"),
+        }
+    }
+    assert_eq!(ran_dead, 1, "only the job that ran used its one attempt");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_survive_many_transient_errors_test() {
     outcomes_survive_many_transient_errors(WorkerId::random()).await.unwrap();

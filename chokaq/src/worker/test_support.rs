@@ -63,6 +63,9 @@ pub(super) struct Faulty {
     /// While true, outcome writes wait.
     stalled: std::sync::Mutex<bool>,
     unstall: tokio::sync::Notify,
+    /// A crash: while true, every call the worker makes (claim, start, heartbeat, writes,
+    /// release) hangs, as if its process were gone.
+    pub(super) dead: std::sync::atomic::AtomicBool,
     /// Outcome write calls so far.
     pub(super) write_calls: std::sync::atomic::AtomicU64,
     /// Run once, after the next heartbeat is answered and before its reply is returned.
@@ -78,6 +81,7 @@ impl Default for Faulty {
             cac_failures: Default::default(),
             stalled: Default::default(),
             unstall: Default::default(),
+            dead: Default::default(),
             write_calls: Default::default(),
             on_heartbeat: Default::default(),
         }
@@ -98,8 +102,16 @@ impl Faulty {
         }
     }
 
+    /// Hangs forever once `dead` is set.
+    async fn alive(&self) {
+        if self.dead.load(std::sync::atomic::Ordering::Acquire) {
+            futures::future::pending::<()>().await;
+        }
+    }
+
     async fn write_gate(&self) -> chokaq_core::Result<()> {
         use std::sync::atomic::Ordering;
+        self.alive().await;
         self.write_calls.fetch_add(1, Ordering::AcqRel);
         loop {
             let wait = self.unstall.notified();
@@ -133,6 +145,7 @@ impl chokaq_core::Backend for Faulty {
         self.inner.enqueue_many(jobs).await
     }
     async fn claim(&self, req: &chokaq_core::ClaimParams) -> chokaq_core::Result<Vec<chokaq_core::ClaimedJob>> {
+        self.alive().await;
         self.inner.claim(req).await
     }
     async fn start(
@@ -140,6 +153,7 @@ impl chokaq_core::Backend for Faulty {
         worker: chokaq_core::WorkerId,
         leases: &[chokaq_core::LeaseRef],
     ) -> chokaq_core::Result<chokaq_core::BatchOutcome> {
+        self.alive().await;
         self.inner.start(worker, leases).await
     }
     async fn heartbeat(
@@ -147,6 +161,7 @@ impl chokaq_core::Backend for Faulty {
         worker: chokaq_core::WorkerId,
         leases: &[chokaq_core::LeaseRef],
     ) -> chokaq_core::Result<chokaq_core::HeartbeatReport> {
+        self.alive().await;
         let r = self.inner.heartbeat(worker, leases).await;
         let hook = self.on_heartbeat.lock().unwrap().take();
         if let Some(hook) = hook {
@@ -192,6 +207,7 @@ impl chokaq_core::Backend for Faulty {
         worker: chokaq_core::WorkerId,
         leases: &[chokaq_core::LeaseRef],
     ) -> chokaq_core::Result<chokaq_core::BatchOutcome> {
+        self.alive().await;
         self.inner.release(worker, leases).await
     }
     async fn rescue(&self, params: &chokaq_core::RescueParams) -> chokaq_core::Result<chokaq_core::RescueReport> {
