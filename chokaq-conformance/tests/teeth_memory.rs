@@ -12,6 +12,14 @@ use chokaq_core::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
+    /// `complete_and_claim` claims first and completes after: its claim cannot see its own
+    /// completions.
+    CompleteAndClaimClaimsFirst,
+    /// `complete_and_claim` completes with the row's current lease instead of the caller's.
+    CompleteAndClaimIgnoresLease,
+    /// `complete_and_claim` presumes every listed completion frees a slot: it claims first,
+    /// with each capped queue's cap raised by the list's length, then completes.
+    CompleteAndClaimPresumesCompletions,
     /// Complete takes the row's current lease instead of checking the caller's.
     CompleteIgnoresLease,
     /// Heartbeat takes the row's current lease instead of checking the caller's.
@@ -99,6 +107,47 @@ impl Backend for Broken {
             return self.inner.complete(worker, &cur).await;
         }
         self.inner.complete(worker, leases).await
+    }
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        req.validate()?;
+        match self.fault {
+            Some(Fault::CompleteAndClaimClaimsFirst) => {
+                let jobs = self.claim(req).await?;
+                Ok((self.complete(worker, leases).await?, jobs))
+            }
+            Some(Fault::CompleteAndClaimIgnoresLease) => {
+                let mut cur = Vec::new();
+                for l in leases {
+                    cur.push(self.current(*l).await?);
+                }
+                self.inner.complete_and_claim(worker, &cur, req).await
+            }
+            Some(Fault::CompleteAndClaimPresumesCompletions) => {
+                let mut raised = Vec::new();
+                for q in &req.queues {
+                    if let Some(max) = self.inner.queue_settings(q).await?.max_workers {
+                        let more = max.saturating_add(leases.len() as u32);
+                        self.inner.control_queue(q, QueueControl::SetMaxWorkers(Some(more))).await?;
+                        raised.push((q, max));
+                    }
+                }
+                let jobs = self.inner.claim(req).await;
+                for (q, max) in raised {
+                    self.inner.control_queue(q, QueueControl::SetMaxWorkers(Some(max))).await?;
+                }
+                Ok((self.complete(worker, leases).await?, jobs?))
+            }
+            // The trait's default, over this wrapper's (possibly broken) complete and claim.
+            _ => {
+                let done = self.complete(worker, leases).await?;
+                Ok((done, self.claim(req).await?))
+            }
+        }
     }
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         if self.fault == Some(Fault::RetryForever) {
@@ -199,6 +248,25 @@ async fn check_then_act_cap_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retry_forever_is_caught() {
     assert_caught(Fault::RetryForever, &["retry_until_max_attempts_then_dead"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_and_claim_claiming_first_is_caught() {
+    assert_caught(Fault::CompleteAndClaimClaimsFirst, &["complete_and_claim_claim_sees_its_completions"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_and_claim_ignoring_the_lease_is_caught() {
+    assert_caught(Fault::CompleteAndClaimIgnoresLease, &["complete_and_claim_stale_lease_is_lost"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_and_claim_presuming_completions_is_caught() {
+    assert_caught(
+        Fault::CompleteAndClaimPresumesCompletions,
+        &["complete_and_claim_stale_lease_is_lost", "complete_and_claim_race_cap"],
+    )
+    .await;
 }
 
 #[tokio::test]
