@@ -11,6 +11,7 @@ use crate::ctx::{Ctx, Failure};
 mod bad_input;
 mod cap;
 mod claim;
+mod complete_and_claim;
 mod idempotency;
 mod lease;
 mod lifecycle;
@@ -152,7 +153,22 @@ macro_rules! groups {
     };
 }
 
-groups!(claim, cap, lease, lifecycle, retry, rescue, schedule, pause, idempotency, stats, bad_input, stress, notify);
+groups!(
+    claim,
+    cap,
+    lease,
+    complete_and_claim,
+    lifecycle,
+    retry,
+    rescue,
+    schedule,
+    pause,
+    idempotency,
+    stats,
+    bad_input,
+    stress,
+    notify
+);
 
 /// The names of every case.
 pub fn case_names() -> Vec<&'static str> {
