@@ -83,21 +83,16 @@ fn random_builder(rng: &mut StdRng, backend: Arc<dyn Backend>, queue: &str) -> (
         "retry_policy",
         (duration(rng), duration(rng), rng.gen_range(-10.0..1e6f64)),
         |b: chokaq::WorkerBuilder, (base, max, factor)| {
-            let mut p = RetryPolicy::default();
-            p.base = base;
-            p.max = max;
-            p.factor = factor;
-            b.retry_policy(p)
+            b.retry_policy(RetryPolicy { base, max, factor, ..RetryPolicy::default() })
         }
     );
     maybe!(
         "maintenance",
         (duration(rng), duration(rng), duration(rng)),
         |b: chokaq::WorkerBuilder, (interval, fetched, zombie)| {
-            let mut m = MaintenanceConfig::default();
-            m.interval = interval;
-            m.rescue = RescueParams { fetched_timeout: fetched, default_zombie_timeout: zombie, ..m.rescue };
-            b.maintenance(m)
+            let d = MaintenanceConfig::default();
+            let rescue = RescueParams { fetched_timeout: fetched, default_zombie_timeout: zombie, ..d.rescue };
+            b.maintenance(MaintenanceConfig { interval, rescue, ..d })
         }
     );
     (b, desc)
