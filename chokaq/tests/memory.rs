@@ -48,6 +48,11 @@ async fn pause_releases_prefetch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_keeps_lookahead_running() {
+    common::pause_keeps_lookahead_running(backend()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_lost_discards_outcome() {
     common::lease_lost_discards_outcome(backend()).await.unwrap();
 }

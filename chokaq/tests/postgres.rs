@@ -95,6 +95,7 @@ fn main() -> ExitCode {
         }),
         Trial::test("shutdown_releases_prefetch_and_hands_back", || on_fresh(common::shutdown_releases_prefetch)),
         Trial::test("pause_releases_prefetch", || on_fresh(common::pause_releases_prefetch)),
+        Trial::test("pause_keeps_lookahead_running", || on_fresh(common::pause_keeps_lookahead_running)),
         Trial::test("lease_lost_discards_outcome", || on_fresh(common::lease_lost_discards_outcome)),
         Trial::test("snooze_does_not_count", || on_fresh(common::snooze_does_not_count)),
         Trial::test("dropped_worker_hands_back", || on_fresh(common::dropped_worker_hands_back)),

@@ -490,6 +490,78 @@ pub async fn pause_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult {
     Ok(())
 }
 
+/// Pausing a queue stops claims only: the look-ahead jobs a worker already holds (claimed in
+/// Start mode, so Processing with their attempt counted) keep their leases and run to
+/// completion, once each with attempt 1; nothing else is claimed until the queue is resumed
+/// (`docs/contract.md`, "Operations and guards", pause).
+pub async fn pause_keeps_lookahead_running<B: TestSupport>(b: Arc<B>) -> TestResult {
+    use chokaq::BackendExt;
+    let dynb: Arc<dyn Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let ran: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let (g2, r2) = (gate.clone(), ran.clone());
+    let hb = Duration::from_millis(100);
+    let w = Worker::builder(dynb)
+        .concurrency(1)
+        .prefetch(0)
+        .lookahead(3)
+        .heartbeat_interval(hb)
+        .maintenance(no_maintenance())
+        .register(move |job: Block, _ctx: JobContext| {
+            let (gate, ran) = (g2.clone(), r2.clone());
+            async move {
+                ran.lock().unwrap().push(job.n);
+                gate.acquire().await.map_err(|e| JobError::Fatal(e.to_string()))?.forget();
+                Ok(())
+            }
+        })
+        .build()
+        .map_err(err)?;
+    let jobs: Vec<Block> = (0..8).map(|n| Block { n }).collect();
+    client.enqueue_many(&jobs).await.map_err(err)?;
+    let (token, h) = spawn_worker(w);
+    // One running, at least one held in the look-ahead buffer.
+    wait_for("a running job and look-ahead jobs", Duration::from_secs(10), || async {
+        let s = b.stats().await.map_err(err)?;
+        Ok(s.processing >= 2 && ran.lock().unwrap().len() == 1)
+    })
+    .await?;
+    let queue = chokaq::QueueName::new("default").map_err(err)?;
+    b.pause(&queue).await.map_err(err)?;
+    let held = b.stats().await.map_err(err)?.processing;
+    // Over three heartbeat intervals nothing goes back to Pending and nothing new is claimed.
+    let window = Instant::now() + 3 * hb;
+    while Instant::now() < window {
+        let s = b.stats().await.map_err(err)?;
+        ensure!(s.processing == held && s.pending == 8 - held, "after the pause: {s:?} (held {held})");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    gate.add_permits(100);
+    wait_for("the held jobs archived", Duration::from_secs(10), || async {
+        Ok(b.stats().await.map_err(err)?.archived == held)
+    })
+    .await?;
+    let s = b.stats().await.map_err(err)?;
+    ensure!(s.pending == 8 - held && s.processing == 0, "while paused, after the held jobs: {s:?}");
+    let mut f = chokaq::core::ListJobsParams::new(chokaq::core::JobTable::Archive);
+    f.queue = Some(queue.clone());
+    for r in b.list_jobs(&f).await.map_err(err)?.jobs {
+        ensure!(r.attempt == 1, "job {} archived with attempt {}", r.id, r.attempt);
+    }
+    ensure!(ran.lock().unwrap().len() as u64 == held, "handler runs while paused: {:?}", ran.lock().unwrap());
+    b.resume(&queue).await.map_err(err)?;
+    wait_for("every job archived after the resume", Duration::from_secs(10), || async {
+        Ok(b.stats().await.map_err(err)?.archived == 8)
+    })
+    .await?;
+    let report = stop(token, h).await?;
+    ensure!(ran.lock().unwrap().len() == 8, "handler runs: {:?}", ran.lock().unwrap());
+    ensure!(report.released == 0 && report.completed == 8, "{report:?}");
+    println!("    paused queue: {held} look-ahead jobs ran to completion while paused");
+    Ok(())
+}
+
 /// A job whose lease is lost while it runs (rescued as a zombie behind its worker's back) has
 /// its token fired and its outcome discarded; the job then runs again and completes once.
 pub async fn lease_lost_discards_outcome<B: TestSupport>(b: Arc<B>) -> TestResult {
