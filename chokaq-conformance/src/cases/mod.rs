@@ -9,12 +9,14 @@ use futures::future::BoxFuture;
 use crate::ctx::{Ctx, Failure};
 
 mod bad_input;
+mod cancel;
 mod cap;
 mod claim;
 mod idempotency;
 mod lease;
 mod lifecycle;
 mod notify;
+mod outcome;
 mod pause;
 mod rescue;
 mod retry;
@@ -152,7 +154,23 @@ macro_rules! groups {
     };
 }
 
-groups!(claim, cap, lease, lifecycle, retry, rescue, schedule, pause, idempotency, stats, bad_input, stress, notify);
+groups!(
+    claim,
+    cap,
+    lease,
+    lifecycle,
+    retry,
+    rescue,
+    schedule,
+    pause,
+    idempotency,
+    stats,
+    bad_input,
+    stress,
+    notify,
+    cancel,
+    outcome,
+);
 
 /// The names of every case.
 pub fn case_names() -> Vec<&'static str> {
