@@ -35,7 +35,10 @@ impl<T> Fenced<T> {
 }
 
 /// The outcome of a guarded write over many leases: which ids were written and which leases
-/// were lost. Every input id appears in exactly one of the two lists.
+/// were lost. Every input id appears in exactly one of the two lists, once, in the order of its
+/// first entry. An id listed more than once (the same lease twice, or a stale lease and the
+/// current one) is done when the write happened, or had already happened, for a lease it was
+/// listed with; lost otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchOutcome {
     /// Written.
@@ -57,6 +60,23 @@ impl BatchOutcome {
         }
         out
     }
+
+    /// Folds per-entry results of a batch (in input order; an id may come more than once) into
+    /// one outcome by the rule above: done when any entry of the id was done.
+    pub fn merge(entries: impl IntoIterator<Item = (JobId, bool)>) -> Self {
+        let mut order: Vec<JobId> = Vec::new();
+        let mut done: std::collections::HashMap<JobId, bool> = std::collections::HashMap::new();
+        for (id, ok) in entries {
+            match done.entry(id) {
+                std::collections::hash_map::Entry::Occupied(mut e) => *e.get_mut() |= ok,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(ok);
+                    order.push(id);
+                }
+            }
+        }
+        Self::partition(order, |id| done.get(id).copied().unwrap_or(false))
+    }
 }
 
 /// What a heartbeat found.
@@ -69,6 +89,43 @@ pub struct HeartbeatReport {
     pub cancel_requested: Vec<JobId>,
     /// Leases lost: stop the handler and discard its outcome.
     pub lost: Vec<JobId>,
+}
+
+impl HeartbeatReport {
+    /// Folds per-entry results (in input order; an id may come more than once) into one report,
+    /// by [`BatchOutcome`]'s rule: an id is held when any of its entries held the lease (with
+    /// that entry's cancel flag), lost otherwise; each id in one list, once.
+    /// `None` is a lost entry, `Some(cancel_requested)` a held one.
+    pub fn merge(entries: impl IntoIterator<Item = (JobId, Option<bool>)>) -> Self {
+        let mut order: Vec<JobId> = Vec::new();
+        let mut seen: std::collections::HashMap<JobId, Option<bool>> = std::collections::HashMap::new();
+        for (id, held) in entries {
+            match seen.entry(id) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    if held.is_some() {
+                        e.insert(held);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(held);
+                    order.push(id);
+                }
+            }
+        }
+        let mut out = HeartbeatReport::default();
+        for id in order {
+            match seen.get(&id).copied().flatten() {
+                Some(cancel) => {
+                    out.held.push(id);
+                    if cancel {
+                        out.cancel_requested.push(id);
+                    }
+                }
+                None => out.lost.push(id),
+            }
+        }
+        out
+    }
 }
 
 /// How a failed (or deliberately stopped) attempt ends. Completion is [`Backend::complete`].
