@@ -173,3 +173,17 @@ pub enum RequeueOutcome {
     /// No dead-letter row has this id.
     NotFound,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_puts_each_id_in_one_list_once() {
+        let (a, b, c) = (JobId::new(), JobId::new(), JobId::new());
+        let out = BatchOutcome::merge([(a, false), (b, true), (a, true), (c, false), (b, false), (c, false)]);
+        assert_eq!(out, BatchOutcome { done: vec![a, b], lost: vec![c] });
+        let hb = HeartbeatReport::merge([(a, None), (b, Some(true)), (a, Some(false)), (c, None), (b, None)]);
+        assert_eq!(hb, HeartbeatReport { held: vec![a, b], cancel_requested: vec![b], lost: vec![c] });
+    }
+}
