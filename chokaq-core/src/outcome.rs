@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::{DeadReason, JobId, Timestamp};
 
 /// The outcome of one guarded write: done, or the lease was lost (the job was rescued,
-/// released, cancelled or re-claimed by someone else). A lost lease is an ordinary outcome the
+/// released, cancelled or re-claimed by someone else). A repeated `complete` or `fail` with
+/// the lease that already wrote the outcome is `Done` with that outcome again, nothing written
+/// twice (`docs/contract.md`, operations and guards). A lost lease is an ordinary outcome the
 /// caller must branch on, never an error and never a silent no-op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[must_use]
@@ -132,13 +134,15 @@ impl HeartbeatReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailAction {
     /// Back to Pending, due after `delay` (database clock), `last_error` kept. If no attempts
-    /// are left the backend dead-letters it instead (reason `failed`) and says so.
+    /// are left the backend dead-letters it instead (reason `failed`) and says so; if an
+    /// operator's cancel was accepted, it dead-letters it as `cancelled` (cancel is final).
     Retry { delay: Duration, error: String },
     /// Straight to the dead-letter table.
     DeadLetter { reason: DeadReason, error: String },
     /// Cancelled (by an operator's request or by the handler): dead-letter, reason `cancelled`.
     Cancelled { error: Option<String> },
-    /// Back to Pending, due after `delay`; the attempt does not count (`attempt -= 1`).
+    /// Back to Pending, due after `delay`; the attempt does not count (`attempt -= 1`). If an
+    /// operator's cancel was accepted, dead-lettered as `cancelled` instead (cancel is final).
     Snooze { delay: Duration },
 }
 
@@ -159,7 +163,8 @@ pub enum CancelOutcome {
     /// It was Pending or Fetched and is now in the dead-letter table (reason `cancelled`).
     Cancelled,
     /// It is Processing: `cancel_requested` is set, and its worker sees it on the next
-    /// heartbeat.
+    /// heartbeat. Final: the job never starts another attempt (a retry, snooze or rescue of it
+    /// dead-letters it as `cancelled`).
     Requested,
     /// No live job has this id (unknown, or already archived or dead).
     NotLive,
