@@ -36,6 +36,12 @@ enum Fault {
     CapCheckThenAct,
     /// Retry never dead-letters: attempts are not counted against max_attempts.
     RetryForever,
+    /// A retry, snooze or rescue of a job whose cancel was accepted clears the request and puts
+    /// the job back to Pending (the lost-cancel bug).
+    CancelLost,
+    /// Complete reports Done for a stale lease of a job that is archived (the look-up of the
+    /// outcome that stands ignores the lease).
+    CompleteStaleIsDone,
 }
 
 #[derive(Debug)]
@@ -45,6 +51,31 @@ struct Broken {
 }
 
 impl Broken {
+    /// Ids of the Processing jobs whose cancel was accepted.
+    async fn cancel_requested(&self) -> Result<Vec<JobId>> {
+        let mut out = Vec::new();
+        let mut params = ListJobsParams::new(JobTable::Hot);
+        params.status = Some(JobStatus::Processing);
+        params.limit = 1000;
+        loop {
+            let page = self.inner.list_jobs(&params).await?;
+            out.extend(page.jobs.iter().filter(|r| r.cancel_requested).map(|r| r.id));
+            match page.next {
+                Some(next) => params.after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Puts a job the correct backend dead-lettered as cancelled back to Pending.
+    async fn undo_cancel(&self, id: JobId) -> Result<bool> {
+        let cancelled = matches!(
+            self.inner.get_job(id).await?,
+            Some(JobRecord { location: JobLocation::Dead(DeadReason::Cancelled), .. })
+        );
+        Ok(cancelled && self.inner.requeue_dead(id).await? == RequeueOutcome::Requeued)
+    }
+
     /// The lease the row holds now (what a lease-less guard would match).
     async fn current(&self, l: LeaseRef) -> Result<LeaseRef> {
         Ok(match self.inner.get_job(l.id).await? {
@@ -141,6 +172,20 @@ impl Backend for Broken {
                 std::future::pending::<()>().await;
             }
         }
+        if self.fault == Some(Fault::CompleteStaleIsDone) {
+            let out = self.inner.complete(worker, leases).await?;
+            let mut fixed = BatchOutcome { done: out.done, lost: Vec::new() };
+            for id in out.lost {
+                let archived =
+                    matches!(self.inner.get_job(id).await?, Some(JobRecord { location: JobLocation::Archived, .. }));
+                if archived {
+                    fixed.done.push(id)
+                } else {
+                    fixed.lost.push(id)
+                }
+            }
+            return Ok(fixed);
+        }
         if self.fault == Some(Fault::CompleteIgnoresLease) {
             let mut cur = Vec::new();
             for l in leases {
@@ -198,12 +243,38 @@ impl Backend for Broken {
                 self.inner.force(lease.id, &JobPatch { attempt: Some(0), ..Default::default() }).await?;
             }
         }
+        if self.fault == Some(Fault::CancelLost) {
+            let at = self.inner.db_now().await?;
+            let pending = match &outcome {
+                FailAction::Retry { .. } => Some(FailOutcome::Retried { at }),
+                FailAction::Snooze { .. } => Some(FailOutcome::Snoozed { until: at }),
+                _ => None,
+            };
+            let out = self.inner.fail(worker, lease, outcome).await?;
+            if let (Some(pending), Fenced::Done(FailOutcome::DeadLettered(DeadReason::Cancelled))) = (pending, out) {
+                if self.undo_cancel(lease.id).await? {
+                    return Ok(Fenced::Done(pending));
+                }
+            }
+            return Ok(out);
+        }
         self.inner.fail(worker, lease, outcome).await
     }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.inner.release(worker, leases).await
     }
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        if self.fault == Some(Fault::CancelLost) {
+            let cancelled = self.cancel_requested().await?;
+            let mut report = self.inner.rescue(params).await?;
+            for id in cancelled {
+                if self.undo_cancel(id).await? {
+                    report.zombies_dead -= 1;
+                    report.zombies_retried += 1;
+                }
+            }
+            return Ok(report);
+        }
         self.inner.rescue(params).await
     }
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
@@ -311,6 +382,15 @@ async fn complete_and_claim_presuming_completions_is_caught() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_cancel_is_caught() {
+    assert_caught(
+        Fault::CancelLost,
+        &["cancel_then_retry_dead_letters", "cancel_then_snooze_dead_letters", "cancel_then_rescue_dead_letters"],
+    )
+    .await;
+}
+
 /// Wake-ups that do not name the enqueued queue are caught by the notify case (which passes
 /// on correct wake-ups of the same wrapper).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -339,6 +419,11 @@ async fn hanging_mover_ends_the_stats_case_at_its_deadline() {
     println!("CompleteHangs caught by stats_readers_see_consistent_sums in {:?}: {err}", t.elapsed());
     assert!(err.contains("no answer within"), "the case did not name the hung call: {err}");
     assert!(t.elapsed() < std::time::Duration::from_secs(60), "took {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_reporting_done_for_a_stale_lease_is_caught() {
+    assert_caught(Fault::CompleteStaleIsDone, &["outcome_stale_lease_after_outcome_is_lost"]).await;
 }
 
 #[tokio::test]

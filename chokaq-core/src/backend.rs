@@ -45,7 +45,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Bumps `heartbeat_at` of each Processing job still held; reports cancel requests.
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport>;
 
-    /// Moves each Processing job still held to the archive, in one statement.
+    /// Moves each Processing job still held to the archive, in one statement. A job this
+    /// worker already completed with the lease named is reported done again (nothing written).
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome>;
 
     /// Completes `leases` as [`Backend::complete`] does, then claims as [`Backend::claim`]
@@ -67,7 +68,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         Ok((done, jobs))
     }
 
-    /// Ends a Processing attempt that did not succeed.
+    /// Ends a Processing attempt that did not succeed. A repeat with the lease that already
+    /// wrote the outcome reports that outcome again; a retry or snooze of a job whose cancel
+    /// was accepted dead-letters it as `cancelled`.
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>>;
 
     /// Fetched → Pending for each lease still held; the attempt is unchanged.

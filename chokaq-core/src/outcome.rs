@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::{validate, DeadReason, JobId, Result, Timestamp};
 
 /// The outcome of one guarded write: done, or the lease was lost (the job was rescued,
-/// released, cancelled or re-claimed by someone else). A lost lease is an ordinary outcome the
+/// released, cancelled or re-claimed by someone else). A repeated `complete` or `fail` with
+/// the lease that already wrote the outcome is `Done` with that outcome again, nothing written
+/// twice (`docs/contract.md`, operations and guards). A lost lease is an ordinary outcome the
 /// caller must branch on, never an error and never a silent no-op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[must_use]
@@ -35,7 +37,10 @@ impl<T> Fenced<T> {
 }
 
 /// The outcome of a guarded write over many leases: which ids were written and which leases
-/// were lost. Every input id appears in exactly one of the two lists.
+/// were lost. Every input id appears in exactly one of the two lists, once, in the order of its
+/// first entry. An id listed more than once (the same lease twice, or a stale lease and the
+/// current one) is done when the write happened, or had already happened, for a lease it was
+/// listed with; lost otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchOutcome {
     /// Written.
@@ -57,6 +62,23 @@ impl BatchOutcome {
         }
         out
     }
+
+    /// Folds per-entry results of a batch (in input order; an id may come more than once) into
+    /// one outcome by the rule above: done when any entry of the id was done.
+    pub fn merge(entries: impl IntoIterator<Item = (JobId, bool)>) -> Self {
+        let mut order: Vec<JobId> = Vec::new();
+        let mut done: std::collections::HashMap<JobId, bool> = std::collections::HashMap::new();
+        for (id, ok) in entries {
+            match done.entry(id) {
+                std::collections::hash_map::Entry::Occupied(mut e) => *e.get_mut() |= ok,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(ok);
+                    order.push(id);
+                }
+            }
+        }
+        Self::partition(order, |id| done.get(id).copied().unwrap_or(false))
+    }
 }
 
 /// What a heartbeat found.
@@ -71,17 +93,56 @@ pub struct HeartbeatReport {
     pub lost: Vec<JobId>,
 }
 
+impl HeartbeatReport {
+    /// Folds per-entry results (in input order; an id may come more than once) into one report,
+    /// by [`BatchOutcome`]'s rule: an id is held when any of its entries held the lease (with
+    /// that entry's cancel flag), lost otherwise; each id in one list, once.
+    /// `None` is a lost entry, `Some(cancel_requested)` a held one.
+    pub fn merge(entries: impl IntoIterator<Item = (JobId, Option<bool>)>) -> Self {
+        let mut order: Vec<JobId> = Vec::new();
+        let mut seen: std::collections::HashMap<JobId, Option<bool>> = std::collections::HashMap::new();
+        for (id, held) in entries {
+            match seen.entry(id) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    if held.is_some() {
+                        e.insert(held);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(held);
+                    order.push(id);
+                }
+            }
+        }
+        let mut out = HeartbeatReport::default();
+        for id in order {
+            match seen.get(&id).copied().flatten() {
+                Some(cancel) => {
+                    out.held.push(id);
+                    if cancel {
+                        out.cancel_requested.push(id);
+                    }
+                }
+                None => out.lost.push(id),
+            }
+        }
+        out
+    }
+}
+
 /// How a failed (or deliberately stopped) attempt ends. Completion is [`Backend::complete`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailAction {
     /// Back to Pending, due after `delay` (database clock), `last_error` kept. If no attempts
-    /// are left the backend dead-letters it instead (reason `failed`) and says so.
+    /// are left the backend dead-letters it instead (reason `failed`) and says so; if an
+    /// operator's cancel was accepted, it dead-letters it as `cancelled` (cancel is final).
     Retry { delay: Duration, error: String },
     /// Straight to the dead-letter table.
     DeadLetter { reason: DeadReason, error: String },
     /// Cancelled (by an operator's request or by the handler): dead-letter, reason `cancelled`.
     Cancelled { error: Option<String> },
-    /// Back to Pending, due after `delay`; the attempt does not count (`attempt -= 1`).
+    /// Back to Pending, due after `delay`; the attempt does not count (`attempt -= 1`). If an
+    /// operator's cancel was accepted, dead-lettered as `cancelled` instead (cancel is final).
     Snooze { delay: Duration },
 }
 
@@ -114,7 +175,8 @@ pub enum CancelOutcome {
     /// It was Pending or Fetched and is now in the dead-letter table (reason `cancelled`).
     Cancelled,
     /// It is Processing: `cancel_requested` is set, and its worker sees it on the next
-    /// heartbeat.
+    /// heartbeat. Final: the job never starts another attempt (a retry, snooze or rescue of it
+    /// dead-letters it as `cancelled`).
     Requested,
     /// No live job has this id (unknown, or already archived or dead).
     NotLive,
@@ -127,4 +189,18 @@ pub enum RequeueOutcome {
     Requeued,
     /// No dead-letter row has this id.
     NotFound,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_puts_each_id_in_one_list_once() {
+        let (a, b, c) = (JobId::new(), JobId::new(), JobId::new());
+        let out = BatchOutcome::merge([(a, false), (b, true), (a, true), (c, false), (b, false), (c, false)]);
+        assert_eq!(out, BatchOutcome { done: vec![a, b], lost: vec![c] });
+        let hb = HeartbeatReport::merge([(a, None), (b, Some(true)), (a, Some(false)), (c, None), (b, None)]);
+        assert_eq!(hb, HeartbeatReport { held: vec![a, b], cancel_requested: vec![b], lost: vec![c] });
+    }
 }

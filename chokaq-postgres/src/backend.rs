@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::config::PgConfig;
 use crate::enqueue::Target;
 use crate::error::{map_sqlx_error, with_retry};
-use crate::rows::{count, dedup, error_text, sorted_claims, split};
+use crate::rows::{count, error_text, pairs, sorted_claims, split};
 use crate::sql::{self, Statements};
 use crate::{listen, migrate, rows};
 
@@ -111,12 +111,13 @@ impl PgBackend {
         &self.shared.sql
     }
 
-    /// Runs one of the guarded batch statements (`$1` worker, `$2` ids, `$3` leases) and
-    /// splits the input into done and lost.
-    async fn guarded(&self, sql: &str, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        let (ids, lease_nums) = dedup(leases);
+    /// Runs one of the guarded batch statements (`$1` worker, `$2` ids, `$3` leases) over every
+    /// (id, lease) pair of the input (an id may come with several leases: the one that holds
+    /// the row matches) and splits the input's ids into done and lost.
+    async fn guarded(&self, sql: &str, worker: WorkerId, leases: &[LeaseRef]) -> Result<(Vec<Uuid>, HashSet<Uuid>)> {
+        let (ids, lease_nums) = pairs(leases);
         if ids.is_empty() {
-            return Ok(BatchOutcome::default());
+            return Ok((ids, HashSet::new()));
         }
         let done: HashSet<Uuid> = with_retry(|| {
             sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
@@ -124,7 +125,24 @@ impl PgBackend {
         .await?
         .into_iter()
         .collect();
-        Ok(split(&ids, &done))
+        Ok((ids, done))
+    }
+
+    /// Adds to `done` the ids of `leases` not in it that this worker already completed with a
+    /// lease it names: a repeated complete reports the outcome that stands.
+    async fn completed_before(&self, worker: WorkerId, leases: &[LeaseRef], done: &mut HashSet<Uuid>) -> Result<()> {
+        let rest: Vec<LeaseRef> = leases.iter().filter(|l| !done.contains(&l.id.0)).copied().collect();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let (ids, lease_nums) = pairs(&rest);
+        let sql = &self.sql().complete_standing;
+        let found: Vec<Uuid> = with_retry(|| {
+            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
+        })
+        .await?;
+        done.extend(found);
+        Ok(())
     }
 
     async fn set_control<T>(&self, sql: &str, queue: &QueueName, value: T) -> Result<QueueSettings>
@@ -207,7 +225,7 @@ impl Backend for PgBackend {
         req: &ClaimParams,
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         req.validate()?;
-        let (ids, lease_nums) = dedup(leases);
+        let (ids, lease_nums) = pairs(leases);
         let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
         let start = req.mode == ClaimMode::Start;
         let rows = with_retry(|| {
@@ -233,15 +251,18 @@ impl Backend for PgBackend {
                 claimed.push(row);
             }
         }
-        Ok((split(&ids, &done), sorted_claims(&claimed)?))
+        let claimed = sorted_claims(&claimed)?;
+        self.completed_before(worker, leases, &mut done).await?;
+        Ok((split(&ids, &done), claimed))
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        self.guarded(&self.sql().start, worker, leases).await
+        let (ids, done) = self.guarded(&self.sql().start, worker, leases).await?;
+        Ok(split(&ids, &done))
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-        let (ids, lease_nums) = dedup(leases);
+        let (ids, lease_nums) = pairs(leases);
         if ids.is_empty() {
             return Ok(HeartbeatReport::default());
         }
@@ -251,23 +272,13 @@ impl Backend for PgBackend {
         })
         .await?;
         let held: HashMap<Uuid, bool> = rows.into_iter().collect();
-        let mut report = HeartbeatReport::default();
-        for id in &ids {
-            match held.get(id) {
-                Some(&cancel) => {
-                    report.held.push(JobId(*id));
-                    if cancel {
-                        report.cancel_requested.push(JobId(*id));
-                    }
-                }
-                None => report.lost.push(JobId(*id)),
-            }
-        }
-        Ok(report)
+        Ok(HeartbeatReport::merge(ids.iter().map(|id| (JobId(*id), held.get(id).copied()))))
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        self.guarded(&self.sql().complete, worker, leases).await
+        let (ids, mut done) = self.guarded(&self.sql().complete, worker, leases).await?;
+        self.completed_before(worker, leases, &mut done).await?;
+        Ok(split(&ids, &done))
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
@@ -291,19 +302,39 @@ impl Backend for PgBackend {
                 .fetch_optional(&self.pool)
         })
         .await?;
-        let Some(row) = row else { return Ok(Fenced::LeaseLost) };
+        let missing = || Error::new(ErrorKind::Other, "fail: no due time returned");
+        let Some(row) = row else {
+            // Not held: the outcome this lease already wrote, if it did (a repeat), else lost.
+            let row = with_retry(|| {
+                sqlx::query(&self.sql().fail_standing)
+                    .bind(worker.0)
+                    .bind(lease.id.0)
+                    .bind(lease.lease.0)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+            let Some(row) = row else { return Ok(Fenced::LeaseLost) };
+            let at: Option<Timestamp> = row.try_get("at").map_err(map_sqlx_error)?;
+            let stood: Option<String> = row.try_get("reason").map_err(map_sqlx_error)?;
+            return Ok(Fenced::Done(match (stood, &outcome) {
+                (Some(r), _) => FailOutcome::DeadLettered(DeadReason::parse(&r)?),
+                (None, FailAction::Snooze { .. }) => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
+                (None, _) => FailOutcome::Retried { at: at.ok_or_else(missing)? },
+            }));
+        };
         let done: String = row.try_get("act").map_err(map_sqlx_error)?;
         let at: Option<Timestamp> = row.try_get("at").map_err(map_sqlx_error)?;
-        let missing = || Error::new(ErrorKind::Other, "fail: no due time returned");
         Ok(Fenced::Done(match done.as_str() {
             "retry" => FailOutcome::Retried { at: at.ok_or_else(missing)? },
             "snooze" => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
+            "cancelled" => FailOutcome::DeadLettered(DeadReason::Cancelled),
             _ => FailOutcome::DeadLettered(reason),
         }))
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        self.guarded(&self.sql().release, worker, leases).await
+        let (ids, done) = self.guarded(&self.sql().release, worker, leases).await?;
+        Ok(split(&ids, &done))
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {

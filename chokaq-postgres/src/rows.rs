@@ -134,15 +134,17 @@ pub(crate) fn stats(rows: &[PgRow]) -> Result<StatsSnapshot> {
     Ok(snap)
 }
 
-/// Input ids and leases, first occurrence of each id kept.
-pub(crate) fn dedup(leases: &[LeaseRef]) -> (Vec<Uuid>, Vec<i64>) {
+/// Input ids and leases as two parallel arrays, every distinct (id, lease) pair once, in input
+/// order: an id listed with a stale lease and its current one is matched by the current one.
+pub(crate) fn pairs(leases: &[LeaseRef]) -> (Vec<Uuid>, Vec<i64>) {
     let mut seen = HashSet::with_capacity(leases.len());
-    leases.iter().filter(|l| seen.insert(l.id)).map(|l| (l.id.0, l.lease.0)).unzip()
+    leases.iter().filter(|l| seen.insert((l.id, l.lease))).map(|l| (l.id.0, l.lease.0)).unzip()
 }
 
-/// Every id in exactly one list, in input order.
+/// Every distinct id in exactly one list, once, in the order of its first entry: done when a
+/// statement reported it for any of its leases.
 pub(crate) fn split(ids: &[Uuid], done: &HashSet<Uuid>) -> BatchOutcome {
-    BatchOutcome::partition(ids.iter().map(|id| JobId(*id)), |id| done.contains(&id.0))
+    BatchOutcome::merge(ids.iter().map(|id| (JobId(*id), done.contains(id))))
 }
 
 /// Claimed rows in claim order (`UPDATE … RETURNING` has none): priority DESC, due ASC, id.

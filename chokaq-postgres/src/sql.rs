@@ -115,7 +115,7 @@ const HEARTBEAT: &str = concat!(
 const RELEASE: &str = concat!(
     "WITH l AS (",
     guard!("1"),
-    ") UPDATE {schema}.jobs_hot h SET status = 0, worker_id = NULL, updated_at = now()
+    ") UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
        FROM l WHERE h.id = l.id
      RETURNING h.id"
 );
@@ -131,13 +131,35 @@ const COMPLETE: &str = concat!(
     " FROM g RETURNING id"
 );
 
+/// `$1` worker, `$2` ids, `$3` leases: the ids this worker already completed with the lease
+/// it names (a repeated complete, whose first reply was lost: the outcome stands).
+const COMPLETE_STANDING: &str = "
+SELECT a.id FROM {schema}.jobs_archive a
+  JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON a.id = u.id AND a.lease = u.lease
+ WHERE a.worker_id = $1";
+
+/// `$1` worker, `$2` id, `$3` lease: the outcome a fail with this lease already wrote, if it
+/// did. A retry or snooze leaves its lease on the Pending row (release, rescue and requeue clear
+/// it): `at` is its due time. A dead letter keeps lease and worker: `reason`, unless rescue
+/// filed it as a zombie (that lease was lost, not used).
+const FAIL_STANDING: &str = "
+SELECT h.scheduled_at AS at, NULL::text AS reason FROM {schema}.jobs_hot h
+ WHERE h.id = $2 AND h.lease = $3 AND h.status = 0 AND h.scheduled_at IS NOT NULL
+UNION ALL
+SELECT NULL::timestamptz, d.reason FROM {schema}.jobs_dlq d
+ WHERE d.id = $2 AND d.lease = $3 AND d.worker_id = $1 AND d.reason <> 'zombie'";
+
 /// `$1` worker, `$2` id, `$3` lease, `$4` action (`retry`, `snooze`, `dead`), `$5` delay in
 /// microseconds, `$6` error, `$7` dead-letter reason. A retry with no attempts left becomes a
-/// dead letter (`failed`). One row when the lease was held, none when it was lost.
+/// dead letter (`failed`); a retry or snooze of a job whose cancel was accepted becomes a dead
+/// letter (`cancelled`, act `cancelled`): cancel is final. One row when the lease was held,
+/// none when it was lost.
 const FAIL: &str = concat!(
     "WITH l AS (
         SELECT h.id,
-               CASE WHEN $4::text = 'retry' AND h.attempt >= h.max_attempts THEN 'dead' ELSE $4::text END AS act
+               CASE WHEN $4::text IN ('retry', 'snooze') AND h.cancel_requested THEN 'cancelled'
+                    WHEN $4::text = 'retry' AND h.attempt >= h.max_attempts THEN 'dead'
+                    ELSE $4::text END AS act
           FROM {schema}.jobs_hot h
          WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status = 2
            FOR UPDATE
@@ -152,13 +174,17 @@ const FAIL: &str = concat!(
           FROM l WHERE h.id = l.id AND l.act IN ('retry', 'snooze')
         RETURNING h.scheduled_at
      ),
-     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.act = 'dead' RETURNING h.*),
+     g AS (
+        DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.act IN ('dead', 'cancelled') RETURNING h.*
+     ),
      dead AS (
         INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
     dlq_vals!(),
-    ", CASE WHEN $4::text = 'retry' THEN 'failed' ELSE $7::text END, coalesce($6::text, g.last_error) FROM g
+    ", CASE WHEN (SELECT act FROM l) = 'cancelled' THEN 'cancelled' WHEN $4::text = 'retry' THEN 'failed'
+            ELSE $7::text END,
+          coalesce($6::text, g.last_error) FROM g
         RETURNING id
      )
      SELECT l.act, (SELECT scheduled_at FROM back) AS at, (SELECT count(*) FROM dead) AS dead FROM l"
@@ -192,14 +218,16 @@ WITH l AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs_hot h SET status = 0, worker_id = NULL, updated_at = now()
+UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
   FROM l WHERE h.id = l.id
 RETURNING h.id";
 
-/// `$1` default zombie timeout in microseconds, `$2` limit.
+/// `$1` default zombie timeout in microseconds, `$2` limit. A zombie whose cancel was accepted
+/// is dead-lettered as `cancelled`, whatever the policy (cancel is final).
 const RESCUE_ZOMBIES: &str = concat!(
     "WITH z AS (
-        SELECT h.id, (h.attempt < h.max_attempts AND coalesce(q.zombie_policy, 0) = 0) AS retry
+        SELECT h.id,
+               (h.attempt < h.max_attempts AND coalesce(q.zombie_policy, 0) = 0 AND NOT h.cancel_requested) AS retry
           FROM {schema}.jobs_hot h
           LEFT JOIN {schema}.queues q ON q.name = h.queue
          WHERE h.status = 2
@@ -210,7 +238,7 @@ const RESCUE_ZOMBIES: &str = concat!(
            FOR UPDATE OF h SKIP LOCKED
      ),
      back AS (
-        UPDATE {schema}.jobs_hot h SET status = 0, worker_id = NULL, updated_at = now()
+        UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
           FROM z WHERE h.id = z.id AND z.retry
         RETURNING h.id
      ),
@@ -219,7 +247,9 @@ const RESCUE_ZOMBIES: &str = concat!(
     dlq_cols!(),
     ") SELECT ",
     dlq_vals!(),
-    ", 'zombie', coalesce(g.last_error, 'heartbeat expired') FROM g RETURNING id)
+    ", CASE WHEN g.cancel_requested THEN 'cancelled' ELSE 'zombie' END,
+       coalesce(g.last_error, CASE WHEN g.cancel_requested THEN 'cancelled' ELSE 'heartbeat expired' END)
+       FROM g RETURNING id)
      SELECT (SELECT count(*) FROM back) AS retried, (SELECT count(*) FROM dead) AS dead"
 );
 
@@ -263,7 +293,7 @@ ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, attempt,
                                    max_attempts, lease, worker_id, scheduled_at, created_at, updated_at,
                                    last_error, created_by)
-    SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, 0, 0, g.max_attempts, g.lease,
+    SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, 0, 0, g.max_attempts, NULL,
            NULL, NULL, g.created_at, now(), g.error, g.created_by
       FROM g
     RETURNING id, queue
@@ -474,7 +504,9 @@ statements! {
     heartbeat = HEARTBEAT;
     release = RELEASE;
     complete = COMPLETE;
+    complete_standing = COMPLETE_STANDING;
     fail = FAIL;
+    fail_standing = FAIL_STANDING;
     cancel = CANCEL;
     rescue_lock = RESCUE_LOCK;
     rescue_fetched = RESCUE_FETCHED;

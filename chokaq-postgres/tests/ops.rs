@@ -435,7 +435,7 @@ async fn fail_outcomes(#[case] outcome: FailAction, #[case] dead: Option<DeadRea
     let id = db.enqueue(job("fo")).await.unwrap().id;
     let w = WorkerId::random();
     let j = claim_one(db, w, "fo", ClaimMode::Start).await;
-    let r = db.fail(w, j.lease_ref(), outcome).await.unwrap().done().unwrap();
+    let r = db.fail(w, j.lease_ref(), outcome.clone()).await.unwrap().done().unwrap();
     let rec = db.get_job(id).await.unwrap().unwrap();
     match dead {
         Some(reason) => {
@@ -447,8 +447,10 @@ async fn fail_outcomes(#[case] outcome: FailAction, #[case] dead: Option<DeadRea
             assert_eq!((rec.location, rec.attempt), (JobLocation::Hot(JobStatus::Pending), 0));
         }
     }
-    // A second fail with the same lease is lost.
-    assert!(db.fail(w, j.lease_ref(), FailAction::Cancelled { error: None }).await.unwrap().is_lost());
+    // A second fail with the same lease reports the outcome that stands; another lease is lost.
+    assert_eq!(db.fail(w, j.lease_ref(), outcome).await.unwrap(), Fenced::Done(r));
+    let stale = chokaq_core::LeaseRef { id, lease: chokaq_core::Lease(j.lease.0 + 1000) };
+    assert!(db.fail(w, stale, FailAction::Cancelled { error: None }).await.unwrap().is_lost());
     f.drop().await;
 }
 
@@ -647,10 +649,11 @@ async fn a_cancel_request_survives_a_retry() {
     let w = WorkerId::random();
     let j = claim_one(db, w, "cr", ClaimMode::Start).await;
     assert_eq!(db.cancel(id).await.unwrap(), CancelOutcome::Requested);
-    // The handler failed before it saw the request: the job is retried, the request stays.
+    // The handler failed before it saw the request: the request stays, and a cancel is final,
+    // so the retry dead-letters the job as cancelled; it never runs again.
     let r = db.fail(w, j.lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: "e".into() }).await;
-    assert!(!r.unwrap().is_lost());
-    let j = claim_one(db, w, "cr", ClaimMode::Start).await;
-    assert_eq!(db.heartbeat(w, &[j.lease_ref()]).await.unwrap().cancel_requested, vec![id]);
+    assert_eq!(r.unwrap(), Fenced::Done(FailOutcome::DeadLettered(DeadReason::Cancelled)));
+    assert_eq!(db.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Cancelled));
+    assert!(claim(db, w, "cr", 1, ClaimMode::Start).await.is_empty());
     f.drop().await;
 }

@@ -56,6 +56,11 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { heartbeat_ignores_lease: true, ..f },
             cases: &["lease_stale_heartbeat_is_lost", "lease_status_guards"],
         },
+        Tooth {
+            fault: "complete_standing_ignores_lease",
+            faults: Faults { complete_standing_ignores_lease: true, ..f },
+            cases: &["outcome_stale_lease_after_outcome_is_lost"],
+        },
     ]
 }
 

@@ -53,7 +53,12 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
             let attempt: i64 = z.try_get("attempt").map_err(map_err)?;
             let max_attempts: i64 = z.try_get("max_attempts").map_err(map_err)?;
             let policy = parse_policy(&z.try_get::<String, _>("policy").map_err(map_err)?)?;
-            if policy == ZombiePolicy::Retry && attempt < max_attempts {
+            let cancelled: i64 = z.try_get("cancel_requested").map_err(map_err)?;
+            if cancelled != 0 {
+                // An accepted cancel is final: the zombie is not retried.
+                b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
+                report.zombies_dead += 1;
+            } else if policy == ZombiePolicy::Retry && attempt < max_attempts {
                 sqlx::query(&b.sql.retry_zombie).bind(now).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
                 report.zombies_retried += 1;
                 queues.push(z.try_get("queue").map_err(map_err)?);

@@ -1,7 +1,10 @@
 //! The lease-guarded operations: start, heartbeat, complete, fail, release.
 //!
 //! Every write matches `id AND lease AND worker_id AND status` inside one `BEGIN IMMEDIATE`
-//! transaction; a write that matches no row reports the lease as lost, never a silent no-op.
+//! transaction; a write that matches no row reports the lease as lost, never a silent no-op,
+//! unless that very lease already wrote the outcome (a repeated complete or fail, whose first
+//! reply was lost), which is reported again. An id listed more than once in a batch is
+//! reported once, done when any of its entries was.
 
 use chokaq_core::{
     BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, LeaseRef, Result, WorkerId,
@@ -14,10 +17,10 @@ use crate::rows::{clean_error, dur_us, now_us, ts};
 
 /// [`chokaq_core::Backend::start`].
 pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-    let mut out = BatchOutcome::default();
     if leases.is_empty() {
-        return Ok(out);
+        return Ok(BatchOutcome::default());
     }
+    let mut entries = Vec::with_capacity(leases.len());
     let mut tx = b.begin_write().await?;
     let now = now_us();
     for l in leases {
@@ -30,22 +33,18 @@ pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRe
             .await
             .map_err(map_err)?
             .rows_affected();
-        if n == 1 {
-            out.done.push(l.id)
-        } else {
-            out.lost.push(l.id)
-        }
+        entries.push((l.id, n == 1));
     }
     commit(tx).await?;
-    Ok(out)
+    Ok(BatchOutcome::merge(entries))
 }
 
 /// [`chokaq_core::Backend::heartbeat`].
 pub(crate) async fn heartbeat(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-    let mut out = HeartbeatReport::default();
     if leases.is_empty() {
-        return Ok(out);
+        return Ok(HeartbeatReport::default());
     }
+    let mut entries = Vec::with_capacity(leases.len());
     let mut tx = b.begin_write().await?;
     let now = now_us();
     for l in leases {
@@ -57,26 +56,18 @@ pub(crate) async fn heartbeat(b: &SqliteBackend, worker: WorkerId, leases: &[Lea
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
-        match cancel {
-            Some(c) => {
-                out.held.push(l.id);
-                if c != 0 {
-                    out.cancel_requested.push(l.id);
-                }
-            }
-            None => out.lost.push(l.id),
-        }
+        entries.push((l.id, cancel.map(|c| c != 0)));
     }
     commit(tx).await?;
-    Ok(out)
+    Ok(HeartbeatReport::merge(entries))
 }
 
 /// [`chokaq_core::Backend::complete`].
 pub(crate) async fn complete(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-    let mut out = BatchOutcome::default();
     if leases.is_empty() {
-        return Ok(out);
+        return Ok(BatchOutcome::default());
     }
+    let mut entries = Vec::with_capacity(leases.len());
     let mut tx = b.begin_write().await?;
     let now = now_us();
     for l in leases {
@@ -89,15 +80,24 @@ pub(crate) async fn complete(b: &SqliteBackend, worker: WorkerId, leases: &[Leas
             .await
             .map_err(map_err)?
             .rows_affected();
-        if n == 1 {
+        let done = if n == 1 {
             sqlx::query(&b.sql.delete_hot).bind(l.id.0).execute(&mut *tx).await.map_err(map_err)?;
-            out.done.push(l.id);
+            true
         } else {
-            out.lost.push(l.id);
-        }
+            // Completed before with this very lease (a repeat): the outcome stands.
+            sqlx::query(&b.sql.completed_with)
+                .bind(l.id.0)
+                .bind(l.lease.0)
+                .bind(worker.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .is_some()
+        };
+        entries.push((l.id, done));
     }
     commit(tx).await?;
-    Ok(out)
+    Ok(BatchOutcome::merge(entries))
 }
 
 /// [`chokaq_core::Backend::fail`].
@@ -122,12 +122,38 @@ pub(crate) async fn fail(
         .await
         .map_err(map_err)?;
     let Some(held) = held else {
+        // Not held: the outcome this lease already wrote, if it did (a repeat), else lost.
+        let stood = sqlx::query(&b.sql.fail_standing)
+            .bind(lease.id.0)
+            .bind(lease.lease.0)
+            .bind(worker.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
         tx.rollback().await.map_err(map_err)?;
-        return Ok(Fenced::LeaseLost);
+        let Some(stood) = stood else { return Ok(Fenced::LeaseLost) };
+        let at: Option<i64> = stood.try_get("at").map_err(map_err)?;
+        let reason: Option<String> = stood.try_get("reason").map_err(map_err)?;
+        let missing = || chokaq_core::Error::new(chokaq_core::ErrorKind::Other, "fail: no due time stored");
+        return Ok(Fenced::Done(match (reason, &outcome) {
+            (Some(r), _) => FailOutcome::DeadLettered(DeadReason::parse(&r)?),
+            (None, FailAction::Snooze { .. }) => FailOutcome::Snoozed { until: ts(at.ok_or_else(missing)?)? },
+            (None, _) => FailOutcome::Retried { at: ts(at.ok_or_else(missing)?)? },
+        }));
     };
     let attempt: i64 = held.try_get("attempt").map_err(map_err)?;
     let max_attempts: i64 = held.try_get("max_attempts").map_err(map_err)?;
+    // An accepted cancel is final: no retry or snooze of the job.
+    let cancelled = held.try_get::<i64, _>("cancel_requested").map_err(map_err)? != 0;
     let result = match outcome {
+        FailAction::Retry { error, .. } if cancelled => {
+            b.dead_letter(&mut tx, now, lease.id, DeadReason::Cancelled, Some(&error)).await?;
+            FailOutcome::DeadLettered(DeadReason::Cancelled)
+        }
+        FailAction::Snooze { .. } if cancelled => {
+            b.dead_letter(&mut tx, now, lease.id, DeadReason::Cancelled, None).await?;
+            FailOutcome::DeadLettered(DeadReason::Cancelled)
+        }
         FailAction::Retry { error, .. } if attempt < max_attempts => {
             let at = now + delay_us;
             sqlx::query(&b.sql.back_to_pending)
@@ -173,10 +199,10 @@ pub(crate) async fn fail(
 
 /// [`chokaq_core::Backend::release`].
 pub(crate) async fn release(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-    let mut out = BatchOutcome::default();
     if leases.is_empty() {
-        return Ok(out);
+        return Ok(BatchOutcome::default());
     }
+    let mut entries = Vec::with_capacity(leases.len());
     let mut tx = b.begin_write().await?;
     let now = now_us();
     let mut queues = Vec::new();
@@ -189,15 +215,10 @@ pub(crate) async fn release(b: &SqliteBackend, worker: WorkerId, leases: &[Lease
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
-        match q {
-            Some(q) => {
-                out.done.push(l.id);
-                queues.push(q);
-            }
-            None => out.lost.push(l.id),
-        }
+        entries.push((l.id, q.is_some()));
+        queues.extend(q);
     }
     commit(tx).await?;
     b.notify(queues);
-    Ok(out)
+    Ok(BatchOutcome::merge(entries))
 }

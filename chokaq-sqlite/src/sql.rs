@@ -188,10 +188,21 @@ statements! {
          cancel_requested, created_by, ?1 FROM {schema}.jobs_hot \
          WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 2"
     ),
+    /// Whether this worker already completed the job with this lease (a repeated complete: the
+    /// outcome stands): `?1` id, `?2` lease, `?3` worker.
+    completed_with: "SELECT 1 FROM {schema}.jobs_archive WHERE id = ?1 AND lease = ?2 AND worker_id = ?3",
+    /// The outcome a fail with this lease already wrote, if it did: a retry or snooze leaves its
+    /// lease on the Pending row (`at`, its due time; release, rescue and requeue clear the
+    /// lease); a dead letter keeps lease and worker (`reason`; not a zombie rescue filed, whose
+    /// lease was lost): `?1` id, `?2` lease, `?3` worker.
+    fail_standing: "SELECT scheduled_at AS at, NULL AS reason FROM {schema}.jobs_hot \
+         WHERE id = ?1 AND lease = ?2 AND status = 0 AND scheduled_at IS NOT NULL \
+         UNION ALL SELECT NULL, reason FROM {schema}.jobs_dlq \
+         WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND reason <> 'zombie'",
     /// Removes a moved hot row: `?1` id.
     delete_hot: "DELETE FROM {schema}.jobs_hot WHERE id = ?1",
     /// The attempts of a held Processing lease: `?1` id, `?2` lease, `?3` worker.
-    held_attempts: "SELECT attempt, max_attempts FROM {schema}.jobs_hot \
+    held_attempts: "SELECT attempt, max_attempts, cancel_requested FROM {schema}.jobs_hot \
          WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status = 2",
     /// Back to Pending (retry, snooze): `?1` due at, `?2` now, `?3` error (NULL keeps the
     /// last one), `?4` attempts to give back, `?5` id.
@@ -208,23 +219,25 @@ statements! {
          coalesce(?4, last_error), cancel_requested, created_by, ?1, ?3 FROM {schema}.jobs_hot WHERE id = ?2"
     ),
     /// Fetched -> Pending: `?1` now, `?2` id, `?3` lease, `?4` worker.
-    release: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, updated_at = ?1 \
+    release: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, updated_at = ?1 \
          WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1 RETURNING queue",
 
     // --- rescue ----------------------------------------------------------------------------
     /// Releases expired Fetched jobs: `?1` now, `?2` cutoff, `?3` limit.
-    rescue_fetched: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, updated_at = ?1 WHERE id IN \
+    rescue_fetched: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, updated_at = ?1 \
+         WHERE id IN \
          (SELECT id FROM {schema}.jobs_hot WHERE status = 1 AND updated_at < ?2 ORDER BY updated_at, id LIMIT ?3) \
          RETURNING queue",
     /// Processing jobs whose heartbeat expired, with their queue's policy: `?1` now, `?2`
     /// default zombie timeout, `?3` limit.
-    find_zombies: "SELECT h.id, h.queue, h.attempt, h.max_attempts, coalesce(q.zombie_policy, 'retry') AS policy \
+    find_zombies: "SELECT h.id, h.queue, h.attempt, h.max_attempts, h.cancel_requested, \
+         coalesce(q.zombie_policy, 'retry') AS policy \
          FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues q ON q.name = h.queue \
          WHERE h.status = 2 \
            AND coalesce(h.heartbeat_at, h.started_at, h.updated_at) < ?1 - coalesce(q.zombie_timeout_us, ?2) \
          ORDER BY h.id LIMIT ?3",
     /// A zombie back to Pending: `?1` now, `?2` id.
-    retry_zombie: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, heartbeat_at = NULL, \
+    retry_zombie: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
          cancel_requested = 0, updated_at = ?1 WHERE id = ?2",
 
     // --- cancel ----------------------------------------------------------------------------
@@ -251,7 +264,7 @@ statements! {
         "INSERT INTO {schema}.jobs_hot (",
         cols!(),
         ") SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
-         max_attempts, lease, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by \
+         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by \
          FROM {schema}.jobs_dlq WHERE id = ?2"
     ),
     /// `?1` id.

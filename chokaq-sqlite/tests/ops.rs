@@ -281,7 +281,13 @@ async fn reserve_start_complete_with_fencing() {
     assert!(r.finished_at.is_some());
     let p = b.presence(leases[0].id).await.unwrap();
     assert_eq!((p.hot, p.archive, p.dead), (0, 1, 0));
-    assert!(b.complete_one(w, leases[0]).await.unwrap().is_lost());
+    // A repeat with the lease that completed it reports the outcome that stands, writing
+    // nothing; a stale lease of the archived job is still lost.
+    assert_eq!(b.complete_one(w, leases[0]).await.unwrap(), Fenced::Done(()));
+    let p = b.presence(leases[0].id).await.unwrap();
+    assert_eq!((p.hot, p.archive, p.dead), (0, 1, 0));
+    let stale0 = chokaq_core::LeaseRef { id: leases[0].id, lease: chokaq_core::Lease(leases[0].lease.0 + 1000) };
+    assert!(b.complete_one(w, stale0).await.unwrap().is_lost());
 
     let snap = b.stats().await.unwrap();
     assert_eq!((snap.pending, snap.fetched, snap.processing, snap.archived, snap.dead), (1, 0, 1, 1, 0));
@@ -433,7 +439,12 @@ async fn fail_dead_letter_snooze_and_bad_delay() {
     assert_eq!(r.attempt, 0, "snooze does not count the attempt");
     assert_eq!(r.scheduled_at, Some(until));
     assert_eq!(r.location, JobLocation::Hot(JobStatus::Pending));
-    assert!(b.fail(w, js[1].lease_ref(), FailAction::Snooze { delay: secs(1) }).await.unwrap().is_lost());
+    // A repeat with the same lease reports the snooze that stands and changes nothing.
+    let again = b.fail(w, js[1].lease_ref(), FailAction::Snooze { delay: secs(1) }).await.unwrap();
+    assert_eq!(again, Fenced::Done(FailOutcome::Snoozed { until }));
+    assert_eq!(b.get_job(ids[1]).await.unwrap().unwrap().scheduled_at, Some(until));
+    let stale = chokaq_core::LeaseRef { id: ids[1], lease: chokaq_core::Lease(js[1].lease.0 + 1000) };
+    assert!(b.fail(w, stale, FailAction::Snooze { delay: secs(1) }).await.unwrap().is_lost());
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use crate::ctx::{Ctx, Failure};
 
 mod bad_input;
+mod cancel;
 mod cap;
 mod claim;
 mod complete_and_claim;
@@ -16,6 +17,7 @@ mod idempotency;
 mod lease;
 mod lifecycle;
 mod notify;
+mod outcome;
 mod pause;
 mod rescue;
 mod retry;
@@ -167,7 +169,9 @@ groups!(
     stats,
     bad_input,
     stress,
-    notify
+    notify,
+    cancel,
+    outcome,
 );
 
 /// The names of every case.

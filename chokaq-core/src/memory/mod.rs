@@ -141,11 +141,39 @@ impl MemoryBackend {
         }
     }
 
+    /// Back to Pending; the lease stays on the row only for a retry or snooze (the outcome a
+    /// repeat of that fail finds), every other caller clears it.
     fn to_pending(r: &mut JobRecord, at: Timestamp) {
         r.location = JobLocation::Hot(JobStatus::Pending);
         r.worker_id = None;
         r.cancel_requested = false;
         r.updated_at = at;
+    }
+
+    /// What a `fail` whose lease no longer holds the job reports: the outcome this lease
+    /// already wrote, when it did (a repeat whose first reply was lost), else `LeaseLost`.
+    /// A retry or snooze leaves the lease on the Pending row (release and rescue clear it); a
+    /// dead letter keeps lease and worker (a zombie's, filed by rescue, is not the worker's).
+    fn standing_fail(store: &Store, worker: WorkerId, lease: LeaseRef, action: &FailAction) -> Fenced<FailOutcome> {
+        if let Some(r) = store.hot.get(&lease.id) {
+            if r.lease == Some(lease.lease) && status_of(r) == Some(JobStatus::Pending) {
+                if let Some(at) = r.scheduled_at {
+                    return Fenced::Done(match action {
+                        FailAction::Snooze { .. } => FailOutcome::Snoozed { until: at },
+                        _ => FailOutcome::Retried { at },
+                    });
+                }
+            }
+            return Fenced::LeaseLost;
+        }
+        match store.dead.get(&lease.id) {
+            Some(JobRecord { location: JobLocation::Dead(reason), lease: Some(l), worker_id: Some(w), .. })
+                if *l == lease.lease && *w == worker && *reason != DeadReason::Zombie =>
+            {
+                Fenced::Done(FailOutcome::DeadLettered(*reason))
+            }
+            _ => Fenced::LeaseLost,
+        }
     }
 
     /// The hot row held by `lease` in status `status`, if the lease still matches.
@@ -279,62 +307,61 @@ impl Backend for MemoryBackend {
         validate::lease_list("start", leases)?;
         let mut s = self.lock();
         let at = now();
-        let mut out = BatchOutcome::default();
+        let mut entries = Vec::with_capacity(leases.len());
         for l in leases {
-            match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+            let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
                 Some(r) => {
                     r.location = JobLocation::Hot(JobStatus::Processing);
                     r.attempt += 1;
                     r.started_at = Some(at);
                     r.heartbeat_at = Some(at);
                     r.updated_at = at;
-                    out.done.push(l.id);
+                    true
                 }
-                None => out.lost.push(l.id),
-            }
+                None => false,
+            };
+            entries.push((l.id, ok));
         }
-        Ok(out)
+        Ok(BatchOutcome::merge(entries))
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
         validate::lease_list("heartbeat", leases)?;
         let mut s = self.lock();
         let at = now();
-        let mut out = HeartbeatReport::default();
+        let mut entries = Vec::with_capacity(leases.len());
         for l in leases {
-            match Self::held(&mut s, worker, *l, JobStatus::Processing) {
-                Some(r) => {
-                    r.heartbeat_at = Some(at);
-                    r.updated_at = at;
-                    out.held.push(l.id);
-                    if r.cancel_requested {
-                        out.cancel_requested.push(l.id);
-                    }
-                }
-                None => out.lost.push(l.id),
-            }
+            let held = Self::held(&mut s, worker, *l, JobStatus::Processing).map(|r| {
+                r.heartbeat_at = Some(at);
+                r.updated_at = at;
+                r.cancel_requested
+            });
+            entries.push((l.id, held));
         }
-        Ok(out)
+        Ok(HeartbeatReport::merge(entries))
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         validate::lease_list("complete", leases)?;
         let mut s = self.lock();
         let at = now();
-        let mut out = BatchOutcome::default();
+        let mut entries = Vec::with_capacity(leases.len());
         for l in leases {
-            if Self::held(&mut s, worker, *l, JobStatus::Processing).is_some() {
+            let ok = if Self::held(&mut s, worker, *l, JobStatus::Processing).is_some() {
                 let mut r = s.hot.remove(&l.id).expect("held row exists");
                 r.location = JobLocation::Archived;
                 r.finished_at = Some(at);
                 r.updated_at = at;
                 s.archive.insert(l.id, r);
-                out.done.push(l.id);
+                true
             } else {
-                out.lost.push(l.id);
-            }
+                // Completed before with this very lease (a repeat whose first reply was lost):
+                // the outcome stands.
+                s.archive.get(&l.id).is_some_and(|r| r.lease == Some(l.lease) && r.worker_id == Some(worker))
+            };
+            entries.push((l.id, ok));
         }
-        Ok(out)
+        Ok(BatchOutcome::merge(entries))
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
@@ -342,9 +369,19 @@ impl Backend for MemoryBackend {
         let mut s = self.lock();
         let at = now();
         let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
-            return Ok(Fenced::LeaseLost);
+            return Ok(Self::standing_fail(&s, worker, lease, &outcome));
         };
+        // An accepted cancel is final: no retry or snooze of the job.
+        let cancelled = r.cancel_requested;
         let result = match outcome {
+            FailAction::Retry { error, .. } if cancelled => {
+                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, Some(validate::error_text(&error)), at);
+                FailOutcome::DeadLettered(DeadReason::Cancelled)
+            }
+            FailAction::Snooze { .. } if cancelled => {
+                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, None, at);
+                FailOutcome::DeadLettered(DeadReason::Cancelled)
+            }
             FailAction::Retry { delay, error } => {
                 if r.attempt >= r.max_attempts {
                     Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(validate::error_text(&error)), at);
@@ -380,17 +417,19 @@ impl Backend for MemoryBackend {
         validate::lease_list("release", leases)?;
         let mut s = self.lock();
         let at = now();
-        let mut out = BatchOutcome::default();
+        let mut entries = Vec::with_capacity(leases.len());
         for l in leases {
-            match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+            let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
                 Some(r) => {
                     Self::to_pending(r, at);
-                    out.done.push(l.id);
+                    r.lease = None;
+                    true
                 }
-                None => out.lost.push(l.id),
-            }
+                None => false,
+            };
+            entries.push((l.id, ok));
         }
-        Ok(out)
+        Ok(BatchOutcome::merge(entries))
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
@@ -420,13 +459,19 @@ impl Backend for MemoryBackend {
             if !zombie {
                 let r = s.hot.get_mut(&id).expect("listed above");
                 Self::to_pending(r, at);
+                r.lease = None;
                 report.fetched_released += 1;
                 continue;
             }
             let policy = Self::settings(&s, &r.queue).zombie_policy;
-            if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
+            if r.cancel_requested {
+                // An accepted cancel is final: the zombie is not retried.
+                Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
+                report.zombies_dead += 1;
+            } else if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
                 let r = s.hot.get_mut(&id).expect("listed above");
                 Self::to_pending(r, at);
+                r.lease = None;
                 report.zombies_retried += 1;
             } else {
                 Self::to_dead(&mut s, id, DeadReason::Zombie, None, at);
@@ -495,6 +540,7 @@ impl Backend for MemoryBackend {
         }
         let mut r = s.dead.remove(&id).expect("checked above");
         Self::to_pending(&mut r, at);
+        r.lease = None;
         r.attempt = 0;
         r.scheduled_at = None;
         r.started_at = None;
@@ -636,7 +682,9 @@ mod tests {
         assert_eq!(got[0].attempt, 1);
         assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::Done(()));
         assert_eq!(b.presence(id).await.unwrap(), Presence { hot: 0, archive: 1, dead: 0 });
-        assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::LeaseLost);
+        // A repeat of the same complete reports the outcome that stands, writing nothing.
+        assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::Done(()));
+        assert_eq!(b.presence(id).await.unwrap(), Presence { hot: 0, archive: 1, dead: 0 });
     }
 
     #[tokio::test]

@@ -29,6 +29,10 @@ pub struct Faults {
     pub move_two_autocommits: bool,
     /// Heartbeat without the `lease` condition.
     pub heartbeat_ignores_lease: bool,
+    /// The look-up that lets a repeated complete report the outcome that stands matches the
+    /// archive row without its `lease`: a stale lease of a job this worker completed later with
+    /// a newer lease is reported Done.
+    pub complete_standing_ignores_lease: bool,
 }
 
 /// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` start.
@@ -138,6 +142,12 @@ WITH l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8
 UPDATE {schema}.jobs_hot h SET heartbeat_at = now() FROM l WHERE h.id = l.id
 RETURNING h.id, h.cancel_requested";
 
+/// The repeated-complete look-up with no `lease` condition.
+const COMPLETE_STANDING_NO_LEASE: &str = "
+SELECT a.id FROM {schema}.jobs_archive a
+  JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON a.id = u.id
+ WHERE a.worker_id = $1";
+
 impl Statements {
     /// The statements for `schema` with the broken ones `faults` names in place of the correct
     /// ones; `Faults::default()` gives exactly [`Statements::new`].
@@ -177,6 +187,9 @@ impl Statements {
         if faults.heartbeat_ignores_lease {
             s.heartbeat = render(HEARTBEAT_NO_LEASE, schema);
         }
+        if faults.complete_standing_ignores_lease {
+            s.complete_standing = render(COMPLETE_STANDING_NO_LEASE, schema);
+        }
         s
     }
 }
@@ -203,6 +216,7 @@ mod tests {
             (Faults { complete_without_lease_guard: true, ..f }, vec!["complete_and_claim", "complete"]),
             (Faults { move_two_autocommits: true, ..f }, vec!["complete_and_claim", "complete"]),
             (Faults { heartbeat_ignores_lease: true, ..f }, vec!["heartbeat"]),
+            (Faults { complete_standing_ignores_lease: true, ..f }, vec!["complete_standing"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");
