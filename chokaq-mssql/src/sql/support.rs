@@ -93,6 +93,7 @@ DROP TABLE IF EXISTS {schema}.[JobsArchive];
 DROP TABLE IF EXISTS {schema}.[JobsDlq];
 DROP TABLE IF EXISTS {schema}.[Queues];
 DROP TABLE IF EXISTS {schema}.[SchemaVersions];
+DROP TABLE IF EXISTS {schema}.[Locks];
 DROP SEQUENCE IF EXISTS {schema}.[LeaseSeq];
 DROP SCHEMA IF EXISTS {schema};";
 
