@@ -392,6 +392,15 @@ mod tests {
         assert!(st.drop_schema.contains("DROP TABLE IF EXISTS [chokaq].[Locks];"));
     }
 
+    /// Issue 16 finding 1, test support: `force` can store a payload's raw text as is (NULL
+    /// keeps it), so a test can make a row that a read cannot decode.
+    #[test]
+    fn force_can_store_a_raw_payload() {
+        let st = Statements::new("chokaq").unwrap();
+        assert!(st.force.contains("DECLARE @RawPayload NVARCHAR(MAX) = @P14;"));
+        assert!(st.force.contains("    [Payload] = ISNULL(@RawPayload, [Payload]),\n"));
+    }
+
     /// Item 8: every count is a `BIGINT`.
     #[test]
     fn counts_are_bigint() {
@@ -587,7 +596,7 @@ mod tests {
             ("list_archive", 8),
             ("list_dlq", 8),
             ("db_now", 0),
-            ("force", 13),
+            ("force", 14),
             ("presence_many", 1),
             ("kill_connections", 1),
             ("drop_schema", 0),
