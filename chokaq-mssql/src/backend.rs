@@ -502,6 +502,52 @@ mod tests {
         assert_eq!(all_bad.1.len(), 4);
     }
 
+    /// A backend whose pool has opened nothing, pointed at a port where nothing listens.
+    fn unopened() -> MssqlBackend {
+        let cfg = MssqlConfig::new("server=tcp:127.0.0.1,9;user=u;password=p;encrypt=false")
+            .unwrap()
+            .connect_timeout(std::time::Duration::from_millis(500));
+        let sql = Statements::new(&cfg.schema).unwrap();
+        let manager = Manager::new(cfg.parts.clone(), "chokaq-test".to_string(), cfg.connect_timeout);
+        let pool = Pool::unopened(manager, cfg.statement_timeout);
+        let app_name = "chokaq-test".to_string();
+        MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) }) }
+    }
+
+    fn invalid<T: std::fmt::Debug>(r: Result<T>, says: &str) {
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains(says), "{e} does not say {says:?}");
+    }
+
+    /// The core's checks run before anything reaches the server (core-api: lease lists,
+    /// queue controls, fail actions, the enqueue batch's total bytes); a call that passes
+    /// them does reach the network (and fails there, nothing listens).
+    #[tokio::test]
+    async fn the_core_checks_run_before_any_statement() {
+        use chokaq_core::{Lease, QueueControl};
+        let b = unopened();
+        let w = WorkerId(chokaq_core::uuid::Uuid::new_v4());
+        let lease = LeaseRef { id: JobId::new(), lease: Lease(1) };
+        let many = vec![lease; validate::MAX_LEASES_PER_CALL + 1];
+        invalid(b.start(w, &many).await, "start takes at most");
+        invalid(b.heartbeat(w, &many).await, "heartbeat takes at most");
+        invalid(b.complete(w, &many).await, "complete takes at most");
+        invalid(b.release(w, &many).await, "release takes at most");
+        let q = QueueName::new("q").unwrap();
+        let forever = std::time::Duration::MAX;
+        invalid(b.control_queue(&q, QueueControl::SetZombieTimeout(Some(forever))).await, "zombie_timeout");
+        let too_many = validate::MAX_QUEUE_WORKERS + 1;
+        invalid(b.control_queue(&q, QueueControl::SetMaxWorkers(Some(too_many))).await, "max_workers");
+        invalid(b.fail(w, lease, FailAction::Snooze { delay: forever }).await, "snooze delay");
+        let big = serde_json::Value::String("x".repeat(1_000_000));
+        let jobs: Vec<NewJob> = (0..40).map(|_| NewJob::build("q", "k").unwrap().json(big.clone())).collect();
+        invalid(b.enqueue_many(jobs).await, "split it");
+        // Past the checks, the call goes to the server: not an input error.
+        let e = b.complete(w, &[lease]).await.unwrap_err();
+        assert_ne!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+
     /// Issue 16 finding 4: a warning every `RESCUE_MISSES_BEFORE_WARNING` calls in a row that
     /// did not run; a run resets the count.
     #[test]
