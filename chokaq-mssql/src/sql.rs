@@ -81,6 +81,7 @@ fn render(template: &str, name: Name<'_>) -> Result<String> {
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) migrate_schema: String,
+    pub(crate) migrate_locks: String,
     pub(crate) migrate_objects: String,
     pub(crate) migrate_lock_escalation: String,
     pub(crate) enqueue: String,
@@ -116,6 +117,7 @@ impl Statements {
         let r = |template: &str| render(template, Name::Schema(schema));
         Ok(Statements {
             migrate_schema: r(migrate::MIGRATE_SCHEMA)?,
+            migrate_locks: r(migrate::MIGRATE_LOCKS)?,
             migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
             migrate_lock_escalation: r(migrate::MIGRATE_LOCK_ESCALATION)?,
             enqueue: r(claim::ENQUEUE)?,
@@ -152,6 +154,7 @@ impl Statements {
             ("session_setup", SESSION_SETUP.to_string()),
             ("ping", PING.to_string()),
             ("migrate_schema", self.migrate_schema.clone()),
+            ("migrate_locks", self.migrate_locks.clone()),
             ("migrate_objects", self.migrate_objects.clone()),
             ("migrate_lock_escalation", self.migrate_lock_escalation.clone()),
             ("enqueue", self.enqueue.clone()),
@@ -216,7 +219,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 31);
+        assert_eq!(all.len(), 32);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -347,21 +350,28 @@ mod tests {
     #[test]
     fn migration_and_rescue_lock_rows_of_the_schema_not_app_locks() {
         let st = Statements::new("chokaq").unwrap();
-        for (name, sql) in
-            [("migrate_schema", &st.migrate_schema), ("migrate_objects", &st.migrate_objects), ("rescue", &st.rescue)]
-        {
+        for (name, sql) in [
+            ("migrate_schema", &st.migrate_schema),
+            ("migrate_locks", &st.migrate_locks),
+            ("migrate_objects", &st.migrate_objects),
+            ("rescue", &st.rescue),
+        ] {
             assert!(!sql.contains("sp_getapplock"), "{name}");
             assert!(!sql.contains("chokaq:migrate") && !sql.contains("chokaq:rescue"), "{name}");
         }
-        let m = &st.migrate_schema;
+        let m = &st.migrate_locks;
+        assert!(st
+            .migrate_schema
+            .contains("    BEGIN CATCH\n        IF SCHEMA_ID(N'chokaq') IS NULL\n            THROW;\n    END CATCH;"));
+        assert!(
+            !st.migrate_schema.contains("[Locks]"),
+            "the table is created once the schema exists, in its own batch"
+        );
         assert!(m.contains(
             "CREATE TABLE [chokaq].[Locks] (\n            [Name] VARCHAR(32) COLLATE Latin1_General_BIN2 NOT NULL \
              CONSTRAINT [PK_Locks] PRIMARY KEY CLUSTERED,\n            [LastTakenAtUtc] DATETIME2(7) NULL\n        );"
         ));
         // Racing creators: the loser's error is swallowed only if the object exists now.
-        assert!(
-            m.contains("    BEGIN CATCH\n        IF SCHEMA_ID(N'chokaq') IS NULL\n            THROW;\n    END CATCH;")
-        );
         assert!(m.contains(
             "    BEGIN CATCH\n        IF OBJECT_ID(N'[chokaq].[Locks]', N'U') IS NULL\n            THROW;\n    END CATCH;"
         ));
@@ -369,7 +379,6 @@ mod tests {
             "FROM (VALUES ('migrate'), ('rescue')) AS v ([Name])\nWHERE NOT EXISTS (SELECT 1 FROM [chokaq].[Locks] AS l \
              WITH (UPDLOCK, HOLDLOCK) WHERE l.[Name] = v.[Name]);"
         ));
-        assert!(at(m, "CREATE SCHEMA") < at(m, "CREATE TABLE [chokaq].[Locks]"));
         // The migration waits for the row (a concurrent migration holds it to its commit).
         let o = &st.migrate_objects;
         let lock = at(
@@ -482,7 +491,7 @@ mod tests {
         let all = all_statements("chokaq").unwrap();
         let st = Statements::new("chokaq").unwrap();
         let mut defined: std::collections::BTreeSet<String> =
-            bracketed(&format!("{}{}", st.migrate_schema, st.migrate_objects)).into_iter().collect();
+            bracketed(&format!("{}{}", st.migrate_locks, st.migrate_objects)).into_iter().collect();
         for catalog in [
             "name",
             "object_id",
@@ -573,6 +582,7 @@ mod tests {
             ("session_setup", 0),
             ("ping", 0),
             ("migrate_schema", 0),
+            ("migrate_locks", 0),
             ("migrate_objects", 0),
             ("migrate_lock_escalation", 0),
             ("enqueue", 1),

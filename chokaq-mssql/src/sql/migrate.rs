@@ -1,8 +1,8 @@
-//! The migration: three batches. The first creates the schema and the `Locks` table (each
-//! behind an existence check, a concurrent creator's "already exists" error swallowed once
-//! the object is there) and its two rows; the second runs in a transaction that holds the
+//! The migration: four batches. The first creates the schema, the second the `Locks` table
+//! and its two rows (each behind an existence check, a concurrent creator's "already exists"
+//! error swallowed once the object is there); the third runs in a transaction that holds the
 //! `migrate` row of `Locks` (an `UPDATE`, so a concurrent migration waits for the commit;
-//! `SET LOCK_TIMEOUT 30000` bounds the wait, error 1222, retried as transient); the third only
+//! `SET LOCK_TIMEOUT 30000` bounds the wait, error 1222, retried as transient); the fourth only
 //! sets a table option. Every object is created behind an existence check, so the migration
 //! is idempotent and safe from many processes at once.
 //!
@@ -22,12 +22,9 @@
 
 /// Checks the database compatibility level (130 or higher, for `OPENJSON`: error 51001,
 /// `Unsupported`, with the level found), then creates the schema itself (`CREATE SCHEMA` must
-/// be alone in its batch, hence `EXEC`), the `Locks` table and its rows `migrate` and
-/// `rescue`. Each `CREATE` is in `TRY … CATCH`: when two processes race, the loser's "already
-/// exists" is swallowed if the object now exists, and anything else is rethrown. The rows go
-/// in with one `INSERT … WHERE NOT EXISTS (… WITH (UPDLOCK, HOLDLOCK))`, whose key-range lock
-/// serialises concurrent inserters. The `SET`s of a batch sent through `sp_executesql` end
-/// with the batch.
+/// be alone in its batch, hence `EXEC`) in `TRY … CATCH`: when two processes race, the
+/// loser's "already exists" is swallowed if the schema now exists, and anything else is
+/// rethrown. The `SET`s of a batch sent through `sp_executesql` end with the batch.
 pub(super) const MIGRATE_SCHEMA: &str = "SET XACT_ABORT ON;
 SET LOCK_TIMEOUT 30000;
 DECLARE @Level INT = (SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID());
@@ -48,7 +45,14 @@ BEGIN
         IF SCHEMA_ID(N'{schema_text}') IS NULL
             THROW;
     END CATCH;
-END;
+END;";
+
+/// Creates the `Locks` table and its rows `migrate` and `rescue`, in a batch of its own, once
+/// the schema exists. The `CREATE TABLE` is in `TRY … CATCH` like the schema's; the rows go in
+/// with one `INSERT … WHERE NOT EXISTS (… WITH (UPDLOCK, HOLDLOCK))`, whose key-range lock
+/// serialises concurrent inserters.
+pub(super) const MIGRATE_LOCKS: &str = "SET XACT_ABORT ON;
+SET LOCK_TIMEOUT 30000;
 IF OBJECT_ID(N'{schema}.[Locks]', N'U') IS NULL
 BEGIN
     BEGIN TRY
