@@ -3,6 +3,7 @@
 //! every batch goes through [`Pool::run`](crate::pool::Pool::run); this file binds and runs.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -11,7 +12,7 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, Enqueued, Error,
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, StatsSnapshot, TimestampPrecision, WorkerId, MAX_ENQUEUE_BATCH,
+    RescueParams, RescueReport, Result, StatsSnapshot, TimestampPrecision, WorkerId,
 };
 use tiberius::{Row, ToSql};
 
@@ -20,9 +21,9 @@ use crate::error::{connect_error, map_error, timeout};
 use crate::migrate;
 use crate::pool::{Manager, Pool};
 use crate::rows::{
-    check_ts, control_params, count, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued, decode_fail,
-    decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row, heartbeat_report,
-    id_bytes, ids_of, job_json, last_set, leases_json, millis, outcome, req,
+    check_ts, col, control_params, count, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued,
+    decode_fail, decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row,
+    heartbeat_report, id_bytes, ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req,
 };
 use crate::sql::{self, Statements};
 
@@ -41,6 +42,43 @@ struct Inner {
     cfg: MssqlConfig,
     sql: Statements,
     app_name: String,
+    /// Calls of `rescue` in a row that did not run (the lock row was held or missing).
+    rescue_misses: AtomicU32,
+}
+
+/// After this many `rescue` calls in a row that did not run, and every as many after, the
+/// backend logs a warning (issue 16, finding 4: a held lock must not stop rescue silently).
+pub(crate) const RESCUE_MISSES_BEFORE_WARNING: u32 = 10;
+
+/// Counts a rescue call: resets on a run, and returns the number of calls in a row that did
+/// not run when a warning is due (every [`RESCUE_MISSES_BEFORE_WARNING`]-th miss).
+pub(crate) fn note_rescue(misses: &AtomicU32, ran: bool) -> Option<u32> {
+    if ran {
+        misses.store(0, Ordering::Relaxed);
+        return None;
+    }
+    let n = misses.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+    (n % RESCUE_MISSES_BEFORE_WARNING == 0).then_some(n)
+}
+
+/// Splits claimed rows into the decoded jobs and the rows that could not be decoded, each
+/// with its error; one bad row never fails the others.
+pub(crate) fn split_decoded<R, T>(rows: &[R], decode: impl Fn(&R) -> Result<T>) -> (Vec<T>, Vec<(&R, Error)>) {
+    let mut good = Vec::with_capacity(rows.len());
+    let mut bad = Vec::new();
+    for row in rows {
+        match decode(row) {
+            Ok(v) => good.push(v),
+            Err(e) => bad.push((row, e)),
+        }
+    }
+    (good, bad)
+}
+
+/// The last error stored with a dead-lettered undecodable row: what failed, never the payload,
+/// bounded like any error text.
+pub(crate) fn undecodable_error_text(error: &Error) -> String {
+    validate::error_text(&format!("chokaq: the stored job cannot be decoded, so it was dead-lettered: {error}"))
 }
 
 impl fmt::Debug for MssqlBackend {
@@ -64,7 +102,7 @@ impl MssqlBackend {
         let manager = Manager::new(cfg.parts.clone(), app_name.clone(), cfg.connect_timeout);
         let pool = Pool::open(manager, cfg.max_connections, cfg.statement_timeout).await?;
         tracing::debug!(target: "chokaq_mssql", server = %cfg, "connected");
-        Ok(MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name }) })
+        Ok(MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) }) })
     }
 
     /// Test and operations helper: creates database `db` on the server `cfg` points at (if
@@ -110,6 +148,32 @@ impl MssqlBackend {
         &self.inner.sql
     }
 
+    /// Dead-letters one claimed row that [`decode_claimed`] refused (reason `failed`, the
+    /// decoding error as its last error), fenced by the id and lease this claim gave it. A
+    /// row whose id or lease cannot be read, or a failed move, is logged and left to rescue
+    /// (its lease expires like any other): the good rows of the claim are returned either way.
+    async fn dead_letter_undecodable(&self, worker: WorkerId, row: &Row, error: &Error) {
+        let op = "claim";
+        let (id, lease) = match (job_id(op, row, "Id"), col::<i64>(op, row, "Lease")) {
+            (Ok(id), Ok(Some(lease))) => (id, lease),
+            _ => {
+                tracing::error!(target: "chokaq_mssql", %error, "a claimed row cannot be decoded, nor its id and lease read");
+                return;
+            }
+        };
+        let text = undecodable_error_text(error);
+        let bytes = id_bytes(id);
+        match self.run(op, &self.sql().dead_letter_undecodable, &[&bytes, &lease, &worker.0, &text]).await {
+            Ok(sets) => {
+                let moved = first_row(op, sets).and_then(|r| req::<i32>(op, &r, "Moved")).unwrap_or(0);
+                tracing::warn!(target: "chokaq_mssql", job = %id, moved = moved == 1, %error,
+                    "a claimed row cannot be decoded: dead-lettered");
+            }
+            Err(e) => tracing::warn!(target: "chokaq_mssql", job = %id, %error, move_error = %e,
+                "a claimed row cannot be decoded, and dead-lettering it failed: rescue will return it"),
+        }
+    }
+
     /// Runs one batch on a pooled connection (statement timeout, transient failures retried).
     pub(crate) async fn run(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
         self.inner.pool.run(op, sql, params).await
@@ -136,15 +200,10 @@ impl Backend for MssqlBackend {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        if jobs.len() > MAX_ENQUEUE_BATCH {
-            return Err(Error::invalid(format!(
-                "enqueue_many takes at most {MAX_ENQUEUE_BATCH} jobs, got {}",
-                jobs.len()
-            )));
-        }
+        // The job count, every job's own checks, and the batch's total bytes.
+        validate::enqueue_batch(&jobs, self.inner.cfg.max_payload_bytes)?;
         let mut items = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.iter().enumerate() {
-            job.validate(self.inner.cfg.max_payload_bytes)?;
             items.push(job_json(i, JobId::new(), job)?);
         }
         let payload = serde_json::Value::Array(items).to_string();
@@ -177,7 +236,13 @@ impl Backend for MssqlBackend {
         };
         let limit = i32::try_from(req_.limit).map_err(|_| Error::invalid("claim limit too large"))?;
         let sets = self.run("claim", &self.sql().claim, &[&queues, &req_.worker.0, &limit, &mode]).await?;
-        let mut jobs = last_set(sets).iter().map(decode_claimed).collect::<Result<Vec<_>>>()?;
+        let rows = last_set(sets);
+        // Each row on its own: a row that cannot be decoded is dead-lettered, never fails its
+        // neighbours, and never stays leased to a worker that does not know it holds it.
+        let (mut jobs, bad) = split_decoded(&rows, decode_claimed);
+        for (row, error) in bad {
+            self.dead_letter_undecodable(req_.worker, row, &error).await;
+        }
         jobs.sort_by(|a, b| {
             b.priority
                 .cmp(&a.priority)
@@ -188,6 +253,7 @@ impl Backend for MssqlBackend {
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list("start", leases)?;
         if leases.is_empty() {
             return Ok(BatchOutcome::default());
         }
@@ -197,16 +263,18 @@ impl Backend for MssqlBackend {
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        let op = "heartbeat";
+        validate::lease_list(op, leases)?;
         if leases.is_empty() {
             return Ok(HeartbeatReport::default());
         }
-        let op = "heartbeat";
         let json = leases_json(leases);
         let rows = last_set(self.run(op, &self.sql().heartbeat, &[&json, &worker.0]).await?);
         heartbeat_report(op, leases, &rows)
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list("complete", leases)?;
         if leases.is_empty() {
             return Ok(BatchOutcome::default());
         }
@@ -217,9 +285,10 @@ impl Backend for MssqlBackend {
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, action: FailAction) -> Result<Fenced<FailOutcome>> {
         let op = "fail";
+        action.validate()?;
         let (code, delay, error, reason) = fail_action(action);
         let (secs, nanos) = delay_parts("retry delay", delay)?;
-        let error = error.map(|e| validate::truncate(&e, validate::MAX_ERROR_LEN).to_string());
+        let error = error.map(|e| validate::error_text(&e));
         let reason_text = dead_reason_text(reason);
         let id = id_bytes(lease.id);
         let row = first_row(
@@ -235,6 +304,7 @@ impl Backend for MssqlBackend {
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list("release", leases)?;
         if leases.is_empty() {
             return Ok(BatchOutcome::default());
         }
@@ -252,7 +322,17 @@ impl Backend for MssqlBackend {
         let zombie = millis("default_zombie_timeout", params.default_zombie_timeout)?;
         let limit = i32::try_from(params.limit).map_err(|_| Error::invalid("rescue limit too large"))?;
         let row = first_row(op, self.run(op, &self.sql().rescue, &[&fetched, &zombie, &limit]).await?)?;
-        decode_rescue(op, &row)
+        let report = decode_rescue(op, &row)?;
+        if let Some(misses) = note_rescue(&self.inner.rescue_misses, report.ran) {
+            tracing::warn!(
+                target: "chokaq_mssql",
+                misses,
+                "rescue has not run for {misses} calls in a row: another session holds the rescue row of the \
+                 schema's Locks table (a long transaction, or a role with UPDATE on it holding it on purpose), \
+                 or the schema is not migrated"
+            );
+        }
+        Ok(report)
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
@@ -264,6 +344,7 @@ impl Backend for MssqlBackend {
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
         let op = "control_queue";
+        control.validate()?;
         let (code, max, zombie_ms, policy) = control_params(control)?;
         let name = queue.as_str().to_string();
         let row =
@@ -289,7 +370,7 @@ impl Backend for MssqlBackend {
             Err(e) if e.kind() == ErrorKind::Conflict => {
                 return Err(Error::new(
                     ErrorKind::Conflict,
-                    format!("requeue_dead: a live job already holds the idempotency key of {id}"),
+                    format!("requeue_dead: a live job of the same queue already holds the idempotency key of {id}"),
                 ))
             }
             Err(e) => return Err(e),
@@ -385,5 +466,108 @@ impl Backend for MssqlBackend {
 
     async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chokaq_core::ErrorKind;
+
+    use super::*;
+
+    /// Issue 16 finding 1: one bad row costs only itself; its neighbours are returned, in
+    /// order, and the bad row comes back with its error for the dead-letter move.
+    #[test]
+    fn one_undecodable_row_never_fails_its_neighbours() {
+        let rows = [1, 2, 3, 4];
+        let (good, bad) = split_decoded(&rows, |r: &i32| {
+            if *r == 2 {
+                Err(Error::new(ErrorKind::Other, "claim: Payload: recursion limit exceeded at line 1 column 129"))
+            } else {
+                Ok(r * 10)
+            }
+        });
+        assert_eq!(good, vec![10, 30, 40]);
+        assert_eq!(bad.len(), 1);
+        assert_eq!(*bad[0].0, 2);
+        let text = undecodable_error_text(&bad[0].1);
+        assert!(text.starts_with("chokaq: the stored job cannot be decoded, so it was dead-lettered: "), "{text}");
+        assert!(text.contains("recursion limit exceeded"), "{text}");
+        // Bounded like every stored error text, cut on a char boundary.
+        let huge = Error::new(ErrorKind::Other, "é".repeat(validate::MAX_ERROR_LEN));
+        let text = undecodable_error_text(&huge);
+        assert!(text.len() <= validate::MAX_ERROR_LEN);
+        let all_bad: (Vec<i32>, _) = split_decoded(&rows, |_| Err(Error::new(ErrorKind::Other, "x")));
+        assert!(all_bad.0.is_empty());
+        assert_eq!(all_bad.1.len(), 4);
+    }
+
+    /// A backend whose pool has opened nothing, pointed at a port where nothing listens.
+    fn unopened() -> MssqlBackend {
+        let cfg = MssqlConfig::new("server=tcp:127.0.0.1,9;user=u;password=p;encrypt=false")
+            .unwrap()
+            .connect_timeout(std::time::Duration::from_millis(500));
+        let sql = Statements::new(&cfg.schema).unwrap();
+        let manager = Manager::new(cfg.parts.clone(), "chokaq-test".to_string(), cfg.connect_timeout);
+        let pool = Pool::unopened(manager, cfg.statement_timeout);
+        let app_name = "chokaq-test".to_string();
+        MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) }) }
+    }
+
+    fn invalid<T: std::fmt::Debug>(r: Result<T>, says: &str) {
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains(says), "{e} does not say {says:?}");
+    }
+
+    /// The core's checks run before anything reaches the server (core-api: lease lists,
+    /// queue controls, fail actions, the enqueue batch's total bytes); a call that passes
+    /// them does reach the network (and fails there, nothing listens).
+    #[tokio::test]
+    async fn the_core_checks_run_before_any_statement() {
+        use chokaq_core::{Lease, QueueControl};
+        let b = unopened();
+        let w = WorkerId(chokaq_core::uuid::Uuid::new_v4());
+        let lease = LeaseRef { id: JobId::new(), lease: Lease(1) };
+        let many = vec![lease; validate::MAX_LEASES_PER_CALL + 1];
+        invalid(b.start(w, &many).await, "start takes at most");
+        invalid(b.heartbeat(w, &many).await, "heartbeat takes at most");
+        invalid(b.complete(w, &many).await, "complete takes at most");
+        invalid(b.release(w, &many).await, "release takes at most");
+        let q = QueueName::new("q").unwrap();
+        let forever = std::time::Duration::MAX;
+        invalid(b.control_queue(&q, QueueControl::SetZombieTimeout(Some(forever))).await, "zombie_timeout");
+        let too_many = validate::MAX_QUEUE_WORKERS + 1;
+        invalid(b.control_queue(&q, QueueControl::SetMaxWorkers(Some(too_many))).await, "max_workers");
+        invalid(b.fail(w, lease, FailAction::Snooze { delay: forever }).await, "snooze delay");
+        let big = serde_json::Value::String("x".repeat(1_000_000));
+        let jobs: Vec<NewJob> = (0..40).map(|_| NewJob::build("q", "k").unwrap().json(big.clone())).collect();
+        invalid(b.enqueue_many(jobs).await, "split it");
+        // Past the checks, the call goes to the server: not an input error.
+        let e = b.complete(w, &[lease]).await.unwrap_err();
+        assert_ne!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+
+    /// Issue 16 finding 4: a warning every `RESCUE_MISSES_BEFORE_WARNING` calls in a row that
+    /// did not run; a run resets the count.
+    #[test]
+    fn rescue_warns_after_n_calls_in_a_row_that_did_not_run() {
+        let misses = AtomicU32::new(0);
+        let n = RESCUE_MISSES_BEFORE_WARNING;
+        for _ in 1..n {
+            assert_eq!(note_rescue(&misses, false), None);
+        }
+        assert_eq!(note_rescue(&misses, false), Some(n));
+        for _ in 1..n {
+            assert_eq!(note_rescue(&misses, false), None);
+        }
+        assert_eq!(note_rescue(&misses, false), Some(2 * n));
+        assert_eq!(note_rescue(&misses, true), None);
+        assert_eq!(misses.load(Ordering::Relaxed), 0);
+        for _ in 1..n {
+            assert_eq!(note_rescue(&misses, false), None);
+        }
+        assert_eq!(note_rescue(&misses, true), None, "a run in between: no warning");
+        assert_eq!(note_rescue(&misses, false), None);
     }
 }

@@ -9,6 +9,10 @@ use chokaq_core::{validate, Error, Result};
 
 use crate::connstr::{is_connection_string, mssql_url_to_ado, parse_ado, ConnParts};
 
+/// The longest database name [`MssqlConfig::database`] accepts: SQL Server's `sysname` is 128
+/// characters.
+pub const MAX_DATABASE_NAME_LEN: usize = 128;
+
 /// Default schema for the chokaq tables.
 pub const DEFAULT_SCHEMA: &str = "chokaq";
 /// Default pool size.
@@ -151,9 +155,11 @@ impl MssqlConfig {
         self
     }
 
-    /// Sets the database (`Database=` / `Initial Catalog=`), validated like a schema name.
+    /// Sets the database (`Database=` / `Initial Catalog=`), validated as an identifier of at
+    /// most [`MAX_DATABASE_NAME_LEN`] bytes (`validate::identifier`; not the schema rule, which
+    /// refuses names such as `dbo` and anything over 48 bytes).
     pub fn database(mut self, name: &str) -> Result<Self> {
-        validate::schema_name(name).map_err(|_| Error::invalid(format!("invalid database name {name:?}")))?;
+        validate::identifier("database name", name, MAX_DATABASE_NAME_LEN)?;
         self.parts.database = Some(name.to_string());
         Ok(self)
     }
@@ -244,7 +250,29 @@ mod tests {
             assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
         }
         assert_eq!(c.clone().schema("_ok_1").unwrap().schema_name(), "_ok_1");
+        // The database's own schemas and names over 48 bytes are refused as schemas ...
+        for reserved in ["dbo", "sys", "DBO", "guest", "db_owner"] {
+            assert_eq!(c.clone().schema(reserved).unwrap_err().kind(), chokaq_core::ErrorKind::InvalidInput);
+        }
+        assert!(c.clone().schema(&"s".repeat(49)).is_err());
         assert_eq!(c.max_connections(0).max_connections, 1);
+    }
+
+    /// A database name is an identifier of up to 128 bytes, not a schema name: `dbo`-like
+    /// names and long names are fine; anything that could leave `[...]` is not.
+    #[test]
+    fn database_names_are_identifiers_not_schema_names() {
+        let c = MssqlConfig::new("server=h;user=u;password=p").unwrap();
+        let long = format!("d{}", "b".repeat(MAX_DATABASE_NAME_LEN - 1));
+        for ok in ["chokaq_conformance_rcsi_on", "dbo", "sys", "pg_jobs", long.as_str()] {
+            assert_eq!(c.clone().database(ok).unwrap().parts.database.as_deref(), Some(ok), "{ok}");
+        }
+        let too_long = format!("{long}x");
+        for bad in ["", "a]b", "x;drop", "1a", "a b", "[x]", "a'b", too_long.as_str()] {
+            let e = c.clone().database(bad).unwrap_err();
+            assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput, "{bad}");
+            assert!(e.to_string().contains("database name"), "{e}");
+        }
     }
 
     /// The URL forms `chokaq::connect` accepts (moved here from `chokaq/src/connect.rs`).

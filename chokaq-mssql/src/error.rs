@@ -12,7 +12,8 @@ pub(crate) fn kind_for_number(number: i64) -> ErrorKind {
         // deadlock victim, lock request timeout, snapshot update conflict
         1205 | 1222 | 3960 => ErrorKind::Transient,
         // Azure SQL: service busy / database unavailable / resource limits (these also end
-        // the session, see `ends_session`); our own THROWs: the migration lock (51000) and a
+        // the session, see `ends_session`); our own THROWs: the migration app lock of earlier
+        // releases (51000; the migration now waits on a row of `Locks`, 1222 above) and a
         // queue lock (51002) not granted in time
         40197 | 40501 | 40613 | 49918 | 49919 | 49920 | 10928 | 10929 | 51000 | 51002 => ErrorKind::Transient,
         // our own THROW: the database compatibility level is below 130 (no OPENJSON)

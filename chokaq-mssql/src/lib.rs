@@ -24,6 +24,6 @@ mod sql;
 mod testing;
 
 pub use backend::MssqlBackend;
-pub use config::{MssqlConfig, DEFAULT_SCHEMA};
+pub use config::{MssqlConfig, DEFAULT_SCHEMA, MAX_DATABASE_NAME_LEN};
 pub use connstr::{is_connection_string, Encrypt};
 pub use sql::all_statements;

@@ -163,6 +163,18 @@ impl Pool {
         Ok(Pool { pool, statement_timeout })
     }
 
+    /// A pool that has opened nothing yet (unit tests: a call that gets past its input checks
+    /// fails to connect, one that does not never reaches the network).
+    #[cfg(test)]
+    pub fn unopened(manager: Manager, statement_timeout: Duration) -> Pool {
+        let pool = bb8::Pool::builder()
+            .max_size(1)
+            .connection_timeout(Duration::from_secs(2))
+            .retry_connection(false)
+            .build_unchecked(manager);
+        Pool { pool, statement_timeout }
+    }
+
     /// Runs one batch, retrying transient failures.
     pub async fn run(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
         let mut attempt = 0;

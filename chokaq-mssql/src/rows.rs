@@ -97,7 +97,7 @@ fn decode_common(op: &str, row: &Row) -> Result<Common> {
     Ok(Common {
         id: job_id(op, row, "Id")?,
         queue: QueueName::new(req::<&str>(op, row, "Queue")?)?,
-        kind: JobKind::new(req::<&str>(op, row, "Kind")?)?,
+        kind: JobKind::from_stored(req::<&str>(op, row, "Kind")?)?,
         payload: serde_json::from_str(payload_text).map_err(|e| decode(op, format!("Payload: {e}")))?,
         tags,
         idempotency_key: col::<&str>(op, row, "IdempotencyKey")?.map(str::to_string),
@@ -360,6 +360,7 @@ mod tests {
             ("rescue", &st.rescue, vec!["Ran", "FetchedReleased", "ZombiesRetried", "ZombiesDead"]),
             ("cancel", &st.cancel, vec!["Result"]),
             ("requeue_dead", &st.requeue_dead, vec!["Moved"]),
+            ("dead_letter_undecodable", &st.dead_letter_undecodable, vec!["Moved"]),
             ("purge_archive", &st.purge_archive, vec!["Deleted"]),
             ("purge_dlq", &st.purge_dlq, vec!["Deleted"]),
             (

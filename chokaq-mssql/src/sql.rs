@@ -24,7 +24,7 @@
 //! Lists of ids or leases travel as ONE JSON parameter read with `OPENJSON`, so a batch of
 //! any size is one round trip and never meets the 2,100-parameter limit.
 
-use chokaq_core::{validate, Error, Result};
+use chokaq_core::{validate, Result};
 
 mod admin;
 mod claim;
@@ -70,10 +70,10 @@ fn render(template: &str, name: Name<'_>) -> Result<String> {
         Name::Schema(s) => ("schema", s),
         Name::Database(d) => ("database", d),
     };
-    validate::schema_name(value).map_err(|e| match name {
-        Name::Schema(_) => e,
-        Name::Database(_) => Error::invalid(format!("invalid database name {value:?}")),
-    })?;
+    match name {
+        Name::Schema(s) => validate::schema_name(s)?,
+        Name::Database(d) => validate::identifier("database name", d, crate::config::MAX_DATABASE_NAME_LEN)?,
+    }
     Ok(template.replace(&format!("{{{key}}}"), &format!("[{value}]")).replace(&format!("{{{key}_text}}"), value))
 }
 
@@ -81,6 +81,7 @@ fn render(template: &str, name: Name<'_>) -> Result<String> {
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) migrate_schema: String,
+    pub(crate) migrate_locks: String,
     pub(crate) migrate_objects: String,
     pub(crate) migrate_lock_escalation: String,
     pub(crate) enqueue: String,
@@ -90,6 +91,7 @@ pub(crate) struct Statements {
     pub(crate) complete: String,
     pub(crate) fail: String,
     pub(crate) release: String,
+    pub(crate) dead_letter_undecodable: String,
     pub(crate) rescue: String,
     pub(crate) cancel: String,
     pub(crate) control_queue: String,
@@ -115,6 +117,7 @@ impl Statements {
         let r = |template: &str| render(template, Name::Schema(schema));
         Ok(Statements {
             migrate_schema: r(migrate::MIGRATE_SCHEMA)?,
+            migrate_locks: r(migrate::MIGRATE_LOCKS)?,
             migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
             migrate_lock_escalation: r(migrate::MIGRATE_LOCK_ESCALATION)?,
             enqueue: r(claim::ENQUEUE)?,
@@ -124,6 +127,7 @@ impl Statements {
             complete: r(moves::COMPLETE)?,
             fail: r(moves::FAIL)?,
             release: r(moves::RELEASE)?,
+            dead_letter_undecodable: r(moves::DEAD_LETTER_UNDECODABLE)?,
             rescue: r(moves::RESCUE)?,
             cancel: r(moves::CANCEL)?,
             control_queue: r(admin::CONTROL_QUEUE)?,
@@ -150,6 +154,7 @@ impl Statements {
             ("session_setup", SESSION_SETUP.to_string()),
             ("ping", PING.to_string()),
             ("migrate_schema", self.migrate_schema.clone()),
+            ("migrate_locks", self.migrate_locks.clone()),
             ("migrate_objects", self.migrate_objects.clone()),
             ("migrate_lock_escalation", self.migrate_lock_escalation.clone()),
             ("enqueue", self.enqueue.clone()),
@@ -159,6 +164,7 @@ impl Statements {
             ("complete", self.complete.clone()),
             ("fail", self.fail.clone()),
             ("release", self.release.clone()),
+            ("dead_letter_undecodable", self.dead_letter_undecodable.clone()),
             ("rescue", self.rescue.clone()),
             ("cancel", self.cancel.clone()),
             ("control_queue", self.control_queue.clone()),
@@ -213,7 +219,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 30);
+        assert_eq!(all.len(), 32);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -228,6 +234,14 @@ mod tests {
             assert_eq!(all_statements(bad).unwrap_err().kind(), ErrorKind::InvalidInput, "{bad}");
         }
         assert_eq!(ensure_test_database("db]x").unwrap_err().kind(), ErrorKind::InvalidInput);
+        // A database name is not held to the schema rule (reserved names, 48 bytes).
+        let long = "d".repeat(crate::config::MAX_DATABASE_NAME_LEN);
+        assert!(ensure_test_database(&long).unwrap().contains(&format!("CREATE DATABASE [{long}];")));
+        assert!(ensure_test_database(&format!("{long}x")).is_err());
+        assert!(ensure_test_database("dbo").is_ok());
+        for reserved in ["dbo", "sys", "guest"] {
+            assert_eq!(all_statements(reserved).unwrap_err().kind(), ErrorKind::InvalidInput, "{reserved}");
+        }
     }
 
     fn at(sql: &str, what: &str) -> usize {
@@ -286,7 +300,7 @@ mod tests {
         ));
         assert!(m.contains("IF @Level < 130"));
         assert!(m.contains("THROW 51001, @Message, 1;"));
-        assert!(at(m, "THROW 51001") < at(m, "BEGIN TRANSACTION;"));
+        assert!(at(m, "THROW 51001") < at(m, "CREATE SCHEMA"));
         let o = &st.migrate_objects;
         assert!(o.contains("IF COL_LENGTH(N'[chokaq].[JobsHot]', N'Outcome') IS NULL"));
         assert!(o.contains("IF COL_LENGTH(N'[chokaq].[JobsDlq]', N'Outcome') IS NULL"));
@@ -298,6 +312,102 @@ mod tests {
         assert!(o.contains(
             "CREATE NONCLUSTERED INDEX [IX_JobsDlq_Queue] ON [chokaq].[JobsDlq] ([Queue]) INCLUDE ([FinishedAtUtc]);"
         ));
+    }
+
+    /// Issue 16 finding 3: schema version 3 makes idempotency keys unique per queue. The new
+    /// filtered index on (Queue, IdempotencyKey) is created before the global one is dropped,
+    /// in the migration's one transaction, and version 3 is recorded.
+    #[test]
+    fn migration_version_3_scopes_idempotency_keys_per_queue() {
+        let st = Statements::new("chokaq").unwrap();
+        let o = &st.migrate_objects;
+        let create = at(
+            o,
+            "CREATE UNIQUE NONCLUSTERED INDEX [UX_JobsHot_QueueIdempotencyKey] ON [chokaq].[JobsHot] ([Queue], \
+             [IdempotencyKey]) WHERE [IdempotencyKey] IS NOT NULL;",
+        );
+        let drop = at(
+            o,
+            "IF EXISTS (SELECT 1 FROM sys.indexes WHERE [name] = N'UX_JobsHot_IdempotencyKey' AND [object_id] = \
+             OBJECT_ID(N'[chokaq].[JobsHot]'))\n    DROP INDEX [UX_JobsHot_IdempotencyKey] ON [chokaq].[JobsHot];",
+        );
+        assert!(create < drop, "uniqueness never lapses");
+        assert!(!o.contains("ON [chokaq].[JobsHot] ([IdempotencyKey])"), "no global key index is created any more");
+        let v3 = at(
+            o,
+            "IF NOT EXISTS (SELECT 1 FROM [chokaq].[SchemaVersions] WHERE [Version] = 3)\n    \
+             INSERT INTO [chokaq].[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (3, SYSUTCDATETIME());",
+        );
+        assert!(drop < v3 && v3 < at(o, "COMMIT TRANSACTION;"));
+        assert!(at(o, "BEGIN TRANSACTION;") < create);
+        // requeue_dead's conflict check is the same index: per queue.
+        assert!(st.requeue_dead.contains("INTO [chokaq].[JobsHot] ("));
+    }
+
+    /// Issue 16 finding 4: the migration and rescue locks are rows of `[schema].[Locks]`,
+    /// which only roles with privileges on the schema can lock; no app lock named from the
+    /// schema is left in either.
+    #[test]
+    fn migration_and_rescue_lock_rows_of_the_schema_not_app_locks() {
+        let st = Statements::new("chokaq").unwrap();
+        for (name, sql) in [
+            ("migrate_schema", &st.migrate_schema),
+            ("migrate_locks", &st.migrate_locks),
+            ("migrate_objects", &st.migrate_objects),
+            ("rescue", &st.rescue),
+        ] {
+            assert!(!sql.contains("sp_getapplock"), "{name}");
+            assert!(!sql.contains("chokaq:migrate") && !sql.contains("chokaq:rescue"), "{name}");
+        }
+        let m = &st.migrate_locks;
+        assert!(st
+            .migrate_schema
+            .contains("    BEGIN CATCH\n        IF SCHEMA_ID(N'chokaq') IS NULL\n            THROW;\n    END CATCH;"));
+        assert!(
+            !st.migrate_schema.contains("[Locks]"),
+            "the table is created once the schema exists, in its own batch"
+        );
+        assert!(m.contains(
+            "CREATE TABLE [chokaq].[Locks] (\n            [Name] VARCHAR(32) COLLATE Latin1_General_BIN2 NOT NULL \
+             CONSTRAINT [PK_Locks] PRIMARY KEY CLUSTERED,\n            [LastTakenAtUtc] DATETIME2(7) NULL\n        );"
+        ));
+        // Racing creators: the loser's error is swallowed only if the object exists now.
+        assert!(m.contains(
+            "    BEGIN CATCH\n        IF OBJECT_ID(N'[chokaq].[Locks]', N'U') IS NULL\n            THROW;\n    END CATCH;"
+        ));
+        assert!(m.contains(
+            "FROM (VALUES ('migrate'), ('rescue')) AS v ([Name])\nWHERE NOT EXISTS (SELECT 1 FROM [chokaq].[Locks] AS l \
+             WITH (UPDLOCK, HOLDLOCK) WHERE l.[Name] = v.[Name]);"
+        ));
+        // The migration waits for the row (a concurrent migration holds it to its commit).
+        let o = &st.migrate_objects;
+        let lock = at(
+            o,
+            "BEGIN TRANSACTION;\nUPDATE l\nSET l.[LastTakenAtUtc] = SYSUTCDATETIME()\nFROM [chokaq].[Locks] AS l WITH \
+             (ROWLOCK)\nWHERE l.[Name] = 'migrate';\nIF @@ROWCOUNT = 0\n    THROW 51003,",
+        );
+        assert!(lock < at(o, "CREATE TABLE"), "the lock comes before any DDL");
+        assert!(!o[..at(o, "CREATE TABLE")].contains("READPAST"), "the migration waits, it does not skip");
+        // Rescue skips the row when someone holds it, and then does nothing.
+        let r = &st.rescue;
+        let take = at(
+            r,
+            "BEGIN TRANSACTION;\nUPDATE l\nSET l.[LastTakenAtUtc] = @Now\nFROM [chokaq].[Locks] AS l WITH (ROWLOCK, \
+             READPAST)\nWHERE l.[Name] = 'rescue';\nIF @@ROWCOUNT = 0\nBEGIN\n    ROLLBACK TRANSACTION;\n    \
+             SELECT CAST(0 AS BIT) AS [Ran]",
+        );
+        assert!(take < at(r, "UPDATE TOP (@Limit) h"), "nothing is moved before the lock is held");
+        // The test support drops the table with the schema.
+        assert!(st.drop_schema.contains("DROP TABLE IF EXISTS [chokaq].[Locks];"));
+    }
+
+    /// Issue 16 finding 1, test support: `force` can store a payload's raw text as is (NULL
+    /// keeps it), so a test can make a row that a read cannot decode.
+    #[test]
+    fn force_can_store_a_raw_payload() {
+        let st = Statements::new("chokaq").unwrap();
+        assert!(st.force.contains("DECLARE @RawPayload NVARCHAR(MAX) = @P14;"));
+        assert!(st.force.contains("    [Payload] = ISNULL(@RawPayload, [Payload]),\n"));
     }
 
     /// Item 8: every count is a `BIGINT`.
@@ -353,9 +463,9 @@ mod tests {
             render("IF DB_ID(N'{database_text}') IS NULL CREATE DATABASE {database};", Name::Database("d")).unwrap();
         assert_eq!(sql, "IF DB_ID(N'd') IS NULL CREATE DATABASE [d];");
         let st = Statements::new("jobs_1").unwrap();
-        assert!(st.migrate_schema.contains("@Resource = N'chokaq:migrate:jobs_1'"));
         assert!(st.migrate_schema.contains("IF SCHEMA_ID(N'jobs_1') IS NULL"));
-        assert!(st.rescue.contains("@Resource = N'chokaq:rescue:jobs_1'"));
+        assert!(st.migrate_schema.contains("EXEC (N'CREATE SCHEMA [jobs_1]');"));
+        assert!(st.rescue.contains("FROM [jobs_1].[Locks] AS l WITH (ROWLOCK, READPAST)"));
         let db = ensure_test_database("chokaq_conformance_rcsi_off").unwrap();
         assert!(db.contains("CREATE DATABASE [chokaq_conformance_rcsi_off];"));
         assert!(!db.contains("rcsi_on"));
@@ -379,8 +489,9 @@ mod tests {
             out
         }
         let all = all_statements("chokaq").unwrap();
+        let st = Statements::new("chokaq").unwrap();
         let mut defined: std::collections::BTreeSet<String> =
-            bracketed(&Statements::new("chokaq").unwrap().migrate_objects).into_iter().collect();
+            bracketed(&format!("{}{}", st.migrate_locks, st.migrate_objects)).into_iter().collect();
         for catalog in [
             "name",
             "object_id",
@@ -471,6 +582,7 @@ mod tests {
             ("session_setup", 0),
             ("ping", 0),
             ("migrate_schema", 0),
+            ("migrate_locks", 0),
             ("migrate_objects", 0),
             ("migrate_lock_escalation", 0),
             ("enqueue", 1),
@@ -480,6 +592,7 @@ mod tests {
             ("complete", 2),
             ("fail", 8),
             ("release", 2),
+            ("dead_letter_undecodable", 4),
             ("rescue", 3),
             ("cancel", 1),
             ("control_queue", 5),
@@ -493,7 +606,7 @@ mod tests {
             ("list_archive", 8),
             ("list_dlq", 8),
             ("db_now", 0),
-            ("force", 13),
+            ("force", 14),
             ("presence_many", 1),
             ("kill_connections", 1),
             ("drop_schema", 0),

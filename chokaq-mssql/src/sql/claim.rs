@@ -11,16 +11,18 @@
 /// A job due later than now is stored Scheduled (`Status` 3), outside the claim index, and
 /// promoted to Pending by the claim once due (see [`CLAIM`]); a job due now is Pending (0).
 ///
-/// Idempotency: a key already held by a hot job returns that job's id (`Duplicate = 1`).
-/// Concurrent enqueuers of one key serialise on the key-range lock that
-/// `WITH (UPDLOCK, HOLDLOCK)` takes on the (possibly missing) entry of the filtered unique
-/// index `UX_JobsHot_IdempotencyKey`. Every probe states the index's filter
-/// (`IdempotencyKey IS NOT NULL`) and is `FORCESEEK`, so it can only be a seek on that index,
-/// never a scan that range-locks the whole index. The keys of the batch are locked first, in
-/// key order (a sorted `TOP` feeding a `LOOP JOIN` under `FORCE ORDER`), so two batches whose
-/// keys overlap in opposite orders queue behind each other instead of deadlocking. The unique
-/// index is the backstop (2601 → Conflict → retried). Two jobs with one key in the same batch:
-/// the first is inserted, the rest get its id.
+/// Idempotency keys are scoped per queue (`docs/contract.md`, input limits): a key already
+/// held by a hot job OF THE SAME QUEUE returns that job's id (`Duplicate = 1`); the same key
+/// on another queue is another job. Concurrent enqueuers of one (queue, key) serialise on the
+/// key-range lock that `WITH (UPDLOCK, HOLDLOCK)` takes on the (possibly missing) entry of the
+/// filtered unique index `UX_JobsHot_QueueIdempotencyKey (Queue, IdempotencyKey)`. Every probe
+/// names both columns, states the index's filter (`IdempotencyKey IS NOT NULL`) and is
+/// `FORCESEEK`, so it can only be a seek on that index, never a scan that range-locks the
+/// whole index. The (queue, key) pairs of the batch are locked first, in index order (a
+/// sorted `TOP` feeding a `LOOP JOIN` under `FORCE ORDER`), so two batches whose keys overlap
+/// in opposite orders queue behind each other instead of deadlocking. The unique index is the
+/// backstop (2601 → Conflict → retried). Two jobs with one key on one queue in the same
+/// batch: the first is inserted, the rest get its id.
 ///
 /// A batch of up to 10,000 jobs stays one atomic statement; with `LOCK_ESCALATION = DISABLE`
 /// on the table its row locks are never escalated to a table lock.
@@ -67,7 +69,9 @@ SELECT
     j.[CreatedBy],
     CASE
         WHEN j.[IdempotencyKey] IS NULL THEN 1
-        WHEN j.[Ord] = MIN(j.[Ord]) OVER (PARTITION BY j.[IdempotencyKey] COLLATE Latin1_General_BIN2) THEN 1
+        WHEN j.[Ord] = MIN(j.[Ord]) OVER (
+            PARTITION BY j.[Queue] COLLATE Latin1_General_BIN2, j.[IdempotencyKey] COLLATE Latin1_General_BIN2
+        ) THEN 1
         ELSE 0
     END
 FROM OPENJSON(@Jobs) WITH (
@@ -88,13 +92,13 @@ FROM OPENJSON(@Jobs) WITH (
 BEGIN TRANSACTION;
 SELECT @KeysLocked = COUNT_BIG(*)
 FROM (
-    SELECT TOP (2147483647) i.[IdempotencyKey]
+    SELECT TOP (2147483647) i.[Queue], i.[IdempotencyKey]
     FROM @In AS i
     WHERE i.[IdempotencyKey] IS NOT NULL AND i.[FirstOfKey] = 1
-    ORDER BY i.[IdempotencyKey]
+    ORDER BY i.[Queue], i.[IdempotencyKey]
 ) AS k
 INNER LOOP JOIN {schema}.[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)
-    ON h.[IdempotencyKey] = k.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
+    ON h.[Queue] = k.[Queue] AND h.[IdempotencyKey] = k.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
 OPTION (FORCE ORDER);
 INSERT INTO {schema}.[JobsHot] (
     [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Status], [Attempt], [MaxAttempts],
@@ -112,7 +116,7 @@ WHERE i.[FirstOfKey] = 1
         OR NOT EXISTS (
             SELECT 1
             FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)
-            WHERE h.[IdempotencyKey] = i.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
+            WHERE h.[Queue] = i.[Queue] AND h.[IdempotencyKey] = i.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
         )
     )
 ORDER BY i.[Ord];
@@ -123,7 +127,8 @@ SELECT
 FROM @In AS i
 LEFT JOIN @Inserted AS n ON n.[Id] = i.[Id]
 LEFT JOIN {schema}.[JobsHot] AS h WITH (FORCESEEK)
-    ON i.[IdempotencyKey] IS NOT NULL AND h.[IdempotencyKey] = i.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
+    ON i.[IdempotencyKey] IS NOT NULL AND h.[Queue] = i.[Queue] AND h.[IdempotencyKey] = i.[IdempotencyKey]
+        AND h.[IdempotencyKey] IS NOT NULL
 ORDER BY i.[Ord];
 COMMIT TRANSACTION;";
 
@@ -403,18 +408,43 @@ mod tests {
     }
 
     /// Items 5 and 13: the idempotency probe can only seek the filtered unique index, and the
-    /// batch's keys are locked first, in key order.
+    /// batch's keys are locked first, in key order. Issue 16 finding 3: keys are per queue, so
+    /// every probe names the queue (the index's first column) and the key, and the lock order
+    /// is the index's order (queue, key).
     #[test]
     fn enqueue_probes_keys_by_seek_and_locks_them_in_key_order() {
         let st = Statements::new("chokaq").unwrap();
         let e = &st.enqueue;
+        let mut probes = 0;
         for (i, _) in e.match_indices("h.[IdempotencyKey] = ") {
-            let clause = &e[i..e[i..].find('\n').map_or(e.len(), |n| i + n)];
-            assert!(clause.contains("h.[IdempotencyKey] IS NOT NULL"), "filter stated: {clause}");
+            let start = e[..i].rfind('\n').map_or(0, |n| n + 1);
+            let clause = &e[start..e[i..].find('\n').map_or(e.len(), |n| i + n)];
+            let next = &e[i..];
+            let next = &next[..next.find('\n').unwrap_or(next.len())];
+            let tail = e[i..].split('\n').nth(1).unwrap_or_default();
+            assert!(
+                next.contains("h.[IdempotencyKey] IS NOT NULL") || tail.contains("h.[IdempotencyKey] IS NOT NULL"),
+                "filter stated: {clause}"
+            );
+            assert!(clause.contains("h.[Queue] = "), "the probe is per queue: {clause}");
+            probes += 1;
         }
+        assert_eq!(probes, 3, "the key lock, the NOT EXISTS probe and the result lookup");
+        assert!(e.contains(
+            "SELECT TOP (2147483647) i.[Queue], i.[IdempotencyKey]\n    FROM @In AS i\n    \
+             WHERE i.[IdempotencyKey] IS NOT NULL AND i.[FirstOfKey] = 1\n    ORDER BY i.[Queue], i.[IdempotencyKey]"
+        ));
+        assert!(e.contains(
+            "ON h.[Queue] = k.[Queue] AND h.[IdempotencyKey] = k.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL"
+        ));
+        // One key twice on one queue in a batch: the first wins; on two queues: two jobs.
+        assert!(e.contains(
+            "PARTITION BY j.[Queue] COLLATE Latin1_General_BIN2, j.[IdempotencyKey] COLLATE Latin1_General_BIN2"
+        ));
+        assert!(!e.contains("PARTITION BY j.[IdempotencyKey]"));
         assert_eq!(e.matches("[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)").count(), 2);
         assert!(e.contains("LEFT JOIN [chokaq].[JobsHot] AS h WITH (FORCESEEK)"));
-        assert!(e.contains("ORDER BY i.[IdempotencyKey]\n) AS k\nINNER LOOP JOIN [chokaq].[JobsHot] AS h"));
+        assert!(e.contains("ORDER BY i.[Queue], i.[IdempotencyKey]\n) AS k\nINNER LOOP JOIN [chokaq].[JobsHot] AS h"));
         assert!(e.contains("OPTION (FORCE ORDER);"));
         assert!(at(e, "INNER LOOP JOIN") < at(e, "INSERT INTO [chokaq].[JobsHot]"), "keys locked before the insert");
         assert!(at(e, "BEGIN TRANSACTION;") < at(e, "INNER LOOP JOIN"), "and held to the commit");

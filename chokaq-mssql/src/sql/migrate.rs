@@ -1,18 +1,32 @@
-//! The migration: three batches. The first two run in a transaction holding the exclusive,
-//! transaction-owned app lock `chokaq:migrate:<schema>` (`SET LOCK_TIMEOUT 30000` bounds the
-//! wait; a timeout is error 51000, retried as transient); the third only sets a table option.
-//! Every object is created behind an existence check, so the migration is idempotent and safe
-//! from many processes at once. Schema version 2 (the Scheduled state and its index, the
-//! `Outcome` column, the per-queue indexes of the archive and dead-letter tables, lock
-//! escalation disabled) upgrades a version-1 schema in place.
+//! The migration: four batches. The first creates the schema, the second the `Locks` table
+//! and its two rows (each behind an existence check, a concurrent creator's "already exists"
+//! error swallowed once the object is there); the third runs in a transaction that holds the
+//! `migrate` row of `Locks` (an `UPDATE`, so a concurrent migration waits for the commit;
+//! `SET LOCK_TIMEOUT 30000` bounds the wait, error 1222, retried as transient); the fourth only
+//! sets a table option. Every object is created behind an existence check, so the migration
+//! is idempotent and safe from many processes at once.
+//!
+//! The locks are rows of a table of the schema, not app locks: `sp_getapplock` on a name
+//! derived from the schema can be taken by any login of the database (with the default
+//! `@DbPrincipal = 'public'`), which would stall every migration or silently stop rescue. A
+//! row of `[schema].[Locks]` can only be locked by a role with privileges on that table
+//! (issue 16, finding 4).
+//!
+//! Schema version 2 (the Scheduled state and its index, the `Outcome` column, the per-queue
+//! indexes of the archive and dead-letter tables, lock escalation disabled) upgrades a
+//! version-1 schema in place; version 3 (idempotency keys unique per queue:
+//! `UX_JobsHot_QueueIdempotencyKey (Queue, IdempotencyKey)` replaces
+//! `UX_JobsHot_IdempotencyKey (IdempotencyKey)`; the `Locks` table) upgrades version 2 in
+//! place. Keys unique over the schema are unique per queue, so the new index always builds;
+//! it is created before the old one is dropped, in the same transaction.
 
 /// Checks the database compatibility level (130 or higher, for `OPENJSON`: error 51001,
-/// `Unsupported`, with the level found), then creates the schema itself. `CREATE SCHEMA` must
-/// be alone in its batch, hence `EXEC`. The `SET`s of a batch sent through `sp_executesql` end
-/// with the batch.
+/// `Unsupported`, with the level found), then creates the schema itself (`CREATE SCHEMA` must
+/// be alone in its batch, hence `EXEC`) in `TRY … CATCH`: when two processes race, the
+/// loser's "already exists" is swallowed if the schema now exists, and anything else is
+/// rethrown. The `SET`s of a batch sent through `sp_executesql` end with the batch.
 pub(super) const MIGRATE_SCHEMA: &str = "SET XACT_ABORT ON;
 SET LOCK_TIMEOUT 30000;
-DECLARE @LockResult INT;
 DECLARE @Level INT = (SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID());
 IF @Level < 130
 BEGIN
@@ -22,18 +36,45 @@ BEGIN
     );
     THROW 51001, @Message, 1;
 END;
-BEGIN TRANSACTION;
-EXEC @LockResult = sp_getapplock @Resource = N'chokaq:migrate:{schema_text}', @LockMode \
-    = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 30000;
-IF @LockResult < 0
-    THROW 51000, N'chokaq: could not take the migration lock within 30 s', 1;
 IF SCHEMA_ID(N'{schema_text}') IS NULL
-    EXEC (N'CREATE SCHEMA {schema}');
-COMMIT TRANSACTION;";
+BEGIN
+    BEGIN TRY
+        EXEC (N'CREATE SCHEMA {schema}');
+    END TRY
+    BEGIN CATCH
+        IF SCHEMA_ID(N'{schema_text}') IS NULL
+            THROW;
+    END CATCH;
+END;";
 
-/// Creates every table, index and the lease sequence if missing, upgrades a version-1 schema
-/// (adds `Outcome`, moves not-yet-due Pending rows to Scheduled), and records versions 1 and 2
-/// in `SchemaVersions`.
+/// Creates the `Locks` table and its rows `migrate` and `rescue`, in a batch of its own, once
+/// the schema exists. The `CREATE TABLE` is in `TRY … CATCH` like the schema's; the rows go in
+/// with one `INSERT … WHERE NOT EXISTS (… WITH (UPDLOCK, HOLDLOCK))`, whose key-range lock
+/// serialises concurrent inserters.
+pub(super) const MIGRATE_LOCKS: &str = "SET XACT_ABORT ON;
+SET LOCK_TIMEOUT 30000;
+IF OBJECT_ID(N'{schema}.[Locks]', N'U') IS NULL
+BEGIN
+    BEGIN TRY
+        CREATE TABLE {schema}.[Locks] (
+            [Name] VARCHAR(32) COLLATE Latin1_General_BIN2 NOT NULL CONSTRAINT [PK_Locks] PRIMARY KEY CLUSTERED,
+            [LastTakenAtUtc] DATETIME2(7) NULL
+        );
+    END TRY
+    BEGIN CATCH
+        IF OBJECT_ID(N'{schema}.[Locks]', N'U') IS NULL
+            THROW;
+    END CATCH;
+END;
+INSERT INTO {schema}.[Locks] ([Name])
+SELECT v.[Name]
+FROM (VALUES ('migrate'), ('rescue')) AS v ([Name])
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.[Locks] AS l WITH (UPDLOCK, HOLDLOCK) WHERE l.[Name] = v.[Name]);";
+
+/// Under the `migrate` row of `Locks`: creates every table, index and the lease sequence if
+/// missing, upgrades a version-1 schema (adds `Outcome`, moves not-yet-due Pending rows to
+/// Scheduled) and a version-2 one (the per-queue idempotency index replaces the global one),
+/// and records versions 1, 2 and 3 in `SchemaVersions`.
 ///
 /// The three job tables share their first 18 columns (`Id` … `CreatedBy`, in this order:
 /// the moves copy them with `OUTPUT DELETED.… INTO`). Indexes of the hot table are filtered
@@ -47,12 +88,13 @@ COMMIT TRANSACTION;";
 /// letters); NULL otherwise (every claim clears it; cancel and rescue never set it).
 pub(super) const MIGRATE_OBJECTS: &str = "SET XACT_ABORT ON;
 SET LOCK_TIMEOUT 30000;
-DECLARE @LockResult INT;
 BEGIN TRANSACTION;
-EXEC @LockResult = sp_getapplock @Resource = N'chokaq:migrate:{schema_text}', @LockMode \
-    = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 30000;
-IF @LockResult < 0
-    THROW 51000, N'chokaq: could not take the migration lock within 30 s', 1;
+UPDATE l
+SET l.[LastTakenAtUtc] = SYSUTCDATETIME()
+FROM {schema}.[Locks] AS l WITH (ROWLOCK)
+WHERE l.[Name] = 'migrate';
+IF @@ROWCOUNT = 0
+    THROW 51003, N'chokaq: the migration lock row is missing from the Locks table', 1;
 IF OBJECT_ID(N'{schema}.[SchemaVersions]', N'U') IS NULL
     CREATE TABLE {schema}.[SchemaVersions] (
         [Version] INT NOT NULL CONSTRAINT [PK_SchemaVersions] PRIMARY KEY CLUSTERED,
@@ -170,9 +212,12 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes \
     CREATE NONCLUSTERED INDEX [IX_JobsHot_Active] \
     ON {schema}.[JobsHot] ([Queue], [Status]) WHERE [Status] IN (1, 2);
 IF NOT EXISTS (SELECT 1 FROM sys.indexes \
+    WHERE [name] = N'UX_JobsHot_QueueIdempotencyKey' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
+    CREATE UNIQUE NONCLUSTERED INDEX [UX_JobsHot_QueueIdempotencyKey] \
+    ON {schema}.[JobsHot] ([Queue], [IdempotencyKey]) WHERE [IdempotencyKey] IS NOT NULL;
+IF EXISTS (SELECT 1 FROM sys.indexes \
     WHERE [name] = N'UX_JobsHot_IdempotencyKey' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
-    CREATE UNIQUE NONCLUSTERED INDEX [UX_JobsHot_IdempotencyKey] \
-    ON {schema}.[JobsHot] ([IdempotencyKey]) WHERE [IdempotencyKey] IS NOT NULL;
+    DROP INDEX [UX_JobsHot_IdempotencyKey] ON {schema}.[JobsHot];
 IF NOT EXISTS (SELECT 1 FROM sys.indexes \
     WHERE [name] = N'IX_JobsArchive_FinishedAtUtc' AND [object_id] = OBJECT_ID(N'{schema}.[JobsArchive]'))
     CREATE NONCLUSTERED INDEX [IX_JobsArchive_FinishedAtUtc] ON {schema}.[JobsArchive] ([FinishedAtUtc]);
@@ -192,6 +237,8 @@ BEGIN
     UPDATE {schema}.[JobsHot] SET [Status] = 3 WHERE [Status] = 0 AND [DueAtUtc] > SYSUTCDATETIME();
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (2, SYSUTCDATETIME());
 END;
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 3)
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (3, SYSUTCDATETIME());
 COMMIT TRANSACTION;";
 
 /// Disables lock escalation on the three job tables (only where it is not disabled yet, so a

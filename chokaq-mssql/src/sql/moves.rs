@@ -77,6 +77,11 @@ COMMIT TRANSACTION;";
 /// with no attempts left, and the dead-letter action, move it to `JobsDlq` with
 /// `DELETE … OUTPUT DELETED … INTO` and `Outcome` 3.
 ///
+/// An accepted cancel is final (`docs/contract.md`, states and transitions): a retry or
+/// snooze of a job whose `CancelRequested` is set never puts it back; the row is read again
+/// under an update lock (so the flag cannot change before the move) and dead-lettered with
+/// reason `cancelled`, which the call reports. A dead-letter action keeps its own reason.
+///
 /// When the guard matches nothing, the call may repeat one that already wrote its outcome:
 /// the hot row with this id and lease whose `Outcome` says retried or snoozed (still
 /// Pending or Scheduled: the claim that would replace the lease clears `Outcome`), or the
@@ -111,15 +116,20 @@ BEGIN
         h.[ScheduledAtUtc] = @Due,
         h.[DueAtUtc] = @Due,
         h.[UpdatedAtUtc] = @Now,
-        h.[CancelRequested] = 0,
         h.[LastError] = CASE WHEN @Action = 0 THEN ISNULL(@Error, h.[LastError]) ELSE h.[LastError] END,
         h.[Attempt] = CASE WHEN @Action = 1 AND h.[Attempt] > 0 THEN h.[Attempt] - 1 ELSE h.[Attempt] END,
         h.[Outcome] = @Action + 1
     FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
     WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2
+        AND h.[CancelRequested] = 0
         AND (@Action = 1 OR h.[Attempt] < h.[MaxAttempts]);
     IF @@ROWCOUNT = 1
         SET @Result = @Action + 1;
+    ELSE
+        SELECT @Reason = 'cancelled'
+        FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, FORCESEEK)
+        WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2
+            AND h.[CancelRequested] = 1;
 END;
 IF @Result = 0
 BEGIN
@@ -164,8 +174,13 @@ INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
 
-/// Maintenance, one instance at a time: `sp_getapplock` with `@LockTimeout = 0` (a second
-/// instance returns `Ran = 0` at once instead of waiting).
+/// Maintenance, one instance at a time: the `rescue` row of `[schema].[Locks]`, updated
+/// `WITH (ROWLOCK, READPAST)` (its `LastTakenAtUtc` records the run) and so held until the
+/// commit. A second instance skips the locked row, updates nothing and returns `Ran = 0` at
+/// once instead of waiting. Only a role with `UPDATE` on the schema's `Locks` table can hold
+/// that row, unlike an app lock, which any login can take (issue 16, finding 4). No row (a
+/// schema not migrated to version 3) also returns `Ran = 0`; the backend warns when rescue
+/// has not run for several calls in a row.
 ///
 /// Parameters: `@P1` fetched timeout (ms), `@P2` default zombie timeout (ms), `@P3` limit,
 /// capped at 4,000 rows of each kind per call, fewer row locks than lock escalation would
@@ -176,8 +191,9 @@ WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
 /// on `IX_JobsHot_Processing (HeartbeatUtc) WHERE Status = 2` up to the latest cutoff any
 /// queue can have (the smallest timeout), oldest heartbeat first, then checked against their
 /// own queue's cutoff; a row without a heartbeat falls back to `UpdatedAtUtc`. They go back to
-/// Pending when attempts remain and the queue's policy is Retry (0), else to `JobsDlq`
-/// (reason `zombie`). Both reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim does: rows
+/// Pending when attempts remain, the queue's policy is Retry (0) and no cancel was accepted,
+/// else to `JobsDlq`: reason `cancelled` when `CancelRequested` is set (an accepted cancel is
+/// final), else `zombie`. Both reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim does: rows
 /// locked by others are skipped. Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
 pub(super) const RESCUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
@@ -190,15 +206,16 @@ DECLARE @FetchedCutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@FetchedTimeoutMs %
     -(@FetchedTimeoutMs / 1000), @Now));
 DECLARE @MinZombieMs BIGINT;
 DECLARE @ZombieCutoff DATETIME2(7);
-DECLARE @LockResult INT;
 DECLARE @FetchedReleased INT = 0;
 DECLARE @ZombiesRetried INT = 0;
 DECLARE @ZombiesDead INT = 0;
 DECLARE @Z TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Retry] BIT NOT NULL);
 BEGIN TRANSACTION;
-EXEC @LockResult = sp_getapplock @Resource = N'chokaq:rescue:{schema_text}', @LockMode = N'Exclusive', @LockOwner \
-    = N'Transaction', @LockTimeout = 0;
-IF @LockResult < 0
+UPDATE l
+SET l.[LastTakenAtUtc] = @Now
+FROM {schema}.[Locks] AS l WITH (ROWLOCK, READPAST)
+WHERE l.[Name] = 'rescue';
+IF @@ROWCOUNT = 0
 BEGIN
     ROLLBACK TRANSACTION;
     SELECT CAST(0 AS BIT) AS [Ran], 0 AS [FetchedReleased], 0 AS [ZombiesRetried], 0 AS [ZombiesDead];
@@ -219,7 +236,10 @@ SET @ZombieCutoff = DATEADD(MILLISECOND, -(@MinZombieMs % 1000), DATEADD(SECOND,
 INSERT INTO @Z ([Id], [Retry])
 SELECT TOP (@Limit)
     h.[Id],
-    CASE WHEN h.[Attempt] < h.[MaxAttempts] AND ISNULL(q.[ZombiePolicy], 0) = 0 THEN 1 ELSE 0 END
+    CASE
+        WHEN h.[CancelRequested] = 0 AND h.[Attempt] < h.[MaxAttempts] AND ISNULL(q.[ZombiePolicy], 0) = 0 THEN 1
+        ELSE 0
+    END
 FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
 LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
 WHERE h.[Status] = 2
@@ -231,16 +251,17 @@ WHERE h.[Status] = 2
     )
 ORDER BY h.[HeartbeatUtc] ASC;
 UPDATE h
-SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[UpdatedAtUtc] = @Now, h.[CancelRequested] = 0
+SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[UpdatedAtUtc] = @Now
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Z AS z ON z.[Id] = h.[Id]
-WHERE z.[Retry] = 1 AND h.[Status] = 2;
+WHERE z.[Retry] = 1 AND h.[Status] = 2 AND h.[CancelRequested] = 0;
 SET @ZombiesRetried = @@ROWCOUNT;
 DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
-    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'zombie' \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' \
+    ELSE 'zombie' END \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
@@ -251,6 +272,34 @@ SET @ZombiesDead = @@ROWCOUNT;
 COMMIT TRANSACTION;
 SELECT CAST(1 AS BIT) AS [Ran], @FetchedReleased AS [FetchedReleased], @ZombiesRetried AS [ZombiesRetried], \
     @ZombiesDead AS [ZombiesDead];";
+
+/// Dead-letters ONE claimed row that the backend could not decode (issue 16, finding 1): the
+/// claim decodes each row on its own, keeps the good ones, and sends this for each bad one,
+/// fenced by id, lease, worker and a claimed state (Fetched or Processing), so it can only
+/// move the row this claim just leased. Reason `failed`, `LastError` the decoding error
+/// (`@P4`, never the payload). `@P1` id, `@P2` lease, `@P3` worker. Returns `Moved` (0 or 1).
+pub(super) const DEAD_LETTER_UNDECODABLE: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+DECLARE @Id BINARY(16) = @P1;
+DECLARE @Lease BIGINT = @P2;
+DECLARE @WorkerId UNIQUEIDENTIFIER = @P3;
+DECLARE @Error NVARCHAR(MAX) = @P4;
+DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Moved INT;
+BEGIN TRANSACTION;
+DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
+    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
+    @Error, DELETED.[CreatedBy], @Now, 'failed' \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] IN (1, 2);
+SET @Moved = @@ROWCOUNT;
+COMMIT TRANSACTION;
+SELECT @Moved AS [Moved];";
 
 /// Cancels a live job. `@P1` id. Pending, Scheduled or Fetched: moved to `JobsDlq` (reason
 /// `cancelled`) by `DELETE … OUTPUT DELETED … INTO`; Processing: `CancelRequested = 1`.
@@ -310,8 +359,11 @@ SELECT @Result AS [Result];";
 
 /// Dead letter → Pending (due now: `Status` 0, `ScheduledAtUtc` cleared), same id, priority
 /// and key, attempt 0: `DELETE … OUTPUT DELETED … INTO JobsHot` in one transaction; `Outcome`
-/// stays NULL, so no `fail` of the old lease can report anything for the requeued job. A live job holding the key makes the insert fail with
-/// 2601 (→ Conflict) and the whole move rolls back. `@P1` id. Returns `Moved` (0 or 1).
+/// stays NULL, so no `fail` of the old lease can report anything for the requeued job. A
+/// live job of the SAME QUEUE holding the key (keys are scoped per queue: the unique index is
+/// `UX_JobsHot_QueueIdempotencyKey (Queue, IdempotencyKey)`) makes the insert fail with 2601
+/// (→ Conflict) and the whole move rolls back; a job of another queue with that key does
+/// not. `@P1` id. Returns `Moved` (0 or 1).
 pub(super) const REQUEUE_DEAD: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Id BINARY(16) = @P1;
@@ -352,14 +404,13 @@ mod tests {
             ("cancel", &st.cancel, "[chokaq].[JobsDlq]"),
             ("rescue", &st.rescue, "[chokaq].[JobsDlq]"),
             ("requeue_dead", &st.requeue_dead, "[chokaq].[JobsHot]"),
+            ("dead_letter_undecodable", &st.dead_letter_undecodable, "[chokaq].[JobsDlq]"),
         ] {
             assert!(sql.starts_with("SET XACT_ABORT ON;"), "{name}");
             assert!(sql.contains("BEGIN TRANSACTION;"), "{name}");
             assert!(sql.contains(&format!("INTO {target}")), "{name}");
             assert!(sql.contains("DELETE "), "{name}");
         }
-        assert!(st.rescue.contains("@LockTimeout = 0"));
-        assert!(st.migrate_objects.contains("sp_getapplock"));
         assert!(st.migrate_objects.contains("SET LOCK_TIMEOUT 30000"));
         assert!(st.purge_archive.contains("DELETE TOP (@Chunk)"));
         assert!(st.enqueue.contains("WITH (UPDLOCK, HOLDLOCK, FORCESEEK)"));
@@ -413,6 +464,66 @@ mod tests {
         assert!(f.contains("h.[Status] = CASE WHEN @Due > @Now THEN 3 ELSE 0 END,"));
     }
 
+    /// Issue 11 item 1: an accepted cancel is final. A retry or snooze of a job whose cancel
+    /// was accepted never puts it back: the hot-table update requires `CancelRequested = 0`,
+    /// and the dead-letter move that follows writes reason `cancelled` (read under an update
+    /// lock, so the flag cannot change in between), which the call returns.
+    #[test]
+    fn a_retry_or_snooze_of_a_cancelled_job_dead_letters_it_as_cancelled() {
+        let st = Statements::new("chokaq").unwrap();
+        let f = &st.fail;
+        let update = at(f, "h.[Outcome] = @Action + 1");
+        let guard =
+            "WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2\n        \
+                     AND h.[CancelRequested] = 0\n        AND (@Action = 1 OR h.[Attempt] < h.[MaxAttempts]);";
+        assert!(f[update..].starts_with(&format!(
+            "h.[Outcome] = @Action + 1\n    FROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)\n    {guard}"
+        )));
+        let cancelled = at(
+            f,
+            "    ELSE\n        SELECT @Reason = 'cancelled'\n        FROM [chokaq].[JobsHot] AS h WITH (UPDLOCK, FORCESEEK)\n        \
+             WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2\n            \
+             AND h.[CancelRequested] = 1;",
+        );
+        let delete = at(f, "DELETE h");
+        assert!(update < cancelled && cancelled < delete, "decided before the move");
+        // The move writes @Reason and the result row reports it.
+        assert!(f.contains("DELETED.[CreatedBy], @Now, @Reason, 3 INTO [chokaq].[JobsDlq]"));
+        assert!(
+            f.contains("WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2;\n")
+        );
+        assert!(f.ends_with("@Reason AS [Reason], @Repeated AS [Repeated];"));
+        // Nothing in fail clears the request any more.
+        assert!(!f.contains("[CancelRequested] = 0,"), "a retry no longer clears the request");
+        // Rescue: a zombie whose cancel was accepted is never retried; it is dead-lettered as
+        // cancelled, whatever the queue's policy or the attempts left.
+        let r = &st.rescue;
+        assert!(r.contains(
+            "WHEN h.[CancelRequested] = 0 AND h.[Attempt] < h.[MaxAttempts] AND ISNULL(q.[ZombiePolicy], 0) = 0 THEN 1"
+        ));
+        assert!(r.contains("WHERE z.[Retry] = 1 AND h.[Status] = 2 AND h.[CancelRequested] = 0;"));
+        assert!(r.contains("CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' ELSE 'zombie' END"));
+        assert!(!r.contains("h.[CancelRequested] = 0\nFROM"), "the retry no longer clears the request");
+        assert!(!r.contains("[CancelRequested] = 0, "));
+    }
+
+    /// Issue 16 finding 1: an undecodable claimed row is dead-lettered on its own, fenced by
+    /// the lease this claim gave it, with the decoding error as its last error.
+    #[test]
+    fn an_undecodable_row_is_dead_lettered_by_id_and_lease() {
+        let st = Statements::new("chokaq").unwrap();
+        let d = &st.dead_letter_undecodable;
+        assert!(d.contains(
+            "WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] IN (1, 2);"
+        ));
+        assert!(d.contains(
+            "DELETED.[StartedAtUtc], @Now, @Error, DELETED.[CreatedBy], @Now, 'failed' INTO [chokaq].[JobsDlq]"
+        ));
+        assert!(d.contains("FROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)"));
+        assert!(d.ends_with("SELECT @Moved AS [Moved];"));
+        assert_eq!(d.matches("DELETE h").count(), 1, "one row, never a batch");
+    }
+
     /// Item 11: no read of the hot table in a write can become a scan under U/X locks.
     #[test]
     fn every_write_to_the_hot_table_seeks() {
@@ -427,6 +538,7 @@ mod tests {
             ("cancel", &st.cancel),
             ("claim", &st.claim),
             ("enqueue", &st.enqueue),
+            ("dead_letter_undecodable", &st.dead_letter_undecodable),
         ] {
             for (i, _) in sql.match_indices("[chokaq].[JobsHot] AS ") {
                 let line = &sql[i..sql[i..].find('\n').map_or(sql.len(), |n| i + n)];

@@ -7,7 +7,9 @@ pub(super) const DB_NOW: &str = "SELECT SYSUTCDATETIME() AS [Now];";
 
 /// Forces fields of a hot job, bypassing every guard. `@P1` id, then for each field a
 /// "set" flag and a value: `@P2/@P3` status, `@P4/@P5` attempt, `@P6/@P7` scheduled,
-/// `@P8/@P9` heartbeat, `@P10/@P11` updated, `@P12/@P13` created. `DueAtUtc` follows, and so
+/// `@P8/@P9` heartbeat, `@P10/@P11` updated, `@P12/@P13` created; `@P14` the payload's raw
+/// text, stored as is (NULL keeps it: how a test makes a row a read cannot decode, e.g.
+/// nested past serde_json's recursion limit). `DueAtUtc` follows, and so
 /// does the internal state of a job that is Pending afterwards: Scheduled (3) while its due
 /// time is later than now, else Pending (0). Returns `Changed`.
 pub(super) const FORCE: &str = "SET NOCOUNT ON;
@@ -24,6 +26,7 @@ DECLARE @SetUpdated BIT = @P10;
 DECLARE @Updated DATETIME2(7) = @P11;
 DECLARE @SetCreated BIT = @P12;
 DECLARE @Created DATETIME2(7) = @P13;
+DECLARE @RawPayload NVARCHAR(MAX) = @P14;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 UPDATE {schema}.[JobsHot]
 SET
@@ -41,6 +44,7 @@ SET
     [HeartbeatUtc] = CASE WHEN @SetHeartbeat = 1 THEN @Heartbeat ELSE [HeartbeatUtc] END,
     [UpdatedAtUtc] = CASE WHEN @SetUpdated = 1 THEN @Updated ELSE [UpdatedAtUtc] END,
     [CreatedAtUtc] = CASE WHEN @SetCreated = 1 THEN @Created ELSE [CreatedAtUtc] END,
+    [Payload] = ISNULL(@RawPayload, [Payload]),
     [DueAtUtc] = ISNULL(
         CASE WHEN @SetScheduled = 1 THEN @Scheduled ELSE [ScheduledAtUtc] END,
         CASE WHEN @SetCreated = 1 THEN @Created ELSE [CreatedAtUtc] END
@@ -93,6 +97,7 @@ DROP TABLE IF EXISTS {schema}.[JobsArchive];
 DROP TABLE IF EXISTS {schema}.[JobsDlq];
 DROP TABLE IF EXISTS {schema}.[Queues];
 DROP TABLE IF EXISTS {schema}.[SchemaVersions];
+DROP TABLE IF EXISTS {schema}.[Locks];
 DROP SEQUENCE IF EXISTS {schema}.[LeaseSeq];
 DROP SCHEMA IF EXISTS {schema};";
 
