@@ -61,13 +61,27 @@ impl fmt::Debug for PgBackend {
 }
 
 impl PgBackend {
-    /// Validates the schema name, then opens a pool (sessions named `chokaq:<schema>`). Does
-    /// not migrate: call [`Backend::migrate`].
+    /// Validates the schema name, then opens a pool (sessions named `chokaq:<schema>`, their
+    /// transactions at READ COMMITTED whatever `default_transaction_isolation` the server, the
+    /// database or the role sets). Does not migrate: call [`Backend::migrate`].
     pub async fn connect(config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;
-        let mut opts = PgConnectOptions::from_str(&config.url)
-            .map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?
-            .application_name(&config.application_name());
+        let opts =
+            PgConnectOptions::from_str(&config.url).map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?;
+        Self::connect_with(opts, config).await
+    }
+
+    /// [`PgBackend::connect`] with connection options built by the caller (host, user, TLS…);
+    /// `config.url` is not used. The sessions are named `chokaq:<schema>` and pinned to READ
+    /// COMMITTED (see [`PgBackend::connect`]).
+    pub async fn connect_with(opts: PgConnectOptions, config: PgConfig) -> Result<Self> {
+        validate::schema_name(&config.schema)?;
+        // Startup options override the server's, the database's and the role's defaults: the
+        // claim's cap count needs a fresh snapshot per statement (`docs/contract.md`, Database
+        // rules), whatever `default_transaction_isolation` an administrator set.
+        let mut opts = opts
+            .application_name(&config.application_name())
+            .options([("default_transaction_isolation", r"read\ committed")]);
         if let Some(t) = config.statement_timeout {
             opts = opts.options([("statement_timeout", format!("{}ms", t.as_millis().max(1)))]);
         }
@@ -81,6 +95,9 @@ impl PgBackend {
     }
 
     /// Wraps an existing pool. `config.url` is not used; its other settings are.
+    /// The pool's sessions must run their transactions at READ COMMITTED (the server's default):
+    /// build them with `PgConnectOptions::options([("default_transaction_isolation", r"read\ committed")])`
+    /// (the space escaped), or use [`PgBackend::connect_with`], which does.
     /// The test support (feature `testing`) kills only sessions whose `application_name` is
     /// `chokaq:<schema>`, as [`PgBackend::connect`] sets it.
     pub fn from_pool(pool: PgPool, config: PgConfig) -> Result<Self> {
@@ -95,6 +112,12 @@ impl PgBackend {
                 max_payload_bytes: config.max_payload_bytes,
             }),
         })
+    }
+
+    /// The same schema, statements and settings on another pool (test support).
+    #[cfg(feature = "testing")]
+    pub(crate) fn on_pool(&self, pool: PgPool) -> Self {
+        PgBackend { pool, shared: self.shared.clone() }
     }
 
     /// The pool.
@@ -144,7 +167,21 @@ impl PgBackend {
     /// [`PgBackend::connect`], with the broken statements `faults` names in place of the
     /// correct ones.
     pub async fn connect_with_faults(config: PgConfig, faults: sql::Faults) -> Result<Self> {
-        Ok(Self::connect(config).await?.with_faults(faults))
+        let opts =
+            PgConnectOptions::from_str(&config.url).map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?;
+        if faults.claim_repeatable_read {
+            // After the pin in `connect_with`: the last setting of a startup option wins.
+            let b = Self::connect_with(opts, config).await?;
+            let opts =
+                (*b.pool.connect_options()).clone().options([("default_transaction_isolation", r"repeatable\ read")]);
+            let pool = PgPoolOptions::new()
+                .max_connections(b.pool.options().get_max_connections())
+                .connect_with(opts)
+                .await
+                .map_err(map_sqlx_error)?;
+            return Ok(PgBackend { pool, shared: b.shared }.with_faults(faults));
+        }
+        Ok(Self::connect_with(opts, config).await?.with_faults(faults))
     }
 
     /// This backend's pool and settings with a statement set in which the broken statements

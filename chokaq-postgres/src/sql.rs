@@ -385,6 +385,21 @@ const PURGE_DLQ: &str = purge!("jobs_dlq", "\n       AND ($5::text IS NULL OR re
 
 const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS {schema} CASCADE";
 
+/// Test support: the role whose default isolation is REPEATABLE READ, with what the backend
+/// needs on the schema (`TestSupport::with_repeatable_read_default`).
+const RR_ROLE_CREATE: &str = "CREATE ROLE {rr_role} LOGIN;
+ALTER ROLE {rr_role} SET default_transaction_isolation = 'repeatable read';
+GRANT USAGE ON SCHEMA {schema} TO {rr_role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {rr_role};
+GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {rr_role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {rr_role}";
+
+/// Test support: the isolation level of a session's transactions.
+const SESSION_ISOLATION: &str = "SELECT current_setting('transaction_isolation')";
+
+/// Test support: drops that role (after the schema, which held its only privileges).
+const RR_ROLE_DROP: &str = "DROP ROLE IF EXISTS {rr_role}";
+
 const FORCE: &str = "
 UPDATE {schema}.jobs_hot SET
     status = coalesce($2::int2, status),
@@ -504,6 +519,24 @@ statements! {
     presence_many = PRESENCE_MANY;
     kill_connections = KILL_CONNECTIONS;
     drop_schema = DROP_SCHEMA;
+    rr_role_create = RR_ROLE_CREATE;
+    rr_role_drop = RR_ROLE_DROP;
+    session_isolation = SESSION_ISOLATION;
+}
+
+/// FNV-1a, 64 bits: a stable short hash for identifiers derived from a schema name.
+pub(crate) fn short_hash(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The test-support role of a schema (`TestSupport::with_repeatable_read_default`), unquoted.
+pub(crate) fn rr_role(schema: &str) -> String {
+    format!("chokaq_rr_{}", short_hash(schema))
 }
 
 /// The NOTIFY channel of a schema.
@@ -515,7 +548,10 @@ pub(crate) fn channel(schema: &str) -> String {
 /// validated first, so it has no quote in it; quoting keeps its case) and `{channel}` the
 /// schema's NOTIFY channel.
 pub(crate) fn render(template: &str, schema: &str) -> String {
-    template.replace("{schema}", &format!("\"{schema}\"")).replace("{channel}", &channel(schema))
+    template
+        .replace("{schema}", &format!("\"{schema}\""))
+        .replace("{channel}", &channel(schema))
+        .replace("{rr_role}", &format!("\"{}\"", rr_role(schema)))
 }
 
 /// Every statement the backend can send (the migration scripts included, each file as one

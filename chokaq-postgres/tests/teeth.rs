@@ -56,6 +56,11 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { heartbeat_ignores_lease: true, ..f },
             cases: &["lease_stale_heartbeat_is_lost", "lease_status_guards"],
         },
+        Tooth {
+            fault: "claim_repeatable_read",
+            faults: Faults { claim_repeatable_read: true, ..f },
+            cases: &["isolation_cap_race_repeatable_read_default"],
+        },
     ]
 }
 

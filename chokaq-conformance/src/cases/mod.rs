@@ -12,6 +12,7 @@ mod bad_input;
 mod cap;
 mod claim;
 mod idempotency;
+mod isolation;
 mod lease;
 mod lifecycle;
 mod notify;
@@ -152,7 +153,22 @@ macro_rules! groups {
     };
 }
 
-groups!(claim, cap, lease, lifecycle, retry, rescue, schedule, pause, idempotency, stats, bad_input, stress, notify);
+groups!(
+    claim,
+    cap,
+    lease,
+    lifecycle,
+    retry,
+    rescue,
+    schedule,
+    pause,
+    idempotency,
+    stats,
+    bad_input,
+    stress,
+    notify,
+    isolation
+);
 
 /// The names of every case.
 pub fn case_names() -> Vec<&'static str> {
