@@ -25,7 +25,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     async fn migrate(&self) -> Result<()>;
 
     /// Enqueues up to [`MAX_ENQUEUE_BATCH`] jobs in one round trip; results in input order.
-    /// All are validated first; one invalid job rejects the call and inserts nothing.
+    /// All are validated first ([`validate::enqueue_batch`](crate::validate::enqueue_batch):
+    /// each job, and at most [`MAX_ENQUEUE_BATCH_BYTES`](crate::validate::MAX_ENQUEUE_BATCH_BYTES)
+    /// in all); one invalid job rejects the call and inserts nothing. An idempotency key is
+    /// unique among the live jobs of one queue.
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
 
     /// Claims up to `limit` due jobs from unpaused, active queues under their cap, in one
@@ -33,7 +36,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// ASC, id ASC.
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>>;
 
-    /// Fetched → Processing for each lease still held (`attempt += 1`).
+    /// Fetched → Processing for each lease still held (`attempt += 1`). At most
+    /// [`MAX_LEASES_PER_CALL`](crate::validate::MAX_LEASES_PER_CALL) leases
+    /// ([`validate::lease_list`](crate::validate::lease_list)); the same for `heartbeat`,
+    /// `complete`, `release` and `complete_and_claim`.
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome>;
 
     /// Bumps `heartbeat_at` of each Processing job still held; reports cancel requests.
@@ -55,6 +61,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         req: &ClaimParams,
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         req.validate()?;
+        crate::validate::lease_list("complete_and_claim", leases)?;
         let done = self.complete(worker, leases).await?;
         let jobs = self.claim(req).await?;
         Ok((done, jobs))
@@ -74,7 +81,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Processing.
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome>;
 
-    /// Changes a queue's control row (upsert) and returns the new settings.
+    /// Changes a queue's control row (upsert) and returns the new settings. The value is
+    /// checked first ([`QueueControl::validate`]); an invalid one writes nothing.
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings>;
 
     /// A queue's settings (the defaults when it has no row).

@@ -129,6 +129,12 @@ impl NewJob {
     }
 
     /// Checks every field against the limits; returns the serialized payload size in bytes.
+    ///
+    /// Accepts only what every backend can store and read back: queue and kind
+    /// ([`validate::queue_name`], [`validate::job_kind`]), text fields
+    /// ([`validate::text_field`]), the payload ([`validate::payload`]: size, depth, NUL), the
+    /// schedule (`RunAt::After` at most [`validate::MAX_DELAY`], `RunAt::At` in the years
+    /// [`validate::MIN_YEAR`] to [`validate::MAX_YEAR`]) and `max_attempts` (at least 1).
     pub fn validate(&self, max_payload_bytes: usize) -> Result<usize> {
         validate::queue_name(self.queue.as_str())?;
         validate::job_kind(self.kind.as_str())?;
@@ -147,27 +153,12 @@ impl NewJob {
         if let Some(who) = &self.created_by {
             validate::text_field("created_by", who, validate::MAX_CREATED_BY_LEN)?;
         }
-        let size = serde_json::to_vec(&self.payload)?.len();
-        if size > max_payload_bytes {
-            return Err(Error::invalid(format!(
-                "payload is {size} bytes, over the limit of {max_payload_bytes} bytes"
-            )));
+        match self.run_at {
+            RunAt::Now => {}
+            RunAt::At(t) => validate::timestamp("run_at", t)?,
+            RunAt::After(d) => validate::delay("run_at delay", d)?,
         }
-        if payload_has_nul(&self.payload) {
-            return Err(Error::invalid(
-                "payload contains a NUL character (\\u0000), which databases cannot store in text",
-            ));
-        }
-        Ok(size)
-    }
-}
-
-fn payload_has_nul(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::String(s) => s.contains('\0'),
-        serde_json::Value::Array(a) => a.iter().any(payload_has_nul),
-        serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || payload_has_nul(v)),
-        _ => false,
+        validate::payload(&self.payload, max_payload_bytes)
     }
 }
 
@@ -261,4 +252,104 @@ pub struct JobRecord {
     pub last_error: Option<String>,
     pub cancel_requested: bool,
     pub created_by: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn nested(depth: usize) -> serde_json::Value {
+        let mut v = serde_json::json!(1);
+        for _ in 0..depth {
+            v = serde_json::Value::Array(vec![v]);
+        }
+        v
+    }
+
+    fn job() -> NewJob {
+        NewJob::build("q", "k.v1").unwrap()
+    }
+
+    /// What a backend does on claim: the payload goes out as JSON and comes back through
+    /// serde_json's reader, here inside one more object (a row).
+    fn reads_back(payload: &serde_json::Value) -> std::result::Result<(), String> {
+        let row = serde_json::json!({ "payload": payload });
+        let text = serde_json::to_string(&row).map_err(|e| e.to_string())?;
+        serde_json::from_str::<serde_json::Value>(&text).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_accepted_payload_depth_reads_back() {
+        for depth in [0, 1, 10, 63, 64, 65, 100, 126, 127, 128, 130, 200, 1000] {
+            let payload = nested(depth);
+            if job().json(payload.clone()).validate(validate::DEFAULT_MAX_PAYLOAD_BYTES).is_ok() {
+                if let Err(e) = reads_back(&payload) {
+                    panic!("a payload {depth} levels deep was accepted but does not read back: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn payload_130_levels_deep_is_invalid_input() {
+        let err = job().json(nested(130)).validate(validate::DEFAULT_MAX_PAYLOAD_BYTES).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(err.message().contains("deep"), "{err}");
+    }
+
+    #[test]
+    fn control_characters_in_text_fields_are_invalid_input() {
+        for bad in ["a\nb", "a\rb", "\u{1b}[31mred", "tab\there", "del\u{7f}", "c1\u{85}next", "line\u{2028}sep"] {
+            for (what, j) in
+                [("tag", job().tag(bad)), ("key", job().idempotency_key(bad)), ("created_by", job().created_by(bad))]
+            {
+                let r = j.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES);
+                assert_eq!(r.map_err(|e| e.kind()).err(), Some(ErrorKind::InvalidInput), "{what} {bad:?}");
+            }
+        }
+        // Non-ASCII text that is not a control character stays accepted.
+        let ok = job().tag("Ünïcödé 東京 🚀").idempotency_key("'; DROP TABLE x; --").created_by("RTL שלום");
+        assert!(ok.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES).is_ok());
+    }
+
+    #[test]
+    fn bidi_and_zero_width_in_kinds_are_invalid_input() {
+        for bad in [
+            "email\u{202E}1v.dnes",
+            "a\u{200B}b",
+            "a\u{200C}b",
+            "a\u{200D}b",
+            "a\u{200E}b",
+            "a\u{200F}b",
+            "a\u{202A}b",
+            "a\u{202D}b",
+            "a\u{2066}b",
+            "a\u{2069}b",
+            "\u{FEFF}a",
+            "a\u{061C}b",
+        ] {
+            let err = JobKind::new(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+        assert!(JobKind::new("письмо.v1").is_ok());
+        assert!(JobKind::new("שלום.v1").is_ok());
+        // A kind stored before this rule reads back, and is refused again at enqueue.
+        let old = "email\u{202E}1v.dnes";
+        let kind: JobKind = serde_json::from_value(serde_json::json!(old)).unwrap();
+        assert_eq!(JobKind::from_stored(old).unwrap(), kind);
+        let err = NewJob::new(QueueName::new("q").unwrap(), kind).validate(1024).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(JobKind::from_stored("a\nb").is_err());
+    }
+
+    #[test]
+    fn run_at_outside_the_storable_range_is_invalid_input() {
+        let far = chrono::NaiveDate::from_ymd_opt(10_000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc();
+        let early = Timestamp::MIN_UTC;
+        for j in [job().run_at(far), job().run_at(early), job().delay(Duration::MAX)] {
+            let r = j.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES);
+            assert_eq!(r.map_err(|e| e.kind()).err(), Some(ErrorKind::InvalidInput), "{:?}", j.run_at);
+        }
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DeadReason, JobId, Timestamp};
+use crate::{validate, DeadReason, JobId, Result, Timestamp};
 
 /// The outcome of one guarded write: done, or the lease was lost (the job was rescued,
 /// released, cancelled or re-claimed by someone else). A lost lease is an ordinary outcome the
@@ -83,6 +83,18 @@ pub enum FailAction {
     Cancelled { error: Option<String> },
     /// Back to Pending, due after `delay`; the attempt does not count (`attempt -= 1`).
     Snooze { delay: Duration },
+}
+
+impl FailAction {
+    /// Checks the delay of `Retry` and `Snooze`: at most [`validate::MAX_DELAY`]. Error texts
+    /// are never refused; backends store them through [`validate::error_text`].
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            FailAction::Retry { delay, .. } => validate::delay("retry delay", *delay),
+            FailAction::Snooze { delay } => validate::delay("snooze delay", *delay),
+            FailAction::DeadLetter { .. } | FailAction::Cancelled { .. } => Ok(()),
+        }
+    }
 }
 
 /// What [`Backend::fail`] did.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{QueueName, Timestamp};
+use crate::{validate, Error, QueueName, Result, Timestamp};
 
 /// What to do with a queue's zombies (Processing jobs whose heartbeat expired).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -28,6 +28,26 @@ pub enum QueueControl {
     /// `None` = use the rescuer's default.
     SetZombieTimeout(Option<Duration>),
     SetZombiePolicy(ZombiePolicy),
+}
+
+impl QueueControl {
+    /// Range-checks the value a control stores; every backend calls it before writing.
+    /// `SetMaxWorkers(Some(n))`: `n` at most [`validate::MAX_QUEUE_WORKERS`] (0 is allowed
+    /// and lets nothing through). `SetZombieTimeout(Some(t))`: `t` from
+    /// [`validate::MIN_ZOMBIE_TIMEOUT`] to [`validate::MAX_ZOMBIE_TIMEOUT`]; a timeout such as
+    /// `Duration::MAX` would otherwise be stored and break every later rescue.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            QueueControl::SetMaxWorkers(Some(n)) if n > validate::MAX_QUEUE_WORKERS => Err(Error::invalid(format!(
+                "max_workers must be at most {}, got {n} (None means no cap)",
+                validate::MAX_QUEUE_WORKERS
+            ))),
+            QueueControl::SetZombieTimeout(Some(t)) => {
+                validate::duration("zombie_timeout", t, validate::MIN_ZOMBIE_TIMEOUT, validate::MAX_ZOMBIE_TIMEOUT)
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A queue's settings. A queue with no control row is active, unpaused and unlimited.
@@ -54,6 +74,39 @@ impl QueueSettings {
             zombie_timeout: None,
             zombie_policy: ZombiePolicy::Retry,
             updated_at: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_range_checked() {
+        for ok in [
+            QueueControl::Pause,
+            QueueControl::SetMaxWorkers(None),
+            QueueControl::SetMaxWorkers(Some(0)),
+            QueueControl::SetMaxWorkers(Some(validate::MAX_QUEUE_WORKERS)),
+            QueueControl::SetZombieTimeout(None),
+            QueueControl::SetZombieTimeout(Some(validate::MIN_ZOMBIE_TIMEOUT)),
+            QueueControl::SetZombieTimeout(Some(validate::MAX_ZOMBIE_TIMEOUT)),
+            QueueControl::SetZombiePolicy(ZombiePolicy::DeadLetter),
+        ] {
+            assert!(ok.validate().is_ok(), "{ok:?}");
+        }
+        for (bad, needle) in [
+            (QueueControl::SetMaxWorkers(Some(validate::MAX_QUEUE_WORKERS + 1)), "max_workers"),
+            (QueueControl::SetMaxWorkers(Some(u32::MAX)), "max_workers"),
+            (QueueControl::SetZombieTimeout(Some(Duration::ZERO)), "zombie_timeout"),
+            (QueueControl::SetZombieTimeout(Some(Duration::from_micros(999))), "zombie_timeout"),
+            (QueueControl::SetZombieTimeout(Some(validate::MAX_ZOMBIE_TIMEOUT + Duration::from_secs(1))), "2592000s"),
+            (QueueControl::SetZombieTimeout(Some(Duration::MAX)), "zombie_timeout"),
+        ] {
+            let err = bad.validate().unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+            assert!(err.message().contains(needle), "{bad:?}: {err}");
         }
     }
 }

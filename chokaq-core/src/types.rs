@@ -122,6 +122,12 @@ impl AsRef<str> for QueueName {
 }
 
 /// A validated job kind: the handler key, e.g. `email.send.v1`.
+///
+/// [`JobKind::new`] applies the enqueue rule ([`validate::job_kind`]: no control, bidi or
+/// zero-width characters). A kind read back from storage ([`JobKind::from_stored`], and
+/// `Deserialize`) is held to the rule it may have been stored under
+/// ([`validate::stored_job_kind`]), so rows written by an earlier version stay readable;
+/// [`NewJob::validate`](crate::NewJob::validate) applies the enqueue rule again.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct JobKind(String);
@@ -134,6 +140,14 @@ impl JobKind {
         Ok(JobKind(kind))
     }
 
+    /// Wraps a kind read back from storage: checks only [`validate::stored_job_kind`]. For
+    /// backends decoding rows; never for new input.
+    pub fn from_stored(kind: impl Into<String>) -> Result<Self> {
+        let kind = kind.into();
+        validate::stored_job_kind(&kind)?;
+        Ok(JobKind(kind))
+    }
+
     /// The kind as a string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -141,9 +155,10 @@ impl JobKind {
 }
 
 impl<'de> Deserialize<'de> for JobKind {
+    /// Reads a kind as stored ([`JobKind::from_stored`]).
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        JobKind::new(s).map_err(serde::de::Error::custom)
+        JobKind::from_stored(s).map_err(serde::de::Error::custom)
     }
 }
 

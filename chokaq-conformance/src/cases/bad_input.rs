@@ -34,11 +34,22 @@ pub const NASTY: &[&str] = &[
     "/* comment */ -- dash ; semi",
 ];
 
-/// A kind cannot have control characters or surrounding whitespace: use the nasty strings
-/// with those removed.
+/// A kind cannot have control, bidi or zero-width characters, nor surrounding whitespace
+/// (`docs/contract.md`, "Input limits"): use the nasty strings with those removed.
 fn as_kind(s: &str) -> String {
-    let k: String = s.chars().filter(|c| !c.is_control()).collect();
+    let k: String = s
+        .chars()
+        .filter(|c| {
+            !c.is_control() && !chokaq_core::validate::is_bidi_control(*c) && !chokaq_core::validate::is_zero_width(*c)
+        })
+        .collect();
     k.trim().to_string()
+}
+
+/// Text fields (tags, idempotency keys, `created_by`) refuse control characters: use the
+/// nasty strings with those removed. Payloads and error texts carry them unchanged.
+fn as_text(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).collect()
 }
 
 /// Every string field of a job carries hostile text; enqueue, get_job and claim return it
@@ -47,12 +58,14 @@ pub async fn nasty_text_roundtrips(cx: Ctx) -> CaseResult {
     // Queue names allow only [A-Za-z0-9_.:-]: use all of those characters.
     let q = QueueName::new(format!("{}-A_z.0:9-", cx.queue()))?;
     let mut expected = Vec::new();
-    for (i, s) in NASTY.iter().enumerate() {
-        let kind = JobKind::new(as_kind(s))?;
+    for (i, raw) in NASTY.iter().enumerate() {
+        let kind = JobKind::new(as_kind(raw))?;
+        let text = as_text(raw);
+        let s = text.as_str();
         let key = format!("{s} #{i} {}", q);
         let payload = serde_json::json!({
-            "text": s,
-            (*s): [s, {"nested": s}],
+            "text": raw,
+            (*raw): [raw, {"nested": raw}],
             "n": i,
         });
         let job = NewJob::new(q.clone(), kind.clone())
@@ -67,7 +80,7 @@ pub async fn nasty_text_roundtrips(cx: Ctx) -> CaseResult {
         ensure_eq!(r.payload, payload, "payload of {s:?}");
         ensure_eq!(r.tags, vec![s.to_string(), format!("t{i}")], "tags of {s:?}");
         ensure_eq!(r.idempotency_key.as_deref(), Some(key.as_str()), "idempotency key of {s:?}");
-        ensure_eq!(r.created_by.as_deref(), Some(*s), "created_by of {s:?}");
+        ensure_eq!(r.created_by.as_deref(), Some(s), "created_by of {s:?}");
         let dup = cx.backend.enqueue(NewJob::new(q.clone(), kind.clone()).idempotency_key(key.clone())).await?;
         ensure!(dup.duplicate && dup.id == id, "nasty key {s:?} did not dedupe: {dup:?}");
         expected.push((id, kind, payload, key, i));
@@ -77,7 +90,8 @@ pub async fn nasty_text_roundtrips(cx: Ctx) -> CaseResult {
     ensure_eq!(got.len(), NASTY.len(), "claimed");
     for (id, kind, payload, key, i) in &expected {
         let j = got.iter().find(|j| j.id == *id).ok_or_else(|| format!("job {id} not claimed"))?;
-        let s = NASTY[*i];
+        let text = as_text(NASTY[*i]);
+        let s = text.as_str();
         ensure_eq!(&j.kind, kind, "claimed kind of {s:?}");
         ensure_eq!(&j.payload, payload, "claimed payload of {s:?}");
         ensure_eq!(j.tags, vec![s.to_string(), format!("t{i}")], "claimed tags of {s:?}");
@@ -88,9 +102,9 @@ pub async fn nasty_text_roundtrips(cx: Ctx) -> CaseResult {
     for (id, kind, _, _, i) in &expected {
         let mut f = ListJobsParams::new(JobTable::Hot);
         f.queue = Some(q.clone());
-        f.tag = Some(NASTY[*i].to_string());
+        f.tag = Some(as_text(NASTY[*i]));
         let by_tag: Vec<_> = cx.backend.list_jobs(&f).await?.jobs.iter().map(|r| r.id).collect();
-        ensure_eq!(by_tag, vec![*id], "list by tag {:?}", NASTY[*i]);
+        ensure_eq!(by_tag, vec![*id], "list by tag {:?}", as_text(NASTY[*i]));
         let mut f = ListJobsParams::new(JobTable::Hot);
         f.queue = Some(q.clone());
         f.kind = Some(kind.clone());
@@ -126,6 +140,9 @@ pub async fn invalid_jobs_rejected(cx: Ctx) -> CaseResult {
         ("key too long", base().idempotency_key("k".repeat(chokaq_core::validate::MAX_IDEMPOTENCY_KEY_LEN + 1))),
         ("NUL in key", base().idempotency_key("a\0b")),
         ("NUL in tag", base().tag("a\0b")),
+        ("newline in tag", base().tag("a\nb")),
+        ("ESC in key", base().idempotency_key("a\u{1b}[31mb")),
+        ("CR in created_by", base().created_by("a\rb")),
         ("NUL in payload string", base().json(serde_json::json!({"a": "x\u{0}y"}))),
         ("NUL in payload key", base().json(serde_json::json!({"a\u{0}": 1}))),
         (

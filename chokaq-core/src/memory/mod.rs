@@ -68,10 +68,6 @@ fn status_of(r: &JobRecord) -> Option<JobStatus> {
     }
 }
 
-fn error_text(e: &str) -> String {
-    validate::truncate(e, validate::MAX_ERROR_LEN).to_string()
-}
-
 impl MemoryBackend {
     /// An empty store.
     pub fn new() -> Self {
@@ -86,9 +82,14 @@ impl MemoryBackend {
         store.queues.get(q).cloned().unwrap_or_else(|| QueueSettings::default_for(q.clone()))
     }
 
+    /// The live job of `queue` holding idempotency key `key`: keys are unique per queue.
+    fn key_holder<'a>(store: &'a Store, queue: &QueueName, key: &str) -> Option<&'a JobRecord> {
+        store.hot.values().find(|r| &r.queue == queue && r.idempotency_key.as_deref() == Some(key))
+    }
+
     fn insert(store: &mut Store, job: NewJob, at: Timestamp) -> Result<Enqueued> {
         if let Some(key) = &job.idempotency_key {
-            if let Some(existing) = store.hot.values().find(|r| r.idempotency_key.as_deref() == Some(key)) {
+            if let Some(existing) = Self::key_holder(store, &job.queue, key) {
                 return Ok(Enqueued { id: existing.id, duplicate: true });
             }
         }
@@ -194,16 +195,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        if jobs.len() > crate::MAX_ENQUEUE_BATCH {
-            return Err(Error::invalid(format!(
-                "enqueue_many takes at most {} jobs, got {}",
-                crate::MAX_ENQUEUE_BATCH,
-                jobs.len()
-            )));
-        }
-        for j in &jobs {
-            j.validate(self.max_payload_bytes)?;
-        }
+        validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
         let mut s = self.lock();
         let at = now();
         // Validate the schedule of every job before inserting any.
@@ -284,6 +276,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list("start", leases)?;
         let mut s = self.lock();
         let at = now();
         let mut out = BatchOutcome::default();
@@ -304,6 +297,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        validate::lease_list("heartbeat", leases)?;
         let mut s = self.lock();
         let at = now();
         let mut out = HeartbeatReport::default();
@@ -324,6 +318,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list("complete", leases)?;
         let mut s = self.lock();
         let at = now();
         let mut out = BatchOutcome::default();
@@ -343,6 +338,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
+        outcome.validate()?;
         let mut s = self.lock();
         let at = now();
         let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
@@ -351,22 +347,22 @@ impl Backend for MemoryBackend {
         let result = match outcome {
             FailAction::Retry { delay, error } => {
                 if r.attempt >= r.max_attempts {
-                    Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(error_text(&error)), at);
+                    Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(validate::error_text(&error)), at);
                     FailOutcome::DeadLettered(DeadReason::Failed)
                 } else {
                     let when = plus(at, delay)?;
                     Self::to_pending(r, at);
                     r.scheduled_at = Some(when);
-                    r.last_error = Some(error_text(&error));
+                    r.last_error = Some(validate::error_text(&error));
                     FailOutcome::Retried { at: when }
                 }
             }
             FailAction::DeadLetter { reason, error } => {
-                Self::to_dead(&mut s, lease.id, reason, Some(error_text(&error)), at);
+                Self::to_dead(&mut s, lease.id, reason, Some(validate::error_text(&error)), at);
                 FailOutcome::DeadLettered(reason)
             }
             FailAction::Cancelled { error } => {
-                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, error.as_deref().map(error_text), at);
+                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, error.as_deref().map(validate::error_text), at);
                 FailOutcome::DeadLettered(DeadReason::Cancelled)
             }
             FailAction::Snooze { delay } => {
@@ -381,6 +377,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list("release", leases)?;
         let mut s = self.lock();
         let at = now();
         let mut out = BatchOutcome::default();
@@ -460,6 +457,7 @@ impl Backend for MemoryBackend {
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
         validate::queue_name(queue.as_str())?;
+        control.validate()?;
         let mut s = self.lock();
         let mut st = Self::settings(&s, queue);
         match control {
@@ -488,10 +486,10 @@ impl Backend for MemoryBackend {
             return Ok(RequeueOutcome::NotFound);
         };
         if let Some(key) = &r.idempotency_key {
-            if s.hot.values().any(|h| h.idempotency_key.as_ref() == Some(key)) {
+            if Self::key_holder(&s, &r.queue, key).is_some() {
                 return Err(Error::new(
                     ErrorKind::Conflict,
-                    format!("a live job holds the idempotency key of dead job {id}"),
+                    format!("a live job of its queue holds the idempotency key of dead job {id}"),
                 ));
             }
         }
@@ -689,6 +687,119 @@ mod tests {
         let r = b.get_job(id).await.unwrap().unwrap();
         assert_eq!(r.location, JobLocation::Dead(DeadReason::Failed));
         assert_eq!(r.last_error.as_deref(), Some("e2"));
+    }
+
+    #[tokio::test]
+    async fn idempotency_keys_are_scoped_per_queue() {
+        let b = MemoryBackend::new();
+        let on_a = b.enqueue(job("qa").idempotency_key("K")).await.unwrap();
+        let on_b = b.enqueue(job("qb").idempotency_key("K")).await.unwrap();
+        assert!(!on_a.duplicate);
+        assert!(!on_b.duplicate, "K on queue qa blocked K on queue qb: {on_b:?}");
+        assert_ne!(on_a.id, on_b.id);
+        assert_eq!(b.get_job(on_b.id).await.unwrap().unwrap().queue, q("qb"));
+        let again = b.enqueue(job("qa").idempotency_key("K")).await.unwrap();
+        assert!(again.duplicate && again.id == on_a.id, "K twice on qa: {again:?}");
+        // Inside one batch too, per queue.
+        let out = b
+            .enqueue_many(vec![
+                job("qc").idempotency_key("B"),
+                job("qd").idempotency_key("B"),
+                job("qc").idempotency_key("B"),
+            ])
+            .await
+            .unwrap();
+        assert!(!out[0].duplicate && !out[1].duplicate && out[0].id != out[1].id, "{out:?}");
+        assert!(out[2].duplicate && out[2].id == out[0].id, "{out:?}");
+        // requeue_dead conflicts only with a live job of the same queue.
+        assert_eq!(b.cancel(on_a.id).await.unwrap(), CancelOutcome::Cancelled);
+        assert_eq!(b.requeue_dead(on_a.id).await.unwrap(), RequeueOutcome::Requeued, "K live on qb only");
+    }
+
+    #[tokio::test]
+    async fn queue_controls_out_of_range_are_rejected_and_write_nothing() {
+        let b = MemoryBackend::new();
+        for control in [
+            QueueControl::SetZombieTimeout(Some(Duration::MAX)),
+            QueueControl::SetZombieTimeout(Some(Duration::from_secs(u64::MAX))),
+            QueueControl::SetZombieTimeout(Some(Duration::from_secs(400 * 24 * 3600))),
+            QueueControl::SetZombieTimeout(Some(Duration::ZERO)),
+            QueueControl::SetMaxWorkers(Some(u32::MAX)),
+        ] {
+            let err = b.control_queue(&q("ctl"), control).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{control:?}");
+            assert_eq!(b.queue_settings(&q("ctl")).await.unwrap().updated_at, None, "{control:?} wrote a row");
+        }
+        for control in [
+            QueueControl::SetZombieTimeout(Some(Duration::from_secs(1))),
+            QueueControl::SetZombieTimeout(None),
+            QueueControl::SetMaxWorkers(Some(0)),
+            QueueControl::SetMaxWorkers(Some(10_000)),
+            QueueControl::SetMaxWorkers(None),
+        ] {
+            b.control_queue(&q("ctl"), control).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn lease_lists_over_the_cap_are_rejected() {
+        let b = MemoryBackend::new();
+        let w = WorkerId::random();
+        let too_many: Vec<LeaseRef> = (0..10_001).map(|i| LeaseRef { id: JobId::new(), lease: Lease(i) }).collect();
+        let invalid = Some(ErrorKind::InvalidInput);
+        assert_eq!(b.complete(w, &too_many).await.err().map(|e| e.kind()), invalid, "complete");
+        assert_eq!(b.heartbeat(w, &too_many).await.err().map(|e| e.kind()), invalid, "heartbeat");
+        assert_eq!(b.start(w, &too_many).await.err().map(|e| e.kind()), invalid, "start");
+        assert_eq!(b.release(w, &too_many).await.err().map(|e| e.kind()), invalid, "release");
+        let req = ClaimParams::new(w, vec![q("a")], 1, ClaimMode::Start);
+        let out = b.complete_and_claim(w, &too_many, &req).await;
+        assert_eq!(out.err().map(|e| e.kind()), invalid, "complete_and_claim");
+        let ok = &too_many[..10_000];
+        assert_eq!(b.complete(w, ok).await.unwrap().lost.len(), 10_000);
+    }
+
+    #[tokio::test]
+    async fn enqueue_batch_over_the_total_bytes_cap_is_rejected() {
+        let b = MemoryBackend::new();
+        let big = serde_json::Value::String("x".repeat(1_000_000));
+        let jobs: Vec<NewJob> = (0..40).map(|_| job("big").json(big.clone())).collect();
+        let out = b.enqueue_many(jobs).await;
+        assert_eq!(out.map(|o| o.len()).map_err(|e| e.kind()), Err(ErrorKind::InvalidInput), "40 MB in one batch");
+        assert_eq!(b.stats().await.unwrap().total(), 0, "nothing written");
+        let jobs: Vec<NewJob> = (0..20).map(|_| job("big").json(big.clone())).collect();
+        assert_eq!(b.enqueue_many(jobs).await.unwrap().len(), 20);
+    }
+
+    #[tokio::test]
+    async fn error_texts_are_truncated_not_rejected() {
+        let b = MemoryBackend::new();
+        let id = b.enqueue(job("e")).await.unwrap().id;
+        let w = WorkerId::random();
+        let got = b.claim(&ClaimParams::new(w, vec![q("e")], 1, ClaimMode::Start)).await.unwrap();
+        let huge = format!("\0\n{}", "é".repeat(validate::MAX_ERROR_LEN));
+        let out = b.fail(w, got[0].lease_ref(), FailAction::DeadLetter { reason: DeadReason::Failed, error: huge });
+        assert!(out.await.unwrap().done().is_some());
+        let stored = b.get_job(id).await.unwrap().unwrap().last_error.unwrap();
+        assert!(stored.len() <= validate::MAX_ERROR_LEN, "{}", stored.len());
+        assert!(stored.starts_with("\u{FFFD}\né"), "NUL replaced, newline kept: {:?}", &stored[..8]);
+    }
+
+    #[tokio::test]
+    async fn fail_delays_over_the_limit_are_rejected_and_write_nothing() {
+        let b = MemoryBackend::new();
+        let id = b.enqueue(job("d")).await.unwrap().id;
+        let w = WorkerId::random();
+        let got = b.claim(&ClaimParams::new(w, vec![q("d")], 1, ClaimMode::Start)).await.unwrap();
+        let too_long = validate::MAX_DELAY + Duration::from_secs(1);
+        for action in
+            [FailAction::Retry { delay: too_long, error: "e".into() }, FailAction::Snooze { delay: Duration::MAX }]
+        {
+            let err = b.fail(w, got[0].lease_ref(), action).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        }
+        assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Processing));
+        let ok = FailAction::Retry { delay: validate::MAX_DELAY, error: "e".into() };
+        assert!(b.fail(w, got[0].lease_ref(), ok).await.unwrap().done().is_some());
     }
 
     #[tokio::test]
