@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,7 +49,13 @@ pub(crate) struct Shared {
     pub(crate) channel: String,
     pub(crate) max_payload_bytes: usize,
     pub(crate) sql: Statements,
+    /// Rescue calls in a row that found the rescue lock held (see [`PgBackend::note_rescue`]).
+    pub(crate) rescue_skipped: AtomicU32,
 }
+
+/// After this many rescue calls in a row that found the lock held, a warning is logged (and
+/// again every as many calls).
+pub const RESCUE_SKIPPED_WARN: u32 = 20;
 
 impl fmt::Debug for PgBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -110,6 +117,7 @@ impl PgBackend {
                 channel: sql::channel(&config.schema),
                 schema: config.schema,
                 max_payload_bytes: config.max_payload_bytes,
+                rescue_skipped: AtomicU32::new(0),
             }),
         })
     }
@@ -132,6 +140,25 @@ impl PgBackend {
 
     pub(crate) fn sql(&self) -> &Statements {
         &self.shared.sql
+    }
+
+    /// Counts rescue calls in a row that did not run (another session held the lock) and warns
+    /// every [`RESCUE_SKIPPED_WARN`] of them: a lock held for that long means a stuck instance
+    /// or a session that should not hold it.
+    fn note_rescue(&self, ran: bool) {
+        if ran {
+            self.shared.rescue_skipped.store(0, Ordering::Relaxed);
+            return;
+        }
+        let n = self.shared.rescue_skipped.fetch_add(1, Ordering::Relaxed) + 1;
+        if n % RESCUE_SKIPPED_WARN == 0 {
+            tracing::warn!(
+                schema = %self.shared.schema,
+                skipped = n,
+                "rescue has not run for {n} calls in a row: another session holds the schema's rescue lock \
+                 (the `rescue` row of its `locks` table)"
+            );
+        }
     }
 
     /// Runs one of the guarded batch statements (`$1` worker, `$2` ids, `$3` leases) and
@@ -194,6 +221,7 @@ impl PgBackend {
             application_name: self.shared.application_name.clone(),
             channel: self.shared.channel.clone(),
             max_payload_bytes: self.shared.max_payload_bytes,
+            rescue_skipped: AtomicU32::new(0),
         };
         PgBackend { pool: self.pool, shared: Arc::new(shared) }
     }
@@ -344,11 +372,10 @@ impl Backend for PgBackend {
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
-        let key = format!("chokaq:rescue:{}", self.shared.schema);
         let limit = i64::from(params.limit);
-        with_retry(|| async {
+        let report = with_retry(|| async {
             let mut tx = self.pool.begin().await?;
-            let got: bool = sqlx::query_scalar(&self.sql().rescue_lock).bind(&key).fetch_one(&mut *tx).await?;
+            let got = sqlx::query(&self.sql().rescue_lock).fetch_optional(&mut *tx).await?.is_some();
             if !got {
                 tx.rollback().await?;
                 return Ok(RescueReport::default());
@@ -372,7 +399,9 @@ impl Backend for PgBackend {
                 zombies_dead: count(dead),
             })
         })
-        .await
+        .await?;
+        self.note_rescue(report.ran);
+        Ok(report)
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {

@@ -78,7 +78,7 @@ ins AS (
            i.created_by
       FROM input i
      ORDER BY i.ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
 woke AS (
@@ -86,7 +86,9 @@ woke AS (
 )
 SELECT ins.id, (SELECT count(*) FROM woke) AS woke FROM ins";
 
-const LOOKUP_KEYS: &str = "SELECT idempotency_key, id FROM {schema}.jobs_hot WHERE idempotency_key = ANY($1::text[])";
+/// The live jobs holding keys: `$1` queues, `$2` keys (pairwise); returns queue, key, id.
+const LOOKUP_KEYS: &str = "SELECT h.queue, h.idempotency_key, h.id FROM {schema}.jobs_hot h \
+    JOIN unnest($1::text[], $2::text[]) AS k(queue, key) ON h.queue = k.queue AND h.idempotency_key = k.key";
 
 const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
 
@@ -181,7 +183,10 @@ const CANCEL: &str = concat!(
      SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
 );
 
-const RESCUE_LOCK: &str = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))";
+/// The rescue singleton: the `rescue` row of the schema's `locks` table, without waiting (one
+/// instance rescues, the others return at once). Only roles with privileges on the schema can
+/// take it. Returns a row when this transaction holds it.
+const RESCUE_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'rescue' FOR UPDATE SKIP LOCKED";
 
 /// `$1` fetched timeout in microseconds, `$2` limit.
 const RESCUE_FETCHED: &str = "
@@ -431,14 +436,23 @@ const DB_NOW: &str = "SELECT now()";
 const MIGRATE_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
 
 /// `$1` the lock's key (`chokaq:migrate:<schema>`).
+/// Before the schema's first migration (no `locks` table yet): an advisory lock on `$1`.
 const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+/// Whether the schema's `locks` table exists (migration 4 on).
+const LOCKS_TABLE_EXISTS: &str = "SELECT to_regclass('{schema}.locks') IS NOT NULL";
+
+/// Once the schema has its `locks` table: its `migrate` row, waited for (under the
+/// migration's `lock_timeout`).
+const MIGRATE_ROW_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'migrate' FOR UPDATE";
 
 const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS {schema}";
 
 const CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS {schema}.versions (version integer PRIMARY KEY, \
     name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
 
-const CURRENT_VERSION: &str = "SELECT coalesce(max(version), 0) FROM {schema}.versions";
+/// The versions applied.
+const CURRENT_VERSION: &str = "SELECT coalesce(array_agg(version ORDER BY version), '{}') FROM {schema}.versions";
 
 /// `$1` version, `$2` name.
 const INSERT_VERSION: &str = "INSERT INTO {schema}.versions (version, name) VALUES ($1, $2)";
@@ -510,6 +524,8 @@ statements! {
     purge_dlq = PURGE_DLQ;
     migrate_lock_timeout = MIGRATE_LOCK_TIMEOUT;
     migrate_lock = MIGRATE_LOCK;
+    locks_table_exists = LOCKS_TABLE_EXISTS;
+    migrate_row_lock = MIGRATE_ROW_LOCK;
     create_schema = CREATE_SCHEMA;
     create_versions = CREATE_VERSIONS;
     current_version = CURRENT_VERSION;
