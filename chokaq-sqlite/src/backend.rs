@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chokaq_core::{
-    Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, Error,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued,
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams,
     NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
-    RunAt, StatsSnapshot, TimestampPrecision, Wake, Wakeups, WorkerId, MAX_ENQUEUE_BATCH,
+    RunAt, StatsSnapshot, TimestampPrecision, Wake, Wakeups, WorkerId,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -184,12 +184,8 @@ impl Backend for SqliteBackend {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        if jobs.len() > MAX_ENQUEUE_BATCH {
-            return Err(Error::invalid(format!(
-                "enqueue_many takes at most {MAX_ENQUEUE_BATCH} jobs, got {}",
-                jobs.len()
-            )));
-        }
+        // Every job, the batch's length and its total bytes.
+        validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -202,7 +198,6 @@ impl Backend for SqliteBackend {
         }
         let mut prepared = Vec::with_capacity(jobs.len());
         for job in &jobs {
-            job.validate(self.max_payload_bytes)?;
             let (at, after) = match job.run_at {
                 RunAt::Now => (None, None),
                 RunAt::At(t) => (Some(ts_us("run_at", t)?), None),
@@ -221,6 +216,7 @@ impl Backend for SqliteBackend {
         for (job, p) in jobs.iter().zip(&prepared) {
             if let Some(key) = &job.idempotency_key {
                 let existing: Option<uuid::Uuid> = sqlx::query_scalar(&self.sql.find_by_key)
+                    .bind(job.queue.as_str())
                     .bind(key)
                     .fetch_optional(&mut *tx)
                     .await

@@ -137,8 +137,9 @@ statements! {
         "INSERT INTO {schema}.versions (version, applied_at) VALUES (?1, ?2) ON CONFLICT (version) DO NOTHING",
 
     // --- enqueue ---------------------------------------------------------------------------
-    /// The live job holding an idempotency key: `?1` key.
-    find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE idempotency_key = ?1",
+    /// The live job holding an idempotency key in a queue (keys are scoped per queue): `?1`
+    /// queue, `?2` key.
+    find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE queue = ?1 AND idempotency_key = ?2",
     /// `?1` id, `?2` queue, `?3` kind, `?4` payload, `?5` tags, `?6` key, `?7` priority,
     /// `?8` max attempts, `?9` scheduled at, `?10` now, `?11` created by.
     insert_job: "INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, \
