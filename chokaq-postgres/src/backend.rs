@@ -163,7 +163,8 @@ impl PgBackend {
 
     /// Runs one of the guarded batch statements (`$1` worker, `$2` ids, `$3` leases) and
     /// splits the input into done and lost.
-    async fn guarded(&self, sql: &str, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    async fn guarded(&self, op: &str, sql: &str, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        validate::lease_list(op, leases)?;
         let (ids, lease_nums) = dedup(leases);
         if ids.is_empty() {
             return Ok(BatchOutcome::default());
@@ -272,6 +273,7 @@ impl Backend for PgBackend {
         req: &ClaimParams,
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         req.validate()?;
+        validate::lease_list("complete_and_claim", leases)?;
         let (ids, lease_nums) = dedup(leases);
         let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
         let start = req.mode == ClaimMode::Start;
@@ -302,10 +304,11 @@ impl Backend for PgBackend {
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        self.guarded(&self.sql().start, worker, leases).await
+        self.guarded("start", &self.sql().start, worker, leases).await
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        validate::lease_list("heartbeat", leases)?;
         let (ids, lease_nums) = dedup(leases);
         if ids.is_empty() {
             return Ok(HeartbeatReport::default());
@@ -332,7 +335,7 @@ impl Backend for PgBackend {
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        self.guarded(&self.sql().complete, worker, leases).await
+        self.guarded("complete", &self.sql().complete, worker, leases).await
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
@@ -368,7 +371,7 @@ impl Backend for PgBackend {
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        self.guarded(&self.sql().release, worker, leases).await
+        self.guarded("release", &self.sql().release, worker, leases).await
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
@@ -417,6 +420,9 @@ impl Backend for PgBackend {
     }
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        // Range checks: an out-of-range value is never stored (`SetZombieTimeout(Duration::MAX)`
+        // would make every later rescue fail with "interval out of range", for every queue).
+        control.validate()?;
         let s = self.sql();
         match control {
             QueueControl::Pause => self.set_control(&s.control_paused, queue, true).await,
@@ -535,8 +541,9 @@ impl Backend for PgBackend {
                 .bind(filter.created_from)
                 .bind(filter.created_to)
                 .bind(filter.after.map(|id| id.0))
-                .bind(i64::from(filter.limit) + 1);
-            // `$8` status: a parameter of the hot table's statement only.
+                .bind(i64::from(filter.limit) + 1)
+                .bind(!filter.without_payloads);
+            // `$9` status: a parameter of the hot table's statement only.
             let q = if filter.table == JobTable::Hot { q.bind(filter.status.map(|s| s.code())) } else { q };
             q.fetch_all(&self.pool)
         })

@@ -298,47 +298,60 @@ SELECT t.taken_at, q.* FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true ORD
 
 /// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
 macro_rules! hot_record {
-    () => {
-        "'hot'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, status, \
-         NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
-         heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+    ($payload:literal) => {
+        concat!(
+            "'hot'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, idempotency_key, priority, status, \
+             NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
+             heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+        )
     };
 }
 macro_rules! archive_record {
-    () => {
-        "'archive'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, \
-         NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
-         created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
-         created_by"
+    ($payload:literal) => {
+        concat!(
+            "'archive'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, idempotency_key, priority, \
+             NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
+             created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
+             created_by"
+        )
     };
 }
 macro_rules! dlq_record {
-    () => {
-        "'dead'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, NULL::int2 AS status, \
-         reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
-         updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+    ($payload:literal) => {
+        concat!(
+            "'dead'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, idempotency_key, priority, NULL::int2 AS status, \
+             reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
+             updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+        )
     };
 }
 
 /// `$1` id: the job from whichever table holds it.
 const GET_JOB: &str = concat!(
     "SELECT ",
-    hot_record!(),
+    hot_record!("payload"),
     " FROM {schema}.jobs_hot WHERE id = $1\nUNION ALL SELECT ",
-    archive_record!(),
+    archive_record!("payload"),
     " FROM {schema}.jobs_archive WHERE id = $1\nUNION ALL SELECT ",
-    dlq_record!(),
+    dlq_record!("payload"),
     " FROM {schema}.jobs_dlq WHERE id = $1"
 );
 
 /// One page of a table, filtered by NULL-able parameters (NULL: no filter), in id order from
 /// after `$6` (keyset paging). `$1` queue, `$2` kind, `$3` tag, `$4` created from (inclusive),
-/// `$5` created to (exclusive), `$6` after id, `$7` limit; on the hot table `$8` status.
+/// `$5` created to (exclusive), `$6` after id, `$7` limit, `$8` with payloads (false: every
+/// payload reads as JSON `null`, and none leaves the server); on the hot table `$9` status.
 macro_rules! list {
     ($record:ident, $table:literal, $extra:literal) => {
         concat!(
             "SELECT ",
-            $record!(),
+            $record!("CASE WHEN $8::bool THEN payload ELSE 'null'::jsonb END"),
             " FROM {schema}.",
             $table,
             "
@@ -356,7 +369,7 @@ macro_rules! list {
     };
 }
 
-const LIST_HOT: &str = list!(hot_record, "jobs_hot", "\n   AND ($8::int2 IS NULL OR status = $8::int2)");
+const LIST_HOT: &str = list!(hot_record, "jobs_hot", "\n   AND ($9::int2 IS NULL OR status = $9::int2)");
 const LIST_ARCHIVE: &str = list!(archive_record, "jobs_archive", "");
 const LIST_DLQ: &str = list!(dlq_record, "jobs_dlq", "");
 

@@ -96,6 +96,8 @@ pub(crate) async fn control_queue(
     control: QueueControl,
 ) -> Result<QueueSettings> {
     validate::queue_name(queue.as_str())?;
+    // Range checks: an out-of-range value is never stored (it would break later reads).
+    control.validate()?;
     let (sql, value): (&str, Option<i64>) = match control {
         QueueControl::Pause => (&b.sql.set_paused, Some(1)),
         QueueControl::Resume => (&b.sql.set_paused, Some(0)),

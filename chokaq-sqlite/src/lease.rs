@@ -4,7 +4,7 @@
 //! transaction; a write that matches no row reports the lease as lost, never a silent no-op.
 
 use chokaq_core::{
-    BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, LeaseRef, Result, WorkerId,
+    validate, BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, LeaseRef, Result, WorkerId,
 };
 use sqlx::Row;
 
@@ -14,6 +14,7 @@ use crate::rows::{clean_error, dur_us, now_us, ts};
 
 /// [`chokaq_core::Backend::start`].
 pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    validate::lease_list("start", leases)?;
     let mut out = BatchOutcome::default();
     if leases.is_empty() {
         return Ok(out);
@@ -42,6 +43,7 @@ pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRe
 
 /// [`chokaq_core::Backend::heartbeat`].
 pub(crate) async fn heartbeat(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+    validate::lease_list("heartbeat", leases)?;
     let mut out = HeartbeatReport::default();
     if leases.is_empty() {
         return Ok(out);
@@ -73,6 +75,7 @@ pub(crate) async fn heartbeat(b: &SqliteBackend, worker: WorkerId, leases: &[Lea
 
 /// [`chokaq_core::Backend::complete`].
 pub(crate) async fn complete(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    validate::lease_list("complete", leases)?;
     let mut out = BatchOutcome::default();
     if leases.is_empty() {
         return Ok(out);
@@ -173,6 +176,7 @@ pub(crate) async fn fail(
 
 /// [`chokaq_core::Backend::release`].
 pub(crate) async fn release(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    validate::lease_list("release", leases)?;
     let mut out = BatchOutcome::default();
     if leases.is_empty() {
         return Ok(out);

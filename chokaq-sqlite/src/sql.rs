@@ -53,6 +53,29 @@ macro_rules! cols {
     };
 }
 
+/// [`cols`] for a listing: the payload only when `?9` is true, else JSON `null` (a page without
+/// payloads, `ListJobsParams::without_payloads`).
+macro_rules! list_cols {
+    () => {
+        "id, queue, kind, CASE WHEN ?9 THEN payload ELSE 'null' END AS payload, tags, idempotency_key, priority, \
+         status, attempt, max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, \
+         updated_at, last_error, cancel_requested, created_by"
+    };
+}
+
+/// [`select_job`] for a listing (see [`list_cols`]).
+macro_rules! list_job {
+    (jobs_hot) => {
+        concat!("SELECT ", list_cols!(), ", NULL AS finished_at, NULL AS reason FROM {schema}.jobs_hot")
+    };
+    (jobs_archive) => {
+        concat!("SELECT ", list_cols!(), ", finished_at, NULL AS reason FROM {schema}.jobs_archive")
+    };
+    (jobs_dlq) => {
+        concat!("SELECT ", list_cols!(), ", finished_at, reason FROM {schema}.jobs_dlq")
+    };
+}
+
 /// A job read from one table with `finished_at` and `reason` (NULL where the table has none),
 /// as `rows::record` decodes it.
 macro_rules! select_job {
@@ -69,7 +92,7 @@ macro_rules! select_job {
 
 /// The listing filters: `?1` queue, `?2` status, `?3` kind, `?4` tag, `?5` created from,
 /// `?6` created before, `?7` the keyset cursor (the last id of the previous page), `?8` the
-/// row limit. Each filter is NULL when not asked for. The cursor is `id > coalesce(?7, x'')`
+/// row limit (and `?9`, in [`list_cols`], whether payloads are read). Each filter is NULL when not asked for. The cursor is `id > coalesce(?7, x'')`
 /// rather than `?7 IS NULL OR id > ?7` so that SQLite still seeks the primary key to the
 /// cursor (ids are 16-byte BLOBs, all greater than the empty BLOB), instead of scanning
 /// every earlier page again.
@@ -281,9 +304,9 @@ statements! {
     get_dead: concat!(select_job!(jobs_dlq), " WHERE id = ?1"),
 
     // --- list_jobs (parameters: see `list_filters!`) ---------------------------------------
-    list_hot: concat!(select_job!(jobs_hot), list_filters!()),
-    list_archive: concat!(select_job!(jobs_archive), list_filters!()),
-    list_dead: concat!(select_job!(jobs_dlq), list_filters!()),
+    list_hot: concat!(list_job!(jobs_hot), list_filters!()),
+    list_archive: concat!(list_job!(jobs_archive), list_filters!()),
+    list_dead: concat!(list_job!(jobs_dlq), list_filters!()),
 
     // --- test support (feature `testing`) --------------------------------------------------
     /// Forces fields of a hot job, bypassing every guard: `?1` id, `?2` status, `?3` attempt,

@@ -11,6 +11,7 @@ use crate::ctx::{Ctx, Failure};
 mod bad_input;
 mod cap;
 mod claim;
+mod hostile;
 mod idempotency;
 mod isolation;
 mod lease;
@@ -167,7 +168,8 @@ groups!(
     bad_input,
     stress,
     notify,
-    isolation
+    isolation,
+    hostile
 );
 
 /// The names of every case.

@@ -595,7 +595,13 @@ impl Backend for MemoryBackend {
             .filter(|r| filter.created_from.is_none_or(|f| r.created_at >= f))
             .filter(|r| filter.created_to.is_none_or(|t| r.created_at < t))
             .take(filter.limit as usize + 1)
-            .cloned()
+            .map(|r| {
+                let mut r = r.clone();
+                if filter.without_payloads {
+                    r.payload = serde_json::Value::Null;
+                }
+                r
+            })
             .collect();
         let next = if jobs.len() > filter.limit as usize {
             jobs.truncate(filter.limit as usize);

@@ -44,3 +44,20 @@ fn list_and_purge_take_null_able_filters() {
         assert!(purge.contains("LIMIT $4\n       FOR UPDATE SKIP LOCKED"), "{purge}");
     }
 }
+
+/// Every identifier derived from a schema name stays within PostgreSQL's 63 bytes for the
+/// longest name `validate::schema_name` accepts: the NOTIFY channel (a longer one would fail
+/// every enqueue), the sessions' `application_name` (cut at 63, so `kill_connections` would
+/// match nothing) and the test role.
+#[test]
+fn derived_identifiers_fit_for_the_longest_schema_name() {
+    let longest = "s".repeat(chokaq_core::validate::MAX_SCHEMA_NAME_LEN);
+    chokaq_core::validate::schema_name(&longest).unwrap();
+    assert!(chokaq_core::validate::schema_name(&format!("{longest}s")).is_err());
+    let app = crate::PgConfig::new("postgres://h/db").schema(longest.clone()).application_name();
+    for (what, id) in
+        [("channel", super::channel(&longest)), ("application_name", app), ("role", super::rr_role(&longest))]
+    {
+        assert!(id.len() <= chokaq_core::validate::MAX_IDENTIFIER_LEN, "{what} {id} is {} bytes", id.len());
+    }
+}
