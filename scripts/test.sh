@@ -10,6 +10,10 @@
 #      directory (Debian's `postgresql` package is installed first if no binaries exist),
 #      stopped and deleted when the tests end.
 # SQL Server tests run when $CHOKAQ_TEST_MSSQL_URL is set, and show as ignored otherwise.
+# Without a URL, where a Docker engine answers (`docker info`), CHOKAQ_TEST_MSSQL_DOCKER=1 is set:
+# each of the three SQL Server conformance binaries (RCSI off, RCSI on, both row-versioning
+# options off) then starts SQL Server 2022 through testcontainers, runs against it and removes
+# it. Set CHOKAQ_TEST_MSSQL_DOCKER=0 to keep them ignored instead.
 # The SQL grammar checks need sqlfluff 4.5.0 (PyPI) or newer: when the one on the PATH is
 # missing or older, that exact version is installed into a virtualenv under target/tools/ and
 # put first on the PATH of the tests (nothing is installed system-wide).
@@ -140,7 +144,16 @@ ensure_sqlfluff() {
 }
 ensure_sqlfluff
 
-if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ]; then
+# SQL Server: a URL wins; else SQL Server 2022 in Docker, through testcontainers, where Docker
+# answers (the test binaries start and stop it; see docs/sqlserver.md).
+if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ] && [ -z "${CHOKAQ_TEST_MSSQL_DOCKER:-}" ]; then
+    if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+        export CHOKAQ_TEST_MSSQL_DOCKER=1
+        log "Docker answers: the SQL Server conformance binaries start SQL Server 2022 through testcontainers"
+    fi
+fi
+
+if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ] && [ "${CHOKAQ_TEST_MSSQL_DOCKER:-}" != 1 ]; then
     log "CHOKAQ_TEST_MSSQL_URL is not set: SQL Server conformance cases will show as ignored"
 fi
 

@@ -68,23 +68,31 @@ impl MssqlBackend {
     }
 
     /// Test and operations helper: creates database `db` on the server `cfg` points at (if
-    /// missing), turns `ALLOW_SNAPSHOT_ISOLATION` on and sets `READ_COMMITTED_SNAPSHOT` to
-    /// `rcsi` (only when it differs), and returns `cfg` pointed at that database. Needs
-    /// CREATE DATABASE / ALTER permissions. Returns whether RCSI is now on.
-    pub async fn ensure_database(cfg: MssqlConfig, db: &str, rcsi: bool) -> Result<(MssqlConfig, bool)> {
+    /// missing), sets `READ_COMMITTED_SNAPSHOT` to `rcsi` and `ALLOW_SNAPSHOT_ISOLATION` to
+    /// `snapshot` (each only when it differs), and returns `cfg` pointed at that database, with
+    /// the two options as they now are (`(cfg, rcsi_on, snapshot_on)`). Needs CREATE DATABASE /
+    /// ALTER permissions. The conformance suite runs in three such databases: RCSI on, RCSI
+    /// off, and both off (the on-premises default).
+    pub async fn ensure_database(
+        cfg: MssqlConfig,
+        db: &str,
+        rcsi: bool,
+        snapshot: bool,
+    ) -> Result<(MssqlConfig, bool, bool)> {
         let target = cfg.clone().database(db)?;
         let sql = sql::ensure_test_database(db)?;
         let manager = Manager::new(cfg.parts.clone(), "chokaq-setup".to_string(), cfg.connect_timeout);
         let mut conn = bb8::ManageConnection::connect(&manager).await.map_err(connect_error)?;
-        let run = async { conn.client.query(sql.as_str(), &[&rcsi]).await?.into_results().await };
+        let run = async { conn.client.query(sql.as_str(), &[&rcsi, &snapshot]).await?.into_results().await };
         let sets = match tokio::time::timeout(cfg.statement_timeout, run).await {
             Err(_) => return Err(timeout("ensure_database", cfg.statement_timeout)),
             Ok(r) => r.map_err(|e| map_error("ensure_database", e))?,
         };
         let row = first_row("ensure_database", sets)?;
-        let now_on: bool = req("ensure_database", &row, "Rcsi")?;
+        let rcsi_on: bool = req("ensure_database", &row, "Rcsi")?;
+        let snapshot_on = req::<i32>("ensure_database", &row, "Snapshot")? == 1;
         let _ = conn.client.close().await;
-        Ok((target, now_on))
+        Ok((target, rcsi_on, snapshot_on))
     }
 
     /// The configuration (password redacted in its `Debug`/`Display`).
@@ -223,7 +231,7 @@ impl Backend for MssqlBackend {
             )
             .await?,
         )?;
-        decode_fail(op, &row, reason)
+        decode_fail(op, &row)
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {

@@ -11,9 +11,12 @@ pub(crate) fn kind_for_number(number: i64) -> ErrorKind {
     match number {
         // deadlock victim, lock request timeout, snapshot update conflict
         1205 | 1222 | 3960 => ErrorKind::Transient,
-        // Azure SQL: service busy / database unavailable / resource limits; our own
-        // migration-lock THROW (51000)
-        40197 | 40501 | 40613 | 49918 | 49919 | 49920 | 10928 | 10929 | 51000 => ErrorKind::Transient,
+        // Azure SQL: service busy / database unavailable / resource limits (these also end
+        // the session, see `ends_session`); our own THROWs: the migration lock (51000) and a
+        // queue lock (51002) not granted in time
+        40197 | 40501 | 40613 | 49918 | 49919 | 49920 | 10928 | 10929 | 51000 | 51002 => ErrorKind::Transient,
+        // our own THROW: the database compatibility level is below 130 (no OPENJSON)
+        51001 => ErrorKind::Unsupported,
         // duplicate key (unique index / constraint)
         2601 | 2627 => ErrorKind::Conflict,
         // client timeout; transport-level failures; cannot open database; shutting down
@@ -22,6 +25,27 @@ pub(crate) fn kind_for_number(number: i64) -> ErrorKind {
         // arithmetic overflow; date/time conversion failed or out of range; DATEADD overflow
         8152 | 2628 | 13609 | 8115 | 241 | 242 | 517 => ErrorKind::InvalidInput,
         _ => ErrorKind::Other,
+    }
+}
+
+/// Whether a server error number usually means the server ended the session (Azure SQL's
+/// reconfiguration, throttling and resource-limit errors): the connection must not go back to
+/// the pool, even though the call itself is retried as transient.
+pub(crate) fn ends_session(number: i64) -> bool {
+    matches!(number, 40197 | 40501 | 40613 | 49918 | 49919 | 49920 | 10928 | 10929)
+}
+
+/// Whether the connection that saw `e` is still clean and may go back to the pool: a deadlock
+/// victim, a lock timeout, a snapshot conflict or a duplicate key roll the `XACT_ABORT` batch
+/// back and leave the session usable; everything else (including the errors after which the
+/// server usually ends the session) discards it.
+pub(crate) fn keeps_session(e: &tiberius::error::Error) -> bool {
+    match e {
+        tiberius::error::Error::Server(tok) => {
+            let number = i64::from(tok.code());
+            matches!(kind_for_number(number), ErrorKind::Transient | ErrorKind::Conflict) && !ends_session(number)
+        }
+        _ => false,
     }
 }
 
@@ -100,12 +124,29 @@ mod tests {
         for n in [40197, 40501, 40613] {
             assert_eq!(kind_for_number(n), ErrorKind::Transient);
         }
+        for n in [10928, 10929, 49918, 51000, 51002] {
+            assert_eq!(kind_for_number(n), ErrorKind::Transient, "{n}");
+        }
+        assert_eq!(kind_for_number(51001), ErrorKind::Unsupported);
         assert_eq!(kind_for_number(2601), ErrorKind::Conflict);
         assert_eq!(kind_for_number(2627), ErrorKind::Conflict);
         assert_eq!(kind_for_number(-2), ErrorKind::Unavailable);
         assert_eq!(kind_for_number(208), ErrorKind::Other);
         assert_eq!(kind_for_number(50123), ErrorKind::Other);
         assert_eq!(kind_for_number(0), ErrorKind::Other);
+    }
+
+    #[test]
+    fn azure_errors_that_end_the_session_discard_the_connection() {
+        for n in [40197, 40501, 40613, 10928, 10929, 49918, 49919, 49920] {
+            assert!(ends_session(n), "{n}");
+            assert_eq!(kind_for_number(n), ErrorKind::Transient, "{n}: still retried");
+        }
+        for n in [1205, 1222, 3960, 2601, 2627, 51002] {
+            assert!(!ends_session(n), "{n}: the session stays usable");
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!keeps_session(&tiberius::error::Error::from(io)));
     }
 
     #[test]

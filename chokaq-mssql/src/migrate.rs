@@ -1,7 +1,10 @@
-//! Migrations. SQL Server has one migration (schema version 1), sent as two batches: the
-//! schema itself (`CREATE SCHEMA` must be alone in its batch), then every table, index and the
-//! lease sequence. Both are idempotent and take the migration app lock, so many processes may
-//! migrate at once; the statements are `sql::migrate`'s `MIGRATE_SCHEMA` and `MIGRATE_OBJECTS`.
+//! Migrations. SQL Server has one migration, schema version 2 (version 1 schemas are upgraded
+//! in place), sent as three batches: the compatibility-level check and the schema itself
+//! (`CREATE SCHEMA` must be alone in its batch), then every table, index and the lease
+//! sequence, then lock escalation disabled on the job tables. All are idempotent, and the
+//! first two take the migration app lock, so many processes may migrate at once; the
+//! statements are `sql::migrate`'s `MIGRATE_SCHEMA`, `MIGRATE_OBJECTS` and
+//! `MIGRATE_LOCK_ESCALATION`.
 
 use chokaq_core::Result;
 
@@ -11,5 +14,6 @@ use crate::backend::MssqlBackend;
 pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_schema, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_objects, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_lock_escalation, &[]).await?;
     Ok(())
 }

@@ -17,11 +17,12 @@ use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 use crate::connstr::{ConnParts, Encrypt};
-use crate::error::{connect_error, map_error, pool_error, timeout};
+use crate::error::{connect_error, keeps_session, map_error, pool_error, timeout};
 use crate::sql;
 
-/// Transient failures (deadlock victim, lock timeout, snapshot conflict) are retried this
-/// many times with a short randomised back-off; every batch is atomic, so a retry is safe.
+/// Transient failures (deadlock victim, lock timeout, snapshot conflict, Azure's transient
+/// errors) are retried this many times with a short randomised back-off; every batch is
+/// atomic, so a retry is safe.
 const MAX_TRANSIENT_RETRIES: u32 = 4;
 
 /// One pooled connection.
@@ -192,13 +193,11 @@ impl Pool {
                 Ok(rows)
             }
             Ok(Err(e)) => {
-                let err = map_error(op, e);
-                // Deadlock victims and duplicate keys roll the XACT_ABORT batch back and
-                // leave the session clean; anything else: discard the connection.
-                if matches!(err.kind(), ErrorKind::Transient | ErrorKind::Conflict) {
-                    conn.broken = false;
-                }
-                Err(err)
+                // Deadlock victims, lock timeouts and duplicate keys roll the XACT_ABORT batch
+                // back and leave the session clean; anything else (Azure's session-ending
+                // errors included): discard the connection.
+                conn.broken = !keeps_session(&e);
+                Err(map_error(op, e))
             }
         }
     }

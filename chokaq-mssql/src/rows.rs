@@ -44,10 +44,27 @@ pub(crate) fn job_id(op: &str, row: &Row, name: &str) -> Result<JobId> {
     Uuid::from_slice(b).map(JobId).map_err(|e| decode(op, format!("column {name}: {e}")))
 }
 
+/// A count column: `BIGINT` (`COUNT_BIG`, `ROWCOUNT_BIG`, the stats sums), or `INT` where a
+/// statement returns `@@ROWCOUNT`. NULL and negative values count as 0.
 pub(crate) fn count(op: &str, row: &Row, name: &str) -> Result<u64> {
-    let n: i32 = col(op, row, name)?.unwrap_or(0);
+    let n: i64 = match row.try_get::<i64, _>(name) {
+        Ok(v) => v.unwrap_or(0),
+        Err(_) => col::<i32>(op, row, name)?.map(i64::from).unwrap_or(0),
+    };
     Ok(u64::try_from(n).unwrap_or(0))
 }
+
+/// The status of a hot row as callers see it. The internal Scheduled state (3: Pending, not
+/// yet due, outside the claim index; see `docs/contract.md`, Scheduled jobs) is Pending.
+pub(crate) fn hot_status(code: i16) -> Result<JobStatus> {
+    match code {
+        SCHEDULED => Ok(JobStatus::Pending),
+        other => JobStatus::from_code(other),
+    }
+}
+
+/// The stored `Status` of a Pending job that is not due yet.
+pub(crate) const SCHEDULED: i16 = 3;
 
 /// The columns every job table shares.
 struct Common {
@@ -110,7 +127,7 @@ pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
         tags: c.tags,
         idempotency_key: c.idempotency_key,
         priority: c.priority,
-        status: JobStatus::from_code(req(op, row, "Status")?)?,
+        status: hot_status(req(op, row, "Status")?)?,
         attempt: c.attempt,
         max_attempts: c.max_attempts,
         lease: c.lease.ok_or_else(|| decode(op, "claimed row without a lease"))?,
@@ -127,7 +144,7 @@ pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
 pub(crate) fn decode_record(op: &str, row: &Row) -> Result<JobRecord> {
     let loc: i32 = req(op, row, "Loc")?;
     let location = match loc {
-        0 => JobLocation::Hot(JobStatus::from_code(req(op, row, "Status")?)?),
+        0 => JobLocation::Hot(hot_status(req(op, row, "Status")?)?),
         1 => JobLocation::Archived,
         2 => JobLocation::Dead(DeadReason::parse(req::<&str>(op, row, "Reason")?)?),
         other => return Err(decode(op, format!("unknown location {other}"))),
@@ -192,14 +209,27 @@ pub(crate) fn ids_of(op: &str, rows: &[Row]) -> Result<HashSet<JobId>> {
     rows.iter().map(|r| job_id(op, r, "Id")).collect()
 }
 
-/// `fail`'s `Result` row (0 lease lost, 1 retried, 2 snoozed, 3 dead-lettered).
-pub(crate) fn decode_fail(op: &str, row: &Row, reason: DeadReason) -> Result<Fenced<FailOutcome>> {
+/// `fail`'s `Result` row (0 lease lost, 1 retried, 2 snoozed, 3 dead-lettered), with the due
+/// time and the dead-letter reason as they stand in the database (for a repeated call, what
+/// the first call wrote).
+pub(crate) fn decode_fail(op: &str, row: &Row) -> Result<Fenced<FailOutcome>> {
     let result: i32 = req(op, row, "Result")?;
+    fail_outcome(op, result, || req_ts(op, row, "DueAtUtc"), || DeadReason::parse(req::<&str>(op, row, "Reason")?))
+}
+
+/// [`decode_fail`] without the row: the result code, and how to read the due time and the
+/// reason when the code needs them.
+pub(crate) fn fail_outcome(
+    op: &str,
+    result: i32,
+    due: impl FnOnce() -> Result<Timestamp>,
+    reason: impl FnOnce() -> Result<DeadReason>,
+) -> Result<Fenced<FailOutcome>> {
     Ok(match result {
         0 => Fenced::LeaseLost,
-        1 => Fenced::Done(FailOutcome::Retried { at: req_ts(op, row, "DueAtUtc")? }),
-        2 => Fenced::Done(FailOutcome::Snoozed { until: req_ts(op, row, "DueAtUtc")? }),
-        3 => Fenced::Done(FailOutcome::DeadLettered(reason)),
+        1 => Fenced::Done(FailOutcome::Retried { at: due()? }),
+        2 => Fenced::Done(FailOutcome::Snoozed { until: due()? }),
+        3 => Fenced::Done(FailOutcome::DeadLettered(reason()?)),
         other => return Err(decode(op, format!("unknown result {other}"))),
     })
 }
@@ -326,7 +356,7 @@ mod tests {
             ("heartbeat", &st.heartbeat, vec!["Id", "CancelRequested"]),
             ("complete", &st.complete, vec!["Id"]),
             ("release", &st.release, vec!["Id"]),
-            ("fail", &st.fail, vec!["Result", "DueAtUtc"]),
+            ("fail", &st.fail, vec!["Result", "DueAtUtc", "Reason", "Repeated"]),
             ("rescue", &st.rescue, vec!["Ran", "FetchedReleased", "ZombiesRetried", "ZombiesDead"]),
             ("cancel", &st.cancel, vec!["Result"]),
             ("requeue_dead", &st.requeue_dead, vec!["Moved"]),
@@ -359,6 +389,37 @@ mod tests {
                 assert!(sql.contains(&format!("[{c}]")), "{name} does not return [{c}]");
             }
         }
+    }
+
+    #[test]
+    fn scheduled_is_pending_to_callers() {
+        assert_eq!(hot_status(SCHEDULED).unwrap(), JobStatus::Pending);
+        assert_eq!(hot_status(0).unwrap(), JobStatus::Pending);
+        assert_eq!(hot_status(1).unwrap(), JobStatus::Fetched);
+        assert_eq!(hot_status(2).unwrap(), JobStatus::Processing);
+        assert!(hot_status(4).is_err());
+        // Nothing outside the backend can ask for the internal state.
+        assert!(JobStatus::from_code(SCHEDULED).is_err());
+    }
+
+    #[test]
+    fn fail_outcomes_come_from_what_the_database_holds() {
+        let at = Timestamp::default();
+        let never = || -> Result<Timestamp> { panic!("the due time is not read for this result") };
+        let no_reason = || -> Result<DeadReason> { panic!("the reason is not read for this result") };
+        assert_eq!(fail_outcome("fail", 0, never, no_reason).unwrap(), Fenced::LeaseLost);
+        assert_eq!(fail_outcome("fail", 1, || Ok(at), no_reason).unwrap(), Fenced::Done(FailOutcome::Retried { at }));
+        assert_eq!(
+            fail_outcome("fail", 2, || Ok(at), no_reason).unwrap(),
+            Fenced::Done(FailOutcome::Snoozed { until: at })
+        );
+        // A repeated fail reports the reason stored with the dead letter, not the caller's.
+        let stored = || DeadReason::parse("timed_out");
+        assert_eq!(
+            fail_outcome("fail", 3, never, stored).unwrap(),
+            Fenced::Done(FailOutcome::DeadLettered(DeadReason::TimedOut))
+        );
+        assert!(fail_outcome("fail", 9, never, no_reason).is_err());
     }
 
     #[test]

@@ -32,9 +32,12 @@ mod migrate;
 mod moves;
 mod support;
 
-/// The session options every pooled connection gets once, as a plain batch (so they stick):
-/// the options filtered indexes need, `XACT_ABORT`, and READ COMMITTED (READPAST needs it;
-/// error 650 under SNAPSHOT).
+/// The session options every pooled connection gets once, as a plain batch (so they stick;
+/// a `SET` inside a batch sent with `sp_executesql` ends with that batch): the options
+/// filtered indexes need, `XACT_ABORT`, READ COMMITTED (READPAST needs it; error 650 under
+/// SNAPSHOT), and a lock timeout of 5 s, so a blocked batch fails fast with
+/// 1222 (its transaction rolled back by `XACT_ABORT`, the call retried) instead of holding
+/// its own locks until the client's statement timeout.
 pub(crate) const SESSION_SETUP: &str = "SET ANSI_NULLS ON;
 SET ANSI_PADDING ON;
 SET ANSI_WARNINGS ON;
@@ -43,7 +46,8 @@ SET CONCAT_NULL_YIELDS_NULL ON;
 SET QUOTED_IDENTIFIER ON;
 SET NUMERIC_ROUNDABORT OFF;
 SET XACT_ABORT ON;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;";
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT 5000;";
 
 /// The connection health check.
 pub(crate) const PING: &str = "SELECT 1 AS [Ok];";
@@ -78,6 +82,7 @@ fn render(template: &str, name: Name<'_>) -> Result<String> {
 pub(crate) struct Statements {
     pub(crate) migrate_schema: String,
     pub(crate) migrate_objects: String,
+    pub(crate) migrate_lock_escalation: String,
     pub(crate) enqueue: String,
     pub(crate) claim: String,
     pub(crate) start: String,
@@ -111,6 +116,7 @@ impl Statements {
         Ok(Statements {
             migrate_schema: r(migrate::MIGRATE_SCHEMA)?,
             migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
+            migrate_lock_escalation: r(migrate::MIGRATE_LOCK_ESCALATION)?,
             enqueue: r(claim::ENQUEUE)?,
             claim: r(claim::CLAIM)?,
             start: r(moves::START)?,
@@ -145,6 +151,7 @@ impl Statements {
             ("ping", PING.to_string()),
             ("migrate_schema", self.migrate_schema.clone()),
             ("migrate_objects", self.migrate_objects.clone()),
+            ("migrate_lock_escalation", self.migrate_lock_escalation.clone()),
             ("enqueue", self.enqueue.clone()),
             ("claim", self.claim.clone()),
             ("start", self.start.clone()),
@@ -206,7 +213,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 29);
+        assert_eq!(all.len(), 30);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -223,6 +230,121 @@ mod tests {
         assert_eq!(ensure_test_database("db]x").unwrap_err().kind(), ErrorKind::InvalidInput);
     }
 
+    fn at(sql: &str, what: &str) -> usize {
+        sql.find(what).unwrap_or_else(|| panic!("missing: {what}"))
+    }
+
+    /// Item 15: a `SET` inside a batch sent with `sp_executesql` ends with the batch, so a
+    /// trailing one does nothing. Only the session setup (a plain batch) may end with one.
+    #[test]
+    fn no_batch_ends_with_a_set_that_does_nothing() {
+        for (name, sql) in all_statements("chokaq").unwrap() {
+            let last = sql.trim_end().rsplit(';').nth(1).unwrap_or_default().trim();
+            if name != "session_setup" {
+                assert!(!last.starts_with("SET "), "{name} ends with {last:?}");
+            }
+        }
+    }
+
+    /// Item 11: a blocked statement fails after 5 s with 1222 (retried) instead of waiting for
+    /// the 60 s client timeout with its own locks held.
+    #[test]
+    fn sessions_wait_at_most_five_seconds_for_a_lock() {
+        assert!(SESSION_SETUP.ends_with("SET LOCK_TIMEOUT 5000;"));
+        assert!(SESSION_SETUP.contains("SET XACT_ABORT ON;"), "a lock timeout then rolls the whole batch back");
+    }
+
+    /// Item 4: lock escalation is disabled on the three job tables, only where it is not yet.
+    #[test]
+    fn migration_disables_lock_escalation_on_the_job_tables() {
+        let st = Statements::new("chokaq").unwrap();
+        let m = &st.migrate_lock_escalation;
+        for table in ["JobsHot", "JobsArchive", "JobsDlq"] {
+            assert!(m.contains(&format!("ALTER TABLE [chokaq].[{table}] SET (LOCK_ESCALATION = DISABLE);")), "{table}");
+            assert!(m.contains(&format!("OBJECT_ID(N'[chokaq].[{table}]') AND [lock_escalation] <> 1)")), "{table}");
+        }
+        assert!(!st.migrate_objects.contains("LOCK_ESCALATION"), "kept out of the grammar-checked batches");
+        // Purge deletes in statements of at most 4,000 rows.
+        for sql in [&st.purge_archive, &st.purge_dlq] {
+            assert!(sql.contains(
+                "SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;"
+            ));
+            assert!(sql.contains("DELETE TOP (@Chunk)"));
+            assert!(!sql.contains("BEGIN TRANSACTION"), "each DELETE is its own transaction");
+        }
+    }
+
+    /// Items 3 and 12 in the migration: version 2 (Scheduled state, `Outcome`, per-queue
+    /// history indexes) upgrades version 1 in place; a compatibility level under 130 is a
+    /// clear error before anything is created.
+    #[test]
+    fn migration_checks_the_compatibility_level_and_upgrades_version_1() {
+        let st = Statements::new("chokaq").unwrap();
+        let m = &st.migrate_schema;
+        assert!(m.contains(
+            "DECLARE @Level INT = (SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID());"
+        ));
+        assert!(m.contains("IF @Level < 130"));
+        assert!(m.contains("THROW 51001, @Message, 1;"));
+        assert!(at(m, "THROW 51001") < at(m, "BEGIN TRANSACTION;"));
+        let o = &st.migrate_objects;
+        assert!(o.contains("IF COL_LENGTH(N'[chokaq].[JobsHot]', N'Outcome') IS NULL"));
+        assert!(o.contains("IF COL_LENGTH(N'[chokaq].[JobsDlq]', N'Outcome') IS NULL"));
+        assert!(o.contains(
+            "UPDATE [chokaq].[JobsHot] SET [Status] = 3 WHERE [Status] = 0 AND [DueAtUtc] > SYSUTCDATETIME();"
+        ));
+        assert!(o.contains("VALUES (2, SYSUTCDATETIME());"));
+        assert!(o.contains("CREATE NONCLUSTERED INDEX [IX_JobsArchive_Queue] ON [chokaq].[JobsArchive] ([Queue]) INCLUDE ([FinishedAtUtc]);"));
+        assert!(o.contains(
+            "CREATE NONCLUSTERED INDEX [IX_JobsDlq_Queue] ON [chokaq].[JobsDlq] ([Queue]) INCLUDE ([FinishedAtUtc]);"
+        ));
+    }
+
+    /// Item 8: every count is a `BIGINT`.
+    #[test]
+    fn counts_are_bigint() {
+        let st = Statements::new("chokaq").unwrap();
+        for (name, sql) in [("stats", &st.stats), ("presence_many", &st.presence_many), ("claim", &st.claim)] {
+            assert!(!sql.contains("COUNT(*)"), "{name}");
+            assert!(!sql.contains("THEN 1 ELSE 0 END)"), "{name}: an INT sum");
+        }
+        assert_eq!(st.stats.matches("COUNT_BIG(*)").count(), 4);
+        assert!(st.stats.contains("SUM(CASE WHEN h.[Status] = 1 THEN CAST(1 AS BIGINT) ELSE 0 END)"));
+    }
+
+    /// The Scheduled state is Pending to every reader: stats counts it (and its due rows for
+    /// `oldest_due_at`), the list filter for Pending includes it, the test support keeps it
+    /// consistent with the due time.
+    #[test]
+    fn scheduled_rows_read_as_pending() {
+        let st = Statements::new("chokaq").unwrap();
+        assert!(st.stats.contains(
+            "SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)"
+        ));
+        assert!(st.stats.contains("WHERE s.[Status] = 3"));
+        assert!(st.list_hot.contains("(@Status IS NULL OR t.[Status] = @Status OR (@Status = 0 AND t.[Status] = 3))"));
+        assert!(st.force.contains(") > @Now THEN 3\n        ELSE 0\n    END,"));
+        assert!(
+            st.requeue_dead.contains("DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0"),
+            "requeued: Pending, due"
+        );
+    }
+
+    /// Item 7: `get_job` reads one consistent view whatever the database allows.
+    #[test]
+    fn get_job_reads_one_consistent_view() {
+        let st = Statements::new("chokaq").unwrap();
+        let g = &st.get_job;
+        assert!(g.contains("[snapshot_isolation_state] = 1)\n    SET TRANSACTION ISOLATION LEVEL SNAPSHOT;"));
+        assert!(g.contains(
+            "ELSE IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND \
+             [is_read_committed_snapshot_on] = 1)\n    SET TRANSACTION ISOLATION LEVEL SERIALIZABLE;"
+        ));
+        assert!(g.contains("SET DEADLOCK_PRIORITY LOW;"));
+        assert!(at(g, "BEGIN TRANSACTION;") < at(g, "SELECT 0 AS [Loc]"));
+        assert_eq!(g.matches("UNION ALL").count(), 2, "still one statement over the three tables");
+    }
+
     #[test]
     fn render_puts_the_quoted_name_and_its_text_in_their_places() {
         let sql = render("SELECT SCHEMA_ID(N'{schema_text}') FROM {schema}.[T];", Name::Schema("jobs_1")).unwrap();
@@ -237,6 +359,8 @@ mod tests {
         let db = ensure_test_database("chokaq_conformance_rcsi_off").unwrap();
         assert!(db.contains("CREATE DATABASE [chokaq_conformance_rcsi_off];"));
         assert!(!db.contains("rcsi_on"));
+        assert!(db.contains("ALTER DATABASE [chokaq_conformance_rcsi_off] SET ALLOW_SNAPSHOT_ISOLATION OFF;"));
+        assert!(db.contains("ALTER DATABASE [chokaq_conformance_rcsi_off] SET ALLOW_SNAPSHOT_ISOLATION ON;"));
     }
 
     /// Every `[Name]` a statement uses is defined somewhere: a table, column or index of the
@@ -263,6 +387,8 @@ mod tests {
             "database_id",
             "snapshot_isolation_state",
             "is_read_committed_snapshot_on",
+            "compatibility_level",
+            "lock_escalation",
             "session_id",
             "program_name",
             "value",
@@ -346,6 +472,7 @@ mod tests {
             ("ping", 0),
             ("migrate_schema", 0),
             ("migrate_objects", 0),
+            ("migrate_lock_escalation", 0),
             ("enqueue", 1),
             ("claim", 4),
             ("start", 2),
@@ -370,7 +497,7 @@ mod tests {
             ("presence_many", 1),
             ("kill_connections", 1),
             ("drop_schema", 0),
-            ("ensure_test_database", 1),
+            ("ensure_test_database", 2),
         ];
         let all = all_statements("chokaq").unwrap();
         assert_eq!(all.len(), binds.len());

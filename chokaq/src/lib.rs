@@ -28,7 +28,10 @@ pub use client::{Client, IntoNewJob, JobBuilder};
 pub use connect::{backend_kind, connect, connect_and_migrate, BackendKind, ConnectOptions};
 pub use job::{Job, JobContext, JobError, JobResult};
 pub use signal::{shutdown_token, wait_for_signal};
-pub use worker::{MaintenanceConfig, StatsHandle, Worker, WorkerBuilder, WorkerConfig, WorkerReport, SHUTDOWN_ERROR};
+pub use worker::{
+    MaintenanceConfig, StatsHandle, Worker, WorkerBuilder, WorkerConfig, WorkerReport, MAX_SETTING_DURATION,
+    SHUTDOWN_ERROR,
+};
 
 /// The core contract: value types, the [`core::Backend`] trait, errors, the retry policy.
 pub use chokaq_core as core;

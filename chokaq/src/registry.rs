@@ -51,6 +51,10 @@ impl Registry {
         self.handlers.keys().map(String::as_str)
     }
 
+    pub(crate) fn handlers(&self) -> impl Iterator<Item = (&str, &Handler)> {
+        self.handlers.iter().map(|(k, h)| (k.as_str(), &**h))
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.handlers.is_empty()
     }

@@ -72,6 +72,8 @@ fn bad_settings_are_invalid_input() {
         kind(ok(Worker::builder(b.clone())).heartbeat_interval(Duration::ZERO).build()),
         ErrorKind::InvalidInput
     );
+    // Near `Duration::MAX` a setting would overflow the loops' clock arithmetic: refused.
+    assert_eq!(kind(ok(Worker::builder(b.clone())).claim_batch_window(Duration::MAX).build()), ErrorKind::InvalidInput);
     assert_eq!(
         kind(ok(Worker::builder(b.clone())).register_raw(" spaced ", |_, _| async { Ok(()) }).build()),
         ErrorKind::InvalidInput

@@ -8,8 +8,14 @@
 //! `CancelRequested`, `FinishedAtUtc` and `Reason`, typed NULLs (or 0) where a table has no
 //! such column.
 
-/// Queue control as an upsert: update under `UPDLOCK, HOLDLOCK` (which also locks the key
-/// range when the row is missing), insert if nothing was updated. No MERGE.
+/// Queue control as an upsert, behind the queue's app lock: a transaction-owned
+/// `sp_getapplock` in `Exclusive` mode on `chokaq:queue:<schema>:<queue>`, the resource every
+/// claim naming the queue holds `Shared` (see the claim). It waits for in-flight claims of the
+/// queue, and claims that start later wait for it, so every claim sees the settings from
+/// before or from after the change, never both. Under that lock: update the row, insert it if
+/// nothing was updated (no MERGE, no key-range lock: two controls of one queue take turns on
+/// the app lock, controls of different queues do not touch each other). A wait longer than
+/// the session's lock timeout is error 51002 (retried).
 ///
 /// Parameters: `@P1` queue, `@P2` op (1 pause, 2 resume, 3 activate, 4 deactivate,
 /// 5 set max workers, 6 set zombie timeout, 7 set zombie policy), `@P3` max workers,
@@ -22,7 +28,12 @@ DECLARE @MaxWorkers INT = @P3;
 DECLARE @ZombieTimeoutMs BIGINT = @P4;
 DECLARE @ZombiePolicy SMALLINT = @P5;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Resource NVARCHAR(255) = CONCAT(N'chokaq:queue:{schema_text}:', @Name);
+DECLARE @LockResult INT;
 BEGIN TRANSACTION;
+EXEC @LockResult = sp_getapplock @Resource = @Resource, @LockMode = N'Exclusive', @LockOwner = N'Transaction';
+IF @LockResult < 0
+    THROW 51002, N'chokaq: a queue lock was not granted within the lock timeout', 1;
 UPDATE q
 SET
     q.[IsPaused] = CASE @Op WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE q.[IsPaused] END,
@@ -31,7 +42,7 @@ SET
     q.[ZombieTimeoutMs] = CASE WHEN @Op = 6 THEN @ZombieTimeoutMs ELSE q.[ZombieTimeoutMs] END,
     q.[ZombiePolicy] = CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE q.[ZombiePolicy] END,
     q.[UpdatedAtUtc] = @Now
-FROM {schema}.[Queues] AS q WITH (UPDLOCK, HOLDLOCK)
+FROM {schema}.[Queues] AS q WITH (FORCESEEK)
 WHERE q.[Name] = @Name;
 IF @@ROWCOUNT = 0
     INSERT INTO {schema}.[Queues] ([Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
@@ -55,8 +66,11 @@ pub(super) const QUEUE_SETTINGS: &str = "DECLARE @Name VARCHAR(128) = @P1;
 SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
     [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
 
-/// One bounded purge batch of the archive: `DELETE TOP (@n)`. `@P1` batch size, `@P2` older
-/// than (ms), `@P3` queue or NULL, `@P4` kind or NULL. Returns `Deleted`.
+/// One bounded purge batch of the archive: `DELETE TOP (@n)` in a loop of autocommitted
+/// statements of at most 4,000 rows each, stopping at the batch size or at a short statement:
+/// a purge batch (`PurgeParams::batch_size`, up to 100,000) is several short transactions,
+/// none near lock escalation's 5,000 locks. `@P1` batch size, `@P2` older than (ms), `@P3` queue or NULL, `@P4`
+/// kind or NULL. Returns `Deleted`.
 pub(super) const PURGE_ARCHIVE: &str = "SET NOCOUNT ON;
 DECLARE @BatchSize INT = @P1;
 DECLARE @OlderThanMs BIGINT = @P2;
@@ -64,12 +78,23 @@ DECLARE @Queue VARCHAR(128) = @P3;
 DECLARE @Kind NVARCHAR(255) = @P4;
 DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
     SYSUTCDATETIME()));
-DELETE TOP (@BatchSize)
-FROM {schema}.[JobsArchive]
-WHERE [FinishedAtUtc] < @Cutoff
-    AND (@Queue IS NULL OR [Queue] = @Queue)
-    AND (@Kind IS NULL OR [Kind] = @Kind);
-SELECT @@ROWCOUNT AS [Deleted];";
+DECLARE @Deleted BIGINT = 0;
+DECLARE @Chunk INT;
+DECLARE @Step INT;
+WHILE @Deleted < @BatchSize
+BEGIN
+    SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;
+    DELETE TOP (@Chunk)
+    FROM {schema}.[JobsArchive]
+    WHERE [FinishedAtUtc] < @Cutoff
+        AND (@Queue IS NULL OR [Queue] = @Queue)
+        AND (@Kind IS NULL OR [Kind] = @Kind);
+    SET @Step = @@ROWCOUNT;
+    SET @Deleted = @Deleted + @Step;
+    IF @Step < @Chunk
+        BREAK;
+END;
+SELECT @Deleted AS [Deleted];";
 
 /// [`PURGE_ARCHIVE`] for the dead letters, with `@P5` reason or NULL.
 pub(super) const PURGE_DLQ: &str = "SET NOCOUNT ON;
@@ -80,13 +105,24 @@ DECLARE @Kind NVARCHAR(255) = @P4;
 DECLARE @Reason VARCHAR(32) = @P5;
 DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
     SYSUTCDATETIME()));
-DELETE TOP (@BatchSize)
-FROM {schema}.[JobsDlq]
-WHERE [FinishedAtUtc] < @Cutoff
-    AND (@Queue IS NULL OR [Queue] = @Queue)
-    AND (@Kind IS NULL OR [Kind] = @Kind)
-    AND (@Reason IS NULL OR [Reason] = @Reason);
-SELECT @@ROWCOUNT AS [Deleted];";
+DECLARE @Deleted BIGINT = 0;
+DECLARE @Chunk INT;
+DECLARE @Step INT;
+WHILE @Deleted < @BatchSize
+BEGIN
+    SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;
+    DELETE TOP (@Chunk)
+    FROM {schema}.[JobsDlq]
+    WHERE [FinishedAtUtc] < @Cutoff
+        AND (@Queue IS NULL OR [Queue] = @Queue)
+        AND (@Kind IS NULL OR [Kind] = @Kind)
+        AND (@Reason IS NULL OR [Reason] = @Reason);
+    SET @Step = @@ROWCOUNT;
+    SET @Deleted = @Deleted + @Step;
+    IF @Step < @Chunk
+        BREAK;
+END;
+SELECT @Deleted AS [Deleted];";
 
 /// Counts per queue and state, in ONE statement. The batch switches to SNAPSHOT isolation
 /// when the database has `ALLOW_SNAPSHOT_ISOLATION ON` (a transaction-consistent view);
@@ -94,6 +130,14 @@ SELECT @@ROWCOUNT AS [Deleted];";
 /// when READ_COMMITTED_SNAPSHOT is ON, and a locking read (that can see a job mid-move)
 /// when both are off (documented in docs/sqlserver.md). Returns the `IsSnapshot` flag and
 /// the clock, then one row per queue.
+///
+/// Every count is `COUNT_BIG` (`BIGINT`), so no count overflows at 2^31 rows. Each branch
+/// reads the narrowest index that holds its rows: the filtered `IX_JobsHot_Pending`,
+/// `IX_JobsHot_Scheduled` and `IX_JobsHot_Active` for the hot table (Scheduled rows count as
+/// Pending, and those already due count for `OldestDue`), `IX_JobsArchive_Queue` and
+/// `IX_JobsDlq_Queue` (queue and finish time only) for the two history tables: the scans
+/// still grow with the tables, but read a small fraction of their pages, which keeps the
+/// snapshot short. The `SET` ends with the batch (`sp_executesql`).
 pub(super) const STATS: &str = "SET NOCOUNT ON;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @Snapshot BIT = 0;
@@ -114,32 +158,62 @@ SELECT
     MIN(x.[OldestDue]) AS [OldestDue]
 FROM (
     SELECT
+        p.[Queue],
+        COUNT_BIG(*) AS [Pending],
+        CAST(0 AS BIGINT) AS [Fetched],
+        CAST(0 AS BIGINT) AS [Processing],
+        CAST(0 AS BIGINT) AS [Archived],
+        CAST(0 AS BIGINT) AS [Dead],
+        MIN(CASE WHEN p.[DueAtUtc] <= @Now THEN p.[DueAtUtc] END) AS [OldestDue]
+    FROM {schema}.[JobsHot] AS p
+    WHERE p.[Status] = 0
+    GROUP BY p.[Queue]
+    UNION ALL
+    SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)
+    FROM {schema}.[JobsHot] AS s
+    WHERE s.[Status] = 3
+    GROUP BY s.[Queue]
+    UNION ALL
+    SELECT
         h.[Queue],
-        SUM(CASE WHEN h.[Status] = 0 THEN 1 ELSE 0 END) AS [Pending],
-        SUM(CASE WHEN h.[Status] = 1 THEN 1 ELSE 0 END) AS [Fetched],
-        SUM(CASE WHEN h.[Status] = 2 THEN 1 ELSE 0 END) AS [Processing],
-        0 AS [Archived],
-        0 AS [Dead],
-        MIN(CASE WHEN h.[Status] = 0 AND h.[DueAtUtc] <= @Now THEN h.[DueAtUtc] END) AS [OldestDue]
+        0,
+        SUM(CASE WHEN h.[Status] = 1 THEN CAST(1 AS BIGINT) ELSE 0 END),
+        SUM(CASE WHEN h.[Status] = 2 THEN CAST(1 AS BIGINT) ELSE 0 END),
+        0,
+        0,
+        NULL
     FROM {schema}.[JobsHot] AS h
+    WHERE h.[Status] IN (1, 2)
     GROUP BY h.[Queue]
     UNION ALL
-    SELECT a.[Queue], 0, 0, 0, COUNT(*), 0, NULL
+    SELECT a.[Queue], 0, 0, 0, COUNT_BIG(*), 0, NULL
     FROM {schema}.[JobsArchive] AS a
     GROUP BY a.[Queue]
     UNION ALL
-    SELECT d.[Queue], 0, 0, 0, 0, COUNT(*), NULL
+    SELECT d.[Queue], 0, 0, 0, 0, COUNT_BIG(*), NULL
     FROM {schema}.[JobsDlq] AS d
     GROUP BY d.[Queue]
 ) AS x
 GROUP BY x.[Queue]
 ORDER BY x.[Queue];
-COMMIT TRANSACTION;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;";
+COMMIT TRANSACTION;";
 
-/// A job wherever it is. `@P1` id. At most one row in the normal case; more rows would mean
-/// a broken invariant and are reported.
-pub(super) const GET_JOB: &str = "DECLARE @Id BINARY(16) = @P1;
+/// A job wherever it is, from ONE consistent view. `@P1` id. The batch reads under SNAPSHOT
+/// when the database allows it, under READ COMMITTED when READ_COMMITTED_SNAPSHOT is ON (one
+/// statement, one statement-level snapshot), and otherwise (both off, the on-premises default)
+/// under SERIALIZABLE: the three key lookups hold their key(-range) locks to the end, so a
+/// move between tables cannot slip between them (seen twice, or nowhere). The reader runs at
+/// `DEADLOCK_PRIORITY LOW`: if it deadlocks with a move, it is the victim and is retried
+/// (1205). The `SET`s end with the batch. At most one row; more would mean a broken invariant
+/// and are reported.
+pub(super) const GET_JOB: &str = "SET NOCOUNT ON;
+DECLARE @Id BINARY(16) = @P1;
+IF EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [snapshot_isolation_state] = 1)
+    SET TRANSACTION ISOLATION LEVEL SNAPSHOT;
+ELSE IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [is_read_committed_snapshot_on] = 1)
+    SET TRANSACTION ISOLATION LEVEL SERIALIZABLE;
+SET DEADLOCK_PRIORITY LOW;
+BEGIN TRANSACTION;
 SELECT 0 AS [Loc], h.[Id], h.[Queue], h.[Kind], h.[Payload], h.[Tags], h.[IdempotencyKey], h.[Priority], \
     h.[Attempt], h.[MaxAttempts], h.[Lease], h.[WorkerId], h.[HeartbeatUtc], h.[ScheduledAtUtc], h.[CreatedAtUtc], \
     h.[StartedAtUtc], h.[UpdatedAtUtc], h.[LastError], h.[CreatedBy], h.[Status] AS [Status], \
@@ -156,11 +230,13 @@ SELECT 2 AS [Loc], d.[Id], d.[Queue], d.[Kind], d.[Payload], d.[Tags], d.[Idempo
     d.[Attempt], d.[MaxAttempts], d.[Lease], d.[WorkerId], d.[HeartbeatUtc], d.[ScheduledAtUtc], d.[CreatedAtUtc], \
     d.[StartedAtUtc], d.[UpdatedAtUtc], d.[LastError], d.[CreatedBy], CAST(NULL AS SMALLINT) AS [Status], \
     CAST(0 AS BIT) AS [CancelRequested], d.[FinishedAtUtc] AS [FinishedAtUtc], \
-    d.[Reason] AS [Reason] FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = @Id;";
+    d.[Reason] AS [Reason] FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = @Id;
+COMMIT TRANSACTION;";
 
 /// A filtered page of the hot table, keyset-paged on the clustered `Id` (UUID v7 bytes, so id
 /// order is creation order). `@P1` limit (the caller asks one more to know if a next page
-/// exists), `@P2` after id or NULL, `@P3` queue, `@P4` status, `@P5` kind, `@P6` tag,
+/// exists), `@P2` after id or NULL, `@P3` queue, `@P4` status (Pending, 0, also matches the
+/// internal Scheduled state, 3), `@P5` kind, `@P6` tag,
 /// `@P7` created from, `@P8` created to: every filter NULL when unset. `OPTION (RECOMPILE)`
 /// so each combination of filters gets its own plan.
 pub(super) const LIST_HOT: &str = "DECLARE @Limit INT = @P1;
@@ -179,7 +255,7 @@ SELECT TOP (@Limit) 0 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tag
 FROM {schema}.[JobsHot] AS t
 WHERE (@After IS NULL OR t.[Id] > @After)
     AND (@Queue IS NULL OR t.[Queue] = @Queue)
-    AND (@Status IS NULL OR t.[Status] = @Status)
+    AND (@Status IS NULL OR t.[Status] = @Status OR (@Status = 0 AND t.[Status] = 3))
     AND (@Kind IS NULL OR t.[Kind] = @Kind)
     AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
     WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))

@@ -4,6 +4,9 @@
 //!
 //! The lease-list statements take `@P1`, a JSON array `[{"id": "<32 hex>", "lease": n}, …]`
 //! read with `OPENJSON`, and `@P2`, the worker id. The guard is Id + Lease + WorkerId + Status.
+//! Every read of the hot table here is `FORCESEEK` (on the primary key, or on the index of
+//! the state it looks for): whatever the optimizer estimates for the JSON list, no plan can
+//! scan the table under update locks.
 
 /// Fetched → Processing (`Attempt + 1`). Returns the ids written.
 pub(super) const START: &str = "SET NOCOUNT ON;
@@ -14,7 +17,7 @@ UPDATE h
 SET h.[Status] = 2, h.[Attempt] = h.[Attempt] + 1, h.[StartedAtUtc] = @Now, h.[HeartbeatUtc] \
     = @Now, h.[UpdatedAtUtc] = @Now
 OUTPUT INSERTED.[Id]
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
@@ -27,14 +30,17 @@ DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 UPDATE h
 SET h.[HeartbeatUtc] = @Now, h.[UpdatedAtUtc] = @Now
 OUTPUT INSERTED.[Id], INSERTED.[CancelRequested]
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;";
 
 /// Processing → archive: `DELETE … OUTPUT DELETED … INTO JobsArchive`, one statement in one
 /// `XACT_ABORT` transaction. Then returns the ids now in the archive under these leases and
-/// this worker (so a retried call after a lost answer still reports them done).
+/// this worker: a repeated `complete` with the lease that archived the job (a client retry
+/// after a lost answer, or two copies racing) reports it done again and writes nothing twice,
+/// while another or a stale lease matches no archive row and is lost. Only `complete` writes
+/// the archive, and every lease is unique, so (Id, Lease) names exactly one completion.
 pub(super) const COMPLETE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Leases NVARCHAR(MAX) = @P1;
@@ -49,7 +55,7 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc])
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;
@@ -66,10 +72,20 @@ COMMIT TRANSACTION;";
 /// (0 = retry, 1 = snooze, 2 = dead-letter), `@P5`/`@P6` delay seconds / nanoseconds,
 /// `@P7` error text (NULL keeps the last one), `@P8` dead-letter reason.
 ///
-/// Retry and snooze put the job back to Pending (`WorkerId` cleared, due after the delay);
-/// a retry with no attempts left, and the dead-letter action, move it to `JobsDlq` with
-/// `DELETE … OUTPUT DELETED … INTO`. Returns `Result` (0 = lease lost, 1 = retried,
-/// 2 = snoozed, 3 = dead-lettered), `DueAtUtc`, `Reason`.
+/// Retry and snooze put the job back to Pending (`WorkerId` cleared, due after the delay:
+/// stored Scheduled, `Status` 3, when that is later than now), with `Outcome` 1 or 2; a retry
+/// with no attempts left, and the dead-letter action, move it to `JobsDlq` with
+/// `DELETE … OUTPUT DELETED … INTO` and `Outcome` 3.
+///
+/// When the guard matches nothing, the call may repeat one that already wrote its outcome:
+/// the hot row with this id and lease whose `Outcome` says retried or snoozed (still
+/// Pending or Scheduled: the claim that would replace the lease clears `Outcome`), or the
+/// dead letter with this id, lease and worker that `fail` wrote (`Outcome` 3; cancel and
+/// rescue leave it NULL). That outcome is reported again, read from the row, and nothing is
+/// written; anything else is a lost lease.
+///
+/// Returns `Result` (0 = lease lost, 1 = retried, 2 = snoozed, 3 = dead-lettered),
+/// `DueAtUtc`, `Reason`, `Repeated` (1 when the outcome was already there).
 pub(super) const FAIL: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Id BINARY(16) = @P1;
@@ -83,12 +99,13 @@ DECLARE @Reason VARCHAR(32) = @P8;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @Due DATETIME2(7) = DATEADD(NANOSECOND, @DelayNs, DATEADD(SECOND, @DelaySec, @Now));
 DECLARE @Result INT = 0;
+DECLARE @Repeated BIT = 0;
 BEGIN TRANSACTION;
 IF @Action IN (0, 1)
 BEGIN
     UPDATE h
     SET
-        h.[Status] = 0,
+        h.[Status] = CASE WHEN @Due > @Now THEN 3 ELSE 0 END,
         h.[WorkerId] = NULL,
         h.[HeartbeatUtc] = NULL,
         h.[ScheduledAtUtc] = @Due,
@@ -96,8 +113,9 @@ BEGIN
         h.[UpdatedAtUtc] = @Now,
         h.[CancelRequested] = 0,
         h.[LastError] = CASE WHEN @Action = 0 THEN ISNULL(@Error, h.[LastError]) ELSE h.[LastError] END,
-        h.[Attempt] = CASE WHEN @Action = 1 AND h.[Attempt] > 0 THEN h.[Attempt] - 1 ELSE h.[Attempt] END
-    FROM {schema}.[JobsHot] AS h
+        h.[Attempt] = CASE WHEN @Action = 1 AND h.[Attempt] > 0 THEN h.[Attempt] - 1 ELSE h.[Attempt] END,
+        h.[Outcome] = @Action + 1
+    FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
     WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2
         AND (@Action = 1 OR h.[Attempt] < h.[MaxAttempts]);
     IF @@ROWCOUNT = 1
@@ -109,17 +127,29 @@ BEGIN
     OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], \
     DELETED.[IdempotencyKey], DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], \
     DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], \
-    DELETED.[StartedAtUtc], @Now, ISNULL(@Error, DELETED.[LastError]), DELETED.[CreatedBy], @Now, @Reason \
+    DELETED.[StartedAtUtc], @Now, ISNULL(@Error, DELETED.[LastError]), DELETED.[CreatedBy], @Now, @Reason, 3 \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
-    FROM {schema}.[JobsHot] AS h
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [Outcome])
+    FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
     WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2;
     IF @@ROWCOUNT = 1
         SET @Result = 3;
 END;
+IF @Result = 0
+BEGIN
+    SELECT @Result = h.[Outcome], @Due = h.[DueAtUtc]
+    FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+    WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[Status] IN (0, 3) AND h.[Outcome] IN (1, 2);
+    IF @Result = 0
+        SELECT @Result = 3, @Reason = d.[Reason]
+        FROM {schema}.[JobsDlq] AS d WITH (FORCESEEK)
+        WHERE d.[Id] = @Id AND d.[Lease] = @Lease AND d.[WorkerId] = @WorkerId AND d.[Outcome] = 3;
+    IF @Result <> 0
+        SET @Repeated = 1;
+END;
 COMMIT TRANSACTION;
-SELECT @Result AS [Result], @Due AS [DueAtUtc], @Reason AS [Reason];";
+SELECT @Result AS [Result], @Due AS [DueAtUtc], @Reason AS [Reason], @Repeated AS [Repeated];";
 
 /// Fetched → Pending for leases still held; the attempt is unchanged. Returns the ids.
 pub(super) const RELEASE: &str = "SET NOCOUNT ON;
@@ -129,7 +159,7 @@ DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 UPDATE h
 SET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now
 OUTPUT INSERTED.[Id]
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
 WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
@@ -137,18 +167,29 @@ WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
 /// Maintenance, one instance at a time: `sp_getapplock` with `@LockTimeout = 0` (a second
 /// instance returns `Ran = 0` at once instead of waiting).
 ///
-/// Parameters: `@P1` fetched timeout (ms), `@P2` default zombie timeout (ms), `@P3` limit.
-/// Expired Fetched jobs go back to Pending; zombies (Processing, heartbeat older than their
-/// queue's `ZombieTimeoutMs` or the default) go back to Pending when attempts remain and the
-/// queue's policy is Retry (0), else to `JobsDlq` (reason `zombie`). Rows locked by others
-/// are skipped (READPAST). Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
+/// Parameters: `@P1` fetched timeout (ms), `@P2` default zombie timeout (ms), `@P3` limit,
+/// capped at 4,000 rows of each kind per call, fewer row locks than lock escalation would
+/// ever consider, whatever `RescueParams::limit` says (the next call moves the rest).
+/// Expired Fetched jobs go back to Pending: a `FORCESEEK` range seek on
+/// `IX_JobsHot_Fetched (UpdatedAtUtc) WHERE Status = 1`. Zombies (Processing, heartbeat older
+/// than their queue's `ZombieTimeoutMs` or the default) are found by a `FORCESEEK` range seek
+/// on `IX_JobsHot_Processing (HeartbeatUtc) WHERE Status = 2` up to the latest cutoff any
+/// queue can have (the smallest timeout), oldest heartbeat first, then checked against their
+/// own queue's cutoff; a row without a heartbeat falls back to `UpdatedAtUtc`. They go back to
+/// Pending when attempts remain and the queue's policy is Retry (0), else to `JobsDlq`
+/// (reason `zombie`). Both reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim does: rows
+/// locked by others are skipped. Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
 pub(super) const RESCUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @FetchedTimeoutMs BIGINT = @P1;
 DECLARE @DefaultZombieMs BIGINT = @P2;
-DECLARE @Limit INT = @P3;
+DECLARE @Limit INT = CASE WHEN @P3 > 4000 THEN 4000 ELSE @P3 END;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @FetchedCutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@FetchedTimeoutMs % 1000), DATEADD(SECOND, \
+    -(@FetchedTimeoutMs / 1000), @Now));
+DECLARE @MinZombieMs BIGINT;
+DECLARE @ZombieCutoff DATETIME2(7);
 DECLARE @LockResult INT;
 DECLARE @FetchedReleased INT = 0;
 DECLARE @ZombiesRetried INT = 0;
@@ -165,27 +206,33 @@ BEGIN
 END;
 UPDATE TOP (@Limit) h
 SET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now
-FROM {schema}.[JobsHot] AS h WITH (READPAST, ROWLOCK)
-WHERE h.[Status] = 1
-    AND h.[UpdatedAtUtc] < DATEADD(MILLISECOND, -(@FetchedTimeoutMs % 1000), DATEADD(SECOND, \
-    -(@FetchedTimeoutMs / 1000), @Now));
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+WHERE h.[Status] = 1 AND h.[UpdatedAtUtc] < @FetchedCutoff;
 SET @FetchedReleased = @@ROWCOUNT;
+SELECT @MinZombieMs = MIN(v.[Ms])
+FROM (
+    SELECT @DefaultZombieMs AS [Ms]
+    UNION ALL
+    SELECT q.[ZombieTimeoutMs] FROM {schema}.[Queues] AS q WHERE q.[ZombieTimeoutMs] IS NOT NULL
+) AS v;
+SET @ZombieCutoff = DATEADD(MILLISECOND, -(@MinZombieMs % 1000), DATEADD(SECOND, -(@MinZombieMs / 1000), @Now));
 INSERT INTO @Z ([Id], [Retry])
 SELECT TOP (@Limit)
     h.[Id],
     CASE WHEN h.[Attempt] < h.[MaxAttempts] AND ISNULL(q.[ZombiePolicy], 0) = 0 THEN 1 ELSE 0 END
-FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
 LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
 WHERE h.[Status] = 2
+    AND (h.[HeartbeatUtc] IS NULL OR h.[HeartbeatUtc] < @ZombieCutoff)
     AND ISNULL(h.[HeartbeatUtc], h.[UpdatedAtUtc]) < DATEADD(
         MILLISECOND,
         -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) % 1000),
         DATEADD(SECOND, -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) / 1000), @Now)
     )
-ORDER BY h.[Id];
+ORDER BY h.[HeartbeatUtc] ASC;
 UPDATE h
 SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[UpdatedAtUtc] = @Now, h.[CancelRequested] = 0
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Z AS z ON z.[Id] = h.[Id]
 WHERE z.[Retry] = 1 AND h.[Status] = 2;
 SET @ZombiesRetried = @@ROWCOUNT;
@@ -197,7 +244,7 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
-FROM {schema}.[JobsHot] AS h
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Z AS z ON z.[Id] = h.[Id]
 WHERE z.[Retry] = 0 AND h.[Status] = 2;
 SET @ZombiesDead = @@ROWCOUNT;
@@ -205,15 +252,39 @@ COMMIT TRANSACTION;
 SELECT CAST(1 AS BIT) AS [Ran], @FetchedReleased AS [FetchedReleased], @ZombiesRetried AS [ZombiesRetried], \
     @ZombiesDead AS [ZombiesDead];";
 
-/// Cancels a live job. `@P1` id. Pending/Fetched: moved to `JobsDlq` (reason `cancelled`) by
-/// `DELETE … OUTPUT DELETED … INTO`; Processing: `CancelRequested = 1`. Returns `Result`
-/// (0 = not live, 1 = cancelled, 2 = requested).
+/// Cancels a live job. `@P1` id. Pending, Scheduled or Fetched: moved to `JobsDlq` (reason
+/// `cancelled`) by `DELETE … OUTPUT DELETED … INTO`; Processing: `CancelRequested = 1`.
+/// Returns `Result` (0 = not live, 1 = cancelled, 2 = requested).
+///
+/// Lock order: a claim (and the promotion) locks a job's entry in `IX_JobsHot_Pending` (or
+/// `IX_JobsHot_Scheduled`) first, then its clustered row; a plain `DELETE` by id would take
+/// them the other way round and could deadlock with a claim. So cancel first reads where the
+/// job is without locking it, then locks that index entry (`UPDLOCK`, the index named), and
+/// only then deletes by id. If the job moved in between, the index read locks nothing and
+/// the `DELETE`/`UPDATE` that follow still decide on the row's state then; the only deadlock
+/// left is that narrow race, and it is retried (1205).
 pub(super) const CANCEL: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Id BINARY(16) = @P1;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @Result INT = 0;
+DECLARE @Status SMALLINT;
+DECLARE @Queue VARCHAR(128);
+DECLARE @Priority INT;
+DECLARE @Due DATETIME2(7);
+DECLARE @Seen INT;
 BEGIN TRANSACTION;
+SELECT @Status = h.[Status], @Queue = h.[Queue], @Priority = h.[Priority], @Due = h.[DueAtUtc]
+FROM {schema}.[JobsHot] AS h
+WHERE h.[Id] = @Id;
+IF @Status = 0
+    SELECT @Seen = COUNT(*)
+    FROM {schema}.[JobsHot] AS p WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Pending]))
+    WHERE p.[Queue] = @Queue AND p.[Priority] = @Priority AND p.[DueAtUtc] = @Due AND p.[Id] = @Id AND p.[Status] = 0;
+IF @Status = 3
+    SELECT @Seen = COUNT(*)
+    FROM {schema}.[JobsHot] AS p WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Scheduled]))
+    WHERE p.[Queue] = @Queue AND p.[DueAtUtc] = @Due AND p.[Id] = @Id AND p.[Status] = 3;
 DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
@@ -222,8 +293,8 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
-FROM {schema}.[JobsHot] AS h
-WHERE h.[Id] = @Id AND h.[Status] IN (0, 1);
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+WHERE h.[Id] = @Id AND h.[Status] IN (0, 1, 3);
 IF @@ROWCOUNT = 1
     SET @Result = 1;
 IF @Result = 0
@@ -237,8 +308,9 @@ END;
 COMMIT TRANSACTION;
 SELECT @Result AS [Result];";
 
-/// Dead letter → Pending, same id, priority and key, attempt 0: `DELETE … OUTPUT DELETED …
-/// INTO JobsHot` in one transaction. A live job holding the key makes the insert fail with
+/// Dead letter → Pending (due now: `Status` 0, `ScheduledAtUtc` cleared), same id, priority
+/// and key, attempt 0: `DELETE … OUTPUT DELETED … INTO JobsHot` in one transaction; `Outcome`
+/// stays NULL, so no `fail` of the old lease can report anything for the requeued job. A live job holding the key makes the insert fail with
 /// 2601 (→ Conflict) and the whole move rolls back. `@P1` id. Returns `Moved` (0 or 1).
 pub(super) const REQUEUE_DEAD: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
@@ -257,7 +329,7 @@ INTO {schema}.[JobsHot] (
     [Priority], [Attempt], [MaxAttempts], [Lease], [CreatedAtUtc], [UpdatedAtUtc], [LastError],
     [CreatedBy], [Status], [DueAtUtc], [CancelRequested]
 )
-FROM {schema}.[JobsDlq] AS d
+FROM {schema}.[JobsDlq] AS d WITH (FORCESEEK)
 WHERE d.[Id] = @Id;
 SET @Moved = @@ROWCOUNT;
 COMMIT TRANSACTION;
@@ -266,6 +338,10 @@ SELECT @Moved AS [Moved];";
 #[cfg(test)]
 mod tests {
     use super::super::Statements;
+
+    fn at(sql: &str, what: &str) -> usize {
+        sql.find(what).unwrap_or_else(|| panic!("missing: {what}"))
+    }
 
     #[test]
     fn moves_are_delete_output_into_under_xact_abort() {
@@ -285,8 +361,114 @@ mod tests {
         assert!(st.rescue.contains("@LockTimeout = 0"));
         assert!(st.migrate_objects.contains("sp_getapplock"));
         assert!(st.migrate_objects.contains("SET LOCK_TIMEOUT 30000"));
-        assert!(st.purge_archive.contains("DELETE TOP (@BatchSize)"));
-        assert!(st.enqueue.contains("WITH (UPDLOCK, HOLDLOCK)"));
-        assert!(st.control_queue.contains("WITH (UPDLOCK, HOLDLOCK)"));
+        assert!(st.purge_archive.contains("DELETE TOP (@Chunk)"));
+        assert!(st.enqueue.contains("WITH (UPDLOCK, HOLDLOCK, FORCESEEK)"));
+        assert!(st.control_queue.contains("sp_getapplock"));
+    }
+
+    /// Item 2: a repeated `complete` with the lease that archived the job reports it done; the
+    /// lookup matches id AND lease AND worker, so another or a stale lease stays lost.
+    #[test]
+    fn a_repeated_complete_reports_done_only_for_the_lease_that_archived_it() {
+        let st = Statements::new("chokaq").unwrap();
+        let c = &st.complete;
+        assert!(c.contains(
+            "SELECT a.[Id]\nFROM [chokaq].[JobsArchive] AS a\nINNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', \
+             [Lease] BIGINT '$.lease') AS l ON a.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND a.[Lease] = l.[Lease]\n\
+             WHERE a.[WorkerId] = @WorkerId;"
+        ));
+        assert!(at(c, "DELETE h") < at(c, "SELECT a.[Id]"), "the lookup sees this call's own move too");
+    }
+
+    /// Item 2 for `fail`: the first call records its outcome (`Outcome` 1 retried, 2 snoozed in
+    /// the hot row, 3 dead-lettered in the dead letter); a repeat with the same lease reads it
+    /// back by id AND lease (and worker for the dead letter) and writes nothing.
+    #[test]
+    fn a_repeated_fail_reports_the_outcome_that_stands() {
+        let st = Statements::new("chokaq").unwrap();
+        let f = &st.fail;
+        assert!(f.contains("h.[Outcome] = @Action + 1"), "retry records 1, snooze 2");
+        assert!(f.contains("DELETED.[CreatedBy], @Now, @Reason, 3 INTO [chokaq].[JobsDlq]"));
+        assert!(f.contains("[FinishedAtUtc], [Reason], [Outcome])"));
+        let repeat = &f[at(f, "SELECT @Result = h.[Outcome], @Due = h.[DueAtUtc]")..];
+        assert!(repeat
+            .contains("WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[Status] IN (0, 3) AND h.[Outcome] IN (1, 2);"));
+        assert!(repeat.contains(
+            "SELECT @Result = 3, @Reason = d.[Reason]\n        FROM [chokaq].[JobsDlq] AS d WITH (FORCESEEK)\n        \
+             WHERE d.[Id] = @Id AND d.[Lease] = @Lease AND d.[WorkerId] = @WorkerId AND d.[Outcome] = 3;"
+        ));
+        // The repeat path only reads.
+        let repeat_block = &repeat[..at(repeat, "COMMIT TRANSACTION;")];
+        for write in ["UPDATE ", "DELETE ", "INSERT "] {
+            assert!(!repeat_block.contains(write), "a repeated fail writes nothing: {write}");
+        }
+        assert!(f.ends_with(
+            "SELECT @Result AS [Result], @Due AS [DueAtUtc], @Reason AS [Reason], @Repeated AS [Repeated];"
+        ));
+        // Only fail's own dead letters can be read back: cancel and rescue leave Outcome NULL.
+        for (name, sql) in [("cancel", &st.cancel), ("rescue", &st.rescue)] {
+            assert!(!sql.contains("[Outcome]"), "{name}");
+        }
+        // A retry or snooze due later goes to Scheduled.
+        assert!(f.contains("h.[Status] = CASE WHEN @Due > @Now THEN 3 ELSE 0 END,"));
+    }
+
+    /// Item 11: no read of the hot table in a write can become a scan under U/X locks.
+    #[test]
+    fn every_write_to_the_hot_table_seeks() {
+        let st = Statements::new("chokaq").unwrap();
+        for (name, sql) in [
+            ("start", &st.start),
+            ("heartbeat", &st.heartbeat),
+            ("complete", &st.complete),
+            ("release", &st.release),
+            ("fail", &st.fail),
+            ("rescue", &st.rescue),
+            ("cancel", &st.cancel),
+            ("claim", &st.claim),
+            ("enqueue", &st.enqueue),
+        ] {
+            for (i, _) in sql.match_indices("[chokaq].[JobsHot] AS ") {
+                let line = &sql[i..sql[i..].find('\n').map_or(sql.len(), |n| i + n)];
+                let seeks = line.contains("FORCESEEK") || line.contains("INDEX([IX_JobsHot_");
+                // cancel's first read takes no lock at all (it only learns where the job is).
+                let unlocked_lookup = name == "cancel" && line == "[chokaq].[JobsHot] AS h";
+                assert!(seeks || unlocked_lookup, "{name}: {line}");
+            }
+        }
+    }
+
+    /// Item 13: cancel locks the claim-index entry before the clustered row, as a claim does.
+    #[test]
+    fn cancel_locks_the_index_entry_before_the_row() {
+        let st = Statements::new("chokaq").unwrap();
+        let c = &st.cancel;
+        let read = at(c, "SELECT @Status = h.[Status]");
+        let pending = at(c, "WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Pending]))");
+        let scheduled = at(c, "WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Scheduled]))");
+        let delete = at(c, "DELETE h");
+        assert!(read < pending && pending < scheduled && scheduled < delete);
+        assert!(!c[read..pending].contains("WITH ("), "the first read takes no lock hint");
+        assert!(c.contains("WHERE h.[Id] = @Id AND h.[Status] IN (0, 1, 3);"), "Scheduled jobs are cancelled too");
+    }
+
+    /// Items 6 and 11: rescue seeks by the indexed time columns, takes U locks like the claim,
+    /// and moves at most 4,000 rows of each kind per call.
+    #[test]
+    fn rescue_seeks_its_indexes_with_the_claims_hints() {
+        let st = Statements::new("chokaq").unwrap();
+        let r = &st.rescue;
+        assert!(r.contains("DECLARE @Limit INT = CASE WHEN @P3 > 4000 THEN 4000 ELSE @P3 END;"));
+        assert!(r.contains(
+            "UPDATE TOP (@Limit) h\nSET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now\n\
+             FROM [chokaq].[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n\
+             WHERE h.[Status] = 1 AND h.[UpdatedAtUtc] < @FetchedCutoff;"
+        ));
+        assert!(r.contains("AND (h.[HeartbeatUtc] IS NULL OR h.[HeartbeatUtc] < @ZombieCutoff)"));
+        assert!(r.contains("ORDER BY h.[HeartbeatUtc] ASC;"));
+        assert!(!r.contains("ORDER BY h.[Id]"));
+        assert_eq!(r.matches("WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)").count(), 2);
+        // The seek bound is the latest cutoff any queue can have: the smallest timeout.
+        assert!(r.contains("SELECT @MinZombieMs = MIN(v.[Ms])"));
     }
 }

@@ -7,8 +7,9 @@ pub(super) const DB_NOW: &str = "SELECT SYSUTCDATETIME() AS [Now];";
 
 /// Forces fields of a hot job, bypassing every guard. `@P1` id, then for each field a
 /// "set" flag and a value: `@P2/@P3` status, `@P4/@P5` attempt, `@P6/@P7` scheduled,
-/// `@P8/@P9` heartbeat, `@P10/@P11` updated, `@P12/@P13` created. `DueAtUtc` follows.
-/// Returns `Changed`.
+/// `@P8/@P9` heartbeat, `@P10/@P11` updated, `@P12/@P13` created. `DueAtUtc` follows, and so
+/// does the internal state of a job that is Pending afterwards: Scheduled (3) while its due
+/// time is later than now, else Pending (0). Returns `Changed`.
 pub(super) const FORCE: &str = "SET NOCOUNT ON;
 DECLARE @Id BINARY(16) = @P1;
 DECLARE @SetStatus BIT = @P2;
@@ -23,9 +24,18 @@ DECLARE @SetUpdated BIT = @P10;
 DECLARE @Updated DATETIME2(7) = @P11;
 DECLARE @SetCreated BIT = @P12;
 DECLARE @Created DATETIME2(7) = @P13;
+DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 UPDATE {schema}.[JobsHot]
 SET
-    [Status] = CASE WHEN @SetStatus = 1 THEN @Status ELSE [Status] END,
+    [Status] = CASE
+        WHEN (CASE WHEN @SetStatus = 1 THEN @Status ELSE [Status] END) NOT IN (0, 3)
+            THEN CASE WHEN @SetStatus = 1 THEN @Status ELSE [Status] END
+        WHEN ISNULL(
+            CASE WHEN @SetScheduled = 1 THEN @Scheduled ELSE [ScheduledAtUtc] END,
+            CASE WHEN @SetCreated = 1 THEN @Created ELSE [CreatedAtUtc] END
+        ) > @Now THEN 3
+        ELSE 0
+    END,
     [Attempt] = CASE WHEN @SetAttempt = 1 THEN @Attempt ELSE [Attempt] END,
     [ScheduledAtUtc] = CASE WHEN @SetScheduled = 1 THEN @Scheduled ELSE [ScheduledAtUtc] END,
     [HeartbeatUtc] = CASE WHEN @SetHeartbeat = 1 THEN @Heartbeat ELSE [HeartbeatUtc] END,
@@ -39,7 +49,8 @@ WHERE [Id] = @Id;
 SELECT @@ROWCOUNT AS [Changed];";
 
 /// Raw row counts per table for a JSON array of ids (`@P1`, 32-hex strings), in one
-/// statement (under SNAPSHOT when the database allows it). Returns `Id, Hot, Archive, Dead`.
+/// statement (under SNAPSHOT when the database allows it; the `SET` ends with the batch).
+/// Returns `Id, Hot, Archive, Dead`.
 pub(super) const PRESENCE_MANY: &str = "SET NOCOUNT ON;
 DECLARE @Ids NVARCHAR(MAX) = @P1;
 IF EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [snapshot_isolation_state] = 1)
@@ -47,12 +58,11 @@ IF EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [snapsh
 BEGIN TRANSACTION;
 SELECT
     i.[Id],
-    (SELECT COUNT(*) FROM {schema}.[JobsHot] AS h WHERE h.[Id] = i.[Id]) AS [Hot],
-    (SELECT COUNT(*) FROM {schema}.[JobsArchive] AS a WHERE a.[Id] = i.[Id]) AS [Archive],
-    (SELECT COUNT(*) FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = i.[Id]) AS [Dead]
+    (SELECT COUNT_BIG(*) FROM {schema}.[JobsHot] AS h WHERE h.[Id] = i.[Id]) AS [Hot],
+    (SELECT COUNT_BIG(*) FROM {schema}.[JobsArchive] AS a WHERE a.[Id] = i.[Id]) AS [Archive],
+    (SELECT COUNT_BIG(*) FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = i.[Id]) AS [Dead]
 FROM (SELECT DISTINCT CONVERT(BINARY(16), CAST(j.[value] AS CHAR(32)), 2) AS [Id] FROM OPENJSON(@Ids) AS j) AS i;
-COMMIT TRANSACTION;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;";
+COMMIT TRANSACTION;";
 
 /// Kills the sessions of this backend's pool, found by their program name (`@P1`, unique
 /// per backend instance), except the session running this. Needs `VIEW SERVER STATE` and
@@ -88,13 +98,20 @@ DROP SCHEMA IF EXISTS {schema};";
 
 /// Creates database `{database}` if missing and sets its row-versioning options, only when
 /// they differ (so a second run never kicks other sessions out). Used by the conformance suite
-/// to run once with READ_COMMITTED_SNAPSHOT ON and once OFF; `@P1` is 1 for ON. Needs CREATE
-/// DATABASE and ALTER on it. Returns `Rcsi`, `Snapshot`.
+/// to run in three configurations: READ_COMMITTED_SNAPSHOT ON or OFF with
+/// ALLOW_SNAPSHOT_ISOLATION ON, and both OFF (the on-premises default). `@P1` is 1 for RCSI
+/// ON, `@P2` 1 for snapshot isolation ON. Needs CREATE DATABASE and ALTER on it. Returns
+/// `Rcsi`, `Snapshot` (`snapshot_isolation_state`: 0 off, 1 on, 2 and 3 in transition).
 pub(super) const ENSURE_TEST_DATABASE: &str = "DECLARE @Rcsi BIT = @P1;
+DECLARE @AllowSnapshot BIT = @P2;
 IF DB_ID(N'{database_text}') IS NULL
     CREATE DATABASE {database};
-IF EXISTS (SELECT 1 FROM sys.databases WHERE [name] = N'{database_text}' AND [snapshot_isolation_state] = 0)
+IF @AllowSnapshot = 1 AND EXISTS (SELECT 1 FROM sys.databases \
+    WHERE [name] = N'{database_text}' AND [snapshot_isolation_state] = 0)
     ALTER DATABASE {database} SET ALLOW_SNAPSHOT_ISOLATION ON;
+IF @AllowSnapshot = 0 AND EXISTS (SELECT 1 FROM sys.databases \
+    WHERE [name] = N'{database_text}' AND [snapshot_isolation_state] = 1)
+    ALTER DATABASE {database} SET ALLOW_SNAPSHOT_ISOLATION OFF;
 IF @Rcsi = 1 AND EXISTS (SELECT 1 FROM sys.databases \
     WHERE [name] = N'{database_text}' AND [is_read_committed_snapshot_on] = 0)
     ALTER DATABASE {database} SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE;

@@ -75,6 +75,9 @@ pub(super) struct Claimer {
     pause_check: Duration,
     claim_batch_window: Duration,
     completion_batch: usize,
+    /// Back-pressure: outcomes not written yet plus jobs held never exceed this
+    /// (2 x `concurrency` beyond what the worker can hold: slots, prefetch, look-ahead bound).
+    backlog_bound: usize,
     /// Wake-ups from the backend (`wake_loop`).
     wake: Arc<Notify>,
     executor: Arc<Executor>,
@@ -116,6 +119,7 @@ impl Claimer {
             pause_check: cfg.heartbeat_interval,
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
+            backlog_bound: backlog_bound(cfg.concurrency as usize, cfg.prefetch as usize, lookahead_max),
             wake,
             executor,
             leases,
@@ -177,6 +181,11 @@ impl Claimer {
             let free = ex.free_slots();
             let held = (concurrency - free.min(concurrency)) + buffer.len() + self.lookahead.len();
             let want = capacity.saturating_sub(held).min(MAX_CLAIM_LIMIT as usize);
+            // Back-pressure: while outcomes wait to be written (a stalled database), claim no
+            // more than keeps unwritten outcomes plus held jobs within the bound.
+            let room = self.backlog_bound.saturating_sub(self.outcomes.unwritten() + held);
+            let backpressured = want > room;
+            let want = want.min(room);
             let now = Instant::now();
             // Batch claims: while most of the capacity is still held, give others a moment to
             // free up.
@@ -227,7 +236,7 @@ impl Claimer {
                             // jobs or unwritten outcomes, claim again as soon as they are all
                             // finished (taking their completions along) or an outcome is
                             // written, instead of polling.
-                            let in_flight = self.outcomes.any_unwritten() || !self.leases.is_empty();
+                            let in_flight = self.outcomes.any_unwritten() || !self.leases.none_running();
                             cap_bound = in_flight;
                             self.completer.set_cap_bound(in_flight);
                             await_written = in_flight;
@@ -258,7 +267,7 @@ impl Claimer {
                     if await_written {
                         // Cap-bound: once nothing runs, complete what finished and claim at
                         // once, without waiting for the completer's batch window.
-                        if self.leases.is_empty() && !self.completer.is_empty() {
+                        if self.leases.none_running() && !self.completer.is_empty() {
                             await_written = false;
                             next_claim = Instant::now();
                         }
@@ -267,8 +276,8 @@ impl Claimer {
                         tokio::task::yield_now().await;
                     }
                 }
-                _ = self.outcomes.next_write(), if await_written => {
-                    if self.outcomes.writes() != seen_writes {
+                _ = self.outcomes.next_write(), if await_written || backpressured => {
+                    if await_written && self.outcomes.writes() != seen_writes {
                         await_written = false;
                         next_claim = Instant::now();
                     }
@@ -299,7 +308,10 @@ impl Claimer {
                 Ok(jobs)
             }
             Err(e) => {
-                self.completer.written(&batch, Err(&e));
+                // Nothing is dropped: the completions go back to the queue, to be written by
+                // the completer (or the next cap-bound claim).
+                tracing::warn!(error = %e, count = batch.len(), "complete_and_claim failed; completions kept");
+                self.completer.requeue(batch);
                 Err(e)
             }
         }
@@ -371,6 +383,13 @@ impl Claimer {
             }
         }
     }
+}
+
+/// The back-pressure bound: unwritten outcomes plus held jobs (running, prefetched,
+/// look-ahead) never exceed 2 x `concurrency` plus what the worker can hold, so a stalled
+/// outcome writer leaves at most this many finished, unwritten jobs.
+pub(super) fn backlog_bound(concurrency: usize, prefetch: usize, lookahead_max: usize) -> usize {
+    2 * concurrency + concurrency + prefetch + lookahead_max
 }
 
 /// How many look-ahead jobs to hold: what the slots get through in two claim round trips,

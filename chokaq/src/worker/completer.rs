@@ -11,7 +11,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{add, with_retries, Counters};
+use super::heartbeat::Leases;
+use super::{add, broken, write_with_retries, Broken, Counters, WorkerConfig};
 use crate::metrics_names as m;
 
 /// A finished job waiting for its completion write.
@@ -44,6 +45,11 @@ impl Outcomes {
         self.unwritten.fetch_sub(n, Ordering::AcqRel);
         self.writes.fetch_add(1, Ordering::AcqRel);
         self.written.notify_one();
+    }
+
+    /// Outcomes not written yet.
+    pub(super) fn unwritten(&self) -> usize {
+        self.unwritten.load(Ordering::Acquire)
     }
 
     /// Whether any outcome is not written yet.
@@ -79,29 +85,33 @@ pub(super) struct Completer {
     /// The claim loop's last claim came back short with jobs in flight: it completes the
     /// queued jobs itself, so the completer gathers full batches only.
     cap_bound: AtomicBool,
+    /// Finished jobs' leases stay held here until their completion is written.
+    leases: Arc<Leases>,
     outcomes: Arc<Outcomes>,
     counters: Arc<Counters>,
 }
 
 impl Completer {
+    /// The completer of `worker`, with the completion settings of `cfg` (batch size, flush
+    /// interval, concurrency).
     pub(super) fn new(
         backend: Arc<dyn Backend>,
         worker: WorkerId,
-        max: usize,
-        flush_every: Duration,
-        concurrency: u32,
+        cfg: &WorkerConfig,
+        leases: Arc<Leases>,
         outcomes: Arc<Outcomes>,
         counters: Arc<Counters>,
     ) -> Self {
         Completer {
             backend,
             worker,
-            max,
-            flush_every,
-            early: 2 * concurrency as usize,
+            max: cfg.completion_batch,
+            flush_every: cfg.completion_flush,
+            early: 2 * cfg.concurrency as usize,
             queue: Mutex::new(VecDeque::new()),
             queued: Notify::new(),
             cap_bound: AtomicBool::new(false),
+            leases,
             outcomes,
             counters,
         }
@@ -118,6 +128,22 @@ impl Completer {
         let mut queue = self.queue.lock().unwrap();
         let n = queue.len().min(max);
         queue.drain(..n).collect()
+    }
+
+    /// Puts completions whose write failed back at the head of the queue, to be written again
+    /// (a failed cap-bound `complete_and_claim`).
+    pub(super) fn requeue(&self, batch: Vec<Completion>) {
+        if broken(self.worker, Broken::DropFailedBatch) {
+            let e = Error::new(chokaq_core::ErrorKind::Transient, "dropped on purpose (teeth)");
+            self.written(&batch, Err(&e));
+            return;
+        }
+        let mut queue = self.queue.lock().unwrap();
+        for c in batch.into_iter().rev() {
+            queue.push_front(c);
+        }
+        drop(queue);
+        self.queued.notify_one();
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -176,7 +202,7 @@ impl Completer {
         }
         let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
         add(&self.counters.complete_calls, 1);
-        let res = with_retries(|| self.backend.complete(self.worker, &leases)).await;
+        let res = write_with_retries(self.worker, "complete", || self.backend.complete(self.worker, &leases)).await;
         self.written(&batch, res.as_ref().map(|out| out.lost.clone()));
     }
 
@@ -203,8 +229,11 @@ impl Completer {
             }
             Err(e) => {
                 tracing::error!(error = %e, count = batch.len(),
-                    "could not complete jobs; they will be rescued and run again (handlers must be idempotent)");
+                    "could not complete jobs (not retryable); they will be rescued and run again (handlers must be idempotent)");
             }
+        }
+        for c in batch {
+            self.leases.untrack(c.lease);
         }
         self.outcomes.written(batch.len());
     }
@@ -237,7 +266,14 @@ mod tests {
     fn completer(b: Arc<MemoryBackend>, w: WorkerId, max: usize) -> (Arc<Completer>, Arc<Outcomes>, Arc<Counters>) {
         let outcomes = Arc::new(Outcomes::default());
         let counters = Arc::new(Counters::default());
-        let c = Completer::new(b, w, max, Duration::from_millis(2), 4, outcomes.clone(), counters.clone());
+        let leases = Arc::new(crate::worker::heartbeat::Leases::default());
+        let cfg = crate::WorkerConfig {
+            completion_batch: max,
+            completion_flush: Duration::from_millis(2),
+            concurrency: 4,
+            ..Default::default()
+        };
+        let c = Completer::new(b, w, &cfg, leases, outcomes.clone(), counters.clone());
         (Arc::new(c), outcomes, counters)
     }
 

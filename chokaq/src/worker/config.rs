@@ -277,10 +277,24 @@ impl WorkerBuilder {
             if d.is_zero() {
                 return Err(Error::invalid(format!("timeout of queue {q:?} must be positive")));
             }
+            within_limit(&format!("timeout of queue {q:?}"), d)?;
             config.queue_timeouts.insert(QueueName::new(q)?, d);
         }
-        for kind in registry.kinds() {
+        for (kind, h) in registry.handlers() {
             JobKind::new(kind)?;
+            // A job type's own timeout and retry policy are checked like the worker's.
+            if let Some(t) = h.timeout {
+                within_limit(&format!("timeout of job kind {kind:?}"), t)?;
+            }
+            if let Some(p) = h.retry_policy {
+                within_limit(&format!("retry policy base of job kind {kind:?}"), p.base)?;
+                within_limit(&format!("retry policy max of job kind {kind:?}"), p.max)?;
+                if !(p.factor.is_finite() && p.jitter.is_finite()) {
+                    return Err(Error::invalid(format!(
+                        "retry policy factor and jitter of job kind {kind:?} must be finite"
+                    )));
+                }
+            }
         }
         if registry.is_empty() {
             return Err(Error::invalid("a worker needs at least one registered handler"));
@@ -295,8 +309,66 @@ impl WorkerBuilder {
     }
 }
 
+/// The longest duration any worker setting takes (365 days): longer ones would overflow
+/// `Instant` arithmetic in the worker's loops (`Duration::MAX` does).
+pub const MAX_SETTING_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+fn within_limit(name: &str, d: Duration) -> Result<()> {
+    if d > MAX_SETTING_DURATION {
+        return Err(Error::invalid(format!("{name} must be at most {MAX_SETTING_DURATION:?} (365 days), got {d:?}")));
+    }
+    Ok(())
+}
+
 /// The range and consistency checks of the numeric settings.
 fn check(c: &WorkerConfig) -> Result<()> {
+    let m = &c.maintenance;
+    let mut durations = vec![
+        ("poll interval", c.poll_interval),
+        ("min poll interval", c.min_poll_interval),
+        ("heartbeat interval", c.heartbeat_interval),
+        ("job timeout", c.job_timeout),
+        ("cancel wait", c.cancel_wait),
+        ("shutdown grace", c.shutdown_grace),
+        ("completion flush interval", c.completion_flush),
+        ("claim batch window", c.claim_batch_window),
+        ("maintenance interval", m.interval),
+        ("rescue fetched timeout", m.rescue.fetched_timeout),
+        ("rescue zombie timeout", m.rescue.default_zombie_timeout),
+        ("retry policy base", c.retry_policy.base),
+        ("retry policy max", c.retry_policy.max),
+    ];
+    durations.extend(m.archive_retention.map(|d| ("archive retention", d)));
+    durations.extend(m.dead_letter_retention.map(|d| ("dead-letter retention", d)));
+    for (name, d) in durations {
+        within_limit(name, d)?;
+    }
+    // A lease is lost when no heartbeat lands within the zombie timeout: leave room for one
+    // late or failed beat.
+    if c.heartbeat_interval.saturating_mul(2) > m.rescue.default_zombie_timeout {
+        return Err(Error::invalid(format!(
+            "heartbeat interval ({:?}) must be at most half the rescue zombie timeout ({:?})",
+            c.heartbeat_interval, m.rescue.default_zombie_timeout
+        )));
+    }
+    // Buffered (Fetched) jobs are looked at (started, or released when their queue is paused)
+    // between claim rounds and at least every heartbeat interval; the rescuer puts them back
+    // after the fetched timeout.
+    if c.prefetch > 0 && m.rescue.fetched_timeout <= c.heartbeat_interval.saturating_mul(2) {
+        return Err(Error::invalid(format!(
+            "with a prefetch, the rescue fetched timeout ({:?}) must exceed twice the heartbeat interval ({:?}), \
+             or buffered jobs are put back before they can start",
+            m.rescue.fetched_timeout, c.heartbeat_interval
+        )));
+    }
+    if c.prefetch > 0 && m.rescue.fetched_timeout < c.job_timeout {
+        tracing::warn!(
+            fetched_timeout = ?m.rescue.fetched_timeout,
+            job_timeout = ?c.job_timeout,
+            "prefetched jobs waiting behind handlers that run longer than the fetched timeout are put back \
+             by the rescuer (attempt not counted) and claimed again"
+        );
+    }
     if c.concurrency == 0 || c.concurrency > MAX_CLAIM_LIMIT {
         return Err(Error::invalid(format!("concurrency must be 1 to {MAX_CLAIM_LIMIT}, got {}", c.concurrency)));
     }
@@ -388,5 +460,81 @@ mod tests {
             .completion_batching(10_000, Duration::from_millis(1))
             .build()
             .is_ok());
+    }
+
+    /// Durations near `Duration::MAX` would overflow `Instant` arithmetic in the worker's
+    /// loops, and settings that contradict each other would lose leases: each is an
+    /// `InvalidInput` naming the setting and its limit (issue 16 finding 2, issue 11 item 10).
+    #[test]
+    fn extreme_and_inconsistent_settings_are_invalid_input() {
+        use crate::worker::MaintenanceConfig;
+        use chokaq_core::{RescueParams, RetryPolicy};
+        let max = Duration::MAX;
+        let zombie = |z: Duration| MaintenanceConfig {
+            rescue: RescueParams { default_zombie_timeout: z, ..RescueParams::default() },
+            ..MaintenanceConfig::default()
+        };
+        let fetched = |f: Duration| MaintenanceConfig {
+            rescue: RescueParams { fetched_timeout: f, ..RescueParams::default() },
+            ..MaintenanceConfig::default()
+        };
+        let bad = [
+            ("heartbeat", builder().heartbeat_interval(max)),
+            ("claim batch window", builder().claim_batch_window(max)),
+            ("completion flush", builder().completion_batching(10, max)),
+            ("poll", builder().poll_interval(max)),
+            ("poll", builder().poll_interval(max).min_poll_interval(max)),
+            ("job timeout", builder().job_timeout(max)),
+            ("queue", builder().queue_timeout("q", max)),
+            ("cancel wait", builder().cancel_wait(max)),
+            ("shutdown grace", builder().shutdown_grace(max)),
+            ("maintenance interval", builder().maintenance(MaintenanceConfig { interval: max, ..Default::default() })),
+            (
+                "retention",
+                builder().maintenance(MaintenanceConfig { archive_retention: Some(max), ..Default::default() }),
+            ),
+            ("zombie", builder().maintenance(zombie(max))),
+            ("fetched", builder().maintenance(fetched(max))),
+            ("retry policy", builder().retry_policy(RetryPolicy { max, ..RetryPolicy::default() })),
+            ("retry policy", builder().retry_policy(RetryPolicy { base: max, ..RetryPolicy::default() })),
+            // A heartbeat interval too close to the zombie timeout.
+            (
+                "zombie timeout",
+                builder().heartbeat_interval(Duration::from_secs(200)).maintenance(zombie(Duration::from_secs(300))),
+            ),
+            // A prefetch whose buffered jobs the rescuer would release before they can start.
+            (
+                "fetched timeout",
+                builder()
+                    .prefetch(4)
+                    .heartbeat_interval(Duration::from_secs(2))
+                    .maintenance(fetched(Duration::from_secs(3))),
+            ),
+        ];
+        for (i, (name, b)) in bad.into_iter().enumerate() {
+            let e = b.build().map(|_| ()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "case {i} ({name}): {e}");
+            assert!(e.message().contains(name), "case {i}: {e} does not name {name:?}");
+        }
+        // A job type's own policy and timeout are checked too.
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Odd;
+        impl crate::Job for Odd {
+            const KIND: &'static str = "odd.v1";
+            fn retry_policy() -> Option<RetryPolicy> {
+                Some(RetryPolicy { max: Duration::MAX, ..RetryPolicy::default() })
+            }
+        }
+        let e = builder().register(|_: Odd, _| async { Ok(()) }).build().map(|_| ()).unwrap_err();
+        assert!(e.message().contains("retry policy max of job kind \"odd.v1\""), "{e}");
+        // At the limits: accepted.
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert!(builder()
+            .heartbeat_interval(Duration::from_secs(150))
+            .maintenance(zombie(Duration::from_secs(300)))
+            .build()
+            .is_ok());
+        assert!(builder().job_timeout(year).shutdown_grace(year).cancel_wait(year).build().is_ok());
+        assert!(builder().prefetch(4).build().is_ok(), "the defaults fit a prefetch");
     }
 }

@@ -19,8 +19,9 @@ use tracing::Instrument;
 
 use super::claim::Lookahead;
 use super::completer::{Completer, Completion, Outcomes};
+use super::config::MAX_SETTING_DURATION;
 use super::heartbeat::Leases;
-use super::{add, ewma, with_retries, Counters, WorkerConfig, SHUTDOWN_ERROR};
+use super::{add, broken, ewma, write_with_retries, Broken, Counters, WorkerConfig, SHUTDOWN_ERROR};
 use crate::job::{ContextInner, JobContext, JobControl, JobError, StopReason};
 use crate::metrics_names as m;
 use crate::registry::{HandlerOutcome, Registry};
@@ -62,6 +63,9 @@ pub(super) struct Executor {
     pub(super) completer: Arc<Completer>,
     pub(super) outcomes: Arc<Outcomes>,
     pub(super) counters: Arc<Counters>,
+    /// The worker's span (`chokaq.worker`): the parent of every job's span, whichever task
+    /// starts the job (a finishing job hands its slot on from inside its own span).
+    pub(super) span: tracing::Span,
 }
 
 /// What to do with a finished attempt.
@@ -83,7 +87,7 @@ impl Executor {
     /// Runs a tracked job on the slot `permit` holds.
     pub(super) fn spawn(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
         add(&self.counters.started, 1);
-        let span = tracing::info_span!("chokaq.job", queue = %job.queue, kind = %job.kind, id = %job.id,
+        let span = tracing::info_span!(parent: &self.span, "chokaq.job", queue = %job.queue, kind = %job.kind, id = %job.id,
             attempt = job.attempt);
         self.tracker.spawn(self.clone().run_job(job, permit, control).instrument(span));
     }
@@ -143,10 +147,11 @@ impl Executor {
                 let d = &self.defaults;
                 let timeout = h.timeout.or_else(|| d.queue_timeouts.get(&queue).copied()).unwrap_or(d.job_timeout);
                 let policy = h.retry_policy.unwrap_or(d.retry_policy);
+                let bs = broken(self.worker, Broken::ShutdownRetries);
                 if let Some(reason) = control.reason() {
                     // Stopped while waiting in the look-ahead buffer (lease lost, cancel request):
                     // the handler does not run.
-                    decide(&self.counters, Some(reason), None, attempt, &policy, timeout)
+                    decide_with(&self.counters, Some(reason), None, (attempt, max_attempts), &policy, timeout, bs)
                 } else {
                     let ctx = JobContext::new(ContextInner {
                         id,
@@ -159,7 +164,12 @@ impl Executor {
                         backend: self.backend.clone(),
                         control: control.clone(),
                     });
-                    let fut = AssertUnwindSafe((h.call)(payload, ctx)).catch_unwind();
+                    // A handler can panic before its async body starts (while building its
+                    // future): caught like any other panic.
+                    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| (h.call)(payload, ctx))) {
+                        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().boxed(),
+                        Err(panic) => futures::future::ready(Err(panic)).boxed(),
+                    };
                     tokio::pin!(fut);
                     let first = tokio::select! {
                         biased;
@@ -180,15 +190,19 @@ impl Executor {
                     self.job_us.store(ewma(avg, ran.as_micros() as u64), Ordering::Relaxed);
                     metrics::histogram!(m::JOB_RUN, "queue" => queue.to_string(), "kind" => kind.to_string())
                         .record(ran.as_secs_f64());
-                    decide(&self.counters, control.reason(), res, attempt, &policy, timeout)
+                    decide_with(&self.counters, control.reason(), res, (attempt, max_attempts), &policy, timeout, bs)
                 }
             }
         };
         // The handler is done (or dropped): hand the slot to the next look-ahead job, or free
-        // it, before the finishing write. Until that write the job still counts against caps.
-        // Forget this attempt's lease only (a newer lease of the same job may be buffered).
-        self.leases.untrack(lease);
+        // it, before the finishing write. Until that write the job still counts against caps,
+        // and its lease stays held (heart-beaten) until the write lands or the lease is lost.
+        // Only this attempt's lease is touched (a newer lease of the same job may be buffered).
+        if matches!(verdict, Verdict::Discard) || broken(self.worker, Broken::UntrackBeforeWrite) {
+            self.leases.untrack(lease);
+        }
         if !matches!(verdict, Verdict::Discard) {
+            self.leases.finish(lease);
             self.outcomes.finished();
         }
         // Queue the completion before the slot is seen free, so a claim loop that finds nothing
@@ -220,7 +234,10 @@ impl Executor {
     async fn finish_failed(&self, lease: LeaseRef, queue: &QueueName, kind: &JobKind, outcome: FailAction) {
         let c = &self.counters;
         let is_failure = matches!(outcome, FailAction::Retry { .. } | FailAction::DeadLetter { .. });
-        match with_retries(|| self.backend.fail(self.worker, lease, outcome.clone())).await {
+        let res =
+            write_with_retries(self.worker, "fail", || self.backend.fail(self.worker, lease, outcome.clone())).await;
+        self.leases.untrack(lease);
+        match res {
             Ok(Fenced::Done(r)) => {
                 if is_failure {
                     metrics::counter!(m::FAILED, "queue" => queue.to_string(), "kind" => kind.to_string()).increment(1);
@@ -254,7 +271,7 @@ impl Executor {
                 tracing::info!("lease lost; failure outcome discarded");
             }
             Err(e) => {
-                tracing::error!(error = %e, "could not record the failed attempt; the rescuer will retry the job");
+                tracing::error!(error = %e, "could not record the failed attempt (not retryable); the rescuer will retry the job");
             }
         }
         self.outcomes.written(1);
@@ -266,13 +283,27 @@ type CaughtOutcome = std::result::Result<HandlerOutcome, Box<dyn std::any::Any +
 /// The verdict on an attempt: why it was stopped from outside, if it was, and what the
 /// handler produced (`None`: nothing in time). Counts failures, panics, timeouts and
 /// hand-backs.
+#[cfg(test)]
 fn decide(
     c: &Counters,
     reason: Option<StopReason>,
     res: Option<CaughtOutcome>,
-    attempt: i32,
+    (attempt, max_attempts): (i32, i32),
     policy: &RetryPolicy,
     timeout: Duration,
+) -> Verdict {
+    decide_with(c, reason, res, (attempt, max_attempts), policy, timeout, false)
+}
+
+/// [`decide`], with the teeth's broken shutdown variant (`Broken::ShutdownRetries`).
+fn decide_with(
+    c: &Counters,
+    reason: Option<StopReason>,
+    res: Option<CaughtOutcome>,
+    (attempt, max_attempts): (i32, i32),
+    policy: &RetryPolicy,
+    timeout: Duration,
+    broken_shutdown: bool,
 ) -> Verdict {
     let returned_ok = matches!(res, Some(Ok(HandlerOutcome::Returned(Ok(())))));
     match reason {
@@ -293,6 +324,11 @@ fn decide(
         }
         Some(StopReason::Shutdown) => {
             add(&c.handed_back, 1);
+            // A graceful shutdown never dead-letters: on the last attempt the job goes back
+            // with a snooze, which does not count the attempt.
+            if attempt >= max_attempts && !broken_shutdown {
+                return Verdict::Fail(FailAction::Snooze { delay: Duration::ZERO });
+            }
             return Verdict::Fail(FailAction::Retry { delay: Duration::ZERO, error: SHUTDOWN_ERROR.to_string() });
         }
         None => {}
@@ -322,9 +358,11 @@ fn decide(
             tracing::debug!(error = %e, "handler returned an error");
             Verdict::Fail(match e {
                 JobError::Retry(msg) => FailAction::Retry { delay: policy.delay(attempt), error: msg },
-                JobError::RetryAfter(delay, msg) => FailAction::Retry { delay, error: msg },
+                JobError::RetryAfter(delay, msg) => {
+                    FailAction::Retry { delay: delay.min(MAX_SETTING_DURATION), error: msg }
+                }
                 JobError::Fatal(msg) => FailAction::DeadLetter { reason: DeadReason::Failed, error: msg },
-                JobError::Snooze(delay) => FailAction::Snooze { delay },
+                JobError::Snooze(delay) => FailAction::Snooze { delay: delay.min(MAX_SETTING_DURATION) },
                 JobError::Cancel(error) => FailAction::Cancelled { error },
             })
         }

@@ -23,7 +23,7 @@ fn returned(r: Result<(), JobError>) -> Option<CaughtOutcome> {
 
 fn verdict(reason: Option<StopReason>, res: Option<CaughtOutcome>) -> (Verdict, crate::WorkerReport) {
     let c = Counters::default();
-    let v = decide(&c, reason, res, 2, &policy(), TIMEOUT);
+    let v = decide(&c, reason, res, (2, 25), &policy(), TIMEOUT);
     (v, c.report())
 }
 
@@ -86,6 +86,11 @@ fn stopped_from_outside() {
     let (v, r) = verdict(Some(StopReason::Shutdown), None);
     assert_eq!(v, retry(Duration::ZERO, SHUTDOWN_ERROR));
     assert_eq!((r.handed_back, r.failed), (1, 0));
+    // Shutdown on the last attempt: a snooze (attempt not counted), never a dead letter.
+    let c = Counters::default();
+    let v = decide(&c, Some(StopReason::Shutdown), None, (3, 3), &p, TIMEOUT);
+    assert_eq!(v, Verdict::Fail(FailAction::Snooze { delay: Duration::ZERO }));
+    assert_eq!((c.report().handed_back, c.report().failed), (1, 0));
     // Timed out or shut down but the handler returned Ok in the window: the work is kept.
     for reason in [StopReason::Timeout, StopReason::Shutdown] {
         let (v, r) = verdict(Some(reason), returned(Ok(())));

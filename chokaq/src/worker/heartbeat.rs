@@ -14,10 +14,12 @@ use crate::job::{JobControl, StopReason};
 struct Held {
     lease: LeaseRef,
     control: Arc<JobControl>,
+    /// The handler is done; the lease is held until its outcome is written.
+    finished: bool,
 }
 
-/// The Processing leases this worker holds (running jobs and look-ahead ones), each with the
-/// stop switch of its job. The heartbeat extends them; a lost lease or a cancel request it
+/// The Processing leases this worker holds (running jobs, look-ahead ones, and finished ones
+/// whose outcome is not written yet), each with the stop switch of its job. The heartbeat extends them; a lost lease or a cancel request it
 /// reports fires the job's switch.
 #[derive(Default)]
 pub(super) struct Leases {
@@ -28,7 +30,11 @@ impl Leases {
     /// Registers a Processing job for heartbeats, cancel requests and lease loss.
     pub(super) fn track(&self, job: &ClaimedJob) -> Arc<JobControl> {
         let control = Arc::new(JobControl::new());
-        let old = self.held.lock().unwrap().insert(job.id, Held { lease: job.lease_ref(), control: control.clone() });
+        let old = self
+            .held
+            .lock()
+            .unwrap()
+            .insert(job.id, Held { lease: job.lease_ref(), control: control.clone(), finished: false });
         if let Some(old) = old {
             // This worker still runs an earlier attempt of the same job, which was rescued and
             // granted anew: the earlier lease is lost, whatever the next heartbeat would say.
@@ -37,8 +43,16 @@ impl Leases {
         control
     }
 
+    /// One attempt's handler is done: its lease stays held (heart-beaten) until its outcome
+    /// is written, but it no longer counts as running.
+    pub(super) fn finish(&self, lease: LeaseRef) {
+        if let Some(r) = self.held.lock().unwrap().get_mut(&lease.id).filter(|r| r.lease == lease) {
+            r.finished = true;
+        }
+    }
+
     /// Forgets one attempt's lease, and only that attempt's (a newer lease of the same job
-    /// may be held).
+    /// may be held): its outcome is written, or it is lost.
     pub(super) fn untrack(&self, lease: LeaseRef) {
         let mut held = self.held.lock().unwrap();
         if held.get(&lease.id).is_some_and(|r| r.lease == lease) {
@@ -46,16 +60,10 @@ impl Leases {
         }
     }
 
-    /// Forgets these jobs, whatever their lease.
-    pub(super) fn forget(&self, ids: impl IntoIterator<Item = JobId>) {
-        let mut held = self.held.lock().unwrap();
-        for id in ids {
-            held.remove(&id);
-        }
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.held.lock().unwrap().is_empty()
+    /// Whether no job is running or waiting in the look-ahead buffer (finished jobs whose
+    /// outcome is not written yet do not count).
+    pub(super) fn none_running(&self) -> bool {
+        self.held.lock().unwrap().values().all(|r| r.finished)
     }
 
     /// Fires every held job's switch with `reason`; returns how many.
@@ -81,16 +89,19 @@ impl Leases {
             .collect()
     }
 
-    /// Fires the switches of the jobs the heartbeat found lost or asked to cancel.
-    fn apply(&self, lost: &[JobId], cancel_requested: &[JobId]) {
+    /// Fires the switches of the jobs the heartbeat found lost or asked to cancel. The reply
+    /// is about the leases `sent`: a job held now under another (newer) lease is left alone.
+    fn apply(&self, sent: &[LeaseRef], lost: &[JobId], cancel_requested: &[JobId], by_id: bool) {
+        let sent: HashMap<JobId, LeaseRef> = sent.iter().map(|l| (l.id, *l)).collect();
         let held = self.held.lock().unwrap();
+        let about_sent = |id: &JobId| held.get(id).filter(|r| by_id || sent.get(id) == Some(&r.lease));
         for id in lost {
-            if let Some(r) = held.get(id) {
+            if let Some(r) = about_sent(id) {
                 r.control.stop(StopReason::LeaseLost);
             }
         }
         for id in cancel_requested {
-            if let Some(r) = held.get(id) {
+            if let Some(r) = about_sent(id) {
                 r.control.stop(StopReason::CancelRequested);
             }
         }
@@ -121,7 +132,7 @@ impl Heartbeat {
         }
     }
 
-    async fn beat(&self) {
+    pub(super) async fn beat(&self) {
         let leases = self.leases.to_extend();
         if leases.is_empty() {
             return;
@@ -132,7 +143,8 @@ impl Heartbeat {
                 if report.lost.is_empty() && report.cancel_requested.is_empty() {
                     return;
                 }
-                self.leases.apply(&report.lost, &report.cancel_requested);
+                let by_id = super::broken(self.worker, super::Broken::LostById);
+                self.leases.apply(&leases, &report.lost, &report.cancel_requested, by_id);
             }
             Err(e) => tracing::warn!(error = %e, count = leases.len(), "heartbeat failed"),
         }
@@ -184,9 +196,12 @@ mod tests {
         assert_eq!(first.reason(), Some(StopReason::LeaseLost));
         assert_eq!(second.reason(), None);
         leases.untrack(job.lease_ref());
-        assert!(!leases.is_empty(), "the newer lease stays");
+        assert!(!leases.none_running(), "the newer lease stays");
+        leases.finish(again.lease_ref());
+        assert!(leases.none_running(), "finished: held, not running");
+        assert_eq!(leases.to_extend(), vec![again.lease_ref()], "a finished lease is still extended");
         leases.untrack(again.lease_ref());
-        assert!(leases.is_empty());
+        assert!(leases.none_running() && leases.to_extend().is_empty());
     }
 
     /// One call for all held leases; a lease the backend reports lost fires its job's switch

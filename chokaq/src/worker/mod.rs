@@ -20,6 +20,8 @@ mod executor;
 mod heartbeat;
 mod maintenance;
 #[cfg(test)]
+mod reliability_tests;
+#[cfg(test)]
 mod test_support;
 
 use std::collections::VecDeque;
@@ -34,7 +36,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use config::{WorkerBuilder, WorkerConfig};
+pub use config::{WorkerBuilder, WorkerConfig, MAX_SETTING_DURATION};
 pub use maintenance::MaintenanceConfig;
 
 use crate::job::StopReason;
@@ -202,15 +204,8 @@ impl Worker {
         let leases = Arc::new(Leases::default());
         let lookahead = Arc::new(Lookahead::default());
         let outcomes = Arc::new(Outcomes::default());
-        let completer = Arc::new(Completer::new(
-            backend.clone(),
-            worker,
-            cfg.completion_batch,
-            cfg.completion_flush,
-            cfg.concurrency,
-            outcomes.clone(),
-            counters.clone(),
-        ));
+        let completer =
+            Arc::new(Completer::new(backend.clone(), worker, &cfg, leases.clone(), outcomes.clone(), counters.clone()));
         let executor = Arc::new(Executor {
             backend: backend.clone(),
             worker,
@@ -225,6 +220,7 @@ impl Worker {
             completer: completer.clone(),
             outcomes: outcomes.clone(),
             counters: counters.clone(),
+            span: tracing::info_span!("chokaq.worker", worker = %worker),
         });
         let wake = Arc::new(Notify::new());
         let parts = Parts {
@@ -321,12 +317,18 @@ async fn hand_back_lookahead(
     counters: &Counters,
     held: Vec<ClaimedJob>,
 ) {
-    leases.forget(held.iter().map(|job| job.id));
+    // Their leases stay heart-beaten until the hand-back is written (a rescue meanwhile would
+    // spend their attempt).
     let results = futures::future::join_all(held.iter().map(|job| {
         let lease = job.lease_ref();
-        with_retries(move || backend.fail(worker, lease, FailAction::Snooze { delay: Duration::ZERO }))
+        write_with_retries(worker, "hand back", move || {
+            backend.fail(worker, lease, FailAction::Snooze { delay: Duration::ZERO })
+        })
     }))
     .await;
+    for job in &held {
+        leases.untrack(job.lease_ref());
+    }
     for r in results {
         match r {
             Ok(Fenced::Done(_)) => add(&counters.released, 1),
@@ -371,6 +373,71 @@ impl Drop for DropGuard {
             t.cancel();
         }
     }
+}
+
+/// The longest pause between two tries of an outcome write.
+const WRITE_BACKOFF_CAP: Duration = Duration::from_secs(1);
+
+/// Writes an outcome (`complete`, `fail`): calls `f` again on every retryable error, with a
+/// back-off that doubles from 50 ms up to [`WRITE_BACKOFF_CAP`], until it is written or fails
+/// for good (a non-retryable error). Nothing is given up on a transient error: a repeated
+/// write of the same lease cannot apply twice (the lease guard), and the job's lease stays
+/// heart-beaten meanwhile.
+async fn write_with_retries<T, F, Fut>(worker: WorkerId, what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    if broken(worker, Broken::GiveUpAfterFour) {
+        return with_retries(f).await;
+    }
+    let mut delay = Duration::from_millis(50);
+    let mut tries = 0u64;
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() => {
+                tries += 1;
+                if tries % 10 == 0 {
+                    tracing::warn!(error = %e, tries, what, "an outcome write keeps failing; still retrying");
+                } else {
+                    tracing::debug!(error = %e, tries, what, "retrying an outcome write");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(WRITE_BACKOFF_CAP);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Deliberately broken variants of the worker, switched on per worker id by this crate's unit
+/// tests only (the teeth: each must be caught by a named test). Always off outside tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broken {
+    /// Outcome writes give up after four retries (the old behaviour).
+    GiveUpAfterFour,
+    /// A finished job's lease is forgotten before its outcome is written (no heartbeats).
+    UntrackBeforeWrite,
+    /// A failed `complete_and_claim` drops its completions.
+    DropFailedBatch,
+    /// A job handed back at shutdown is retried even on its last attempt (dead-lettered).
+    ShutdownRetries,
+    /// A heartbeat reply's lost list is applied by job id, whatever the lease.
+    LostById,
+}
+
+#[cfg(test)]
+static BROKEN: std::sync::Mutex<Vec<(WorkerId, Broken)>> = std::sync::Mutex::new(Vec::new());
+
+#[cfg(test)]
+fn broken(worker: WorkerId, what: Broken) -> bool {
+    BROKEN.lock().unwrap().contains(&(worker, what))
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn broken(_worker: WorkerId, _what: Broken) -> bool {
+    false
 }
 
 /// Calls `f` again on retryable errors, a few times with a short back-off.

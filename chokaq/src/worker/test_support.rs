@@ -50,3 +50,198 @@ pub(super) async fn pg() -> Option<Arc<PgBackend>> {
         }
     }
 }
+
+/// A test-only backend over the memory backend with fault switches on the outcome writes
+/// (`complete`, `complete_and_claim`, `fail`): transient errors, a stall, and a hook run when a
+/// heartbeat reply comes back.
+pub(super) struct Faulty {
+    pub(super) inner: chokaq_core::memory::MemoryBackend,
+    /// The next this many outcome writes fail with a transient error.
+    pub(super) write_failures: std::sync::atomic::AtomicU32,
+    /// The next this many `complete_and_claim` calls fail with a transient error.
+    pub(super) cac_failures: std::sync::atomic::AtomicU32,
+    /// While true, outcome writes wait.
+    stalled: std::sync::Mutex<bool>,
+    unstall: tokio::sync::Notify,
+    /// A crash: while true, every call the worker makes (claim, start, heartbeat, writes,
+    /// release) hangs, as if its process were gone.
+    pub(super) dead: std::sync::atomic::AtomicBool,
+    /// Outcome write calls so far.
+    pub(super) write_calls: std::sync::atomic::AtomicU64,
+    /// Run once, after the next heartbeat is answered and before its reply is returned.
+    #[allow(clippy::type_complexity)]
+    pub(super) on_heartbeat: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Default for Faulty {
+    fn default() -> Self {
+        Faulty {
+            inner: chokaq_core::memory::MemoryBackend::new(),
+            write_failures: Default::default(),
+            cac_failures: Default::default(),
+            stalled: Default::default(),
+            unstall: Default::default(),
+            dead: Default::default(),
+            write_calls: Default::default(),
+            on_heartbeat: Default::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Faulty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Faulty")
+    }
+}
+
+impl Faulty {
+    pub(super) fn stall(&self, yes: bool) {
+        *self.stalled.lock().unwrap() = yes;
+        if !yes {
+            self.unstall.notify_waiters();
+        }
+    }
+
+    /// Hangs forever once `dead` is set.
+    async fn alive(&self) {
+        if self.dead.load(std::sync::atomic::Ordering::Acquire) {
+            futures::future::pending::<()>().await;
+        }
+    }
+
+    async fn write_gate(&self) -> chokaq_core::Result<()> {
+        use std::sync::atomic::Ordering;
+        self.alive().await;
+        self.write_calls.fetch_add(1, Ordering::AcqRel);
+        loop {
+            let wait = self.unstall.notified();
+            if !*self.stalled.lock().unwrap() {
+                break;
+            }
+            wait.await;
+        }
+        let take = |n: &std::sync::atomic::AtomicU32| {
+            n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok()
+        };
+        if take(&self.write_failures) {
+            return Err(chokaq_core::Error::new(chokaq_core::ErrorKind::Transient, "injected transient write error"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl chokaq_core::Backend for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty-memory"
+    }
+    fn capabilities(&self) -> chokaq_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn migrate(&self) -> chokaq_core::Result<()> {
+        self.inner.migrate().await
+    }
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> chokaq_core::Result<Vec<chokaq_core::Enqueued>> {
+        self.inner.enqueue_many(jobs).await
+    }
+    async fn claim(&self, req: &chokaq_core::ClaimParams) -> chokaq_core::Result<Vec<chokaq_core::ClaimedJob>> {
+        self.alive().await;
+        self.inner.claim(req).await
+    }
+    async fn start(
+        &self,
+        worker: chokaq_core::WorkerId,
+        leases: &[chokaq_core::LeaseRef],
+    ) -> chokaq_core::Result<chokaq_core::BatchOutcome> {
+        self.alive().await;
+        self.inner.start(worker, leases).await
+    }
+    async fn heartbeat(
+        &self,
+        worker: chokaq_core::WorkerId,
+        leases: &[chokaq_core::LeaseRef],
+    ) -> chokaq_core::Result<chokaq_core::HeartbeatReport> {
+        self.alive().await;
+        let r = self.inner.heartbeat(worker, leases).await;
+        let hook = self.on_heartbeat.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        r
+    }
+    async fn complete(
+        &self,
+        worker: chokaq_core::WorkerId,
+        leases: &[chokaq_core::LeaseRef],
+    ) -> chokaq_core::Result<chokaq_core::BatchOutcome> {
+        self.write_gate().await?;
+        self.inner.complete(worker, leases).await
+    }
+    async fn complete_and_claim(
+        &self,
+        worker: chokaq_core::WorkerId,
+        leases: &[chokaq_core::LeaseRef],
+        req: &chokaq_core::ClaimParams,
+    ) -> chokaq_core::Result<(chokaq_core::BatchOutcome, Vec<chokaq_core::ClaimedJob>)> {
+        use std::sync::atomic::Ordering;
+        self.write_gate().await?;
+        if self.cac_failures.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok() {
+            return Err(chokaq_core::Error::new(
+                chokaq_core::ErrorKind::Transient,
+                "injected complete_and_claim error",
+            ));
+        }
+        self.inner.complete_and_claim(worker, leases, req).await
+    }
+    async fn fail(
+        &self,
+        worker: chokaq_core::WorkerId,
+        lease: chokaq_core::LeaseRef,
+        outcome: chokaq_core::FailAction,
+    ) -> chokaq_core::Result<chokaq_core::Fenced<chokaq_core::FailOutcome>> {
+        self.write_gate().await?;
+        self.inner.fail(worker, lease, outcome).await
+    }
+    async fn release(
+        &self,
+        worker: chokaq_core::WorkerId,
+        leases: &[chokaq_core::LeaseRef],
+    ) -> chokaq_core::Result<chokaq_core::BatchOutcome> {
+        self.alive().await;
+        self.inner.release(worker, leases).await
+    }
+    async fn rescue(&self, params: &chokaq_core::RescueParams) -> chokaq_core::Result<chokaq_core::RescueReport> {
+        self.inner.rescue(params).await
+    }
+    async fn cancel(&self, id: chokaq_core::JobId) -> chokaq_core::Result<chokaq_core::CancelOutcome> {
+        self.inner.cancel(id).await
+    }
+    async fn control_queue(
+        &self,
+        queue: &chokaq_core::QueueName,
+        control: chokaq_core::QueueControl,
+    ) -> chokaq_core::Result<chokaq_core::QueueSettings> {
+        self.inner.control_queue(queue, control).await
+    }
+    async fn queue_settings(&self, queue: &chokaq_core::QueueName) -> chokaq_core::Result<chokaq_core::QueueSettings> {
+        self.inner.queue_settings(queue).await
+    }
+    async fn requeue_dead(&self, id: chokaq_core::JobId) -> chokaq_core::Result<chokaq_core::RequeueOutcome> {
+        self.inner.requeue_dead(id).await
+    }
+    async fn purge(&self, req: &chokaq_core::PurgeParams) -> chokaq_core::Result<u64> {
+        self.inner.purge(req).await
+    }
+    async fn stats(&self) -> chokaq_core::Result<chokaq_core::StatsSnapshot> {
+        self.inner.stats().await
+    }
+    async fn get_job(&self, id: chokaq_core::JobId) -> chokaq_core::Result<Option<chokaq_core::JobRecord>> {
+        self.inner.get_job(id).await
+    }
+    async fn list_jobs(&self, filter: &chokaq_core::ListJobsParams) -> chokaq_core::Result<chokaq_core::JobPage> {
+        self.inner.list_jobs(filter).await
+    }
+    async fn wakeups(&self) -> chokaq_core::Result<Option<chokaq_core::Wakeups>> {
+        self.inner.wakeups().await
+    }
+}
