@@ -18,6 +18,10 @@ pub struct JobPatch {
     pub heartbeat_at: Option<Option<Timestamp>>,
     pub updated_at: Option<Timestamp>,
     pub created_at: Option<Timestamp>,
+    /// The stored payload's raw JSON text, bypassing every check: to make a row that a read
+    /// cannot decode (e.g. nested deeper than the reader's recursion limit). A backend that
+    /// cannot store such a row (memory) returns an `Unsupported` error.
+    pub raw_payload: Option<String>,
 }
 
 /// In how many rows of each table an id appears (raw, no joins): the "exactly one place"

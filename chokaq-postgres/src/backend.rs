@@ -178,6 +178,25 @@ impl PgBackend {
         Ok(split(&ids, &done))
     }
 
+    /// Moves claimed rows that could not be decoded to the dead-letter table (guarded by the
+    /// claim's lease), so they neither fail their batch nor come back after the fetched
+    /// timeout.
+    async fn dead_letter_undecodable(&self, worker: WorkerId, bad: Vec<rows::Undecodable>) -> Result<()> {
+        for b in bad {
+            tracing::error!(job_id = %b.id, reason = %b.reason, "claimed row cannot be decoded: dead-lettered");
+            with_retry(|| {
+                sqlx::query(&self.sql().dead_undecodable)
+                    .bind(worker.0)
+                    .bind(b.id)
+                    .bind(b.lease)
+                    .bind(&b.reason)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     async fn set_control<T>(&self, sql: &str, queue: &QueueName, value: T) -> Result<QueueSettings>
     where
         T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Sync + Clone,
@@ -263,7 +282,9 @@ impl Backend for PgBackend {
                 .fetch_all(&self.pool)
         })
         .await?;
-        sorted_claims(&rows)
+        let (jobs, bad) = sorted_claims(&rows)?;
+        self.dead_letter_undecodable(req.worker, bad).await?;
+        Ok(jobs)
     }
 
     async fn complete_and_claim(
@@ -300,7 +321,9 @@ impl Backend for PgBackend {
                 claimed.push(row);
             }
         }
-        Ok((split(&ids, &done), sorted_claims(&claimed)?))
+        let (jobs, bad) = sorted_claims(&claimed)?;
+        self.dead_letter_undecodable(worker, bad).await?;
+        Ok((split(&ids, &done), jobs))
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {

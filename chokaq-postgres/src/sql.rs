@@ -166,6 +166,21 @@ const FAIL: &str = concat!(
      SELECT l.act, (SELECT scheduled_at FROM back) AS at, (SELECT count(*) FROM dead) AS dead FROM l"
 );
 
+/// A claimed row the backend cannot decode, to the dead-letter table as `failed` with the
+/// reason: `$1` worker, `$2` id, `$3` lease (the claim's), `$4` error. Returns its id.
+const DEAD_UNDECODABLE: &str = concat!(
+    "WITH g AS (
+        DELETE FROM {schema}.jobs_hot h
+         WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status IN (1, 2)
+        RETURNING h.*
+     )
+     INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", 'failed', $4::text FROM g RETURNING id"
+);
+
 /// `$1` id. Pending/Fetched: moved to the dead-letter table; Processing: flagged.
 const CANCEL: &str = concat!(
     "WITH l AS (SELECT h.id, h.status FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE),
@@ -425,7 +440,8 @@ UPDATE {schema}.jobs_hot SET
     scheduled_at = CASE WHEN $4::bool THEN $5::timestamptz ELSE scheduled_at END,
     heartbeat_at = CASE WHEN $6::bool THEN $7::timestamptz ELSE heartbeat_at END,
     updated_at = coalesce($8::timestamptz, updated_at),
-    created_at = coalesce($9::timestamptz, created_at)
+    created_at = coalesce($9::timestamptz, created_at),
+    payload = coalesce($10::text::jsonb, payload)
 WHERE id = $1";
 
 const PRESENCE_MANY: &str = "
@@ -517,6 +533,7 @@ statements! {
     release = RELEASE;
     complete = COMPLETE;
     fail = FAIL;
+    dead_undecodable = DEAD_UNDECODABLE;
     cancel = CANCEL;
     rescue_lock = RESCUE_LOCK;
     rescue_fetched = RESCUE_FETCHED;

@@ -33,6 +33,7 @@ impl TestSupport for PgBackend {
                 .bind(patch.heartbeat_at.flatten())
                 .bind(patch.updated_at)
                 .bind(patch.created_at)
+                .bind(patch.raw_payload.as_deref())
                 .execute(&self.pool)
         })
         .await?

@@ -315,7 +315,8 @@ statements! {
     force: "UPDATE {schema}.jobs_hot SET status = coalesce(?2, status), attempt = coalesce(?3, attempt), \
          scheduled_at = CASE WHEN ?4 THEN ?5 ELSE scheduled_at END, \
          heartbeat_at = CASE WHEN ?6 THEN ?7 ELSE heartbeat_at END, \
-         updated_at = coalesce(?8, updated_at), created_at = coalesce(?9, created_at) WHERE id = ?1",
+         updated_at = coalesce(?8, updated_at), created_at = coalesce(?9, created_at), \
+         payload = coalesce(?10, payload) WHERE id = ?1",
     presence_hot: presence!("jobs_hot"),
     presence_archive: presence!("jobs_archive"),
     presence_dead: presence!("jobs_dlq"),

@@ -3,12 +3,14 @@
 
 use std::time::Duration;
 
+use chokaq_core::testing::JobPatch;
 use chokaq_core::{
     validate, ClaimMode, ErrorKind, JobId, JobLocation, JobTable, Lease, LeaseRef, ListJobsParams, QueueControl,
     WorkerId,
 };
 
-use crate::ctx::{rescue_params, CaseResult, Ctx};
+use crate::cases::Outcome;
+use crate::ctx::{rescue_params, CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
 super::cases!(hostile:
@@ -16,6 +18,7 @@ super::cases!(hostile:
     max_workers_out_of_range_is_refused,
     lease_lists_over_the_cap_are_refused,
     list_without_payloads,
+    undecodable_row_is_dead_lettered,
 );
 
 /// `SetZombieTimeout(Duration::MAX)` (or 0) is refused with `InvalidInput` naming the limit,
@@ -91,4 +94,43 @@ pub async fn list_without_payloads(cx: Ctx) -> CaseResult {
     ensure_eq!(without.jobs[0].payload, serde_json::Value::Null, "payload of a list without payloads");
     ensure_eq!(without.jobs[0].id, with.jobs[0].id, "same job");
     Ok(())
+}
+
+/// A stored row that cannot be decoded (here: a payload nested deeper than the reader's
+/// recursion limit, forced past enqueue's checks) is dead-lettered by the claim that meets it,
+/// with a reason; its neighbours in the same batch are claimed, in both modes, and the bad
+/// row never comes back. Ignored where no undecodable row can be stored (memory).
+pub async fn undecodable_row_is_dead_lettered(cx: Ctx) -> Result<Outcome, Failure> {
+    for mode in [ClaimMode::Start, ClaimMode::Reserve] {
+        let q = cx.queue_named(if mode == ClaimMode::Start { "start" } else { "reserve" });
+        let bad = cx.enqueue(cx.job(&q).priority(10)).await?;
+        let good = cx.enqueue_n(&q, 2).await?;
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let patch = JobPatch { raw_payload: Some(deep), ..JobPatch::default() };
+        match cx.backend.force(bad, &patch).await {
+            Ok(true) => {}
+            Ok(false) => return Err("force found no hot row".into()),
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                return Ok(Outcome::Ignored(format!("this backend cannot store an undecodable row ({e})")))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let w = WorkerId::random();
+        let got = match cx.backend.claim(&chokaq_core::ClaimParams::new(w, vec![q.clone()], 3, mode)).await {
+            Ok(got) => got,
+            Err(e) => return Err(format!("{mode:?} claim failed on a batch holding an undecodable row: {e}").into()),
+        };
+        let mut ids: Vec<JobId> = got.iter().map(|j| j.id).collect();
+        ids.sort();
+        let mut want = good.clone();
+        want.sort();
+        ensure_eq!(ids, want, "{mode:?}: the claim returns the decodable neighbours");
+        let p = cx.presence(bad).await?;
+        ensure_eq!((p.hot, p.archive, p.dead), (0, 0, 1), "{mode:?}: the undecodable row's (hot, archive, dead)");
+        let again = cx.backend.claim(&chokaq_core::ClaimParams::new(w, vec![q.clone()], 3, mode)).await?;
+        ensure!(again.is_empty(), "{mode:?}: a later claim returned {} jobs", again.len());
+        cx.backend.rescue(&rescue_params()).await?;
+        ensure_eq!(cx.presence(bad).await?.dead, 1, "{mode:?}: dead after a rescue");
+    }
+    Ok(Outcome::Passed)
 }
