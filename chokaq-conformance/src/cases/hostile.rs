@@ -19,6 +19,7 @@ super::cases!(hostile:
     lease_lists_over_the_cap_are_refused,
     list_without_payloads,
     undecodable_row_is_dead_lettered,
+    errors_name_their_operation,
 );
 
 /// `SetZombieTimeout(Duration::MAX)` (or 0) is refused with `InvalidInput` naming the limit,
@@ -133,4 +134,23 @@ pub async fn undecodable_row_is_dead_lettered(cx: Ctx) -> Result<Outcome, Failur
         ensure_eq!(cx.presence(bad).await?.dead, 1, "{mode:?}: dead after a rescue");
     }
     Ok(Outcome::Passed)
+}
+
+/// An error a backend returns names the operation it came from (`Error::operation`), so a
+/// caller deciding about retries, and a log line, know which call failed.
+pub async fn errors_name_their_operation(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let e = match cx.backend.control_queue(&q, QueueControl::SetMaxWorkers(Some(u32::MAX))).await {
+        Ok(st) => return Err(format!("SetMaxWorkers(u32::MAX) was stored: {st:?}").into()),
+        Err(e) => e,
+    };
+    ensure_eq!(e.operation(), Some("control_queue"), "operation of a refused control_queue ({e})");
+    let too_many: Vec<LeaseRef> =
+        (0..=validate::MAX_LEASES_PER_CALL).map(|i| LeaseRef { id: JobId::new(), lease: Lease(i as i64) }).collect();
+    let e = match cx.backend.complete(WorkerId::random(), &too_many).await {
+        Ok(o) => return Err(format!("complete accepted {} leases: {o:?}", too_many.len()).into()),
+        Err(e) => e,
+    };
+    ensure_eq!(e.operation(), Some("complete"), "operation of a refused complete ({e})");
+    Ok(())
 }
