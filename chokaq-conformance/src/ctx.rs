@@ -166,6 +166,21 @@ impl fmt::Debug for Ctx {
 /// Default deadline of [`Ctx::poll`].
 pub const POLL_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How long [`Ctx::within`] waits for one backend call before it fails the case.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Awaits `fut` for at most [`CALL_DEADLINE`]; a call that hangs fails with `what` named, so a
+/// case's own deadline can fire (a plain `.await` on a hung call never returns).
+pub async fn within<T, F>(what: &str, fut: F) -> Result<T, Failure>
+where
+    F: Future<Output = Result<T, Failure>>,
+{
+    match tokio::time::timeout(CALL_DEADLINE, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure(format!("no answer within {CALL_DEADLINE:?} to {what}"))),
+    }
+}
+
 impl Ctx {
     /// A queue name unique to this case and run: `q-<case>-<random>`.
     pub fn queue(&self) -> QueueName {

@@ -54,7 +54,9 @@ mod runner;
 pub use cases::{all_cases, case_names, Case, Needs, Outcome, NASTY};
 pub use child::{maybe_run_child, ChildLine, ChildProc, ENV_CHILD_BATCH, ENV_CHILD_QUEUE, ENV_CHILD_ROLE};
 pub use cli::{error_chain, runner_main, Runner, Target, ENV_CHILD_FAULT};
-pub use ctx::{rescue_params, CaseResult, ChildLauncher, Ctx, Failure, StressSettings, AGED, POLL_DEADLINE};
+pub use ctx::{
+    rescue_params, within, CaseResult, ChildLauncher, Ctx, Failure, StressSettings, AGED, CALL_DEADLINE, POLL_DEADLINE,
+};
 pub use harness::{
     fresh_schema_name, is_required, ConnectFn, Harness, TestBackend, UrlHarness, ENV_CHILD_SCHEMA, ENV_CHILD_URL,
     ENV_REQUIRE,

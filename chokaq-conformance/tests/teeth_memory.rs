@@ -12,6 +12,22 @@ use chokaq_core::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
+    /// `complete_and_claim` claims first and completes after: its claim cannot see its own
+    /// completions.
+    CompleteAndClaimClaimsFirst,
+    /// `complete_and_claim` completes with the row's current lease instead of the caller's.
+    CompleteAndClaimIgnoresLease,
+    /// `complete_and_claim` presumes every listed completion frees a slot: it claims first,
+    /// with each capped queue's cap raised by the list's length, then completes.
+    CompleteAndClaimPresumesCompletions,
+    /// `complete` never answers after its first 20 calls (a hung connection).
+    CompleteHangs,
+    /// Not a fault: wake-ups naming each enqueued queue (the baseline of the two below).
+    WakeupsCorrect,
+    /// Every enqueue pushes the generic `Wake::Any`, never the queue.
+    WakeupsGeneric,
+    /// A batch wakes only the queue of its first job.
+    WakeupsFirstQueueOnly,
     /// Complete takes the row's current lease instead of checking the caller's.
     CompleteIgnoresLease,
     /// Heartbeat takes the row's current lease instead of checking the caller's.
@@ -38,6 +54,13 @@ impl Broken {
     }
 }
 
+/// The wake-up channel of the broken backends that push wake-ups (one per process: the
+/// other tests' wake-ups are noise of other queues, which the notify case must ignore).
+fn wake_channel() -> &'static tokio::sync::broadcast::Sender<Wake> {
+    static CHANNEL: std::sync::OnceLock<tokio::sync::broadcast::Sender<Wake>> = std::sync::OnceLock::new();
+    CHANNEL.get_or_init(|| tokio::sync::broadcast::channel(1024).0)
+}
+
 #[async_trait]
 impl Backend for Broken {
     fn name(&self) -> &'static str {
@@ -50,10 +73,31 @@ impl Backend for Broken {
         self.inner.migrate().await
     }
     async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {
-        self.inner.wakeups().await
+        match self.fault {
+            Some(Fault::WakeupsCorrect | Fault::WakeupsGeneric | Fault::WakeupsFirstQueueOnly) => {
+                Ok(Some(chokaq_core::Wakeups::new(wake_channel().subscribe())))
+            }
+            _ => self.inner.wakeups().await,
+        }
     }
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        self.inner.enqueue_many(jobs).await
+        let mut queues: Vec<String> = Vec::new();
+        for j in &jobs {
+            if !queues.contains(&j.queue.to_string()) {
+                queues.push(j.queue.to_string());
+            }
+        }
+        let out = self.inner.enqueue_many(jobs).await?;
+        let wakes = match self.fault {
+            Some(Fault::WakeupsCorrect) => queues.into_iter().map(Wake::Queue).collect(),
+            Some(Fault::WakeupsGeneric) => vec![Wake::Any],
+            Some(Fault::WakeupsFirstQueueOnly) => queues.into_iter().take(1).map(Wake::Queue).collect(),
+            _ => Vec::new(),
+        };
+        for w in wakes {
+            let _ = wake_channel().send(w);
+        }
+        Ok(out)
     }
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         if self.fault == Some(Fault::CapCheckThenAct) && req.queues.len() == 1 {
@@ -91,6 +135,12 @@ impl Backend for Broken {
         self.inner.heartbeat(worker, leases).await
     }
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        if self.fault == Some(Fault::CompleteHangs) {
+            static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            if CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 20 {
+                std::future::pending::<()>().await;
+            }
+        }
         if self.fault == Some(Fault::CompleteIgnoresLease) {
             let mut cur = Vec::new();
             for l in leases {
@@ -99,6 +149,47 @@ impl Backend for Broken {
             return self.inner.complete(worker, &cur).await;
         }
         self.inner.complete(worker, leases).await
+    }
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        req.validate()?;
+        match self.fault {
+            Some(Fault::CompleteAndClaimClaimsFirst) => {
+                let jobs = self.claim(req).await?;
+                Ok((self.complete(worker, leases).await?, jobs))
+            }
+            Some(Fault::CompleteAndClaimIgnoresLease) => {
+                let mut cur = Vec::new();
+                for l in leases {
+                    cur.push(self.current(*l).await?);
+                }
+                self.inner.complete_and_claim(worker, &cur, req).await
+            }
+            Some(Fault::CompleteAndClaimPresumesCompletions) => {
+                let mut raised = Vec::new();
+                for q in &req.queues {
+                    if let Some(max) = self.inner.queue_settings(q).await?.max_workers {
+                        let more = max.saturating_add(leases.len() as u32);
+                        self.inner.control_queue(q, QueueControl::SetMaxWorkers(Some(more))).await?;
+                        raised.push((q, max));
+                    }
+                }
+                let jobs = self.inner.claim(req).await;
+                for (q, max) in raised {
+                    self.inner.control_queue(q, QueueControl::SetMaxWorkers(Some(max))).await?;
+                }
+                Ok((self.complete(worker, leases).await?, jobs?))
+            }
+            // The trait's default, over this wrapper's (possibly broken) complete and claim.
+            _ => {
+                let done = self.complete(worker, leases).await?;
+                Ok((done, self.claim(req).await?))
+            }
+        }
     }
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         if self.fault == Some(Fault::RetryForever) {
@@ -199,6 +290,55 @@ async fn check_then_act_cap_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retry_forever_is_caught() {
     assert_caught(Fault::RetryForever, &["retry_until_max_attempts_then_dead"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_and_claim_claiming_first_is_caught() {
+    assert_caught(Fault::CompleteAndClaimClaimsFirst, &["complete_and_claim_claim_sees_its_completions"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_and_claim_ignoring_the_lease_is_caught() {
+    assert_caught(Fault::CompleteAndClaimIgnoresLease, &["complete_and_claim_stale_lease_is_lost"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_and_claim_presuming_completions_is_caught() {
+    assert_caught(
+        Fault::CompleteAndClaimPresumesCompletions,
+        &["complete_and_claim_stale_lease_is_lost", "complete_and_claim_race_cap"],
+    )
+    .await;
+}
+
+/// Wake-ups that do not name the enqueued queue are caught by the notify case (which passes
+/// on correct wake-ups of the same wrapper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn generic_or_misnamed_wakeups_are_caught() {
+    let case = ["notify_wakes_on_enqueue"];
+    let (generic, first_only, correct) = tokio::join!(
+        outcomes(Some(Fault::WakeupsGeneric), &case),
+        outcomes(Some(Fault::WakeupsFirstQueueOnly), &case),
+        outcomes(Some(Fault::WakeupsCorrect), &case),
+    );
+    for (fault, out) in [("WakeupsGeneric", generic), ("WakeupsFirstQueueOnly", first_only)] {
+        let err = out[0].1.as_ref().expect_err("a broken wake-up passed the notify case");
+        assert!(!err.starts_with("skipped"), "{err}");
+        println!("{fault} caught by notify_wakes_on_enqueue: {err}");
+    }
+    assert_eq!(correct[0].1, Ok(()), "the notify case fails on correct wake-ups");
+}
+
+/// A mover whose call hangs ends the stats-reader case at its own deadline, with a message
+/// naming the call, not at the runner's 120 s limit per case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hanging_mover_ends_the_stats_case_at_its_deadline() {
+    let t = std::time::Instant::now();
+    let out = outcomes(Some(Fault::CompleteHangs), &["stats_readers_see_consistent_sums"]).await;
+    let err = out[0].1.as_ref().expect_err("a hung complete passed the stats case");
+    println!("CompleteHangs caught by stats_readers_see_consistent_sums in {:?}: {err}", t.elapsed());
+    assert!(err.contains("no answer within"), "the case did not name the hung call: {err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(60), "took {:?}", t.elapsed());
 }
 
 #[tokio::test]

@@ -155,6 +155,8 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult
                 ensure!(capped as u32 <= cap, "one claim returned {capped} jobs of a queue capped at {cap}");
                 let now_held = held.fetch_add(capped as i64, Ordering::SeqCst) + capped as i64;
                 max_held.fetch_max(now_held, Ordering::SeqCst);
+                // A caught overshoot ends the round at once (the others stop on `done`).
+                ensure!(now_held <= i64::from(cap), "{now_held} jobs were held at once by workers");
                 let leases: Vec<LeaseRef> = got.iter().map(|j| j.lease_ref()).collect();
                 if mode == ClaimMode::Reserve {
                     let s = cx.backend.start(w, &leases).await?;
@@ -166,7 +168,9 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult
                 let c = cx.backend.complete(w, &leases).await?;
                 ensure!(c.lost.is_empty(), "complete lost leases {:?}", c.lost);
                 let capped_done = got.iter().filter(|j| j.queue == q && c.done.contains(&j.id)).count();
-                done.fetch_add(capped_done as u64, Ordering::SeqCst);
+                // Saturating: `done` is set to u64::MAX to stop the round, and a wrapping add
+                // would restart it (then the round waits out its 60 s deadline).
+                let _ = done.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_add(capped_done as u64));
             }
             Ok::<(), Failure>(())
         });
@@ -178,6 +182,10 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult
             while done.load(Ordering::SeqCst) < jobs as u64 {
                 let s = cx.queue_stats(&q).await?;
                 max_db.fetch_max(s.fetched + s.processing, Ordering::SeqCst);
+                if s.fetched + s.processing > u64::from(cap) {
+                    // Caught: stop the claimers now; the check after the round reports it.
+                    done.store(u64::MAX, Ordering::SeqCst);
+                }
                 tokio::task::yield_now().await;
             }
             Ok::<(), Failure>(())

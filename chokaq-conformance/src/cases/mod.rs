@@ -11,6 +11,7 @@ use crate::ctx::{Ctx, Failure};
 mod bad_input;
 mod cap;
 mod claim;
+mod complete_and_claim;
 mod hostile;
 mod idempotency;
 mod isolation;
@@ -158,6 +159,7 @@ groups!(
     claim,
     cap,
     lease,
+    complete_and_claim,
     lifecycle,
     retry,
     rescue,

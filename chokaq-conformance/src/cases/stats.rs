@@ -1,14 +1,14 @@
 //! Stats: exact counts per queue and state from one snapshot, the lag, and sums that always
 //! add up while jobs move.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chokaq_core::testing::JobPatch;
 use chokaq_core::{BackendExt, ClaimMode, DeadReason, FailAction, JobId, LeaseRef, WorkerId};
 
-use crate::ctx::{CaseResult, Ctx, Failure};
+use crate::ctx::{within, CaseResult, Ctx, Failure, CALL_DEADLINE};
 use crate::{ensure, ensure_eq};
 
 super::cases!(stats: counts_per_state, oldest_due_lag, readers_see_consistent_sums);
@@ -60,20 +60,25 @@ pub async fn oldest_due_lag(cx: Ctx) -> CaseResult {
 
 /// Readers of stats (and of raw presence) while jobs move between tables never see a job in
 /// two tables or in none: hot + archived + dead of the queue always equals what was enqueued.
+/// Every backend call is bounded by [`CALL_DEADLINE`] and the whole race by 60 s, so a hung
+/// mover or reader fails the case with what it was waiting for.
 pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
     let q = cx.queue();
     let n = cx.stress.jobs;
     let ids = cx.enqueue_n(&q, n).await?;
     let stop = Arc::new(AtomicBool::new(false));
+    // Jobs that left the hot table (archived or dead-lettered), for the deadline's message.
+    let finished = Arc::new(AtomicU64::new(0));
     let mut movers = tokio::task::JoinSet::new();
-    for t in 0..cx.stress.claimers.clamp(2, 4) {
-        let (cx, q) = (cx.clone(), q.clone());
+    let mover_count = cx.stress.claimers.clamp(2, 4);
+    for t in 0..mover_count {
+        let (cx, q, stop, finished) = (cx.clone(), q.clone(), stop.clone(), finished.clone());
         movers.spawn(async move {
             let w = WorkerId::random();
-            loop {
-                let got = cx.claim(w, &q, 4, ClaimMode::Start).await?;
+            while !stop.load(Ordering::SeqCst) {
+                let got = within("a mover's claim", cx.claim(w, &q, 4, ClaimMode::Start)).await?;
                 if got.is_empty() {
-                    if cx.queue_stats(&q).await?.pending == 0 {
+                    if within("a mover's stats", cx.queue_stats(&q)).await?.pending == 0 {
                         return Ok::<(), Failure>(());
                     }
                     tokio::task::yield_now().await;
@@ -85,12 +90,19 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
                     match (i + t) % 4 {
                         0 => {
                             let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
-                            let out = cx.backend.fail(w, j.lease_ref(), dl).await?;
+                            let out = within("a mover's fail(dead-letter)", async {
+                                Ok(cx.backend.fail(w, j.lease_ref(), dl).await?)
+                            })
+                            .await?;
                             ensure!(!out.is_lost(), "fail(dead-letter) lost its lease");
+                            finished.fetch_add(1, Ordering::SeqCst);
                         }
                         1 if j.attempt < 2 => {
                             let r = FailAction::Retry { delay: Duration::ZERO, error: "again".into() };
-                            let out = cx.backend.fail(w, j.lease_ref(), r).await?;
+                            let out = within("a mover's fail(retry)", async {
+                                Ok(cx.backend.fail(w, j.lease_ref(), r).await?)
+                            })
+                            .await?;
                             ensure!(!out.is_lost(), "fail(retry) lost its lease");
                         }
                         _ => done.push(j.lease_ref()),
@@ -98,10 +110,13 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
                 }
                 let leases: Vec<LeaseRef> = done;
                 if !leases.is_empty() {
-                    let out = cx.backend.complete(w, &leases).await?;
+                    let out =
+                        within("a mover's complete", async { Ok(cx.backend.complete(w, &leases).await?) }).await?;
                     ensure!(out.lost.is_empty(), "complete lost leases {:?}", out.lost);
+                    finished.fetch_add(out.done.len() as u64, Ordering::SeqCst);
                 }
             }
+            Ok(())
         });
     }
     let mut readers = tokio::task::JoinSet::new();
@@ -111,37 +126,66 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
             let mut reads = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 if r == 0 {
-                    let s = cx.queue_stats(&q).await?;
+                    let s = within("a reader's stats", cx.queue_stats(&q)).await?;
                     let total = s.pending + s.fetched + s.processing + s.archived + s.dead;
                     ensure_eq!(total, n as u64, "hot + archived + dead seen by a concurrent stats reader ({s:?})");
                 } else {
-                    let p = cx.backend.presence_many(&ids).await?;
+                    let p =
+                        within("a reader's presence_many", async { Ok(cx.backend.presence_many(&ids).await?) }).await?;
                     let bad: Vec<(JobId, _)> = p.into_iter().filter(|(_, p)| p.total() != 1).take(3).collect();
                     ensure!(bad.is_empty(), "a concurrent reader saw jobs in two tables or none: {bad:?}");
                 }
                 reads += 1;
+                // A backend whose calls never yield (the in-memory one) must not hold a
+                // runtime thread forever: the deadlines and the abort need their turn.
+                tokio::task::yield_now().await;
             }
             Ok::<u64, Failure>(reads)
         });
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let limit = Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + limit;
     let mut first_err: Option<Failure> = None;
-    while let Some(r) = movers.join_next().await {
-        if let Err(e) = r.map_err(|e| Failure(format!("mover panicked: {e}"))).and_then(|r| r) {
-            first_err.get_or_insert(e);
-        }
-        if Instant::now() > deadline {
-            first_err.get_or_insert(Failure("movers did not finish in 60 s".into()));
-            break;
+    let mut movers_left = mover_count;
+    while movers_left > 0 {
+        match tokio::time::timeout_at(deadline, movers.join_next()).await {
+            Ok(Some(r)) => {
+                movers_left -= 1;
+                if let Err(e) = r.map_err(|e| Failure(format!("mover panicked: {e}"))).and_then(|r| r) {
+                    // One failed mover fails the case: stop the others now.
+                    first_err.get_or_insert(e);
+                    stop.store(true, Ordering::SeqCst);
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {
+                first_err.get_or_insert(Failure(format!(
+                    "movers did not finish within {limit:?}: {movers_left} of {mover_count} still running, {} of {n} \
+                     jobs archived or dead-lettered",
+                    finished.load(Ordering::SeqCst)
+                )));
+                movers.abort_all();
+                break;
+            }
         }
     }
     stop.store(true, Ordering::SeqCst);
     let mut reads = 0;
-    while let Some(r) = readers.join_next().await {
-        match r.map_err(|e| Failure(format!("reader panicked: {e}"))).and_then(|r| r) {
-            Ok(k) => reads += k,
-            Err(e) => {
-                first_err.get_or_insert(e);
+    // The readers stop at their next loop turn; each call is bounded by CALL_DEADLINE.
+    let readers_deadline = tokio::time::Instant::now() + CALL_DEADLINE + Duration::from_secs(5);
+    loop {
+        match tokio::time::timeout_at(readers_deadline, readers.join_next()).await {
+            Ok(Some(r)) => match r.map_err(|e| Failure(format!("reader panicked: {e}"))).and_then(|r| r) {
+                Ok(k) => reads += k,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            },
+            Ok(None) => break,
+            Err(_) => {
+                first_err.get_or_insert(Failure("the readers did not stop after the movers ended".into()));
+                readers.abort_all();
+                break;
             }
         }
     }

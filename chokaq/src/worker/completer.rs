@@ -188,6 +188,8 @@ impl Completer {
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = self.queued.notified() => {}
+                    // Stopping: write now, however long the flush interval is.
+                    _ = stop.cancelled() => break,
                 }
             }
             // Empty when a cap-bound claim loop took them along meanwhile.

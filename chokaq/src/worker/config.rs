@@ -211,7 +211,7 @@ impl WorkerBuilder {
     }
 
     /// Completions flushed in one call at most (default 500) and the longest a finished job
-    /// waits for its batch (default 2 ms).
+    /// waits for its batch (default 2 ms, at most 10 s).
     pub fn completion_batching(mut self, max: usize, flush_every: Duration) -> Self {
         self.config.completion_batch = max;
         self.config.completion_flush = flush_every;
@@ -320,6 +320,9 @@ fn within_limit(name: &str, d: Duration) -> Result<()> {
     Ok(())
 }
 
+/// The longest completion flush interval (`completion_batching`): it is a batching window.
+const MAX_COMPLETION_FLUSH: Duration = Duration::from_secs(10);
+
 /// The range and consistency checks of the numeric settings.
 fn check(c: &WorkerConfig) -> Result<()> {
     let m = &c.maintenance;
@@ -389,6 +392,13 @@ fn check(c: &WorkerConfig) -> Result<()> {
         if d.is_zero() {
             return Err(Error::invalid(format!("{name} must be positive")));
         }
+    }
+    // A batching window: a lone finished job waits this long for company before it is written.
+    if c.completion_flush > MAX_COMPLETION_FLUSH {
+        return Err(Error::invalid(format!(
+            "completion flush interval must be at most {MAX_COMPLETION_FLUSH:?}, got {:?}",
+            c.completion_flush
+        )));
     }
     if c.min_poll_interval > c.poll_interval {
         return Err(Error::invalid("min poll interval must not exceed the poll interval"));
