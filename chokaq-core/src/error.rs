@@ -50,13 +50,30 @@ impl fmt::Display for ErrorKind {
 /// The one error type of chokaq: a kind, a message, and the source error where there is one.
 ///
 /// Messages never contain connection strings or passwords.
-#[derive(Debug, thiserror::Error)]
-#[error("{kind}: {message}")]
+///
+/// A backend sets the [`Backend`](crate::Backend) operation an error came from
+/// ([`Error::operation`], e.g. `complete`); `Display` then starts with it.
+#[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
-    #[source]
+    operation: Option<&'static str>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(op) = self.operation {
+            write!(f, "{op}: ")?;
+        }
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 /// `Result` with chokaq's [`Error`].
@@ -65,7 +82,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind` with a message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), source: None }
+        Error { kind, message: message.into(), operation: None, source: None }
     }
 
     /// A new error of `kind` with a message and the error that caused it.
@@ -74,7 +91,7 @@ impl Error {
         message: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
-        Error { kind, message: message.into(), source: Some(source.into()) }
+        Error { kind, message: message.into(), operation: None, source: Some(source.into()) }
     }
 
     /// Shorthand for [`ErrorKind::InvalidInput`].
@@ -106,6 +123,19 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         self.kind.is_retryable()
     }
+
+    /// The [`Backend`](crate::Backend) operation the error came from (`claim`, `complete`,
+    /// `enqueue_many`, …), where the backend set it.
+    pub fn operation(&self) -> Option<&'static str> {
+        self.operation
+    }
+
+    /// Sets the operation the error came from, unless one is set already (the innermost
+    /// operation names it).
+    pub fn with_operation(mut self, operation: &'static str) -> Self {
+        self.operation.get_or_insert(operation);
+        self
+    }
 }
 
 impl From<serde_json::Error> for Error {
@@ -124,5 +154,8 @@ mod tests {
         assert!(Error::new(ErrorKind::Unavailable, "gone").is_retryable());
         assert!(!Error::invalid("bad").is_retryable());
         assert_eq!(Error::invalid("bad queue").to_string(), "invalid input: bad queue");
+        let e = Error::new(ErrorKind::Transient, "deadlock").with_operation("complete").with_operation("outer");
+        assert_eq!(e.operation(), Some("complete"));
+        assert_eq!(e.to_string(), "complete: transient: deadlock");
     }
 }

@@ -27,6 +27,9 @@ pub struct ListJobsParams {
     pub after: Option<JobId>,
     /// 1 to 1000.
     pub limit: u32,
+    /// List the jobs without their payloads (each reads as JSON `null`): a dashboard's page of
+    /// 1000 jobs then never carries 1000 payloads of up to a MiB each. Default false.
+    pub without_payloads: bool,
 }
 
 impl ListJobsParams {
@@ -42,6 +45,7 @@ impl ListJobsParams {
             created_to: None,
             after: None,
             limit: 100,
+            without_payloads: false,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Test support: what the conformance suite needs beyond the production API. Backends
 //! implement [`TestSupport`]; applications never call it.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::{Backend, JobId, JobStatus, Result, Timestamp};
@@ -16,6 +18,10 @@ pub struct JobPatch {
     pub heartbeat_at: Option<Option<Timestamp>>,
     pub updated_at: Option<Timestamp>,
     pub created_at: Option<Timestamp>,
+    /// The stored payload's raw JSON text, bypassing every check: to make a row that a read
+    /// cannot decode (e.g. nested deeper than the reader's recursion limit). A backend that
+    /// cannot store such a row (memory) returns an `Unsupported` error.
+    pub raw_payload: Option<String>,
 }
 
 /// In how many rows of each table an id appears (raw, no joins): the "exactly one place"
@@ -53,6 +59,22 @@ pub trait TestSupport: Backend {
     /// Returns how many were killed.
     async fn kill_connections(&self) -> Result<u64> {
         Err(crate::Error::unsupported("kill_connections is not supported by this backend"))
+    }
+
+    /// A second handle on the same store whose sessions belong to a role (or database) whose
+    /// default transaction isolation is REPEATABLE READ, as an administrator may configure it:
+    /// the backend must pin the level its claims need whatever that default. `None` when the
+    /// database has no such default to set (the isolation cases are then ignored). The role,
+    /// if one is created, is dropped by [`TestSupport::drop_schema`].
+    async fn with_repeatable_read_default(&self) -> Result<Option<Arc<dyn TestSupport>>> {
+        Ok(None)
+    }
+
+    /// The isolation level a transaction of this handle's sessions runs at unless the backend
+    /// sets one itself (e.g. `read committed`), as the database names it; `None` where the
+    /// database has no such notion.
+    async fn session_isolation(&self) -> Result<Option<String>> {
+        Ok(None)
     }
 
     /// Drops everything this backend created (its schema). Used by runners after a suite.

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,7 +49,13 @@ pub(crate) struct Shared {
     pub(crate) channel: String,
     pub(crate) max_payload_bytes: usize,
     pub(crate) sql: Statements,
+    /// Rescue calls in a row that found the rescue lock held (see [`PgBackend::note_rescue`]).
+    pub(crate) rescue_skipped: AtomicU32,
 }
+
+/// After this many rescue calls in a row that found the lock held, a warning is logged (and
+/// again every as many calls).
+pub const RESCUE_SKIPPED_WARN: u32 = 20;
 
 impl fmt::Debug for PgBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -61,13 +68,27 @@ impl fmt::Debug for PgBackend {
 }
 
 impl PgBackend {
-    /// Validates the schema name, then opens a pool (sessions named `chokaq:<schema>`). Does
-    /// not migrate: call [`Backend::migrate`].
+    /// Validates the schema name, then opens a pool (sessions named `chokaq:<schema>`, their
+    /// transactions at READ COMMITTED whatever `default_transaction_isolation` the server, the
+    /// database or the role sets). Does not migrate: call [`Backend::migrate`].
     pub async fn connect(config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;
-        let mut opts = PgConnectOptions::from_str(&config.url)
-            .map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?
-            .application_name(&config.application_name());
+        let opts =
+            PgConnectOptions::from_str(&config.url).map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?;
+        Self::connect_with(opts, config).await
+    }
+
+    /// [`PgBackend::connect`] with connection options built by the caller (host, user, TLS…);
+    /// `config.url` is not used. The sessions are named `chokaq:<schema>` and pinned to READ
+    /// COMMITTED (see [`PgBackend::connect`]).
+    pub async fn connect_with(opts: PgConnectOptions, config: PgConfig) -> Result<Self> {
+        validate::schema_name(&config.schema)?;
+        // Startup options override the server's, the database's and the role's defaults: the
+        // claim's cap count needs a fresh snapshot per statement (`docs/contract.md`, Database
+        // rules), whatever `default_transaction_isolation` an administrator set.
+        let mut opts = opts
+            .application_name(&config.application_name())
+            .options([("default_transaction_isolation", r"read\ committed")]);
         if let Some(t) = config.statement_timeout {
             opts = opts.options([("statement_timeout", format!("{}ms", t.as_millis().max(1)))]);
         }
@@ -81,6 +102,9 @@ impl PgBackend {
     }
 
     /// Wraps an existing pool. `config.url` is not used; its other settings are.
+    /// The pool's sessions must run their transactions at READ COMMITTED (the server's default):
+    /// build them with `PgConnectOptions::options([("default_transaction_isolation", r"read\ committed")])`
+    /// (the space escaped), or use [`PgBackend::connect_with`], which does.
     /// The test support (feature `testing`) kills only sessions whose `application_name` is
     /// `chokaq:<schema>`, as [`PgBackend::connect`] sets it.
     pub fn from_pool(pool: PgPool, config: PgConfig) -> Result<Self> {
@@ -93,8 +117,15 @@ impl PgBackend {
                 channel: sql::channel(&config.schema),
                 schema: config.schema,
                 max_payload_bytes: config.max_payload_bytes,
+                rescue_skipped: AtomicU32::new(0),
             }),
         })
+    }
+
+    /// The same schema, statements and settings on another pool (test support).
+    #[cfg(feature = "testing")]
+    pub(crate) fn on_pool(&self, pool: PgPool) -> Self {
+        PgBackend { pool, shared: self.shared.clone() }
     }
 
     /// The pool.
@@ -111,10 +142,36 @@ impl PgBackend {
         &self.shared.sql
     }
 
+    /// Counts rescue calls in a row that did not run (another session held the lock) and warns
+    /// every [`RESCUE_SKIPPED_WARN`] of them: a lock held for that long means a stuck instance
+    /// or a session that should not hold it.
+    fn note_rescue(&self, ran: bool) {
+        if ran {
+            self.shared.rescue_skipped.store(0, Ordering::Relaxed);
+            return;
+        }
+        let n = self.shared.rescue_skipped.fetch_add(1, Ordering::Relaxed) + 1;
+        if n % RESCUE_SKIPPED_WARN == 0 {
+            tracing::warn!(
+                schema = %self.shared.schema,
+                skipped = n,
+                "rescue has not run for {n} calls in a row: another session holds the schema's rescue lock \
+                 (the `rescue` row of its `locks` table)"
+            );
+        }
+    }
+
     /// Runs one of the guarded batch statements (`$1` worker, `$2` ids, `$3` leases) over every
     /// (id, lease) pair of the input (an id may come with several leases: the one that holds
     /// the row matches) and splits the input's ids into done and lost.
-    async fn guarded(&self, sql: &str, worker: WorkerId, leases: &[LeaseRef]) -> Result<(Vec<Uuid>, HashSet<Uuid>)> {
+    async fn guarded(
+        &self,
+        op: &str,
+        sql: &str,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+    ) -> Result<(Vec<Uuid>, HashSet<Uuid>)> {
+        validate::lease_list(op, leases)?;
         let (ids, lease_nums) = pairs(leases);
         if ids.is_empty() {
             return Ok((ids, HashSet::new()));
@@ -145,6 +202,25 @@ impl PgBackend {
         Ok(())
     }
 
+    /// Moves claimed rows that could not be decoded to the dead-letter table (guarded by the
+    /// claim's lease), so they neither fail their batch nor come back after the fetched
+    /// timeout.
+    async fn dead_letter_undecodable(&self, worker: WorkerId, bad: Vec<rows::Undecodable>) -> Result<()> {
+        for b in bad {
+            tracing::error!(job_id = %b.id, reason = %b.reason, "claimed row cannot be decoded: dead-lettered");
+            with_retry(|| {
+                sqlx::query(&self.sql().dead_undecodable)
+                    .bind(worker.0)
+                    .bind(b.id)
+                    .bind(b.lease)
+                    .bind(&b.reason)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     async fn set_control<T>(&self, sql: &str, queue: &QueueName, value: T) -> Result<QueueSettings>
     where
         T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Sync + Clone,
@@ -162,7 +238,21 @@ impl PgBackend {
     /// [`PgBackend::connect`], with the broken statements `faults` names in place of the
     /// correct ones.
     pub async fn connect_with_faults(config: PgConfig, faults: sql::Faults) -> Result<Self> {
-        Ok(Self::connect(config).await?.with_faults(faults))
+        let opts =
+            PgConnectOptions::from_str(&config.url).map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?;
+        if faults.claim_repeatable_read {
+            // After the pin in `connect_with`: the last setting of a startup option wins.
+            let b = Self::connect_with(opts, config).await?;
+            let opts =
+                (*b.pool.connect_options()).clone().options([("default_transaction_isolation", r"repeatable\ read")]);
+            let pool = PgPoolOptions::new()
+                .max_connections(b.pool.options().get_max_connections())
+                .connect_with(opts)
+                .await
+                .map_err(map_sqlx_error)?;
+            return Ok(PgBackend { pool, shared: b.shared }.with_faults(faults));
+        }
+        Ok(Self::connect_with(opts, config).await?.with_faults(faults))
     }
 
     /// This backend's pool and settings with a statement set in which the broken statements
@@ -175,6 +265,7 @@ impl PgBackend {
             application_name: self.shared.application_name.clone(),
             channel: self.shared.channel.clone(),
             max_payload_bytes: self.shared.max_payload_bytes,
+            rescue_skipped: AtomicU32::new(0),
         };
         PgBackend { pool: self.pool, shared: Arc::new(shared) }
     }
@@ -191,31 +282,43 @@ impl Backend for PgBackend {
     }
 
     async fn migrate(&self) -> Result<()> {
-        with_retry(|| migrate::migrate(&self.pool, self.sql(), &self.shared.schema)).await
+        async move { with_retry(|| migrate::migrate(&self.pool, self.sql(), &self.shared.schema)).await }
+            .await
+            .map_err(|e: Error| e.with_operation("migrate"))
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        let (rows, slots) = self.prepare(jobs)?;
-        if rows.is_empty() {
-            return Ok(Vec::new());
+        async move {
+            let (rows, slots) = self.prepare(jobs)?;
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.enqueue_on(Target::Pool(&self.pool), &rows, &slots).await
         }
-        self.enqueue_on(Target::Pool(&self.pool), &rows, &slots).await
+        .await
+        .map_err(|e: Error| e.with_operation("enqueue_many"))
     }
 
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        req.validate()?;
-        let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
-        let start = req.mode == ClaimMode::Start;
-        let rows = with_retry(|| {
-            sqlx::query(&self.sql().claim)
-                .bind(req.worker.0)
-                .bind(&queues)
-                .bind(req.limit as i32)
-                .bind(start)
-                .fetch_all(&self.pool)
-        })
-        .await?;
-        sorted_claims(&rows)
+        async move {
+            req.validate()?;
+            let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
+            let start = req.mode == ClaimMode::Start;
+            let rows = with_retry(|| {
+                sqlx::query(&self.sql().claim)
+                    .bind(req.worker.0)
+                    .bind(&queues)
+                    .bind(req.limit as i32)
+                    .bind(start)
+                    .fetch_all(&self.pool)
+            })
+            .await?;
+            let (jobs, bad) = sorted_claims(&rows)?;
+            self.dead_letter_undecodable(req.worker, bad).await?;
+            Ok(jobs)
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("claim"))
     }
 
     async fn complete_and_claim(
@@ -224,308 +327,384 @@ impl Backend for PgBackend {
         leases: &[LeaseRef],
         req: &ClaimParams,
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
-        req.validate()?;
-        let (ids, lease_nums) = pairs(leases);
-        let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
-        let start = req.mode == ClaimMode::Start;
-        let rows = with_retry(|| {
-            sqlx::query(&self.sql().complete_and_claim)
-                .bind(worker.0)
-                .bind(&ids)
-                .bind(&lease_nums)
-                .bind(&queues)
-                .bind(req.limit as i32)
-                .bind(start)
-                .fetch_all(&self.pool)
-        })
-        .await?;
-        let mut done: HashSet<Uuid> = HashSet::new();
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in rows {
-            if done.is_empty() {
-                let ids: Vec<Uuid> = row.try_get("o_done").map_err(map_sqlx_error)?;
-                done.extend(ids);
+        async move {
+            req.validate()?;
+            validate::lease_list("complete_and_claim", leases)?;
+            let (ids, lease_nums) = pairs(leases);
+            let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
+            let start = req.mode == ClaimMode::Start;
+            let rows = with_retry(|| {
+                sqlx::query(&self.sql().complete_and_claim)
+                    .bind(worker.0)
+                    .bind(&ids)
+                    .bind(&lease_nums)
+                    .bind(&queues)
+                    .bind(req.limit as i32)
+                    .bind(start)
+                    .fetch_all(&self.pool)
+            })
+            .await?;
+            let mut done: HashSet<Uuid> = HashSet::new();
+            let mut claimed = Vec::with_capacity(rows.len());
+            for row in rows {
+                if done.is_empty() {
+                    let ids: Vec<Uuid> = row.try_get("o_done").map_err(map_sqlx_error)?;
+                    done.extend(ids);
+                }
+                let id: Option<Uuid> = row.try_get("id").map_err(map_sqlx_error)?;
+                if id.is_some() {
+                    claimed.push(row);
+                }
             }
-            let id: Option<Uuid> = row.try_get("id").map_err(map_sqlx_error)?;
-            if id.is_some() {
-                claimed.push(row);
-            }
+            let (jobs, bad) = sorted_claims(&claimed)?;
+            self.dead_letter_undecodable(worker, bad).await?;
+            self.completed_before(worker, leases, &mut done).await?;
+            Ok((split(&ids, &done), jobs))
         }
-        let claimed = sorted_claims(&claimed)?;
-        self.completed_before(worker, leases, &mut done).await?;
-        Ok((split(&ids, &done), claimed))
+        .await
+        .map_err(|e: Error| e.with_operation("complete_and_claim"))
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        let (ids, done) = self.guarded(&self.sql().start, worker, leases).await?;
-        Ok(split(&ids, &done))
+        async move {
+            let (ids, done) = self.guarded("start", &self.sql().start, worker, leases).await?;
+            Ok(split(&ids, &done))
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("start"))
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-        let (ids, lease_nums) = pairs(leases);
-        if ids.is_empty() {
-            return Ok(HeartbeatReport::default());
+        async move {
+            validate::lease_list("heartbeat", leases)?;
+            let (ids, lease_nums) = pairs(leases);
+            if ids.is_empty() {
+                return Ok(HeartbeatReport::default());
+            }
+            let sql = &self.sql().heartbeat;
+            let rows: Vec<(Uuid, bool)> = with_retry(|| {
+                sqlx::query_as::<_, (Uuid, bool)>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
+            })
+            .await?;
+            let held: HashMap<Uuid, bool> = rows.into_iter().collect();
+            Ok(HeartbeatReport::merge(ids.iter().map(|id| (JobId(*id), held.get(id).copied()))))
         }
-        let sql = &self.sql().heartbeat;
-        let rows: Vec<(Uuid, bool)> = with_retry(|| {
-            sqlx::query_as::<_, (Uuid, bool)>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
-        })
-        .await?;
-        let held: HashMap<Uuid, bool> = rows.into_iter().collect();
-        Ok(HeartbeatReport::merge(ids.iter().map(|id| (JobId(*id), held.get(id).copied()))))
+        .await
+        .map_err(|e: Error| e.with_operation("heartbeat"))
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        let (ids, mut done) = self.guarded(&self.sql().complete, worker, leases).await?;
-        self.completed_before(worker, leases, &mut done).await?;
-        Ok(split(&ids, &done))
+        async move {
+            let (ids, mut done) = self.guarded("complete", &self.sql().complete, worker, leases).await?;
+            self.completed_before(worker, leases, &mut done).await?;
+            Ok(split(&ids, &done))
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("complete"))
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
-        let (act, delay, error, reason) = match &outcome {
-            FailAction::Retry { delay, error } => ("retry", *delay, Some(error_text(error)), DeadReason::Failed),
-            FailAction::Snooze { delay } => ("snooze", *delay, None, DeadReason::Failed),
-            FailAction::DeadLetter { reason, error } => ("dead", Duration::ZERO, Some(error_text(error)), *reason),
-            FailAction::Cancelled { error } => {
-                ("dead", Duration::ZERO, error.as_deref().map(error_text), DeadReason::Cancelled)
-            }
-        };
-        let row = with_retry(|| {
-            sqlx::query(&self.sql().fail)
-                .bind(worker.0)
-                .bind(lease.id.0)
-                .bind(lease.lease.0)
-                .bind(act)
-                .bind(rows::micros(delay))
-                .bind(error.as_deref())
-                .bind(reason.as_str())
-                .fetch_optional(&self.pool)
-        })
-        .await?;
-        let missing = || Error::new(ErrorKind::Other, "fail: no due time returned");
-        let Some(row) = row else {
-            // Not held: the outcome this lease already wrote, if it did (a repeat), else lost.
+        async move {
+            outcome.validate()?;
+            let (act, delay, error, reason) = match &outcome {
+                FailAction::Retry { delay, error } => ("retry", *delay, Some(error_text(error)), DeadReason::Failed),
+                FailAction::Snooze { delay } => ("snooze", *delay, None, DeadReason::Failed),
+                FailAction::DeadLetter { reason, error } => ("dead", Duration::ZERO, Some(error_text(error)), *reason),
+                FailAction::Cancelled { error } => {
+                    ("dead", Duration::ZERO, error.as_deref().map(error_text), DeadReason::Cancelled)
+                }
+            };
             let row = with_retry(|| {
-                sqlx::query(&self.sql().fail_standing)
+                sqlx::query(&self.sql().fail)
                     .bind(worker.0)
                     .bind(lease.id.0)
                     .bind(lease.lease.0)
+                    .bind(act)
+                    .bind(rows::micros(delay))
+                    .bind(error.as_deref())
+                    .bind(reason.as_str())
                     .fetch_optional(&self.pool)
             })
             .await?;
-            let Some(row) = row else { return Ok(Fenced::LeaseLost) };
+            let missing = || Error::new(ErrorKind::Other, "fail: no due time returned");
+            let Some(row) = row else {
+                // Not held: the outcome this lease already wrote, if it did (a repeat), else lost.
+                let row = with_retry(|| {
+                    sqlx::query(&self.sql().fail_standing)
+                        .bind(worker.0)
+                        .bind(lease.id.0)
+                        .bind(lease.lease.0)
+                        .fetch_optional(&self.pool)
+                })
+                .await?;
+                let Some(row) = row else { return Ok(Fenced::LeaseLost) };
+                let at: Option<Timestamp> = row.try_get("at").map_err(map_sqlx_error)?;
+                let stood: Option<String> = row.try_get("reason").map_err(map_sqlx_error)?;
+                return Ok(Fenced::Done(match (stood, &outcome) {
+                    (Some(r), _) => FailOutcome::DeadLettered(DeadReason::parse(&r)?),
+                    (None, FailAction::Snooze { .. }) => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
+                    (None, _) => FailOutcome::Retried { at: at.ok_or_else(missing)? },
+                }));
+            };
+            let done: String = row.try_get("act").map_err(map_sqlx_error)?;
             let at: Option<Timestamp> = row.try_get("at").map_err(map_sqlx_error)?;
-            let stood: Option<String> = row.try_get("reason").map_err(map_sqlx_error)?;
-            return Ok(Fenced::Done(match (stood, &outcome) {
-                (Some(r), _) => FailOutcome::DeadLettered(DeadReason::parse(&r)?),
-                (None, FailAction::Snooze { .. }) => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
-                (None, _) => FailOutcome::Retried { at: at.ok_or_else(missing)? },
-            }));
-        };
-        let done: String = row.try_get("act").map_err(map_sqlx_error)?;
-        let at: Option<Timestamp> = row.try_get("at").map_err(map_sqlx_error)?;
-        Ok(Fenced::Done(match done.as_str() {
-            "retry" => FailOutcome::Retried { at: at.ok_or_else(missing)? },
-            "snooze" => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
-            "cancelled" => FailOutcome::DeadLettered(DeadReason::Cancelled),
-            _ => FailOutcome::DeadLettered(reason),
-        }))
+            Ok(Fenced::Done(match done.as_str() {
+                "retry" => FailOutcome::Retried { at: at.ok_or_else(missing)? },
+                "snooze" => FailOutcome::Snoozed { until: at.ok_or_else(missing)? },
+                "cancelled" => FailOutcome::DeadLettered(DeadReason::Cancelled),
+                _ => FailOutcome::DeadLettered(reason),
+            }))
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("fail"))
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        let (ids, done) = self.guarded(&self.sql().release, worker, leases).await?;
-        Ok(split(&ids, &done))
+        async move {
+            let (ids, done) = self.guarded("release", &self.sql().release, worker, leases).await?;
+            Ok(split(&ids, &done))
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("release"))
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
-        let key = format!("chokaq:rescue:{}", self.shared.schema);
-        let limit = i64::from(params.limit);
-        with_retry(|| async {
-            let mut tx = self.pool.begin().await?;
-            let got: bool = sqlx::query_scalar(&self.sql().rescue_lock).bind(&key).fetch_one(&mut *tx).await?;
-            if !got {
-                tx.rollback().await?;
-                return Ok(RescueReport::default());
-            }
-            let released = sqlx::query(&self.sql().rescue_fetched)
-                .bind(rows::micros(params.fetched_timeout))
-                .bind(limit)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            let (retried, dead): (i64, i64) = sqlx::query_as(&self.sql().rescue_zombies)
-                .bind(rows::micros(params.default_zombie_timeout))
-                .bind(limit)
-                .fetch_one(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(RescueReport {
-                ran: true,
-                fetched_released: released,
-                zombies_retried: count(retried),
-                zombies_dead: count(dead),
+        async move {
+            let limit = i64::from(params.limit);
+            let report = with_retry(|| async {
+                let mut tx = self.pool.begin().await?;
+                let got = sqlx::query(&self.sql().rescue_lock).fetch_optional(&mut *tx).await?.is_some();
+                if !got {
+                    tx.rollback().await?;
+                    return Ok(RescueReport::default());
+                }
+                let released = sqlx::query(&self.sql().rescue_fetched)
+                    .bind(rows::micros(params.fetched_timeout))
+                    .bind(limit)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                let (retried, dead): (i64, i64) = sqlx::query_as(&self.sql().rescue_zombies)
+                    .bind(rows::micros(params.default_zombie_timeout))
+                    .bind(limit)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(RescueReport {
+                    ran: true,
+                    fetched_released: released,
+                    zombies_retried: count(retried),
+                    zombies_dead: count(dead),
+                })
             })
-        })
+            .await?;
+            self.note_rescue(report.ran);
+            Ok(report)
+        }
         .await
+        .map_err(|e: Error| e.with_operation("rescue"))
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        let (dead, requested): (i64, i64) =
-            with_retry(|| sqlx::query_as(&self.sql().cancel).bind(id.0).fetch_one(&self.pool)).await?;
-        Ok(if dead > 0 {
-            CancelOutcome::Cancelled
-        } else if requested > 0 {
-            CancelOutcome::Requested
-        } else {
-            CancelOutcome::NotLive
-        })
+        async move {
+            let (dead, requested): (i64, i64) =
+                with_retry(|| sqlx::query_as(&self.sql().cancel).bind(id.0).fetch_one(&self.pool)).await?;
+            Ok(if dead > 0 {
+                CancelOutcome::Cancelled
+            } else if requested > 0 {
+                CancelOutcome::Requested
+            } else {
+                CancelOutcome::NotLive
+            })
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("cancel"))
     }
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
-        let s = self.sql();
-        match control {
-            QueueControl::Pause => self.set_control(&s.control_paused, queue, true).await,
-            QueueControl::Resume => self.set_control(&s.control_paused, queue, false).await,
-            QueueControl::Activate => self.set_control(&s.control_active, queue, true).await,
-            QueueControl::Deactivate => self.set_control(&s.control_active, queue, false).await,
-            QueueControl::SetMaxWorkers(max) => {
-                let max = max
-                    .map(|m| i32::try_from(m).map_err(|_| Error::invalid(format!("max_workers {m} is too large"))))
-                    .transpose()?;
-                self.set_control(&s.control_max_workers, queue, max).await
-            }
-            QueueControl::SetZombieTimeout(t) => {
-                let ms = t.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
-                self.set_control(&s.control_zombie_timeout, queue, ms).await
-            }
-            QueueControl::SetZombiePolicy(p) => {
-                let code: i16 = match p {
-                    ZombiePolicy::Retry => 0,
-                    ZombiePolicy::DeadLetter => 1,
-                };
-                self.set_control(&s.control_zombie_policy, queue, code).await
+        async move {
+            // Range checks: an out-of-range value is never stored (`SetZombieTimeout(Duration::MAX)`
+            // would make every later rescue fail with "interval out of range", for every queue).
+            control.validate()?;
+            let s = self.sql();
+            match control {
+                QueueControl::Pause => self.set_control(&s.control_paused, queue, true).await,
+                QueueControl::Resume => self.set_control(&s.control_paused, queue, false).await,
+                QueueControl::Activate => self.set_control(&s.control_active, queue, true).await,
+                QueueControl::Deactivate => self.set_control(&s.control_active, queue, false).await,
+                QueueControl::SetMaxWorkers(max) => {
+                    let max = max
+                        .map(|m| i32::try_from(m).map_err(|_| Error::invalid(format!("max_workers {m} is too large"))))
+                        .transpose()?;
+                    self.set_control(&s.control_max_workers, queue, max).await
+                }
+                QueueControl::SetZombieTimeout(t) => {
+                    let ms = t.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
+                    self.set_control(&s.control_zombie_timeout, queue, ms).await
+                }
+                QueueControl::SetZombiePolicy(p) => {
+                    let code: i16 = match p {
+                        ZombiePolicy::Retry => 0,
+                        ZombiePolicy::DeadLetter => 1,
+                    };
+                    self.set_control(&s.control_zombie_policy, queue, code).await
+                }
             }
         }
+        .await
+        .map_err(|e: Error| e.with_operation("control_queue"))
     }
 
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
-        let row =
-            with_retry(|| sqlx::query(&self.sql().queue_settings).bind(queue.as_str()).fetch_optional(&self.pool))
-                .await?;
-        match row {
-            Some(row) => rows::queue_settings(&row),
-            None => Ok(QueueSettings::default_for(queue.clone())),
+        async move {
+            let row =
+                with_retry(|| sqlx::query(&self.sql().queue_settings).bind(queue.as_str()).fetch_optional(&self.pool))
+                    .await?;
+            match row {
+                Some(row) => rows::queue_settings(&row),
+                None => Ok(QueueSettings::default_for(queue.clone())),
+            }
         }
+        .await
+        .map_err(|e: Error| e.with_operation("queue_settings"))
     }
 
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
-        let (moved, _woke): (i64, i64) =
-            with_retry(|| sqlx::query_as(&self.sql().requeue).bind(id.0).fetch_one(&self.pool)).await.map_err(|e| {
-                if e.kind() == ErrorKind::Conflict {
-                    Error::new(ErrorKind::Conflict, format!("a live job holds the idempotency key of {id}"))
-                } else {
-                    e
-                }
-            })?;
-        Ok(if moved > 0 { RequeueOutcome::Requeued } else { RequeueOutcome::NotFound })
+        async move {
+            let (moved, _woke): (i64, i64) =
+                with_retry(|| sqlx::query_as(&self.sql().requeue).bind(id.0).fetch_one(&self.pool)).await.map_err(
+                    |e| {
+                        if e.kind() == ErrorKind::Conflict {
+                            Error::new(ErrorKind::Conflict, format!("a live job holds the idempotency key of {id}"))
+                        } else {
+                            e
+                        }
+                    },
+                )?;
+            Ok(if moved > 0 { RequeueOutcome::Requeued } else { RequeueOutcome::NotFound })
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("requeue_dead"))
     }
 
     /// Deletes in bounded batches (`DELETE … WHERE id IN (SELECT id … LIMIT n FOR UPDATE SKIP
     /// LOCKED)`), each its own short transaction, until a batch comes back short or
     /// `max_batches` ran. Concurrent purges skip each other's rows instead of waiting.
     async fn purge(&self, req: &PurgeParams) -> Result<u64> {
-        if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
-            return Err(Error::invalid(format!(
-                "purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}",
-                req.batch_size
-            )));
-        }
-        let sql = match req.target {
-            PurgeTarget::Archive => &self.sql().purge_archive,
-            PurgeTarget::DeadLetter => &self.sql().purge_dlq,
-        };
-        if req.reason.is_some() && req.target != PurgeTarget::DeadLetter {
-            return Err(Error::invalid("a reason filter applies to the dead-letter table only"));
-        }
-        let mut total = 0u64;
-        for _ in 0..req.max_batches {
-            let n = with_retry(|| {
-                let q = sqlx::query(sql)
-                    .bind(rows::micros(req.older_than))
-                    .bind(req.queue.as_ref().map(|q| q.as_str()))
-                    .bind(req.kind.as_ref().map(|k| k.as_str()))
-                    .bind(i64::from(req.batch_size));
-                // `$5` reason: a parameter of the dead-letter statement only.
-                let q = if req.target == PurgeTarget::DeadLetter { q.bind(req.reason.map(|r| r.as_str())) } else { q };
-                q.execute(&self.pool)
-            })
-            .await?
-            .rows_affected();
-            total += n;
-            if n < u64::from(req.batch_size) {
-                break;
+        async move {
+            if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
+                return Err(Error::invalid(format!(
+                    "purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}",
+                    req.batch_size
+                )));
             }
+            let sql = match req.target {
+                PurgeTarget::Archive => &self.sql().purge_archive,
+                PurgeTarget::DeadLetter => &self.sql().purge_dlq,
+            };
+            if req.reason.is_some() && req.target != PurgeTarget::DeadLetter {
+                return Err(Error::invalid("a reason filter applies to the dead-letter table only"));
+            }
+            let mut total = 0u64;
+            for _ in 0..req.max_batches {
+                let n = with_retry(|| {
+                    let q = sqlx::query(sql)
+                        .bind(rows::micros(req.older_than))
+                        .bind(req.queue.as_ref().map(|q| q.as_str()))
+                        .bind(req.kind.as_ref().map(|k| k.as_str()))
+                        .bind(i64::from(req.batch_size));
+                    // `$5` reason: a parameter of the dead-letter statement only.
+                    let q =
+                        if req.target == PurgeTarget::DeadLetter { q.bind(req.reason.map(|r| r.as_str())) } else { q };
+                    q.execute(&self.pool)
+                })
+                .await?
+                .rows_affected();
+                total += n;
+                if n < u64::from(req.batch_size) {
+                    break;
+                }
+            }
+            Ok(total)
         }
-        Ok(total)
+        .await
+        .map_err(|e: Error| e.with_operation("purge"))
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {
-        let rows = with_retry(|| sqlx::query(&self.sql().stats).fetch_all(&self.pool)).await?;
-        rows::stats(&rows)
+        async move {
+            let rows = with_retry(|| sqlx::query(&self.sql().stats).fetch_all(&self.pool)).await?;
+            rows::stats(&rows)
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("stats"))
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        let row = with_retry(|| sqlx::query(&self.sql().get_job).bind(id.0).fetch_optional(&self.pool)).await?;
-        row.as_ref().map(rows::record).transpose()
+        async move {
+            let row = with_retry(|| sqlx::query(&self.sql().get_job).bind(id.0).fetch_optional(&self.pool)).await?;
+            row.as_ref().map(rows::record).transpose()
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("get_job"))
     }
 
     /// One page in id order; `next` is the last id of the page when more rows follow.
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        if filter.limit == 0 || filter.limit > MAX_PAGE {
-            return Err(Error::invalid(format!("list limit must be 1 to {MAX_PAGE}, got {}", filter.limit)));
+        async move {
+            if filter.limit == 0 || filter.limit > MAX_PAGE {
+                return Err(Error::invalid(format!("list limit must be 1 to {MAX_PAGE}, got {}", filter.limit)));
+            }
+            let sql = match filter.table {
+                JobTable::Hot => &self.sql().list_hot,
+                JobTable::Archive => &self.sql().list_archive,
+                JobTable::DeadLetter => &self.sql().list_dlq,
+            };
+            if filter.status.is_some() && filter.table != JobTable::Hot {
+                return Err(Error::invalid("a status filter applies to the hot table only"));
+            }
+            let found = with_retry(|| {
+                let q = sqlx::query(sql)
+                    .bind(filter.queue.as_ref().map(|q| q.as_str()))
+                    .bind(filter.kind.as_ref().map(|k| k.as_str()))
+                    .bind(filter.tag.as_deref())
+                    .bind(filter.created_from)
+                    .bind(filter.created_to)
+                    .bind(filter.after.map(|id| id.0))
+                    .bind(i64::from(filter.limit) + 1)
+                    .bind(!filter.without_payloads);
+                // `$9` status: a parameter of the hot table's statement only.
+                let q = if filter.table == JobTable::Hot { q.bind(filter.status.map(|s| s.code())) } else { q };
+                q.fetch_all(&self.pool)
+            })
+            .await?;
+            let mut jobs = found.iter().map(rows::record).collect::<Result<Vec<_>>>()?;
+            let next = if jobs.len() > filter.limit as usize {
+                jobs.truncate(filter.limit as usize);
+                jobs.last().map(|j| j.id)
+            } else {
+                None
+            };
+            Ok(JobPage { jobs, next })
         }
-        let sql = match filter.table {
-            JobTable::Hot => &self.sql().list_hot,
-            JobTable::Archive => &self.sql().list_archive,
-            JobTable::DeadLetter => &self.sql().list_dlq,
-        };
-        if filter.status.is_some() && filter.table != JobTable::Hot {
-            return Err(Error::invalid("a status filter applies to the hot table only"));
-        }
-        let found = with_retry(|| {
-            let q = sqlx::query(sql)
-                .bind(filter.queue.as_ref().map(|q| q.as_str()))
-                .bind(filter.kind.as_ref().map(|k| k.as_str()))
-                .bind(filter.tag.as_deref())
-                .bind(filter.created_from)
-                .bind(filter.created_to)
-                .bind(filter.after.map(|id| id.0))
-                .bind(i64::from(filter.limit) + 1);
-            // `$8` status: a parameter of the hot table's statement only.
-            let q = if filter.table == JobTable::Hot { q.bind(filter.status.map(|s| s.code())) } else { q };
-            q.fetch_all(&self.pool)
-        })
-        .await?;
-        let mut jobs = found.iter().map(rows::record).collect::<Result<Vec<_>>>()?;
-        let next = if jobs.len() > filter.limit as usize {
-            jobs.truncate(filter.limit as usize);
-            jobs.last().map(|j| j.id)
-        } else {
-            None
-        };
-        Ok(JobPage { jobs, next })
+        .await
+        .map_err(|e: Error| e.with_operation("list_jobs"))
     }
 
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
-        let channel = self.shared.channel.clone();
-        let listener = with_retry(|| async {
-            let mut listener = PgListener::connect_with(&self.pool).await?;
-            listener.listen(&channel).await?;
-            Ok(listener)
-        })
-        .await?;
-        let (tx, rx) = tokio::sync::broadcast::channel(1024);
-        tokio::spawn(listen::run(self.pool.clone(), channel, tx, listener));
-        Ok(Some(Wakeups::new(rx)))
+        async move {
+            let channel = self.shared.channel.clone();
+            let listener = with_retry(|| async {
+                let mut listener = PgListener::connect_with(&self.pool).await?;
+                listener.listen(&channel).await?;
+                Ok(listener)
+            })
+            .await?;
+            let (tx, rx) = tokio::sync::broadcast::channel(1024);
+            tokio::spawn(listen::run(self.pool.clone(), channel, tx, listener));
+            Ok(Some(Wakeups::new(rx)))
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("wakeups"))
     }
 }

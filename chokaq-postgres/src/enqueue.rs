@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chokaq_core::{Enqueued, Error, ErrorKind, JobId, NewJob, Result, RunAt, Timestamp, MAX_ENQUEUE_BATCH};
+use chokaq_core::{validate, Enqueued, Error, ErrorKind, JobId, NewJob, Result, RunAt, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -62,23 +62,20 @@ impl PgBackend {
     /// Validates every job and resolves duplicate keys within the batch to their first
     /// occurrence.
     pub(crate) fn prepare(&self, jobs: Vec<NewJob>) -> Result<(Vec<NewRow>, Vec<Slot>)> {
-        if jobs.len() > MAX_ENQUEUE_BATCH {
-            return Err(Error::invalid(format!(
-                "at most {MAX_ENQUEUE_BATCH} jobs per enqueue_many, got {}",
-                jobs.len()
-            )));
-        }
+        // Every job, the batch's length and its total bytes.
+        validate::enqueue_batch(&jobs, self.shared.max_payload_bytes)?;
         let mut rows = Vec::with_capacity(jobs.len());
         let mut slots = Vec::with_capacity(jobs.len());
-        let mut first_of_key: HashMap<String, usize> = HashMap::new();
+        // Keys are scoped per queue.
+        let mut first_of_key: HashMap<(String, String), usize> = HashMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            job.validate(self.shared.max_payload_bytes)?;
             if let Some(key) = &job.idempotency_key {
-                if let Some(&j) = first_of_key.get(key) {
+                let scoped = (job.queue.as_str().to_owned(), key.clone());
+                if let Some(&j) = first_of_key.get(&scoped) {
                     slots.push(Slot::SameAs(j));
                     continue;
                 }
-                first_of_key.insert(key.clone(), i);
+                first_of_key.insert(scoped, i);
             }
             let (scheduled_at, delay_us) = match job.run_at {
                 RunAt::Now => (None, None),
@@ -154,16 +151,20 @@ impl PgBackend {
             if taken.is_empty() {
                 break;
             }
-            let keys: Vec<&str> = taken.iter().filter_map(|&i| rows[i].key.as_deref()).collect();
-            let lookup = || sqlx::query_as::<_, (String, Uuid)>(&self.sql().lookup_keys).bind(&keys);
-            let live: HashMap<String, Uuid> = match &mut target {
+            let (queues, keys): (Vec<&str>, Vec<&str>) =
+                taken.iter().filter_map(|&i| Some((rows[i].queue.as_str(), rows[i].key.as_deref()?))).unzip();
+            let lookup =
+                || sqlx::query_as::<_, (String, String, Uuid)>(&self.sql().lookup_keys).bind(&queues).bind(&keys);
+            let live: HashMap<(String, String), Uuid> = match &mut target {
                 Target::Pool(pool) => with_retry(|| lookup().fetch_all(*pool)).await?,
                 Target::Conn(conn) => lookup().fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
             }
             .into_iter()
+            .map(|(q, k, id)| ((q, k), id))
             .collect();
             for i in taken {
-                match rows[i].key.as_deref().and_then(|k| live.get(k)) {
+                let scoped = rows[i].key.as_ref().map(|k| (rows[i].queue.clone(), k.clone()));
+                match scoped.and_then(|k| live.get(&k)) {
                     Some(id) => result[i] = Some(Enqueued { id: JobId(*id), duplicate: true }),
                     None => todo.push(i),
                 }

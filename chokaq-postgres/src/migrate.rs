@@ -34,19 +34,29 @@ macro_rules! migrations {
 migrations! {
     1, "init", "0001_init";
     2, "complete_and_claim", "0002_complete_and_claim";
+    4, "harden", "0004_harden";
 }
 
-/// Applies the missing migrations in one transaction under a schema-specific advisory lock, so
+/// Applies the missing migrations in one transaction under a schema-specific lock, so
 /// many processes may call it at once: the first creates, the others wait and find nothing to do.
 pub(crate) async fn migrate(pool: &PgPool, sql: &Statements, schema: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(&sql.migrate_lock_timeout).execute(&mut *tx).await?;
-    // Before anything else: CREATE SCHEMA IF NOT EXISTS itself races between sessions.
-    sqlx::query(&sql.migrate_lock).bind(format!("chokaq:migrate:{schema}")).execute(&mut *tx).await?;
+    // Before anything else: CREATE SCHEMA IF NOT EXISTS itself races between sessions. Once
+    // the schema has its `locks` table, the lock is its `migrate` row, which only roles with
+    // privileges on the schema can hold; before that (the first migration), an advisory lock.
+    let has_locks: bool = sqlx::query_scalar(&sql.locks_table_exists).fetch_one(&mut *tx).await?;
+    if has_locks {
+        sqlx::query(&sql.migrate_row_lock).execute(&mut *tx).await?;
+    } else {
+        sqlx::query(&sql.migrate_lock).bind(format!("chokaq:migrate:{schema}")).execute(&mut *tx).await?;
+    }
     sqlx::query(&sql.create_schema).execute(&mut *tx).await?;
     sqlx::query(&sql.create_versions).execute(&mut *tx).await?;
-    let current: i32 = sqlx::query_scalar(&sql.current_version).fetch_one(&mut *tx).await?;
-    for (m, script) in MIGRATIONS.iter().zip(&sql.migrations).filter(|(m, _)| m.version > current) {
+    // Every version not applied yet, not only those above the highest applied: migrations
+    // written on parallel branches may land with versions below one already applied.
+    let applied: Vec<i32> = sqlx::query_scalar(&sql.current_version).fetch_one(&mut *tx).await?;
+    for (m, script) in MIGRATIONS.iter().zip(&sql.migrations).filter(|(m, _)| !applied.contains(&m.version)) {
         tracing::info!(schema, version = m.version, name = m.name, "applying migration");
         run_script(&mut tx, script).await?;
         sqlx::query(&sql.insert_version).bind(m.version).bind(m.name).execute(&mut *tx).await?;

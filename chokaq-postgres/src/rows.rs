@@ -147,11 +147,44 @@ pub(crate) fn split(ids: &[Uuid], done: &HashSet<Uuid>) -> BatchOutcome {
     BatchOutcome::merge(ids.iter().map(|id| (JobId(*id), done.contains(id))))
 }
 
+/// A claimed row that could not be decoded: its id, its lease and why.
+pub(crate) struct Undecodable {
+    pub(crate) id: Uuid,
+    pub(crate) lease: i64,
+    pub(crate) reason: String,
+}
+
 /// Claimed rows in claim order (`UPDATE … RETURNING` has none): priority DESC, due ASC, id.
-pub(crate) fn sorted_claims(rows: &[PgRow]) -> Result<Vec<ClaimedJob>> {
-    let mut jobs = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
+/// Each row is decoded on its own: one that cannot be (a payload nested past the reader's
+/// limit, a name a newer check refuses) is returned apart, to be dead-lettered, and does not
+/// fail its neighbours.
+pub(crate) fn sorted_claims(rows: &[PgRow]) -> Result<(Vec<ClaimedJob>, Vec<Undecodable>)> {
+    let mut jobs = Vec::with_capacity(rows.len());
+    let mut bad = Vec::new();
+    for row in rows {
+        match claimed(row) {
+            Ok(j) => jobs.push(j),
+            Err(e) => {
+                let id: Uuid = get(row, "id")?;
+                let lease: Option<i64> = get(row, "lease")?;
+                let lease = lease.ok_or_else(|| Error::new(ErrorKind::Other, "claimed row without a lease"))?;
+                bad.push(Undecodable { id, lease, reason: undecodable_reason(&e) });
+            }
+        }
+    }
     jobs.sort_by(|(a, ad), (b, bd)| b.priority.cmp(&a.priority).then(ad.cmp(bd)).then(a.id.cmp(&b.id)));
-    Ok(jobs.into_iter().map(|(j, _)| j).collect())
+    Ok((jobs.into_iter().map(|(j, _)| j).collect(), bad))
+}
+
+/// The dead-letter error text of an undecodable row: the error and its causes.
+pub(crate) fn undecodable_reason(e: &Error) -> String {
+    let mut text = format!("undecodable row, dead-lettered by the claim: {}", e.message());
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    error_text(&text)
 }
 
 /// An error text as stored: at most [`validate::MAX_ERROR_LEN`] bytes, no NUL.

@@ -78,7 +78,7 @@ ins AS (
            i.created_by
       FROM input i
      ORDER BY i.ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
 woke AS (
@@ -86,7 +86,9 @@ woke AS (
 )
 SELECT ins.id, (SELECT count(*) FROM woke) AS woke FROM ins";
 
-const LOOKUP_KEYS: &str = "SELECT idempotency_key, id FROM {schema}.jobs_hot WHERE idempotency_key = ANY($1::text[])";
+/// The live jobs holding keys: `$1` queues, `$2` keys (pairwise); returns queue, key, id.
+const LOOKUP_KEYS: &str = "SELECT h.queue, h.idempotency_key, h.id FROM {schema}.jobs_hot h \
+    JOIN unnest($1::text[], $2::text[]) AS k(queue, key) ON h.queue = k.queue AND h.idempotency_key = k.key";
 
 const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
 
@@ -190,6 +192,21 @@ const FAIL: &str = concat!(
      SELECT l.act, (SELECT scheduled_at FROM back) AS at, (SELECT count(*) FROM dead) AS dead FROM l"
 );
 
+/// A claimed row the backend cannot decode, to the dead-letter table as `failed` with the
+/// reason: `$1` worker, `$2` id, `$3` lease (the claim's), `$4` error. Returns its id.
+const DEAD_UNDECODABLE: &str = concat!(
+    "WITH g AS (
+        DELETE FROM {schema}.jobs_hot h
+         WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status IN (1, 2)
+        RETURNING h.*
+     )
+     INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", 'failed', $4::text FROM g RETURNING id"
+);
+
 /// `$1` id. Pending/Fetched: moved to the dead-letter table; Processing: flagged.
 const CANCEL: &str = concat!(
     "WITH l AS (SELECT h.id, h.status FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE),
@@ -207,7 +224,10 @@ const CANCEL: &str = concat!(
      SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
 );
 
-const RESCUE_LOCK: &str = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))";
+/// The rescue singleton: the `rescue` row of the schema's `locks` table, without waiting (one
+/// instance rescues, the others return at once). Only roles with privileges on the schema can
+/// take it. Returns a row when this transaction holds it.
+const RESCUE_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'rescue' FOR UPDATE SKIP LOCKED";
 
 /// `$1` fetched timeout in microseconds, `$2` limit.
 const RESCUE_FETCHED: &str = "
@@ -323,47 +343,60 @@ SELECT t.taken_at, q.* FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true ORD
 
 /// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
 macro_rules! hot_record {
-    () => {
-        "'hot'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, status, \
-         NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
-         heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+    ($payload:literal) => {
+        concat!(
+            "'hot'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, idempotency_key, priority, status, \
+             NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
+             heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+        )
     };
 }
 macro_rules! archive_record {
-    () => {
-        "'archive'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, \
-         NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
-         created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
-         created_by"
+    ($payload:literal) => {
+        concat!(
+            "'archive'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, idempotency_key, priority, \
+             NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
+             created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
+             created_by"
+        )
     };
 }
 macro_rules! dlq_record {
-    () => {
-        "'dead'::text AS loc, id, queue, kind, payload, tags, idempotency_key, priority, NULL::int2 AS status, \
-         reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
-         updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+    ($payload:literal) => {
+        concat!(
+            "'dead'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, idempotency_key, priority, NULL::int2 AS status, \
+             reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
+             updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+        )
     };
 }
 
 /// `$1` id: the job from whichever table holds it.
 const GET_JOB: &str = concat!(
     "SELECT ",
-    hot_record!(),
+    hot_record!("payload"),
     " FROM {schema}.jobs_hot WHERE id = $1\nUNION ALL SELECT ",
-    archive_record!(),
+    archive_record!("payload"),
     " FROM {schema}.jobs_archive WHERE id = $1\nUNION ALL SELECT ",
-    dlq_record!(),
+    dlq_record!("payload"),
     " FROM {schema}.jobs_dlq WHERE id = $1"
 );
 
 /// One page of a table, filtered by NULL-able parameters (NULL: no filter), in id order from
 /// after `$6` (keyset paging). `$1` queue, `$2` kind, `$3` tag, `$4` created from (inclusive),
-/// `$5` created to (exclusive), `$6` after id, `$7` limit; on the hot table `$8` status.
+/// `$5` created to (exclusive), `$6` after id, `$7` limit, `$8` with payloads (false: every
+/// payload reads as JSON `null`, and none leaves the server); on the hot table `$9` status.
 macro_rules! list {
     ($record:ident, $table:literal, $extra:literal) => {
         concat!(
             "SELECT ",
-            $record!(),
+            $record!("CASE WHEN $8::bool THEN payload ELSE 'null'::jsonb END"),
             " FROM {schema}.",
             $table,
             "
@@ -381,7 +414,7 @@ macro_rules! list {
     };
 }
 
-const LIST_HOT: &str = list!(hot_record, "jobs_hot", "\n   AND ($8::int2 IS NULL OR status = $8::int2)");
+const LIST_HOT: &str = list!(hot_record, "jobs_hot", "\n   AND ($9::int2 IS NULL OR status = $9::int2)");
 const LIST_ARCHIVE: &str = list!(archive_record, "jobs_archive", "");
 const LIST_DLQ: &str = list!(dlq_record, "jobs_dlq", "");
 
@@ -415,6 +448,21 @@ const PURGE_DLQ: &str = purge!("jobs_dlq", "\n       AND ($5::text IS NULL OR re
 
 const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS {schema} CASCADE";
 
+/// Test support: the role whose default isolation is REPEATABLE READ, with what the backend
+/// needs on the schema (`TestSupport::with_repeatable_read_default`).
+const RR_ROLE_CREATE: &str = "CREATE ROLE {rr_role} LOGIN;
+ALTER ROLE {rr_role} SET default_transaction_isolation = 'repeatable read';
+GRANT USAGE ON SCHEMA {schema} TO {rr_role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {rr_role};
+GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {rr_role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {rr_role}";
+
+/// Test support: the isolation level of a session's transactions.
+const SESSION_ISOLATION: &str = "SELECT current_setting('transaction_isolation')";
+
+/// Test support: drops that role (after the schema, which held its only privileges).
+const RR_ROLE_DROP: &str = "DROP ROLE IF EXISTS {rr_role}";
+
 const FORCE: &str = "
 UPDATE {schema}.jobs_hot SET
     status = coalesce($2::int2, status),
@@ -422,7 +470,8 @@ UPDATE {schema}.jobs_hot SET
     scheduled_at = CASE WHEN $4::bool THEN $5::timestamptz ELSE scheduled_at END,
     heartbeat_at = CASE WHEN $6::bool THEN $7::timestamptz ELSE heartbeat_at END,
     updated_at = coalesce($8::timestamptz, updated_at),
-    created_at = coalesce($9::timestamptz, created_at)
+    created_at = coalesce($9::timestamptz, created_at),
+    payload = coalesce($10::text::jsonb, payload)
 WHERE id = $1";
 
 const PRESENCE_MANY: &str = "
@@ -446,14 +495,23 @@ const DB_NOW: &str = "SELECT now()";
 const MIGRATE_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
 
 /// `$1` the lock's key (`chokaq:migrate:<schema>`).
+/// Before the schema's first migration (no `locks` table yet): an advisory lock on `$1`.
 const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+/// Whether the schema's `locks` table exists (migration 4 on).
+const LOCKS_TABLE_EXISTS: &str = "SELECT to_regclass('{schema}.locks') IS NOT NULL";
+
+/// Once the schema has its `locks` table: its `migrate` row, waited for (under the
+/// migration's `lock_timeout`).
+const MIGRATE_ROW_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'migrate' FOR UPDATE";
 
 const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS {schema}";
 
 const CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS {schema}.versions (version integer PRIMARY KEY, \
     name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
 
-const CURRENT_VERSION: &str = "SELECT coalesce(max(version), 0) FROM {schema}.versions";
+/// The versions applied.
+const CURRENT_VERSION: &str = "SELECT coalesce(array_agg(version ORDER BY version), '{}') FROM {schema}.versions";
 
 /// `$1` version, `$2` name.
 const INSERT_VERSION: &str = "INSERT INTO {schema}.versions (version, name) VALUES ($1, $2)";
@@ -507,6 +565,7 @@ statements! {
     complete_standing = COMPLETE_STANDING;
     fail = FAIL;
     fail_standing = FAIL_STANDING;
+    dead_undecodable = DEAD_UNDECODABLE;
     cancel = CANCEL;
     rescue_lock = RESCUE_LOCK;
     rescue_fetched = RESCUE_FETCHED;
@@ -527,6 +586,8 @@ statements! {
     purge_dlq = PURGE_DLQ;
     migrate_lock_timeout = MIGRATE_LOCK_TIMEOUT;
     migrate_lock = MIGRATE_LOCK;
+    locks_table_exists = LOCKS_TABLE_EXISTS;
+    migrate_row_lock = MIGRATE_ROW_LOCK;
     create_schema = CREATE_SCHEMA;
     create_versions = CREATE_VERSIONS;
     current_version = CURRENT_VERSION;
@@ -536,6 +597,24 @@ statements! {
     presence_many = PRESENCE_MANY;
     kill_connections = KILL_CONNECTIONS;
     drop_schema = DROP_SCHEMA;
+    rr_role_create = RR_ROLE_CREATE;
+    rr_role_drop = RR_ROLE_DROP;
+    session_isolation = SESSION_ISOLATION;
+}
+
+/// FNV-1a, 64 bits: a stable short hash for identifiers derived from a schema name.
+pub(crate) fn short_hash(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The test-support role of a schema (`TestSupport::with_repeatable_read_default`), unquoted.
+pub(crate) fn rr_role(schema: &str) -> String {
+    format!("chokaq_rr_{}", short_hash(schema))
 }
 
 /// The NOTIFY channel of a schema.
@@ -547,7 +626,10 @@ pub(crate) fn channel(schema: &str) -> String {
 /// validated first, so it has no quote in it; quoting keeps its case) and `{channel}` the
 /// schema's NOTIFY channel.
 pub(crate) fn render(template: &str, schema: &str) -> String {
-    template.replace("{schema}", &format!("\"{schema}\"")).replace("{channel}", &channel(schema))
+    template
+        .replace("{schema}", &format!("\"{schema}\""))
+        .replace("{channel}", &channel(schema))
+        .replace("{rr_role}", &format!("\"{}\"", rr_role(schema)))
 }
 
 /// Every statement the backend can send (the migration scripts included, each file as one

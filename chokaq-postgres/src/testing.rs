@@ -1,13 +1,18 @@
 //! `impl TestSupport` (feature `testing`): for the conformance suite and tests, never for
 //! applications.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
 use chokaq_core::{JobId, Result, Timestamp};
 use uuid::Uuid;
 
-use crate::error::with_retry;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::error::{map_sqlx_error, with_retry};
 use crate::rows::count;
+use crate::sql;
 use crate::PgBackend;
 
 #[async_trait]
@@ -28,6 +33,7 @@ impl TestSupport for PgBackend {
                 .bind(patch.heartbeat_at.flatten())
                 .bind(patch.updated_at)
                 .bind(patch.created_at)
+                .bind(patch.raw_payload.as_deref())
                 .execute(&self.pool)
         })
         .await?
@@ -57,8 +63,36 @@ impl TestSupport for PgBackend {
         Ok(count(n))
     }
 
+    async fn with_repeatable_read_default(&self) -> Result<Option<Arc<dyn TestSupport>>> {
+        let mut conn = self.pool.acquire().await.map_err(map_sqlx_error)?;
+        if let Err(e) = sqlx::Executor::execute(&mut *conn, self.sql().rr_role_create.as_str()).await {
+            // Not allowed to create roles here: nothing to test with.
+            if let sqlx::Error::Database(db) = &e {
+                if db.code().as_deref() == Some("42501") {
+                    return Ok(None);
+                }
+            }
+            return Err(map_sqlx_error(e));
+        }
+        drop(conn);
+        let opts = (*self.pool.connect_options()).clone().username(&sql::rr_role(&self.shared.schema));
+        let pool = PgPoolOptions::new()
+            .max_connections(self.pool.options().get_max_connections())
+            .connect_with(opts)
+            .await
+            .map_err(map_sqlx_error)?;
+        Ok(Some(Arc::new(self.on_pool(pool))))
+    }
+
+    async fn session_isolation(&self) -> Result<Option<String>> {
+        let level: String =
+            with_retry(|| sqlx::query_scalar(&self.sql().session_isolation).fetch_one(&self.pool)).await?;
+        Ok(Some(level))
+    }
+
     async fn drop_schema(&self) -> Result<()> {
         with_retry(|| sqlx::query(&self.sql().drop_schema).execute(&self.pool)).await?;
+        with_retry(|| sqlx::query(&self.sql().rr_role_drop).execute(&self.pool)).await?;
         Ok(())
     }
 }

@@ -256,3 +256,19 @@ async fn migrate_is_idempotent_and_safe_in_parallel() {
     dbs[0].drop_schema().await.unwrap();
     f.drop().await;
 }
+
+/// Issue 11 item 8 / issue 16 finding 5: with the longest schema name accepted, the NOTIFY
+/// channel `<schema>_jobs` stays within 63 bytes, so enqueue (which notifies) works and a
+/// wake-up arrives.
+#[tokio::test]
+async fn longest_schema_name_enqueues_and_notifies() {
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let name = format!("{name}{}", "x".repeat(chokaq_core::validate::MAX_SCHEMA_NAME_LEN - name.len()));
+    let f = fixture!(|c| c.schema(name));
+    let db = &f.db;
+    let mut wake = db.wakeups().await.unwrap().expect("PostgreSQL pushes wake-ups");
+    db.enqueue(job("long")).await.unwrap();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(5), wake.recv()).await;
+    assert!(got.is_ok(), "no wake-up within 5 s");
+    f.drop().await;
+}

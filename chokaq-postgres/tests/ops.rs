@@ -12,6 +12,7 @@ use chokaq_core::{
 use common::{claim, claim_one, job, q};
 use rstest::rstest;
 use serde_json::json;
+use sqlx::Connection;
 
 fn ago(secs: i64) -> chokaq_core::Timestamp {
     chokaq_core::chrono::Utc::now() - chokaq_core::chrono::Duration::seconds(secs)
@@ -368,16 +369,34 @@ async fn rescue_releases_old_fetched_and_dead_letters_spent_zombies() {
 async fn rescue_runs_on_one_instance_at_a_time() {
     let f = fixture!();
     let db = &f.db;
+    // Another instance's rescue holds the schema's `rescue` lock row.
     let mut tx = db.pool().begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("chokaq:rescue:{}", db.schema()))
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let q = format!("SELECT name FROM \"{}\".locks WHERE name = 'rescue' FOR UPDATE", db.schema());
+    sqlx::query(&q).execute(&mut *tx).await.unwrap();
     let r = db.rescue(&RescueParams::default()).await.unwrap();
     assert!(!r.ran);
     tx.rollback().await.unwrap();
     assert!(db.rescue(&RescueParams::default()).await.unwrap().ran);
+    f.drop().await;
+}
+
+/// Issue 16, finding 4: any login could hold the old advisory key and silently stop rescue.
+/// The lock is now a row of the schema's `locks` table: the advisory key stops nothing.
+#[tokio::test]
+async fn a_session_holding_the_old_advisory_key_does_not_stop_rescue() {
+    let f = fixture!();
+    let db = &f.db;
+    let mut other = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
+        .bind(format!("chokaq:rescue:{}", db.schema()))
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    assert!(r.ran, "rescue did not run while another session held the advisory key chokaq:rescue:<schema>");
+    // Nor does it stop a migration (which waits for its lock).
+    tokio::time::timeout(Duration::from_secs(5), db.migrate()).await.expect("migrate waited").unwrap();
+    sqlx::Connection::close(other).await.unwrap();
     f.drop().await;
 }
 

@@ -61,6 +61,11 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { complete_standing_ignores_lease: true, ..f },
             cases: &["outcome_stale_lease_after_outcome_is_lost"],
         },
+        Tooth {
+            fault: "claim_repeatable_read",
+            faults: Faults { claim_repeatable_read: true, ..f },
+            cases: &["isolation_cap_race_repeatable_read_default"],
+        },
     ]
 }
 

@@ -101,6 +101,8 @@ pub(crate) async fn control_queue(
     control: QueueControl,
 ) -> Result<QueueSettings> {
     validate::queue_name(queue.as_str())?;
+    // Range checks: an out-of-range value is never stored (it would break later reads).
+    control.validate()?;
     let (sql, value): (&str, Option<i64>) = match control {
         QueueControl::Pause => (&b.sql.set_paused, Some(1)),
         QueueControl::Resume => (&b.sql.set_paused, Some(0)),
@@ -140,8 +142,12 @@ pub(crate) async fn requeue_dead(b: &SqliteBackend, id: JobId) -> Result<Requeue
     let key: Option<String> = row.try_get("idempotency_key").map_err(map_err)?;
     let queue: String = row.try_get("queue").map_err(map_err)?;
     if let Some(key) = key {
-        let taken: Option<uuid::Uuid> =
-            sqlx::query_scalar(&b.sql.find_by_key).bind(&key).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        let taken: Option<uuid::Uuid> = sqlx::query_scalar(&b.sql.find_by_key)
+            .bind(&queue)
+            .bind(&key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
         if let Some(other) = taken {
             tx.rollback().await.map_err(map_err)?;
             return Err(Error::new(

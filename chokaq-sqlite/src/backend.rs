@@ -7,14 +7,13 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chokaq_core::{
-    Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, Error,
-    ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams,
-    NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
-    RunAt, StatsSnapshot, TimestampPrecision, Wake, Wakeups, WorkerId, MAX_ENQUEUE_BATCH,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued,
+    FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob,
+    PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt,
+    StatsSnapshot, TimestampPrecision, Wake, Wakeups, WorkerId,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -25,10 +24,6 @@ use crate::error::map_err;
 use crate::rows::{self, clean_error, dur_us, now_us, ts_us};
 use crate::sql::{Statements, MAIN};
 use crate::{admin, claim, inspect, lease, migrate};
-
-/// How many times `BEGIN IMMEDIATE` is retried after SQLite reported BUSY/LOCKED (each try
-/// already waited up to the busy timeout inside SQLite).
-const BEGIN_RETRIES: u32 = 8;
 
 /// A transaction on one of the pools.
 pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -86,25 +81,11 @@ impl SqliteBackend {
     }
 
     /// Starts a write transaction with `BEGIN IMMEDIATE` (the write lock is taken first).
-    /// The one place where SQLITE_BUSY/LOCKED is retried, with bounded, jittered back-off.
+    /// Waiting for the lock is SQLite's own busy handler, up to the busy timeout: the one
+    /// retry of this backend (`docs/contract.md`, Database rules). A lock still held after it
+    /// comes back as `Transient`, for the caller's layer to decide.
     pub(crate) async fn begin_write(&self) -> Result<Tx> {
-        let mut delay = Duration::from_millis(5);
-        let mut tries = 0;
-        loop {
-            match self.writer.begin_with(self.sql.begin_immediate.clone()).await {
-                Ok(tx) => return Ok(tx),
-                Err(e) => {
-                    let err = map_err(e);
-                    if err.kind() != ErrorKind::Transient || tries >= BEGIN_RETRIES {
-                        return Err(err);
-                    }
-                    tries += 1;
-                    let jitter = Duration::from_micros(rand::random::<u64>() % 5_000);
-                    tokio::time::sleep(delay + jitter).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
-                }
-            }
-        }
+        self.writer.begin_with(self.sql.begin_immediate.clone()).await.map_err(map_err)
     }
 
     /// Starts a read transaction (a consistent WAL snapshot from its first read).
@@ -178,145 +159,173 @@ impl Backend for SqliteBackend {
     }
 
     async fn migrate(&self) -> Result<()> {
-        let mut tx = self.begin_write().await?;
-        migrate::run(&mut tx, &self.sql).await?;
-        commit(tx).await
+        async move {
+            let mut tx = self.begin_write().await?;
+            migrate::run(&mut tx, &self.sql).await?;
+            commit(tx).await
+        }
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("migrate"))
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        if jobs.len() > MAX_ENQUEUE_BATCH {
-            return Err(Error::invalid(format!(
-                "enqueue_many takes at most {MAX_ENQUEUE_BATCH} jobs, got {}",
-                jobs.len()
-            )));
-        }
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Validate and serialize everything before touching SQL: one bad job inserts nothing.
-        struct Prepared {
-            payload: String,
-            tags: String,
-            at: Option<i64>,
-            after: Option<i64>,
-        }
-        let mut prepared = Vec::with_capacity(jobs.len());
-        for job in &jobs {
-            job.validate(self.max_payload_bytes)?;
-            let (at, after) = match job.run_at {
-                RunAt::Now => (None, None),
-                RunAt::At(t) => (Some(ts_us("run_at", t)?), None),
-                RunAt::After(d) => (None, Some(dur_us("delay", d)?)),
-            };
-            prepared.push(Prepared {
-                payload: serde_json::to_string(&job.payload)?,
-                tags: serde_json::to_string(&job.tags)?,
-                at,
-                after,
-            });
-        }
-        let mut tx = self.begin_write().await?;
-        let now = now_us();
-        let mut out = Vec::with_capacity(jobs.len());
-        for (job, p) in jobs.iter().zip(&prepared) {
-            if let Some(key) = &job.idempotency_key {
-                let existing: Option<uuid::Uuid> = sqlx::query_scalar(&self.sql.find_by_key)
-                    .bind(key)
-                    .fetch_optional(&mut *tx)
+        async move {
+            // Every job, the batch's length and its total bytes.
+            validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
+            if jobs.is_empty() {
+                return Ok(Vec::new());
+            }
+            // Validate and serialize everything before touching SQL: one bad job inserts nothing.
+            struct Prepared {
+                payload: String,
+                tags: String,
+                at: Option<i64>,
+                after: Option<i64>,
+            }
+            let mut prepared = Vec::with_capacity(jobs.len());
+            for job in &jobs {
+                let (at, after) = match job.run_at {
+                    RunAt::Now => (None, None),
+                    RunAt::At(t) => (Some(ts_us("run_at", t)?), None),
+                    RunAt::After(d) => (None, Some(dur_us("delay", d)?)),
+                };
+                prepared.push(Prepared {
+                    payload: serde_json::to_string(&job.payload)?,
+                    tags: serde_json::to_string(&job.tags)?,
+                    at,
+                    after,
+                });
+            }
+            let mut tx = self.begin_write().await?;
+            let now = now_us();
+            let mut out = Vec::with_capacity(jobs.len());
+            for (job, p) in jobs.iter().zip(&prepared) {
+                if let Some(key) = &job.idempotency_key {
+                    let existing: Option<uuid::Uuid> = sqlx::query_scalar(&self.sql.find_by_key)
+                        .bind(job.queue.as_str())
+                        .bind(key)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                    if let Some(id) = existing {
+                        out.push(Enqueued { id: JobId(id), duplicate: true });
+                        continue;
+                    }
+                }
+                let id = JobId::new();
+                let scheduled = p.at.or(p.after.map(|d| now + d));
+                sqlx::query(&self.sql.insert_job)
+                    .bind(id.0)
+                    .bind(job.queue.as_str())
+                    .bind(job.kind.as_str())
+                    .bind(&p.payload)
+                    .bind(&p.tags)
+                    .bind(job.idempotency_key.as_deref())
+                    .bind(job.priority)
+                    .bind(job.max_attempts)
+                    .bind(scheduled)
+                    .bind(now)
+                    .bind(job.created_by.as_deref())
+                    .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
-                if let Some(id) = existing {
-                    out.push(Enqueued { id: JobId(id), duplicate: true });
-                    continue;
-                }
+                out.push(Enqueued { id, duplicate: false });
             }
-            let id = JobId::new();
-            let scheduled = p.at.or(p.after.map(|d| now + d));
-            sqlx::query(&self.sql.insert_job)
-                .bind(id.0)
-                .bind(job.queue.as_str())
-                .bind(job.kind.as_str())
-                .bind(&p.payload)
-                .bind(&p.tags)
-                .bind(job.idempotency_key.as_deref())
-                .bind(job.priority)
-                .bind(job.max_attempts)
-                .bind(scheduled)
-                .bind(now)
-                .bind(job.created_by.as_deref())
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            out.push(Enqueued { id, duplicate: false });
+            commit(tx).await?;
+            self.notify(jobs.iter().map(|j| j.queue.as_str().to_string()));
+            Ok(out)
         }
-        commit(tx).await?;
-        self.notify(jobs.iter().map(|j| j.queue.as_str().to_string()));
-        Ok(out)
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_many"))
     }
 
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        claim::claim(self, req).await
+        async move { claim::claim(self, req).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("claim"))
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        lease::start(self, worker, leases).await
+        async move { lease::start(self, worker, leases).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("start"))
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-        lease::heartbeat(self, worker, leases).await
+        async move { lease::heartbeat(self, worker, leases).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("heartbeat"))
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        lease::complete(self, worker, leases).await
+        async move { lease::complete(self, worker, leases).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("complete"))
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
-        lease::fail(self, worker, lease, outcome).await
+        async move { lease::fail(self, worker, lease, outcome).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("fail"))
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        lease::release(self, worker, leases).await
+        async move { lease::release(self, worker, leases).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("release"))
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
-        admin::rescue(self, params).await
+        async move { admin::rescue(self, params).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("rescue"))
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        admin::cancel(self, id).await
+        async move { admin::cancel(self, id).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("cancel"))
     }
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
-        admin::control_queue(self, queue, control).await
+        async move { admin::control_queue(self, queue, control).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("control_queue"))
     }
 
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
-        inspect::queue_settings(self, queue).await
+        async move { inspect::queue_settings(self, queue).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("queue_settings"))
     }
 
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
-        admin::requeue_dead(self, id).await
+        async move { admin::requeue_dead(self, id).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("requeue_dead"))
     }
 
     async fn purge(&self, req: &PurgeParams) -> Result<u64> {
-        admin::purge(self, req).await
+        async move { admin::purge(self, req).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("purge"))
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {
-        inspect::stats(self).await
+        async move { inspect::stats(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("stats"))
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        inspect::get_job(self, id).await
+        async move { inspect::get_job(self, id).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("get_job"))
     }
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        inspect::list_jobs(self, filter).await
+        async move { inspect::list_jobs(self, filter).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("list_jobs"))
     }
 
     /// In-process wake-ups: fed by this process's own enqueues, releases and rescues (other
     /// processes on the same file are not heard; poll for those).
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
-        Ok(Some(Wakeups::new(self.wake.subscribe())))
+        async move { Ok(Some(Wakeups::new(self.wake.subscribe()))) }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("wakeups"))
     }
 }

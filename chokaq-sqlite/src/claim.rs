@@ -1,6 +1,6 @@
 //! The claim: a read-snapshot look for work, then the decision under the write lock.
 
-use chokaq_core::{ClaimMode, ClaimParams, ClaimedJob, JobStatus, QueueName, Result};
+use chokaq_core::{validate, ClaimMode, ClaimParams, ClaimedJob, DeadReason, JobStatus, QueueName, Result};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
@@ -123,7 +123,26 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
             .fetch_one(&mut *tx)
             .await
             .map_err(map_err)?;
-        out.push(rows::claimed(&row)?);
+        // Each row on its own: one that cannot be decoded goes to the dead-letter table with
+        // the reason, in this transaction, instead of failing its neighbours (and every later
+        // claim, which would meet it again).
+        match rows::claimed(&row) {
+            Ok(job) => out.push(job),
+            Err(e) => {
+                let reason =
+                    validate::error_text(&format!("undecodable row, dead-lettered by the claim: {}", e.message()));
+                tracing::error!(job_id = %c.id, reason = %reason, "claimed row cannot be decoded: dead-lettered");
+                sqlx::query(&b.sql.dead_letter)
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(DeadReason::Failed.as_str())
+                    .bind(&reason)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                sqlx::query(&b.sql.delete_hot).bind(c.id).execute(&mut *tx).await.map_err(map_err)?;
+            }
+        }
     }
     commit(tx).await?;
     Ok(out)

@@ -134,6 +134,7 @@ pub(crate) async fn list_jobs(b: &SqliteBackend, filter: &ListJobsParams) -> Res
         .bind(to)
         .bind(filter.after.map(|id| id.0))
         .bind(i64::from(filter.limit) + 1)
+        .bind(!filter.without_payloads)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;

@@ -7,7 +7,7 @@
 //! reported once, done when any of its entries was.
 
 use chokaq_core::{
-    BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, LeaseRef, Result, WorkerId,
+    validate, BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, LeaseRef, Result, WorkerId,
 };
 use sqlx::Row;
 
@@ -17,6 +17,7 @@ use crate::rows::{clean_error, dur_us, now_us, ts};
 
 /// [`chokaq_core::Backend::start`].
 pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    validate::lease_list("start", leases)?;
     if leases.is_empty() {
         return Ok(BatchOutcome::default());
     }
@@ -41,6 +42,7 @@ pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRe
 
 /// [`chokaq_core::Backend::heartbeat`].
 pub(crate) async fn heartbeat(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+    validate::lease_list("heartbeat", leases)?;
     if leases.is_empty() {
         return Ok(HeartbeatReport::default());
     }
@@ -64,6 +66,7 @@ pub(crate) async fn heartbeat(b: &SqliteBackend, worker: WorkerId, leases: &[Lea
 
 /// [`chokaq_core::Backend::complete`].
 pub(crate) async fn complete(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    validate::lease_list("complete", leases)?;
     if leases.is_empty() {
         return Ok(BatchOutcome::default());
     }
@@ -199,6 +202,7 @@ pub(crate) async fn fail(
 
 /// [`chokaq_core::Backend::release`].
 pub(crate) async fn release(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+    validate::lease_list("release", leases)?;
     if leases.is_empty() {
         return Ok(BatchOutcome::default());
     }

@@ -1,4 +1,4 @@
-//! The schema (one migration, idempotent DDL) and the migration routine.
+//! The schema (idempotent DDL, appended to per version) and the migration routine.
 //!
 //! SQLite has no schemas inside a file: the "schema" is the database file, named `"main"` in
 //! the rendered statements. Timestamps are INTEGER microseconds since the Unix epoch (they
@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -41,7 +41,7 @@ macro_rules! job_columns {
     };
 }
 
-/// The DDL of schema version 1, in order, as named templates (`{schema}` is rendered by
+/// The DDL of the schema (version 2), in order, as named templates (`{schema}` is rendered by
 /// [`crate::sql`]). Idempotent (`IF NOT EXISTS`, `ON CONFLICT DO NOTHING`) and run inside one
 /// `BEGIN IMMEDIATE` transaction. An index is created in the schema of its name and always
 /// on a table of that same schema, so SQLite wants the table name of `ON` unqualified.
@@ -55,10 +55,11 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     // Rescue scans Fetched/Processing jobs by age.
     ("migrate_jobs_hot_status", "CREATE INDEX IF NOT EXISTS {schema}.jobs_hot_status ON jobs_hot (status, updated_at)"),
-    // At most one live job per idempotency key.
+    // At most one live job per idempotency key in a queue (keys are scoped per queue; version
+    // 1 had one index over the key alone, dropped below).
     (
         "migrate_jobs_hot_idem",
-        "CREATE UNIQUE INDEX IF NOT EXISTS {schema}.jobs_hot_idem ON jobs_hot (idempotency_key) \
+        "CREATE UNIQUE INDEX IF NOT EXISTS {schema}.jobs_hot_idem_queue ON jobs_hot (queue, idempotency_key) \
          WHERE idempotency_key IS NOT NULL",
     ),
     (
@@ -110,6 +111,8 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "CREATE TABLE IF NOT EXISTS {schema}.versions (version INTEGER NOT NULL PRIMARY KEY, \
          applied_at INTEGER NOT NULL)",
     ),
+    // Version 2: version 1's key index over the whole file (keys now scoped per queue).
+    ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

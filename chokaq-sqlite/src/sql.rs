@@ -53,6 +53,29 @@ macro_rules! cols {
     };
 }
 
+/// [`cols`] for a listing: the payload only when `?9` is true, else JSON `null` (a page without
+/// payloads, `ListJobsParams::without_payloads`).
+macro_rules! list_cols {
+    () => {
+        "id, queue, kind, CASE WHEN ?9 THEN payload ELSE 'null' END AS payload, tags, idempotency_key, priority, \
+         status, attempt, max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, \
+         updated_at, last_error, cancel_requested, created_by"
+    };
+}
+
+/// [`select_job`] for a listing (see [`list_cols`]).
+macro_rules! list_job {
+    (jobs_hot) => {
+        concat!("SELECT ", list_cols!(), ", NULL AS finished_at, NULL AS reason FROM {schema}.jobs_hot")
+    };
+    (jobs_archive) => {
+        concat!("SELECT ", list_cols!(), ", finished_at, NULL AS reason FROM {schema}.jobs_archive")
+    };
+    (jobs_dlq) => {
+        concat!("SELECT ", list_cols!(), ", finished_at, reason FROM {schema}.jobs_dlq")
+    };
+}
+
 /// A job read from one table with `finished_at` and `reason` (NULL where the table has none),
 /// as `rows::record` decodes it.
 macro_rules! select_job {
@@ -69,7 +92,7 @@ macro_rules! select_job {
 
 /// The listing filters: `?1` queue, `?2` status, `?3` kind, `?4` tag, `?5` created from,
 /// `?6` created before, `?7` the keyset cursor (the last id of the previous page), `?8` the
-/// row limit. Each filter is NULL when not asked for. The cursor is `id > coalesce(?7, x'')`
+/// row limit (and `?9`, in [`list_cols`], whether payloads are read). Each filter is NULL when not asked for. The cursor is `id > coalesce(?7, x'')`
 /// rather than `?7 IS NULL OR id > ?7` so that SQLite still seeks the primary key to the
 /// cursor (ids are 16-byte BLOBs, all greater than the empty BLOB), instead of scanning
 /// every earlier page again.
@@ -137,8 +160,9 @@ statements! {
         "INSERT INTO {schema}.versions (version, applied_at) VALUES (?1, ?2) ON CONFLICT (version) DO NOTHING",
 
     // --- enqueue ---------------------------------------------------------------------------
-    /// The live job holding an idempotency key: `?1` key.
-    find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE idempotency_key = ?1",
+    /// The live job holding an idempotency key in a queue (keys are scoped per queue): `?1`
+    /// queue, `?2` key.
+    find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE queue = ?1 AND idempotency_key = ?2",
     /// `?1` id, `?2` queue, `?3` kind, `?4` payload, `?5` tags, `?6` key, `?7` priority,
     /// `?8` max attempts, `?9` scheduled at, `?10` now, `?11` created by.
     insert_job: "INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, \
@@ -293,9 +317,9 @@ statements! {
     get_dead: concat!(select_job!(jobs_dlq), " WHERE id = ?1"),
 
     // --- list_jobs (parameters: see `list_filters!`) ---------------------------------------
-    list_hot: concat!(select_job!(jobs_hot), list_filters!()),
-    list_archive: concat!(select_job!(jobs_archive), list_filters!()),
-    list_dead: concat!(select_job!(jobs_dlq), list_filters!()),
+    list_hot: concat!(list_job!(jobs_hot), list_filters!()),
+    list_archive: concat!(list_job!(jobs_archive), list_filters!()),
+    list_dead: concat!(list_job!(jobs_dlq), list_filters!()),
 
     // --- test support (feature `testing`) --------------------------------------------------
     /// Forces fields of a hot job, bypassing every guard: `?1` id, `?2` status, `?3` attempt,
@@ -304,7 +328,8 @@ statements! {
     force: "UPDATE {schema}.jobs_hot SET status = coalesce(?2, status), attempt = coalesce(?3, attempt), \
          scheduled_at = CASE WHEN ?4 THEN ?5 ELSE scheduled_at END, \
          heartbeat_at = CASE WHEN ?6 THEN ?7 ELSE heartbeat_at END, \
-         updated_at = coalesce(?8, updated_at), created_at = coalesce(?9, created_at) WHERE id = ?1",
+         updated_at = coalesce(?8, updated_at), created_at = coalesce(?9, created_at), \
+         payload = coalesce(?10, payload) WHERE id = ?1",
     presence_hot: presence!("jobs_hot"),
     presence_archive: presence!("jobs_archive"),
     presence_dead: presence!("jobs_dlq"),

@@ -31,6 +31,7 @@ impl TestSupport for SqliteBackend {
             .bind(patch.heartbeat_at.and_then(micros))
             .bind(micros(patch.updated_at))
             .bind(micros(patch.created_at))
+            .bind(patch.raw_payload.as_deref())
             .execute(&mut *tx)
             .await
             .map_err(map_err)?

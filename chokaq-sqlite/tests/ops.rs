@@ -143,23 +143,26 @@ async fn enqueue_many_keeps_order_and_is_all_or_nothing() {
             job("a"),
             job("b").idempotency_key("k1"),
             job("b").idempotency_key("k2"),
+            job("a").idempotency_key("k1"),
         ])
         .await
         .unwrap();
-    assert_eq!(out.len(), 4);
-    assert_eq!(out.iter().map(|e| e.duplicate).collect::<Vec<_>>(), vec![false, false, true, false]);
-    assert_eq!(out[2].id, out[0].id);
-    assert_eq!(b.stats().await.unwrap().pending, 3);
+    assert_eq!(out.len(), 5);
+    // Keys are scoped per queue: k1 on b is its own job; k1 twice on a is one.
+    assert_eq!(out.iter().map(|e| e.duplicate).collect::<Vec<_>>(), vec![false, false, false, false, true]);
+    assert_ne!(out[2].id, out[0].id);
+    assert_eq!(out[4].id, out[0].id);
+    assert_eq!(b.stats().await.unwrap().pending, 4);
 
     // One invalid job rejects the call and inserts nothing.
     let bad = b.enqueue_many(vec![job("a"), job("a").max_attempts(0), job("a")]).await.unwrap_err();
     assert_eq!(bad.kind(), ErrorKind::InvalidInput);
-    assert_eq!(b.stats().await.unwrap().pending, 3);
+    assert_eq!(b.stats().await.unwrap().pending, 4);
 
     let too_many = vec![job("a"); MAX_ENQUEUE_BATCH + 1];
     assert_eq!(b.enqueue_many(too_many).await.unwrap_err().kind(), ErrorKind::InvalidInput);
     assert!(b.enqueue_many(Vec::new()).await.unwrap().is_empty());
-    assert_eq!(b.stats().await.unwrap().pending, 3);
+    assert_eq!(b.stats().await.unwrap().pending, 4);
 }
 
 #[tokio::test]

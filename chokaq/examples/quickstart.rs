@@ -104,7 +104,13 @@ async fn main() -> ExitCode {
         Some(url) => (url, None),
         None => {
             let dir = std::env::temp_dir().join(format!("chokaq-quickstart-{:08x}", rand::random::<u32>()));
-            if let Err(e) = std::fs::create_dir_all(&dir) {
+            // Owner-only (0700 on Unix): the job database holds payloads; other users of the
+            // machine must not read it (docs/security.md).
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            if let Err(e) = builder.create(&dir) {
                 eprintln!("error: cannot create a temporary directory: {e}");
                 return ExitCode::FAILURE;
             }

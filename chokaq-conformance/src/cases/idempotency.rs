@@ -13,6 +13,7 @@ super::cases!(idempotency:
     key_free_after_finish,
     batch_with_duplicates,
     concurrent_overlapping_batches,
+    scoped_per_queue,
 );
 
 /// A second enqueue with a live key returns the first job's id, marked duplicate, and no
@@ -147,5 +148,38 @@ pub async fn concurrent_overlapping_batches(cx: Ctx) -> CaseResult {
     }
     ensure_eq!(fresh, keys.len(), "non-duplicate results over all batches");
     ensure_eq!(cx.queue_stats(&q).await?.pending, keys.len() as u64, "rows");
+    Ok(())
+}
+
+/// Keys are scoped per queue: key K on queue A does not block K on queue B (in one batch or
+/// two calls), and K twice on A still dedups.
+pub async fn scoped_per_queue(cx: Ctx) -> CaseResult {
+    let (qa, qb, qc) = (cx.queue_named("a"), cx.queue_named("b"), cx.queue_named("c"));
+    let key = format!("k-{qa}");
+    let a = cx.backend.enqueue(cx.job(&qa).idempotency_key(key.clone())).await?;
+    let b = cx.backend.enqueue(cx.job(&qb).idempotency_key(key.clone())).await?;
+    ensure!(!a.duplicate, "first enqueue of K on A marked duplicate");
+    ensure!(!b.duplicate, "K on B reported a duplicate of K on A: {b:?} (keys are scoped per queue)");
+    ensure!(a.id != b.id, "K on B returned A's job");
+    let a2 = cx.backend.enqueue(cx.job(&qa).idempotency_key(key.clone())).await?;
+    ensure!(a2.duplicate && a2.id == a.id, "K twice on A: {a2:?}");
+    let b2 = cx.backend.enqueue(cx.job(&qb).idempotency_key(key.clone())).await?;
+    ensure!(b2.duplicate && b2.id == b.id, "K twice on B: {b2:?}");
+    // One batch naming K on two queues, and K twice on one of them.
+    let out = cx
+        .backend
+        .enqueue_many(vec![
+            cx.job(&qc).idempotency_key(key.clone()),
+            cx.job(&qa).idempotency_key(key.clone()),
+            cx.job(&qc).idempotency_key(key.clone()),
+        ])
+        .await?;
+    ensure_eq!(out.len(), 3, "batch result count");
+    ensure!(!out[0].duplicate, "K on C in a batch: {:?}", out[0]);
+    ensure!(out[1].duplicate && out[1].id == a.id, "K on A in a batch: {:?}", out[1]);
+    ensure!(out[2].duplicate && out[2].id == out[0].id, "K twice on C in one batch: {:?}", out[2]);
+    for (q, n) in [(&qa, 1), (&qb, 1), (&qc, 1)] {
+        ensure_eq!(cx.queue_stats(q).await?.pending, n, "pending rows of {q}");
+    }
     Ok(())
 }

@@ -13,7 +13,9 @@ mod cancel;
 mod cap;
 mod claim;
 mod complete_and_claim;
+mod hostile;
 mod idempotency;
+mod isolation;
 mod lease;
 mod lifecycle;
 mod notify;
@@ -172,6 +174,8 @@ groups!(
     notify,
     cancel,
     outcome,
+    isolation,
+    hostile,
 );
 
 /// The names of every case.

@@ -219,441 +219,518 @@ impl Backend for MemoryBackend {
     }
 
     async fn migrate(&self) -> Result<()> {
-        Ok(())
+        async move { Ok(()) }.await.map_err(|e: crate::Error| e.with_operation("migrate"))
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
-        let mut s = self.lock();
-        let at = now();
-        // Validate the schedule of every job before inserting any.
-        for j in &jobs {
-            if let RunAt::After(d) = j.run_at {
-                plus(at, d)?;
+        async move {
+            validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
+            let mut s = self.lock();
+            let at = now();
+            // Validate the schedule of every job before inserting any.
+            for j in &jobs {
+                if let RunAt::After(d) = j.run_at {
+                    plus(at, d)?;
+                }
             }
+            jobs.into_iter().map(|j| Self::insert(&mut s, j, at)).collect::<Result<Vec<_>>>()
         }
-        jobs.into_iter().map(|j| Self::insert(&mut s, j, at)).collect()
+        .await
+        .map_err(|e: crate::Error| e.with_operation("enqueue_many"))
     }
 
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        req.validate()?;
-        let mut s = self.lock();
-        let at = now();
-        // Free slots per requested queue (None = unlimited); paused/inactive queues get 0.
-        let mut free: HashMap<QueueName, Option<u64>> = HashMap::new();
-        for q in &req.queues {
-            let st = Self::settings(&s, q);
-            let slots = if st.is_paused || !st.is_active {
-                Some(0)
-            } else {
-                st.max_workers.map(|max| {
-                    let active = s
-                        .hot
-                        .values()
-                        .filter(|r| {
-                            &r.queue == q
-                                && matches!(status_of(r), Some(JobStatus::Fetched) | Some(JobStatus::Processing))
-                        })
-                        .count() as u64;
-                    u64::from(max).saturating_sub(active)
-                })
-            };
-            free.insert(q.clone(), slots);
-        }
-        let mut candidates: Vec<&JobRecord> = s
-            .hot
-            .values()
-            .filter(|r| status_of(r) == Some(JobStatus::Pending) && due_at(r) <= at && free.contains_key(&r.queue))
-            .collect();
-        candidates.sort_by(|a, b| b.priority.cmp(&a.priority).then(due_at(a).cmp(&due_at(b))).then(a.id.cmp(&b.id)));
-        let mut picked = Vec::new();
-        for r in candidates {
-            if picked.len() as u32 >= req.limit {
-                break;
+        async move {
+            req.validate()?;
+            let mut s = self.lock();
+            let at = now();
+            // Free slots per requested queue (None = unlimited); paused/inactive queues get 0.
+            let mut free: HashMap<QueueName, Option<u64>> = HashMap::new();
+            for q in &req.queues {
+                let st = Self::settings(&s, q);
+                let slots = if st.is_paused || !st.is_active {
+                    Some(0)
+                } else {
+                    st.max_workers.map(|max| {
+                        let active = s
+                            .hot
+                            .values()
+                            .filter(|r| {
+                                &r.queue == q
+                                    && matches!(status_of(r), Some(JobStatus::Fetched) | Some(JobStatus::Processing))
+                            })
+                            .count() as u64;
+                        u64::from(max).saturating_sub(active)
+                    })
+                };
+                free.insert(q.clone(), slots);
             }
-            let slot = free.get_mut(&r.queue).expect("queue requested");
-            match slot {
-                Some(0) => continue,
-                Some(n) => *n -= 1,
-                None => {}
-            }
-            picked.push(r.id);
-        }
-        let mut out = Vec::with_capacity(picked.len());
-        for id in picked {
-            s.last_lease += 1;
-            let lease = Lease(s.last_lease);
-            let r = s.hot.get_mut(&id).expect("picked from hot");
-            r.lease = Some(lease);
-            r.worker_id = Some(req.worker);
-            r.updated_at = at;
-            match req.mode {
-                ClaimMode::Reserve => {
-                    r.location = JobLocation::Hot(JobStatus::Fetched);
+            let mut candidates: Vec<&JobRecord> = s
+                .hot
+                .values()
+                .filter(|r| status_of(r) == Some(JobStatus::Pending) && due_at(r) <= at && free.contains_key(&r.queue))
+                .collect();
+            candidates
+                .sort_by(|a, b| b.priority.cmp(&a.priority).then(due_at(a).cmp(&due_at(b))).then(a.id.cmp(&b.id)));
+            let mut picked = Vec::new();
+            for r in candidates {
+                if picked.len() as u32 >= req.limit {
+                    break;
                 }
-                ClaimMode::Start => {
-                    r.location = JobLocation::Hot(JobStatus::Processing);
-                    r.attempt += 1;
-                    r.started_at = Some(at);
-                    r.heartbeat_at = Some(at);
+                let slot = free.get_mut(&r.queue).expect("queue requested");
+                match slot {
+                    Some(0) => continue,
+                    Some(n) => *n -= 1,
+                    None => {}
                 }
+                picked.push(r.id);
             }
-            out.push(claimed(r));
+            let mut out = Vec::with_capacity(picked.len());
+            for id in picked {
+                s.last_lease += 1;
+                let lease = Lease(s.last_lease);
+                let r = s.hot.get_mut(&id).expect("picked from hot");
+                r.lease = Some(lease);
+                r.worker_id = Some(req.worker);
+                r.updated_at = at;
+                match req.mode {
+                    ClaimMode::Reserve => {
+                        r.location = JobLocation::Hot(JobStatus::Fetched);
+                    }
+                    ClaimMode::Start => {
+                        r.location = JobLocation::Hot(JobStatus::Processing);
+                        r.attempt += 1;
+                        r.started_at = Some(at);
+                        r.heartbeat_at = Some(at);
+                    }
+                }
+                out.push(claimed(r));
+            }
+            Ok(out)
         }
-        Ok(out)
+        .await
+        .map_err(|e: crate::Error| e.with_operation("claim"))
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        validate::lease_list("start", leases)?;
-        let mut s = self.lock();
-        let at = now();
-        let mut entries = Vec::with_capacity(leases.len());
-        for l in leases {
-            let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
-                Some(r) => {
-                    r.location = JobLocation::Hot(JobStatus::Processing);
-                    r.attempt += 1;
-                    r.started_at = Some(at);
-                    r.heartbeat_at = Some(at);
-                    r.updated_at = at;
-                    true
-                }
-                None => false,
-            };
-            entries.push((l.id, ok));
+        async move {
+            validate::lease_list("start", leases)?;
+            let mut s = self.lock();
+            let at = now();
+            let mut entries = Vec::with_capacity(leases.len());
+            for l in leases {
+                let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+                    Some(r) => {
+                        r.location = JobLocation::Hot(JobStatus::Processing);
+                        r.attempt += 1;
+                        r.started_at = Some(at);
+                        r.heartbeat_at = Some(at);
+                        r.updated_at = at;
+                        true
+                    }
+                    None => false,
+                };
+                entries.push((l.id, ok));
+            }
+            Ok(BatchOutcome::merge(entries))
         }
-        Ok(BatchOutcome::merge(entries))
+        .await
+        .map_err(|e: crate::Error| e.with_operation("start"))
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-        validate::lease_list("heartbeat", leases)?;
-        let mut s = self.lock();
-        let at = now();
-        let mut entries = Vec::with_capacity(leases.len());
-        for l in leases {
-            let held = Self::held(&mut s, worker, *l, JobStatus::Processing).map(|r| {
-                r.heartbeat_at = Some(at);
-                r.updated_at = at;
-                r.cancel_requested
-            });
-            entries.push((l.id, held));
+        async move {
+            validate::lease_list("heartbeat", leases)?;
+            let mut s = self.lock();
+            let at = now();
+            let mut entries = Vec::with_capacity(leases.len());
+            for l in leases {
+                let held = Self::held(&mut s, worker, *l, JobStatus::Processing).map(|r| {
+                    r.heartbeat_at = Some(at);
+                    r.updated_at = at;
+                    r.cancel_requested
+                });
+                entries.push((l.id, held));
+            }
+            Ok(HeartbeatReport::merge(entries))
         }
-        Ok(HeartbeatReport::merge(entries))
+        .await
+        .map_err(|e: crate::Error| e.with_operation("heartbeat"))
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        validate::lease_list("complete", leases)?;
-        let mut s = self.lock();
-        let at = now();
-        let mut entries = Vec::with_capacity(leases.len());
-        for l in leases {
-            let ok = if Self::held(&mut s, worker, *l, JobStatus::Processing).is_some() {
-                let mut r = s.hot.remove(&l.id).expect("held row exists");
-                r.location = JobLocation::Archived;
-                r.finished_at = Some(at);
-                r.updated_at = at;
-                s.archive.insert(l.id, r);
-                true
-            } else {
-                // Completed before with this very lease (a repeat whose first reply was lost):
-                // the outcome stands.
-                s.archive.get(&l.id).is_some_and(|r| r.lease == Some(l.lease) && r.worker_id == Some(worker))
-            };
-            entries.push((l.id, ok));
+        async move {
+            validate::lease_list("complete", leases)?;
+            let mut s = self.lock();
+            let at = now();
+            let mut entries = Vec::with_capacity(leases.len());
+            for l in leases {
+                let ok = if Self::held(&mut s, worker, *l, JobStatus::Processing).is_some() {
+                    let mut r = s.hot.remove(&l.id).expect("held row exists");
+                    r.location = JobLocation::Archived;
+                    r.finished_at = Some(at);
+                    r.updated_at = at;
+                    s.archive.insert(l.id, r);
+                    true
+                } else {
+                    // Completed before with this very lease (a repeat whose first reply was lost):
+                    // the outcome stands.
+                    s.archive.get(&l.id).is_some_and(|r| r.lease == Some(l.lease) && r.worker_id == Some(worker))
+                };
+                entries.push((l.id, ok));
+            }
+            Ok(BatchOutcome::merge(entries))
         }
-        Ok(BatchOutcome::merge(entries))
+        .await
+        .map_err(|e: crate::Error| e.with_operation("complete"))
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
-        outcome.validate()?;
-        let mut s = self.lock();
-        let at = now();
-        let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
-            return Ok(Self::standing_fail(&s, worker, lease, &outcome));
-        };
-        // An accepted cancel is final: no retry or snooze of the job.
-        let cancelled = r.cancel_requested;
-        let result = match outcome {
-            FailAction::Retry { error, .. } if cancelled => {
-                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, Some(validate::error_text(&error)), at);
-                FailOutcome::DeadLettered(DeadReason::Cancelled)
-            }
-            FailAction::Snooze { .. } if cancelled => {
-                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, None, at);
-                FailOutcome::DeadLettered(DeadReason::Cancelled)
-            }
-            FailAction::Retry { delay, error } => {
-                if r.attempt >= r.max_attempts {
-                    Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(validate::error_text(&error)), at);
-                    FailOutcome::DeadLettered(DeadReason::Failed)
-                } else {
+        async move {
+            outcome.validate()?;
+            let mut s = self.lock();
+            let at = now();
+            let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
+                return Ok(Self::standing_fail(&s, worker, lease, &outcome));
+            };
+            // An accepted cancel is final: no retry or snooze of the job.
+            let cancelled = r.cancel_requested;
+            let result = match outcome {
+                FailAction::Retry { error, .. } if cancelled => {
+                    Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, Some(validate::error_text(&error)), at);
+                    FailOutcome::DeadLettered(DeadReason::Cancelled)
+                }
+                FailAction::Snooze { .. } if cancelled => {
+                    Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, None, at);
+                    FailOutcome::DeadLettered(DeadReason::Cancelled)
+                }
+                FailAction::Retry { delay, error } => {
+                    if r.attempt >= r.max_attempts {
+                        Self::to_dead(&mut s, lease.id, DeadReason::Failed, Some(validate::error_text(&error)), at);
+                        FailOutcome::DeadLettered(DeadReason::Failed)
+                    } else {
+                        let when = plus(at, delay)?;
+                        Self::to_pending(r, at);
+                        r.scheduled_at = Some(when);
+                        r.last_error = Some(validate::error_text(&error));
+                        FailOutcome::Retried { at: when }
+                    }
+                }
+                FailAction::DeadLetter { reason, error } => {
+                    Self::to_dead(&mut s, lease.id, reason, Some(validate::error_text(&error)), at);
+                    FailOutcome::DeadLettered(reason)
+                }
+                FailAction::Cancelled { error } => {
+                    Self::to_dead(
+                        &mut s,
+                        lease.id,
+                        DeadReason::Cancelled,
+                        error.as_deref().map(validate::error_text),
+                        at,
+                    );
+                    FailOutcome::DeadLettered(DeadReason::Cancelled)
+                }
+                FailAction::Snooze { delay } => {
                     let when = plus(at, delay)?;
                     Self::to_pending(r, at);
+                    r.attempt = (r.attempt - 1).max(0);
                     r.scheduled_at = Some(when);
-                    r.last_error = Some(validate::error_text(&error));
-                    FailOutcome::Retried { at: when }
+                    FailOutcome::Snoozed { until: when }
                 }
-            }
-            FailAction::DeadLetter { reason, error } => {
-                Self::to_dead(&mut s, lease.id, reason, Some(validate::error_text(&error)), at);
-                FailOutcome::DeadLettered(reason)
-            }
-            FailAction::Cancelled { error } => {
-                Self::to_dead(&mut s, lease.id, DeadReason::Cancelled, error.as_deref().map(validate::error_text), at);
-                FailOutcome::DeadLettered(DeadReason::Cancelled)
-            }
-            FailAction::Snooze { delay } => {
-                let when = plus(at, delay)?;
-                Self::to_pending(r, at);
-                r.attempt = (r.attempt - 1).max(0);
-                r.scheduled_at = Some(when);
-                FailOutcome::Snoozed { until: when }
-            }
-        };
-        Ok(Fenced::Done(result))
+            };
+            Ok(Fenced::Done(result))
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("fail"))
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        validate::lease_list("release", leases)?;
-        let mut s = self.lock();
-        let at = now();
-        let mut entries = Vec::with_capacity(leases.len());
-        for l in leases {
-            let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
-                Some(r) => {
-                    Self::to_pending(r, at);
-                    r.lease = None;
-                    true
-                }
-                None => false,
-            };
-            entries.push((l.id, ok));
+        async move {
+            validate::lease_list("release", leases)?;
+            let mut s = self.lock();
+            let at = now();
+            let mut entries = Vec::with_capacity(leases.len());
+            for l in leases {
+                let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+                    Some(r) => {
+                        Self::to_pending(r, at);
+                        r.lease = None;
+                        true
+                    }
+                    None => false,
+                };
+                entries.push((l.id, ok));
+            }
+            Ok(BatchOutcome::merge(entries))
         }
-        Ok(BatchOutcome::merge(entries))
+        .await
+        .map_err(|e: crate::Error| e.with_operation("release"))
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
-        let mut s = self.lock();
-        let at = now();
-        let mut report = RescueReport { ran: true, ..Default::default() };
-        let fetched_cutoff = minus(at, params.fetched_timeout);
-        let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
-        for r in s.hot.values() {
-            if todo.len() as u32 >= params.limit {
-                break;
-            }
-            match status_of(r) {
-                Some(JobStatus::Fetched) if r.updated_at < fetched_cutoff => todo.push((r.id, false)),
-                Some(JobStatus::Processing) => {
-                    let st = Self::settings(&s, &r.queue);
-                    let timeout = st.zombie_timeout.unwrap_or(params.default_zombie_timeout);
-                    if r.heartbeat_at.unwrap_or(r.updated_at) < minus(at, timeout) {
-                        todo.push((r.id, true));
-                    }
+        async move {
+            let mut s = self.lock();
+            let at = now();
+            let mut report = RescueReport { ran: true, ..Default::default() };
+            let fetched_cutoff = minus(at, params.fetched_timeout);
+            let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
+            for r in s.hot.values() {
+                if todo.len() as u32 >= params.limit {
+                    break;
                 }
-                _ => {}
+                match status_of(r) {
+                    Some(JobStatus::Fetched) if r.updated_at < fetched_cutoff => todo.push((r.id, false)),
+                    Some(JobStatus::Processing) => {
+                        let st = Self::settings(&s, &r.queue);
+                        let timeout = st.zombie_timeout.unwrap_or(params.default_zombie_timeout);
+                        if r.heartbeat_at.unwrap_or(r.updated_at) < minus(at, timeout) {
+                            todo.push((r.id, true));
+                        }
+                    }
+                    _ => {}
+                }
             }
+            for (id, zombie) in todo {
+                let r = s.hot.get(&id).expect("listed above");
+                if !zombie {
+                    let r = s.hot.get_mut(&id).expect("listed above");
+                    Self::to_pending(r, at);
+                    r.lease = None;
+                    report.fetched_released += 1;
+                    continue;
+                }
+                let policy = Self::settings(&s, &r.queue).zombie_policy;
+                if r.cancel_requested {
+                    // An accepted cancel is final: the zombie is not retried.
+                    Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
+                    report.zombies_dead += 1;
+                } else if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
+                    let r = s.hot.get_mut(&id).expect("listed above");
+                    Self::to_pending(r, at);
+                    r.lease = None;
+                    report.zombies_retried += 1;
+                } else {
+                    Self::to_dead(&mut s, id, DeadReason::Zombie, None, at);
+                    report.zombies_dead += 1;
+                }
+            }
+            Ok(report)
         }
-        for (id, zombie) in todo {
-            let r = s.hot.get(&id).expect("listed above");
-            if !zombie {
-                let r = s.hot.get_mut(&id).expect("listed above");
-                Self::to_pending(r, at);
-                r.lease = None;
-                report.fetched_released += 1;
-                continue;
-            }
-            let policy = Self::settings(&s, &r.queue).zombie_policy;
-            if r.cancel_requested {
-                // An accepted cancel is final: the zombie is not retried.
-                Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
-                report.zombies_dead += 1;
-            } else if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
-                let r = s.hot.get_mut(&id).expect("listed above");
-                Self::to_pending(r, at);
-                r.lease = None;
-                report.zombies_retried += 1;
-            } else {
-                Self::to_dead(&mut s, id, DeadReason::Zombie, None, at);
-                report.zombies_dead += 1;
-            }
-        }
-        Ok(report)
+        .await
+        .map_err(|e: crate::Error| e.with_operation("rescue"))
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        let mut s = self.lock();
-        let at = now();
-        let Some(r) = s.hot.get_mut(&id) else {
-            return Ok(CancelOutcome::NotLive);
-        };
-        match status_of(r) {
-            Some(JobStatus::Processing) => {
-                r.cancel_requested = true;
-                r.updated_at = at;
-                Ok(CancelOutcome::Requested)
-            }
-            _ => {
-                Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
-                Ok(CancelOutcome::Cancelled)
+        async move {
+            let mut s = self.lock();
+            let at = now();
+            let Some(r) = s.hot.get_mut(&id) else {
+                return Ok(CancelOutcome::NotLive);
+            };
+            match status_of(r) {
+                Some(JobStatus::Processing) => {
+                    r.cancel_requested = true;
+                    r.updated_at = at;
+                    Ok(CancelOutcome::Requested)
+                }
+                _ => {
+                    Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
+                    Ok(CancelOutcome::Cancelled)
+                }
             }
         }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("cancel"))
     }
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
-        validate::queue_name(queue.as_str())?;
-        control.validate()?;
-        let mut s = self.lock();
-        let mut st = Self::settings(&s, queue);
-        match control {
-            QueueControl::Pause => st.is_paused = true,
-            QueueControl::Resume => st.is_paused = false,
-            QueueControl::Activate => st.is_active = true,
-            QueueControl::Deactivate => st.is_active = false,
-            QueueControl::SetMaxWorkers(m) => st.max_workers = m,
-            QueueControl::SetZombieTimeout(t) => st.zombie_timeout = t,
-            QueueControl::SetZombiePolicy(p) => st.zombie_policy = p,
+        async move {
+            validate::queue_name(queue.as_str())?;
+            control.validate()?;
+            let mut s = self.lock();
+            let mut st = Self::settings(&s, queue);
+            match control {
+                QueueControl::Pause => st.is_paused = true,
+                QueueControl::Resume => st.is_paused = false,
+                QueueControl::Activate => st.is_active = true,
+                QueueControl::Deactivate => st.is_active = false,
+                QueueControl::SetMaxWorkers(m) => st.max_workers = m,
+                QueueControl::SetZombieTimeout(t) => st.zombie_timeout = t,
+                QueueControl::SetZombiePolicy(p) => st.zombie_policy = p,
+            }
+            st.updated_at = Some(now());
+            s.queues.insert(queue.clone(), st.clone());
+            Ok(st)
         }
-        st.updated_at = Some(now());
-        s.queues.insert(queue.clone(), st.clone());
-        Ok(st)
+        .await
+        .map_err(|e: crate::Error| e.with_operation("control_queue"))
     }
 
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
-        let s = self.lock();
-        Ok(Self::settings(&s, queue))
+        async move {
+            let s = self.lock();
+            Ok(Self::settings(&s, queue))
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("queue_settings"))
     }
 
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
-        let mut s = self.lock();
-        let at = now();
-        let Some(r) = s.dead.get(&id) else {
-            return Ok(RequeueOutcome::NotFound);
-        };
-        if let Some(key) = &r.idempotency_key {
-            if Self::key_holder(&s, &r.queue, key).is_some() {
-                return Err(Error::new(
-                    ErrorKind::Conflict,
-                    format!("a live job of its queue holds the idempotency key of dead job {id}"),
-                ));
+        async move {
+            let mut s = self.lock();
+            let at = now();
+            let Some(r) = s.dead.get(&id) else {
+                return Ok(RequeueOutcome::NotFound);
+            };
+            if let Some(key) = &r.idempotency_key {
+                if Self::key_holder(&s, &r.queue, key).is_some() {
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        format!("a live job of its queue holds the idempotency key of dead job {id}"),
+                    ));
+                }
             }
+            let mut r = s.dead.remove(&id).expect("checked above");
+            Self::to_pending(&mut r, at);
+            r.lease = None;
+            r.attempt = 0;
+            r.scheduled_at = None;
+            r.started_at = None;
+            r.heartbeat_at = None;
+            r.finished_at = None;
+            s.hot.insert(id, r);
+            Ok(RequeueOutcome::Requeued)
         }
-        let mut r = s.dead.remove(&id).expect("checked above");
-        Self::to_pending(&mut r, at);
-        r.lease = None;
-        r.attempt = 0;
-        r.scheduled_at = None;
-        r.started_at = None;
-        r.heartbeat_at = None;
-        r.finished_at = None;
-        s.hot.insert(id, r);
-        Ok(RequeueOutcome::Requeued)
+        .await
+        .map_err(|e: crate::Error| e.with_operation("requeue_dead"))
     }
 
     async fn purge(&self, req: &PurgeParams) -> Result<u64> {
-        if req.batch_size == 0 || req.max_batches == 0 {
-            return Err(Error::invalid("purge batch_size and max_batches must be at least 1"));
+        async move {
+            if req.batch_size == 0 || req.max_batches == 0 {
+                return Err(Error::invalid("purge batch_size and max_batches must be at least 1"));
+            }
+            let mut s = self.lock();
+            let cutoff = minus(now(), req.older_than);
+            let budget = u64::from(req.batch_size) * u64::from(req.max_batches);
+            let table = match req.target {
+                PurgeTarget::Archive => &mut s.archive,
+                PurgeTarget::DeadLetter => &mut s.dead,
+            };
+            let ids: Vec<JobId> = table
+                .values()
+                .filter(|r| r.finished_at.is_some_and(|f| f < cutoff))
+                .filter(|r| req.queue.as_ref().is_none_or(|q| &r.queue == q))
+                .filter(|r| req.kind.as_ref().is_none_or(|k| &r.kind == k))
+                .filter(|r| req.reason.is_none_or(|reason| r.location == JobLocation::Dead(reason)))
+                .map(|r| r.id)
+                .take(budget as usize)
+                .collect();
+            for id in &ids {
+                table.remove(id);
+            }
+            Ok(ids.len() as u64)
         }
-        let mut s = self.lock();
-        let cutoff = minus(now(), req.older_than);
-        let budget = u64::from(req.batch_size) * u64::from(req.max_batches);
-        let table = match req.target {
-            PurgeTarget::Archive => &mut s.archive,
-            PurgeTarget::DeadLetter => &mut s.dead,
-        };
-        let ids: Vec<JobId> = table
-            .values()
-            .filter(|r| r.finished_at.is_some_and(|f| f < cutoff))
-            .filter(|r| req.queue.as_ref().is_none_or(|q| &r.queue == q))
-            .filter(|r| req.kind.as_ref().is_none_or(|k| &r.kind == k))
-            .filter(|r| req.reason.is_none_or(|reason| r.location == JobLocation::Dead(reason)))
-            .map(|r| r.id)
-            .take(budget as usize)
-            .collect();
-        for id in &ids {
-            table.remove(id);
-        }
-        Ok(ids.len() as u64)
+        .await
+        .map_err(|e: crate::Error| e.with_operation("purge"))
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {
-        let s = self.lock();
-        let at = now();
-        let mut snap = StatsSnapshot { taken_at: Some(at), ..Default::default() };
-        let mut per: BTreeMap<String, QueueStats> = BTreeMap::new();
-        for r in s.hot.values().chain(s.archive.values()).chain(s.dead.values()) {
-            let qs = per
-                .entry(r.queue.to_string())
-                .or_insert_with(|| QueueStats { queue: r.queue.to_string(), ..Default::default() });
-            match r.location {
-                JobLocation::Hot(JobStatus::Pending) => {
-                    qs.pending += 1;
-                    snap.pending += 1;
-                    let due = due_at(r);
-                    if due <= at && qs.oldest_due_at.is_none_or(|o| due < o) {
-                        qs.oldest_due_at = Some(due);
+        async move {
+            let s = self.lock();
+            let at = now();
+            let mut snap = StatsSnapshot { taken_at: Some(at), ..Default::default() };
+            let mut per: BTreeMap<String, QueueStats> = BTreeMap::new();
+            for r in s.hot.values().chain(s.archive.values()).chain(s.dead.values()) {
+                let qs = per
+                    .entry(r.queue.to_string())
+                    .or_insert_with(|| QueueStats { queue: r.queue.to_string(), ..Default::default() });
+                match r.location {
+                    JobLocation::Hot(JobStatus::Pending) => {
+                        qs.pending += 1;
+                        snap.pending += 1;
+                        let due = due_at(r);
+                        if due <= at && qs.oldest_due_at.is_none_or(|o| due < o) {
+                            qs.oldest_due_at = Some(due);
+                        }
+                    }
+                    JobLocation::Hot(JobStatus::Fetched) => {
+                        qs.fetched += 1;
+                        snap.fetched += 1;
+                    }
+                    JobLocation::Hot(JobStatus::Processing) => {
+                        qs.processing += 1;
+                        snap.processing += 1;
+                    }
+                    JobLocation::Archived => {
+                        qs.archived += 1;
+                        snap.archived += 1;
+                    }
+                    JobLocation::Dead(_) => {
+                        qs.dead += 1;
+                        snap.dead += 1;
                     }
                 }
-                JobLocation::Hot(JobStatus::Fetched) => {
-                    qs.fetched += 1;
-                    snap.fetched += 1;
-                }
-                JobLocation::Hot(JobStatus::Processing) => {
-                    qs.processing += 1;
-                    snap.processing += 1;
-                }
-                JobLocation::Archived => {
-                    qs.archived += 1;
-                    snap.archived += 1;
-                }
-                JobLocation::Dead(_) => {
-                    qs.dead += 1;
-                    snap.dead += 1;
-                }
             }
+            snap.queues = per.into_values().collect();
+            Ok(snap)
         }
-        snap.queues = per.into_values().collect();
-        Ok(snap)
+        .await
+        .map_err(|e: crate::Error| e.with_operation("stats"))
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        let s = self.lock();
-        Ok(s.hot.get(&id).or_else(|| s.archive.get(&id)).or_else(|| s.dead.get(&id)).cloned())
+        async move {
+            let s = self.lock();
+            Ok(s.hot.get(&id).or_else(|| s.archive.get(&id)).or_else(|| s.dead.get(&id)).cloned())
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("get_job"))
     }
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        if filter.limit == 0 || filter.limit > 1000 {
-            return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", filter.limit)));
+        async move {
+            if filter.limit == 0 || filter.limit > 1000 {
+                return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", filter.limit)));
+            }
+            let s = self.lock();
+            let table = match filter.table {
+                JobTable::Hot => &s.hot,
+                JobTable::Archive => &s.archive,
+                JobTable::DeadLetter => &s.dead,
+            };
+            let mut jobs: Vec<JobRecord> = table
+                .values()
+                .filter(|r| filter.after.is_none_or(|a| r.id > a))
+                .filter(|r| filter.queue.as_ref().is_none_or(|q| &r.queue == q))
+                .filter(|r| filter.status.is_none_or(|st| r.location == JobLocation::Hot(st)))
+                .filter(|r| filter.kind.as_ref().is_none_or(|k| &r.kind == k))
+                .filter(|r| filter.tag.as_ref().is_none_or(|t| r.tags.contains(t)))
+                .filter(|r| filter.created_from.is_none_or(|f| r.created_at >= f))
+                .filter(|r| filter.created_to.is_none_or(|t| r.created_at < t))
+                .take(filter.limit as usize + 1)
+                .map(|r| {
+                    let mut r = r.clone();
+                    if filter.without_payloads {
+                        r.payload = serde_json::Value::Null;
+                    }
+                    r
+                })
+                .collect();
+            let next = if jobs.len() > filter.limit as usize {
+                jobs.truncate(filter.limit as usize);
+                jobs.last().map(|r| r.id)
+            } else {
+                None
+            };
+            Ok(JobPage { jobs, next })
         }
-        let s = self.lock();
-        let table = match filter.table {
-            JobTable::Hot => &s.hot,
-            JobTable::Archive => &s.archive,
-            JobTable::DeadLetter => &s.dead,
-        };
-        let mut jobs: Vec<JobRecord> = table
-            .values()
-            .filter(|r| filter.after.is_none_or(|a| r.id > a))
-            .filter(|r| filter.queue.as_ref().is_none_or(|q| &r.queue == q))
-            .filter(|r| filter.status.is_none_or(|st| r.location == JobLocation::Hot(st)))
-            .filter(|r| filter.kind.as_ref().is_none_or(|k| &r.kind == k))
-            .filter(|r| filter.tag.as_ref().is_none_or(|t| r.tags.contains(t)))
-            .filter(|r| filter.created_from.is_none_or(|f| r.created_at >= f))
-            .filter(|r| filter.created_to.is_none_or(|t| r.created_at < t))
-            .take(filter.limit as usize + 1)
-            .cloned()
-            .collect();
-        let next = if jobs.len() > filter.limit as usize {
-            jobs.truncate(filter.limit as usize);
-            jobs.last().map(|r| r.id)
-        } else {
-            None
-        };
-        Ok(JobPage { jobs, next })
+        .await
+        .map_err(|e: crate::Error| e.with_operation("list_jobs"))
     }
 
     async fn wakeups(&self) -> Result<Option<crate::Wakeups>> {
-        Ok(None)
+        async move { Ok(None) }.await.map_err(|e: crate::Error| e.with_operation("wakeups"))
     }
 }
 

@@ -13,6 +13,10 @@ impl TestSupport for MemoryBackend {
     }
 
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
+        if patch.raw_payload.is_some() {
+            // Payloads live here as parsed values: every stored one can be read.
+            return Err(crate::Error::unsupported("the memory backend cannot store an undecodable payload"));
+        }
         let mut s = self.lock();
         let Some(r) = s.hot.get_mut(&id) else {
             return Ok(false);

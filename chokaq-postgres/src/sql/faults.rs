@@ -33,6 +33,10 @@ pub struct Faults {
     /// archive row without its `lease`: a stale lease of a job this worker completed later with
     /// a newer lease is reported Done.
     pub complete_standing_ignores_lease: bool,
+    /// Sessions at REPEATABLE READ instead of pinned to READ COMMITTED (a startup option set
+    /// after the pin; only [`PgBackend::connect_with_faults`](crate::PgBackend::connect_with_faults)
+    /// applies it): the claim's cap count reads a stale snapshot.
+    pub claim_repeatable_read: bool,
 }
 
 /// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` start.

@@ -26,15 +26,18 @@ fn params(sql: &str) -> u32 {
 }
 
 /// The optional filters of list and purge are NULL-able parameters, and each table's statement
-/// has exactly the parameters the backend binds to it: `$1`–`$7` (hot: `$8` status) for a
-/// list page, `$1`–`$4` (dead letters: `$5` reason) for a purge batch.
+/// has exactly the parameters the backend binds to it: `$1`–`$8` (`$8` with payloads; hot:
+/// `$9` status) for a list page, `$1`–`$4` (dead letters: `$5` reason) for a purge batch.
 #[test]
 fn list_and_purge_take_null_able_filters() {
     let s = Statements::new("s");
-    assert_eq!(params(&s.list_hot), 8);
-    assert_eq!(params(&s.list_archive), 7);
-    assert_eq!(params(&s.list_dlq), 7);
-    assert!(s.list_hot.contains("($8::int2 IS NULL OR status = $8::int2)"), "{}", s.list_hot);
+    assert_eq!(params(&s.list_hot), 9);
+    assert_eq!(params(&s.list_archive), 8);
+    assert_eq!(params(&s.list_dlq), 8);
+    assert!(s.list_hot.contains("($9::int2 IS NULL OR status = $9::int2)"), "{}", s.list_hot);
+    for list in [&s.list_hot, &s.list_archive, &s.list_dlq] {
+        assert!(list.contains("CASE WHEN $8::bool THEN payload ELSE 'null'::jsonb END AS payload"), "{list}");
+    }
     assert!(s.list_dlq.contains("($1::text IS NULL OR queue = $1::text)"), "{}", s.list_dlq);
     assert!(s.list_dlq.contains("ORDER BY id\n LIMIT $7"), "{}", s.list_dlq);
     assert_eq!(params(&s.purge_archive), 4);
@@ -42,5 +45,22 @@ fn list_and_purge_take_null_able_filters() {
     assert!(s.purge_dlq.contains("($5::text IS NULL OR reason = $5::text)"), "{}", s.purge_dlq);
     for purge in [&s.purge_archive, &s.purge_dlq] {
         assert!(purge.contains("LIMIT $4\n       FOR UPDATE SKIP LOCKED"), "{purge}");
+    }
+}
+
+/// Every identifier derived from a schema name stays within PostgreSQL's 63 bytes for the
+/// longest name `validate::schema_name` accepts: the NOTIFY channel (a longer one would fail
+/// every enqueue), the sessions' `application_name` (cut at 63, so `kill_connections` would
+/// match nothing) and the test role.
+#[test]
+fn derived_identifiers_fit_for_the_longest_schema_name() {
+    let longest = "s".repeat(chokaq_core::validate::MAX_SCHEMA_NAME_LEN);
+    chokaq_core::validate::schema_name(&longest).unwrap();
+    assert!(chokaq_core::validate::schema_name(&format!("{longest}s")).is_err());
+    let app = crate::PgConfig::new("postgres://h/db").schema(longest.clone()).application_name();
+    for (what, id) in
+        [("channel", super::channel(&longest)), ("application_name", app), ("role", super::rr_role(&longest))]
+    {
+        assert!(id.len() <= chokaq_core::validate::MAX_IDENTIFIER_LEN, "{what} {id} is {} bytes", id.len());
     }
 }
