@@ -200,9 +200,11 @@ pub(crate) fn first_row(op: &str, sets: Vec<Vec<Row>>) -> Result<Row> {
     last_set(sets).into_iter().next().ok_or_else(|| decode(op, "no result row"))
 }
 
-/// Splits input leases into done / lost by the ids the database reported.
+/// Splits input leases into done / lost by the ids the database reported: each input id once,
+/// in one list (an id listed with a stale and a current lease is done when the current one
+/// wrote), in the order of its first entry (`docs/contract.md`, "Operations and guards").
 pub(crate) fn outcome(leases: &[LeaseRef], done_ids: &HashSet<JobId>) -> BatchOutcome {
-    BatchOutcome::partition(leases.iter().map(|l| l.id), |id| done_ids.contains(id))
+    BatchOutcome::merge(leases.iter().map(|l| (l.id, done_ids.contains(&l.id))))
 }
 
 pub(crate) fn ids_of(op: &str, rows: &[Row]) -> Result<HashSet<JobId>> {
@@ -254,18 +256,7 @@ pub(crate) fn heartbeat_report(op: &str, leases: &[LeaseRef], rows: &[Row]) -> R
         }
         held.insert(id);
     }
-    let mut report = HeartbeatReport::default();
-    for l in leases {
-        if held.contains(&l.id) {
-            report.held.push(l.id);
-            if cancel.contains(&l.id) {
-                report.cancel_requested.push(l.id);
-            }
-        } else {
-            report.lost.push(l.id);
-        }
-    }
-    Ok(report)
+    Ok(HeartbeatReport::merge(leases.iter().map(|l| (l.id, held.contains(&l.id).then(|| cancel.contains(&l.id))))))
 }
 
 /// `rescue`'s one row.
@@ -432,5 +423,28 @@ mod tests {
         let out = outcome(&[a, b, c], &done);
         assert_eq!(out.done, vec![a.id, c.id]);
         assert_eq!(out.lost, vec![b.id]);
+    }
+}
+
+#[cfg(test)]
+mod batch_rule_tests {
+    use super::*;
+    use chokaq_core::Lease;
+
+    /// Each input id once, in one list: a duplicate id whose current lease wrote is done once,
+    /// never also lost and never twice.
+    #[test]
+    fn a_duplicate_id_lands_in_one_list_once() {
+        let a = JobId::new();
+        let b = JobId::new();
+        let leases = [
+            LeaseRef { id: a, lease: Lease(1) },
+            LeaseRef { id: a, lease: Lease(2) },
+            LeaseRef { id: b, lease: Lease(3) },
+        ];
+        let done: HashSet<JobId> = [a].into_iter().collect();
+        let out = outcome(&leases, &done);
+        assert_eq!(out.done, vec![a]);
+        assert_eq!(out.lost, vec![b]);
     }
 }

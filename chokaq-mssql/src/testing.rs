@@ -29,9 +29,8 @@ impl TestSupport for MssqlBackend {
             check_ts(what, t)?;
         }
         let bytes = id_bytes(id);
-        // `@P14`, the payload's raw text: `JobPatch::raw_payload` is not in the core on this
-        // branch yet; bind it here once it is (the statement already takes it).
-        let raw_payload: Option<String> = None;
+        // `@P14`, the payload's raw text (NULL keeps the stored payload).
+        let raw_payload: Option<String> = patch.raw_payload.clone();
         let status = patch.status.map(JobStatus::code);
         let sched = patch.scheduled_at.flatten();
         let hb = patch.heartbeat_at.flatten();
