@@ -189,7 +189,8 @@ pub(crate) fn undecodable_reason(e: &Error) -> String {
 
 /// An error text as stored: at most [`validate::MAX_ERROR_LEN`] bytes, no NUL.
 pub(crate) fn error_text(s: &str) -> String {
-    validate::truncate(&s.replace('\0', "\u{FFFD}"), validate::MAX_ERROR_LEN).to_owned()
+    // Truncates before it copies (a huge error text is never copied whole); NUL becomes U+FFFD.
+    validate::error_text(s)
 }
 
 pub(crate) fn count(v: i64) -> u64 {

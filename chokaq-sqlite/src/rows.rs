@@ -179,6 +179,6 @@ pub(crate) fn parse_policy(s: &str) -> Result<ZombiePolicy> {
 
 /// Error text as stored: NUL replaced (databases cannot store it in text), truncated.
 pub(crate) fn clean_error(s: &str) -> String {
-    let s = s.replace('\0', "\u{fffd}");
-    validate::truncate(&s, validate::MAX_ERROR_LEN).to_string()
+    // Truncates before it copies (a huge error text is never copied whole); NUL becomes U+FFFD.
+    validate::error_text(s)
 }
