@@ -1,0 +1,132 @@
+//! Unit tests of the worker builder's settings and checks (`config.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chokaq_core::memory::MemoryBackend;
+use chokaq_core::{Backend, ErrorKind};
+
+use super::WorkerBuilder;
+use crate::worker::Worker;
+
+fn builder() -> WorkerBuilder {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Worker::builder(b).register_raw("t", |_p, _c| async { Ok(()) })
+}
+
+#[test]
+fn lookahead_out_of_range_is_invalid_input() {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let e = Worker::builder(b).lookahead(1001).register_raw("t", |_p, _c| async { Ok(()) }).build().unwrap_err();
+    assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
+}
+
+/// Queues: `"default"` when none is given, duplicates dropped, order kept; queue timeouts
+/// land in the config by queue.
+#[test]
+fn queues_and_queue_timeouts() {
+    let w = builder().build().unwrap();
+    assert_eq!(w.config().queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), ["default"]);
+    let w = builder().queue("b").queues(["a", "b"]).queue_timeout("a", Duration::from_secs(3)).build().unwrap();
+    assert_eq!(w.config().queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+    let a = chokaq_core::QueueName::new("a").unwrap();
+    assert_eq!(w.config().queue_timeouts.get(&a), Some(&Duration::from_secs(3)));
+}
+
+/// Every numeric range and consistency check is an `InvalidInput` error.
+#[test]
+fn out_of_range_settings_are_invalid_input() {
+    let bad = [
+        builder().prefetch(1001),
+        builder().poll_interval(Duration::ZERO),
+        builder().min_poll_interval(Duration::from_secs(2)),
+        builder().job_timeout(Duration::ZERO),
+        builder().queue_timeout("q", Duration::ZERO),
+        builder().completion_batching(0, Duration::from_millis(2)),
+        builder().completion_batching(10_001, Duration::from_millis(2)),
+        builder().completion_batching(10, Duration::ZERO),
+        builder().retry_policy(chokaq_core::RetryPolicy { factor: f64::NAN, ..Default::default() }),
+    ];
+    for (i, b) in bad.into_iter().enumerate() {
+        assert_eq!(b.build().map(|_| ()).unwrap_err().kind(), ErrorKind::InvalidInput, "case {i}");
+    }
+    assert!(builder()
+        .prefetch(1000)
+        .lookahead(0)
+        .completion_batching(10_000, Duration::from_millis(1))
+        .build()
+        .is_ok());
+}
+
+/// Durations near `Duration::MAX` would overflow `Instant` arithmetic in the worker's
+/// loops, and settings that contradict each other would lose leases: each is an
+/// `InvalidInput` naming the setting and its limit (issue 16 finding 2, issue 11 item 10).
+#[test]
+fn extreme_and_inconsistent_settings_are_invalid_input() {
+    use crate::worker::MaintenanceConfig;
+    use chokaq_core::{RescueParams, RetryPolicy};
+    let max = Duration::MAX;
+    let zombie = |z: Duration| MaintenanceConfig {
+        rescue: RescueParams { default_zombie_timeout: z, ..RescueParams::default() },
+        ..MaintenanceConfig::default()
+    };
+    let fetched = |f: Duration| MaintenanceConfig {
+        rescue: RescueParams { fetched_timeout: f, ..RescueParams::default() },
+        ..MaintenanceConfig::default()
+    };
+    let bad = [
+        ("heartbeat", builder().heartbeat_interval(max)),
+        ("claim batch window", builder().claim_batch_window(max)),
+        ("completion flush", builder().completion_batching(10, max)),
+        ("poll", builder().poll_interval(max)),
+        ("poll", builder().poll_interval(max).min_poll_interval(max)),
+        ("job timeout", builder().job_timeout(max)),
+        ("queue", builder().queue_timeout("q", max)),
+        ("cancel wait", builder().cancel_wait(max)),
+        ("shutdown grace", builder().shutdown_grace(max)),
+        ("maintenance interval", builder().maintenance(MaintenanceConfig { interval: max, ..Default::default() })),
+        ("retention", builder().maintenance(MaintenanceConfig { archive_retention: Some(max), ..Default::default() })),
+        ("zombie", builder().maintenance(zombie(max))),
+        ("fetched", builder().maintenance(fetched(max))),
+        ("retry policy", builder().retry_policy(RetryPolicy { max, ..RetryPolicy::default() })),
+        ("retry policy", builder().retry_policy(RetryPolicy { base: max, ..RetryPolicy::default() })),
+        // A heartbeat interval too close to the zombie timeout.
+        (
+            "zombie timeout",
+            builder().heartbeat_interval(Duration::from_secs(200)).maintenance(zombie(Duration::from_secs(300))),
+        ),
+        // A prefetch whose buffered jobs the rescuer would release before they can start.
+        (
+            "fetched timeout",
+            builder()
+                .prefetch(4)
+                .heartbeat_interval(Duration::from_secs(2))
+                .maintenance(fetched(Duration::from_secs(3))),
+        ),
+    ];
+    for (i, (name, b)) in bad.into_iter().enumerate() {
+        let e = b.build().map(|_| ()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "case {i} ({name}): {e}");
+        assert!(e.message().contains(name), "case {i}: {e} does not name {name:?}");
+    }
+    // A job type's own policy and timeout are checked too.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Odd;
+    impl crate::Job for Odd {
+        const KIND: &'static str = "odd.v1";
+        fn retry_policy() -> Option<RetryPolicy> {
+            Some(RetryPolicy { max: Duration::MAX, ..RetryPolicy::default() })
+        }
+    }
+    let e = builder().register(|_: Odd, _| async { Ok(()) }).build().map(|_| ()).unwrap_err();
+    assert!(e.message().contains("retry policy max of job kind \"odd.v1\""), "{e}");
+    // At the limits: accepted.
+    let year = Duration::from_secs(365 * 24 * 3600);
+    assert!(builder()
+        .heartbeat_interval(Duration::from_secs(150))
+        .maintenance(zombie(Duration::from_secs(300)))
+        .build()
+        .is_ok());
+    assert!(builder().job_timeout(year).shutdown_grace(year).cancel_wait(year).build().is_ok());
+    assert!(builder().prefetch(4).build().is_ok(), "the defaults fit a prefetch");
+}
