@@ -94,6 +94,9 @@ mod backend_doc_snippets {
     #[doc = include_str!("../../docs/postgres.md")]
     struct Postgres;
 
+    #[doc = include_str!("../../docs/security.md")]
+    struct Security;
+
     #[doc = include_str!("../../docs/sqlite.md")]
     struct Sqlite;
 
