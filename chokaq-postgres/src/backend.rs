@@ -51,6 +51,9 @@ pub(crate) struct Shared {
     pub(crate) sql: Statements,
     /// Rescue calls in a row that found the rescue lock held (see [`PgBackend::note_rescue`]).
     pub(crate) rescue_skipped: AtomicU32,
+    /// The one LISTEN session of this backend, fanned out to every [`Backend::wakeups`]
+    /// stream (the sender of its broadcast; a new session starts when every stream is gone).
+    pub(crate) wake: tokio::sync::Mutex<Option<tokio::sync::broadcast::Sender<chokaq_core::Wake>>>,
 }
 
 /// After this many rescue calls in a row that found the lock held, a warning is logged (and
@@ -118,6 +121,7 @@ impl PgBackend {
                 schema: config.schema,
                 max_payload_bytes: config.max_payload_bytes,
                 rescue_skipped: AtomicU32::new(0),
+                wake: tokio::sync::Mutex::new(None),
             }),
         })
     }
@@ -266,6 +270,7 @@ impl PgBackend {
             channel: self.shared.channel.clone(),
             max_payload_bytes: self.shared.max_payload_bytes,
             rescue_skipped: AtomicU32::new(0),
+            wake: tokio::sync::Mutex::new(None),
         };
         PgBackend { pool: self.pool, shared: Arc::new(shared) }
     }
@@ -693,6 +698,12 @@ impl Backend for PgBackend {
 
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         async move {
+            // One LISTEN session per backend, whatever the number of workers on it: every
+            // stream subscribes to the same broadcast.
+            let mut wake = self.shared.wake.lock().await;
+            if let Some(tx) = wake.as_ref().filter(|tx| tx.receiver_count() > 0) {
+                return Ok(Some(Wakeups::new(tx.subscribe())));
+            }
             let channel = self.shared.channel.clone();
             let listener = with_retry(|| async {
                 let mut listener = PgListener::connect_with(&self.pool).await?;
@@ -701,7 +712,8 @@ impl Backend for PgBackend {
             })
             .await?;
             let (tx, rx) = tokio::sync::broadcast::channel(1024);
-            tokio::spawn(listen::run(self.pool.clone(), channel, tx, listener));
+            tokio::spawn(listen::run(self.pool.clone(), channel, tx.clone(), listener));
+            *wake = Some(tx);
             Ok(Some(Wakeups::new(rx)))
         }
         .await
