@@ -35,6 +35,7 @@ migrations! {
     1, "init", "0001_init";
     2, "complete_and_claim", "0002_complete_and_claim";
     4, "harden", "0004_harden";
+    5, "hot_heartbeats", "0005_hot_heartbeats";
 }
 
 /// Applies the missing migrations in one transaction under a schema-specific lock, so
