@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use crate::{
     BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, FailAction, FailOutcome, Fenced,
     HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName,
-    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, StatsSnapshot, Wakeups, WorkerId,
+    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket,
+    ThroughputParams, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 
 /// The contract every backend implements: the operations of the behaviour contract, each one
@@ -112,6 +113,41 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// one source of truth for whether a backend pushes wake-ups: there is no capability flag
     /// for it, and no default, so a new backend decides.
     async fn wakeups(&self) -> Result<Option<Wakeups>>;
+
+    // ---- Live worker processes (the workers table) and throughput -------------------------
+    // TEMPORARY defaults (Unsupported) while every backend gains its workers table; they are
+    // removed once every backend implements them.
+
+    /// Upserts this process's row: `started_at` is kept from the first registration,
+    /// `last_seen_at` is set to the database clock. Called with every worker heartbeat.
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        let _ = reg;
+        Err(crate::Error::unsupported("register_worker"))
+    }
+
+    /// Removes this process's row (graceful shutdown); whether a row was there.
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        let _ = worker;
+        Err(crate::Error::unsupported("deregister_worker"))
+    }
+
+    /// Every registered worker process, most recently started first.
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        Err(crate::Error::unsupported("list_workers"))
+    }
+
+    /// Maintenance: removes rows not seen for longer than `stale_after`; how many.
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        let _ = stale_after;
+        Err(crate::Error::unsupported("prune_workers"))
+    }
+
+    /// Jobs archived as done per queue and minute over the window, read through the archive's
+    /// finish-time index (never a full scan). Minutes with none are left out.
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        let _ = params;
+        Err(crate::Error::unsupported("throughput"))
+    }
 }
 
 /// Conveniences over [`Backend`]; implemented for every backend, never by hand.
@@ -233,5 +269,20 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         (**self).wakeups().await
+    }
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        (**self).register_worker(reg).await
+    }
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        (**self).deregister_worker(worker).await
+    }
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        (**self).list_workers().await
+    }
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        (**self).prune_workers(stale_after).await
+    }
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        (**self).throughput(params).await
     }
 }

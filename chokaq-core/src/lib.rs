@@ -19,6 +19,7 @@ mod list;
 mod maintenance;
 pub mod memory;
 mod outcome;
+mod process;
 mod queue;
 mod retry;
 mod stats;
@@ -36,6 +37,10 @@ pub use job::*;
 pub use list::{JobPage, JobTable, ListJobsParams};
 pub use maintenance::{PurgeParams, PurgeTarget, RescueParams, RescueReport};
 pub use outcome::{BatchOutcome, CancelOutcome, FailAction, FailOutcome, Fenced, HeartbeatReport, RequeueOutcome};
+pub use process::{
+    ThroughputBucket, ThroughputParams, WorkerProcess, WorkerRegistration, MAX_HOST_LEN, MAX_THROUGHPUT_WINDOW,
+    MAX_WORKER_QUEUES,
+};
 pub use queue::{QueueControl, QueueSettings, ZombiePolicy};
 pub use retry::RetryPolicy;
 pub use stats::{QueueStats, StatsSnapshot};
