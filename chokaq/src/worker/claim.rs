@@ -16,12 +16,14 @@ use tokio_util::sync::CancellationToken;
 use super::completer::{Completer, Outcomes};
 use super::executor::Executor;
 use super::heartbeat::Leases;
-use super::{add, ewma, with_retries, Counters, WorkerConfig};
-use crate::job::JobControl;
+use super::{add, broken, ewma, with_retries, Broken, Counters, WorkerConfig};
 use crate::metrics_names as m;
 
-/// The look-ahead buffer: jobs claimed straight to Processing (Start mode) beyond the free
-/// slots, in claim order. A finishing handler hands its slot to the first of them.
+/// The look-ahead buffer: jobs reserved (Reserve mode, Fetched: no attempt counted) beyond
+/// the free slots, in claim order. A finishing handler hands its slot to the first of them,
+/// which is started (`Backend::start`, coalesced with the other slots' starts) before its
+/// handler runs, so a job whose handler never started never loses an attempt, also after a
+/// crash.
 #[derive(Default)]
 pub(super) struct Lookahead {
     inner: Mutex<Buffered>,
@@ -29,18 +31,18 @@ pub(super) struct Lookahead {
 
 #[derive(Default)]
 struct Buffered {
-    jobs: VecDeque<(ClaimedJob, Arc<JobControl>)>,
+    jobs: VecDeque<ClaimedJob>,
     /// Shutdown: nothing more is taken from the buffer.
     closed: bool,
 }
 
 impl Lookahead {
-    fn extend(&self, jobs: Vec<(ClaimedJob, Arc<JobControl>)>) {
+    fn extend(&self, jobs: Vec<ClaimedJob>) {
         self.inner.lock().unwrap().jobs.extend(jobs);
     }
 
-    /// Takes the next look-ahead job, unless shutting down.
-    pub(super) fn take(&self) -> Option<(ClaimedJob, Arc<JobControl>)> {
+    /// Takes the next look-ahead job (Fetched), unless shutting down.
+    pub(super) fn take(&self) -> Option<ClaimedJob> {
         let mut inner = self.inner.lock().unwrap();
         if inner.closed {
             return None;
@@ -56,7 +58,7 @@ impl Lookahead {
     pub(super) fn close(&self) -> Vec<ClaimedJob> {
         let mut inner = self.inner.lock().unwrap();
         inner.closed = true;
-        inner.jobs.drain(..).map(|(job, _)| job).collect()
+        inner.jobs.drain(..).collect()
     }
 }
 
@@ -134,7 +136,6 @@ impl Claimer {
     pub(super) async fn run(&self, shutdown: &CancellationToken) -> VecDeque<ClaimedJob> {
         let concurrency = self.concurrency;
         let prefetch = self.prefetch;
-        let mode = if prefetch == 0 { ClaimMode::Start } else { ClaimMode::Reserve };
         let ex = &self.executor;
         // Moving average of claim round trips, microseconds.
         let mut rtt_us = 0u64;
@@ -199,7 +200,22 @@ impl Claimer {
             if want > 0 && now >= next_claim && !gathering {
                 gather_until = None;
                 await_written = false;
-                let req = ClaimParams::new(self.worker, self.queues.clone(), want as u32, mode);
+                // Without a prefetch: the free slots are claimed in Start mode, each job with
+                // its slot taken first (so it runs at once); the look-ahead beyond them is
+                // reserved (Fetched, attempt not counted) and started when a slot takes it.
+                let (mode, limit, mut permits) = if prefetch > 0 {
+                    (ClaimMode::Reserve, want, None)
+                } else if broken(self.worker, Broken::LookaheadStart) {
+                    (ClaimMode::Start, want, None)
+                } else {
+                    let n = ex.free_slots().min(want);
+                    match (n > 0).then(|| ex.slots.clone().try_acquire_many_owned(n as u32)) {
+                        Some(Ok(p)) => (ClaimMode::Start, n, Some(p)),
+                        _ => (ClaimMode::Reserve, want, None),
+                    }
+                };
+                let want = limit;
+                let req = ClaimParams::new(self.worker, self.queues.clone(), limit as u32, mode);
                 let t0 = Instant::now();
                 let res = self.claim(&req, cap_bound).await;
                 add(&self.counters.claim_calls, 1);
@@ -210,19 +226,20 @@ impl Claimer {
                     Ok(jobs) => {
                         let got = jobs.len();
                         add(&self.counters.claimed, got as u64);
-                        if mode == ClaimMode::Start {
-                            let tracked: Vec<(ClaimedJob, Arc<JobControl>)> = jobs
-                                .into_iter()
-                                .map(|job| {
-                                    let control = self.leases.track(&job);
-                                    (job, control)
-                                })
-                                .collect();
-                            self.lookahead.extend(tracked);
+                        if let Some(permits) = permits.as_mut() {
+                            for job in jobs {
+                                if let Some(p) = permits.split(1) {
+                                    ex.spawn_new(job, p);
+                                }
+                            }
+                        } else if prefetch == 0 {
+                            self.lookahead.extend(jobs);
                             ex.fill_slots();
                         } else {
                             buffer.extend(jobs);
                         }
+                        // Slots taken for jobs that did not come are free again.
+                        drop(permits);
                         if got >= want {
                             // More may be waiting (rows skipped as locked by other claimers, or
                             // a full batch): claim again as soon as there is room.

@@ -28,7 +28,7 @@ fn lookahead_target_adapts_within_its_bound() {
     assert_eq!(lookahead_target(8, 32, 1000, 1_000_000), 1, "long jobs: one");
 }
 
-/// One running job (blocked) and one look-ahead job (Processing, never run): at shutdown the
+/// One running job (blocked) and one look-ahead job (Fetched, never started): at shutdown the
 /// look-ahead job is Pending again at once with its attempt not counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookahead_is_handed_back_uncounted_at_shutdown() {
@@ -49,9 +49,9 @@ async fn lookahead_is_handed_back_uncounted_at_shutdown() {
     dynb.enqueue_many(jobs("default", 3)).await.unwrap();
     let token = CancellationToken::new();
     let run = tokio::spawn(w.run(token.clone()));
-    wait_for("1 running + 1 look-ahead, both Processing", Duration::from_secs(5), || async {
+    wait_for("1 running (Processing) + 1 look-ahead (Fetched)", Duration::from_secs(5), || async {
         let s = b.stats().await.unwrap();
-        s.processing == 2 && s.pending == 1
+        s.processing == 1 && s.fetched == 1 && s.pending == 1
     })
     .await;
     token.cancel();

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, ClaimedJob, DeadReason, FailAction, FailOutcome, Fenced, JobKind, LeaseRef, QueueName, RetryPolicy,
-    WorkerId,
+    Backend, ClaimedJob, DeadReason, FailAction, FailOutcome, Fenced, JobId, JobKind, JobStatus, LeaseRef, QueueName,
+    Result, RetryPolicy, WorkerId,
 };
 use futures::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -63,9 +63,73 @@ pub(super) struct Executor {
     pub(super) completer: Arc<Completer>,
     pub(super) outcomes: Arc<Outcomes>,
     pub(super) counters: Arc<Counters>,
+    /// Coalesces the starts of look-ahead jobs into one `Backend::start` per round trip.
+    pub(super) starter: Arc<Starter>,
     /// The worker's span (`chokaq.worker`): the parent of every job's span, whichever task
     /// starts the job (a finishing job hands its slot on from inside its own span).
     pub(super) span: tracing::Span,
+}
+
+/// Group start: a start asked for while another is in flight goes in the next call, so the
+/// slots that free up together start their look-ahead jobs in one round trip.
+pub(super) struct Starter {
+    backend: Arc<dyn Backend>,
+    worker: WorkerId,
+    state: std::sync::Mutex<StartQueue>,
+}
+
+#[derive(Default)]
+struct StartQueue {
+    waiting: Vec<(LeaseRef, tokio::sync::oneshot::Sender<Result<bool>>)>,
+    flushing: bool,
+}
+
+impl Starter {
+    pub(super) fn new(backend: Arc<dyn Backend>, worker: WorkerId) -> Arc<Self> {
+        Arc::new(Starter { backend, worker, state: Default::default() })
+    }
+
+    /// Fetched -> Processing for `lease`: whether it was still held.
+    pub(super) async fn start(self: &Arc<Self>, lease: LeaseRef) -> Result<bool> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lead = {
+            let mut st = self.state.lock().unwrap();
+            st.waiting.push((lease, tx));
+            !std::mem::replace(&mut st.flushing, true)
+        };
+        if lead {
+            let this = self.clone();
+            tokio::spawn(async move { this.flush().await });
+        }
+        rx.await.unwrap_or_else(|_| Err(chokaq_core::Error::unsupported("start: the starter stopped")))
+    }
+
+    async fn flush(&self) {
+        loop {
+            let batch = {
+                let mut st = self.state.lock().unwrap();
+                if st.waiting.is_empty() {
+                    st.flushing = false;
+                    return;
+                }
+                std::mem::take(&mut st.waiting)
+            };
+            let leases: Vec<LeaseRef> = batch.iter().map(|(l, _)| *l).collect();
+            match super::with_retries(|| self.backend.start(self.worker, &leases)).await {
+                Ok(out) => {
+                    let done: std::collections::HashSet<JobId> = out.done.into_iter().collect();
+                    for (l, tx) in batch {
+                        let _ = tx.send(Ok(done.contains(&l.id)));
+                    }
+                }
+                Err(e) => {
+                    for (_, tx) in batch {
+                        let _ = tx.send(Err(chokaq_core::Error::new(e.kind(), e.message().to_string())));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// What to do with a finished attempt.
@@ -97,10 +161,50 @@ impl Executor {
         loop {
             let Ok(permit) = self.slots.clone().try_acquire_owned() else { return };
             match self.lookahead.take() {
-                Some((job, control)) => self.spawn(job, permit, control),
+                Some(job) => self.start_lookahead(job, permit),
                 None => return,
             }
         }
+    }
+
+    /// Starts a look-ahead job (Fetched) on the slot `permit` holds: `Backend::start`,
+    /// coalesced with the other slots' starts, then its handler. A job whose lease was lost
+    /// meanwhile (rescued, cancelled) is skipped and the slot takes the next one; on an error
+    /// the job is released (attempt unspent) and the slot freed.
+    fn start_lookahead(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let mut next = Some(job);
+            while let Some(mut job) = next.take() {
+                if job.status == JobStatus::Processing {
+                    // Claimed started (only the teeth's broken variant does that).
+                    this.spawn_new(job, permit);
+                    return;
+                }
+                match this.starter.start(job.lease_ref()).await {
+                    Ok(true) => {
+                        job.attempt += 1;
+                        job.status = JobStatus::Processing;
+                        this.spawn_new(job, permit);
+                        return;
+                    }
+                    Ok(false) => {
+                        add(&this.counters.lease_lost, 1);
+                        tracing::debug!(id = %job.id, "look-ahead lease lost before start (rescued or cancelled)");
+                        next = this.lookahead.take();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, id = %job.id, "start failed; releasing the look-ahead job");
+                        let lease = [job.lease_ref()];
+                        if let Err(e) = this.backend.release(this.worker, &lease).await {
+                            tracing::warn!(error = %e, "release failed too; the rescuer will put it back");
+                        }
+                    }
+                }
+            }
+            drop(permit);
+            this.slot_freed.notify_one();
+        });
     }
 
     /// Free slots now.
@@ -215,7 +319,7 @@ impl Executor {
             other => Some(other),
         };
         match self.lookahead.take() {
-            Some((next, next_control)) => self.spawn(next, permit, next_control),
+            Some(next) => self.start_lookahead(next, permit),
             None => drop(permit),
         }
         self.slot_freed.notify_one();

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chokaq_core::{Backend, ClaimedJob, FailAction, Fenced, LeaseRef, QueueName, Result, WorkerId};
+use chokaq_core::{Backend, ClaimedJob, LeaseRef, QueueName, Result, WorkerId};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -220,6 +220,7 @@ impl Worker {
             completer: completer.clone(),
             outcomes: outcomes.clone(),
             counters: counters.clone(),
+            starter: executor::Starter::new(backend.clone(), worker),
             span: tracing::info_span!("chokaq.worker", worker = %worker),
         });
         let wake = Arc::new(Notify::new());
@@ -276,11 +277,11 @@ impl Worker {
 
         let buffer = claimer.run(&shutdown).await;
 
-        // Shutdown: look-ahead jobs (already Processing) go back to Pending at once, their
+        // Shutdown: look-ahead jobs (Fetched, never started) go back to Pending at once, their
         // attempt not counted.
         let held = lookahead.close();
         if !held.is_empty() {
-            hand_back_lookahead(&backend, worker, &leases, &counters, held).await;
+            release_prefetched(&backend, worker, &counters, held.into()).await;
         }
         // Shutdown: release prefetched jobs at once.
         tracing::info!(worker = %worker, buffered = buffer.len(), "chokaq worker shutting down");
@@ -305,36 +306,6 @@ impl Worker {
         guard.armed = false;
         tracing::info!(worker = %worker, ?report, "chokaq worker stopped");
         Ok(report)
-    }
-}
-
-/// Shutdown: hands the look-ahead jobs (Processing, never run) back to Pending at once, with
-/// `FailAction::Snooze { delay: 0 }` so the attempt does not count.
-async fn hand_back_lookahead(
-    backend: &Arc<dyn Backend>,
-    worker: WorkerId,
-    leases: &Leases,
-    counters: &Counters,
-    held: Vec<ClaimedJob>,
-) {
-    // Their leases stay heart-beaten until the hand-back is written (a rescue meanwhile would
-    // spend their attempt).
-    let results = futures::future::join_all(held.iter().map(|job| {
-        let lease = job.lease_ref();
-        write_with_retries(worker, "hand back", move || {
-            backend.fail(worker, lease, FailAction::Snooze { delay: Duration::ZERO })
-        })
-    }))
-    .await;
-    for job in &held {
-        leases.untrack(job.lease_ref());
-    }
-    for r in results {
-        match r {
-            Ok(Fenced::Done(_)) => add(&counters.released, 1),
-            Ok(Fenced::LeaseLost) => add(&counters.lease_lost, 1),
-            Err(e) => tracing::warn!(error = %e, "could not hand back a look-ahead job; the rescuer will"),
-        }
     }
 }
 
@@ -424,6 +395,8 @@ enum Broken {
     ShutdownRetries,
     /// A heartbeat reply's lost list is applied by job id, whatever the lease.
     LostById,
+    /// The look-ahead is claimed in Start mode (attempt counted before a slot takes it).
+    LookaheadStart,
 }
 
 #[cfg(test)]

@@ -297,7 +297,11 @@ pub(super) async fn graceful_shutdown_never_dead_letters(worker: WorkerId) -> Re
         .collect();
     let report = run_until(w, || async {
         tokio::time::timeout(Duration::from_secs(5), started.notified()).await.map_err(|_| "never started")?;
-        wait_until("2 processing", Duration::from_secs(5), || async { b.stats().await.unwrap().processing == 2 }).await
+        wait_until("1 processing + 1 look-ahead (fetched)", Duration::from_secs(5), || async {
+            let s = b.stats().await.unwrap();
+            s.processing + s.fetched == 2
+        })
+        .await
     })
     .await?;
     for id in &ids {
@@ -409,6 +413,87 @@ async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
         }
     }
     assert_eq!(ran_dead, 1, "only the job that ran used its one attempt");
+}
+
+/// Item 6 after a crash with the default claim shape (look-ahead, no prefetch),
+/// `max_attempts = 1`: one running job and one look-ahead job held when the process dies
+/// (the look-ahead holds `concurrency` jobs until a handler run time is measured). The
+/// rescuer dead-letters the one that ran and puts the one that never ran back to Pending with
+/// its attempt unspent.
+pub(super) async fn after_a_crash_lookahead_jobs_keep_their_attempt(worker: WorkerId) -> Res {
+    let b = Arc::new(Faulty::default());
+    let dynb: Arc<dyn Backend> = b.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s2 = started.clone();
+    let w = Worker::builder(dynb)
+        .worker_id(worker)
+        .concurrency(1)
+        .lookahead(2)
+        .maintenance(no_maintenance())
+        .register_raw("t", move |_p, _ctx: JobContext| {
+            let started = s2.clone();
+            async move {
+                started.notify_one();
+                futures::future::pending::<()>().await;
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let ids: Vec<JobId> = b
+        .enqueue_many(jobs("default", 2).into_iter().map(|j| j.max_attempts(1)).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    let task = tokio::spawn(w.run(CancellationToken::new()));
+    tokio::time::timeout(Duration::from_secs(5), started.notified()).await.expect("a handler started");
+    wait_until("both jobs held by the worker", Duration::from_secs(5), || async {
+        b.stats().await.unwrap().pending == 0
+    })
+    .await
+    .unwrap();
+    // The crash: nothing this worker does reaches the database any more.
+    b.dead.store(true, Ordering::Release);
+    task.abort();
+    let _ = task.await;
+    let params = RescueParams {
+        fetched_timeout: Duration::from_millis(1),
+        default_zombie_timeout: Duration::from_millis(1),
+        limit: 10,
+    };
+    wait_until("the rescuer finds both", Duration::from_secs(5), || async {
+        let r = b.inner.rescue(&params).await.unwrap();
+        let s = b.inner.stats().await.unwrap();
+        let _ = r;
+        s.fetched + s.processing == 0
+    })
+    .await
+    .unwrap();
+    let mut ran_dead = 0;
+    let mut unspent = 0;
+    for id in &ids {
+        let j = b.inner.get_job(*id).await.unwrap().unwrap();
+        match j.location {
+            JobLocation::Hot(JobStatus::Pending) if j.attempt == 0 => unspent += 1,
+            JobLocation::Dead(_) => {
+                ensure!(j.attempt == 1, "{j:?}");
+                ran_dead += 1;
+            }
+            other => return Err(format!("job {id} at {other:?} with attempt {}", j.attempt)),
+        }
+    }
+    ensure!(
+        (ran_dead, unspent) == (1, 1),
+        "only the job that ran may use its one attempt: {ran_dead} dead, {unspent} pending with attempt 0"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_lookahead_jobs_keep_their_attempt_test() {
+    after_a_crash_lookahead_jobs_keep_their_attempt(WorkerId::random()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -490,9 +490,9 @@ pub async fn pause_releases_prefetch<B: TestSupport>(b: Arc<B>) -> TestResult {
     Ok(())
 }
 
-/// Pausing a queue stops claims only: the look-ahead jobs a worker already holds (claimed in
-/// Start mode, so Processing with their attempt counted) keep their leases and run to
-/// completion, once each with attempt 1; nothing else is claimed until the queue is resumed
+/// Pausing a queue stops claims only: the look-ahead jobs a worker already holds (reserved,
+/// Fetched, started when a slot takes them) keep their leases and run to completion, once
+/// each with attempt 1; nothing else is claimed until the queue is resumed
 /// (`docs/contract.md`, "Operations and guards", pause).
 pub async fn pause_keeps_lookahead_running<B: TestSupport>(b: Arc<B>) -> TestResult {
     use chokaq::BackendExt;
@@ -524,17 +524,18 @@ pub async fn pause_keeps_lookahead_running<B: TestSupport>(b: Arc<B>) -> TestRes
     // One running, at least one held in the look-ahead buffer.
     wait_for("a running job and look-ahead jobs", Duration::from_secs(10), || async {
         let s = b.stats().await.map_err(err)?;
-        Ok(s.processing >= 2 && ran.lock().unwrap().len() == 1)
+        Ok(s.processing + s.fetched >= 2 && ran.lock().unwrap().len() == 1)
     })
     .await?;
     let queue = chokaq::QueueName::new("default").map_err(err)?;
     b.pause(&queue).await.map_err(err)?;
-    let held = b.stats().await.map_err(err)?.processing;
+    let s = b.stats().await.map_err(err)?;
+    let held = s.processing + s.fetched;
     // Over three heartbeat intervals nothing goes back to Pending and nothing new is claimed.
     let window = Instant::now() + 3 * hb;
     while Instant::now() < window {
         let s = b.stats().await.map_err(err)?;
-        ensure!(s.processing == held && s.pending == 8 - held, "after the pause: {s:?} (held {held})");
+        ensure!(s.processing + s.fetched == held && s.pending == 8 - held, "after the pause: {s:?} (held {held})");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     gate.add_permits(100);

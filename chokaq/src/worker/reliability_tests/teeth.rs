@@ -48,3 +48,9 @@ async fn teeth_applying_lost_leases_by_id_is_caught() {
     let e = caught(Broken::LostById, heartbeat_reply_about_an_old_lease).await;
     assert!(e.contains("stopped the newer lease"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_claiming_the_lookahead_started_is_caught() {
+    let e = caught(Broken::LookaheadStart, after_a_crash_lookahead_jobs_keep_their_attempt).await;
+    assert!(e.contains("only the job that ran"), "{e}");
+}
