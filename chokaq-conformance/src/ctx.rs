@@ -332,13 +332,11 @@ impl Ctx {
     }
 }
 
-/// Generous rescue parameters: only jobs a case aged on purpose are old enough.
+/// The rescue parameters of the cases: no purges. The timeouts are each queue's settings
+/// (else the contract's defaults, 60 s and 300 s): only jobs a case aged on purpose are old
+/// enough.
 pub fn rescue_params() -> RescueParams {
-    RescueParams {
-        fetched_timeout: Duration::from_secs(600),
-        default_zombie_timeout: Duration::from_secs(600),
-        limit: 1000,
-    }
+    RescueParams { limit: 1000, purge: Vec::new() }
 }
 
 /// How far into the past [`Ctx::age`] pushes a job in rescue cases (beyond

@@ -35,7 +35,9 @@ pub use claim::{ClaimMode, ClaimParams, MAX_CLAIM_LIMIT, MAX_ENQUEUE_BATCH};
 pub use error::{Error, ErrorKind, Result};
 pub use job::*;
 pub use list::{JobPage, JobTable, ListJobsParams};
-pub use maintenance::{PurgeParams, PurgeTarget, RescueParams, RescueReport};
+pub use maintenance::{
+    PurgeParams, PurgeTarget, RescueParams, RescueReport, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
+};
 pub use outcome::{BatchOutcome, CancelOutcome, FailAction, FailOutcome, Fenced, HeartbeatReport, RequeueOutcome};
 pub use process::{
     ThroughputBucket, ThroughputParams, WorkerProcess, WorkerRegistration, MAX_HOST_LEN, MAX_THROUGHPUT_WINDOW,

@@ -6,25 +6,30 @@ use serde::{Deserialize, Serialize};
 
 use crate::{DeadReason, JobKind, QueueName};
 
-/// Parameters of [`Backend::rescue`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The fetched timeout of a queue whose settings set none: a Fetched job not started within
+/// it goes back to Pending.
+pub const DEFAULT_FETCHED_TIMEOUT: Duration = Duration::from_secs(60);
+/// The zombie timeout of a queue whose settings set none: a Processing job whose heartbeat
+/// is older is a zombie.
+pub const DEFAULT_ZOMBIE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Parameters of [`Backend::rescue`](crate::Backend::rescue). The timeouts are not among them:
+/// they are each queue's settings in the database (`QueueControl::SetFetchedTimeout`,
+/// `SetZombieTimeout`), else [`DEFAULT_FETCHED_TIMEOUT`] and [`DEFAULT_ZOMBIE_TIMEOUT`], so
+/// whichever instance wins the maintenance lock rescues by the same rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RescueParams {
-    /// A Fetched job not started within this long goes back to Pending.
-    pub fetched_timeout: Duration,
-    /// A Processing job whose heartbeat is older than its queue's `zombie_timeout` (this,
-    /// when the queue sets none) is a zombie.
-    pub default_zombie_timeout: Duration,
-    /// At most this many jobs per call.
+    /// At most this many jobs per kind of rescue (Fetched, zombie) per call.
     pub limit: u32,
+    /// Retention purges to run after the rescue, under the same maintenance lock (one instance
+    /// at a time); their count is [`RescueReport::purged`]. Nothing is purged when another
+    /// instance holds the lock.
+    pub purge: Vec<PurgeParams>,
 }
 
 impl Default for RescueParams {
     fn default() -> Self {
-        RescueParams {
-            fetched_timeout: Duration::from_secs(60),
-            default_zombie_timeout: Duration::from_secs(300),
-            limit: 1000,
-        }
+        RescueParams { limit: 1000, purge: Vec::new() }
     }
 }
 
@@ -39,6 +44,9 @@ pub struct RescueReport {
     pub zombies_retried: u64,
     /// Zombies moved to the dead-letter table (reason `zombie`).
     pub zombies_dead: u64,
+    /// Rows deleted by the purges of [`RescueParams::purge`].
+    #[serde(default)]
+    pub purged: u64,
 }
 
 /// Which finished-jobs table to purge.

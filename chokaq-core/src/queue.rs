@@ -25,9 +25,12 @@ pub enum QueueControl {
     Deactivate,
     /// `None` = unlimited.
     SetMaxWorkers(Option<u32>),
-    /// `None` = use the rescuer's default.
+    /// `None` = [`DEFAULT_ZOMBIE_TIMEOUT`](crate::DEFAULT_ZOMBIE_TIMEOUT).
     SetZombieTimeout(Option<Duration>),
     SetZombiePolicy(ZombiePolicy),
+    /// How long a Fetched (reserved, not started) job may wait before the rescuer puts it back
+    /// to Pending. `None` = [`DEFAULT_FETCHED_TIMEOUT`](crate::DEFAULT_FETCHED_TIMEOUT).
+    SetFetchedTimeout(Option<Duration>),
 }
 
 impl QueueControl {
@@ -45,6 +48,9 @@ impl QueueControl {
             QueueControl::SetZombieTimeout(Some(t)) => {
                 validate::duration("zombie_timeout", t, validate::MIN_ZOMBIE_TIMEOUT, validate::MAX_ZOMBIE_TIMEOUT)
             }
+            QueueControl::SetFetchedTimeout(Some(t)) => {
+                validate::duration("fetched_timeout", t, validate::MIN_ZOMBIE_TIMEOUT, validate::MAX_ZOMBIE_TIMEOUT)
+            }
             _ => Ok(()),
         }
     }
@@ -57,13 +63,27 @@ pub struct QueueSettings {
     pub max_workers: Option<u32>,
     pub is_paused: bool,
     pub is_active: bool,
+    /// `None`: [`DEFAULT_ZOMBIE_TIMEOUT`](crate::DEFAULT_ZOMBIE_TIMEOUT).
     pub zombie_timeout: Option<Duration>,
     pub zombie_policy: ZombiePolicy,
+    /// `None`: [`DEFAULT_FETCHED_TIMEOUT`](crate::DEFAULT_FETCHED_TIMEOUT).
+    #[serde(default)]
+    pub fetched_timeout: Option<Duration>,
     /// None when the queue has no control row.
     pub updated_at: Option<Timestamp>,
 }
 
 impl QueueSettings {
+    /// The zombie timeout the rescuer applies to this queue.
+    pub fn effective_zombie_timeout(&self) -> Duration {
+        self.zombie_timeout.unwrap_or(crate::DEFAULT_ZOMBIE_TIMEOUT)
+    }
+
+    /// The fetched timeout the rescuer applies to this queue.
+    pub fn effective_fetched_timeout(&self) -> Duration {
+        self.fetched_timeout.unwrap_or(crate::DEFAULT_FETCHED_TIMEOUT)
+    }
+
     /// The settings of a queue with no control row.
     pub fn default_for(name: QueueName) -> Self {
         QueueSettings {
@@ -73,6 +93,7 @@ impl QueueSettings {
             is_active: true,
             zombie_timeout: None,
             zombie_policy: ZombiePolicy::Retry,
+            fetched_timeout: None,
             updated_at: None,
         }
     }

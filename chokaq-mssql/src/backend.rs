@@ -12,7 +12,8 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, Enqueued, Error,
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, StatsSnapshot, TimestampPrecision, WorkerId,
+    RescueParams, RescueReport, Result, StatsSnapshot, TimestampPrecision, WorkerId, DEFAULT_FETCHED_TIMEOUT,
+    DEFAULT_ZOMBIE_TIMEOUT,
 };
 use tiberius::{Row, ToSql};
 
@@ -21,9 +22,9 @@ use crate::error::{connect_error, map_error, timeout};
 use crate::migrate;
 use crate::pool::{Manager, Pool};
 use crate::rows::{
-    check_ts, col, control_params, count, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued,
-    decode_fail, decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row,
-    heartbeat_report, id_bytes, ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req,
+    check_ts, col, control_params, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued, decode_fail,
+    decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row, heartbeat_report,
+    id_bytes, ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req,
 };
 use crate::sql::{self, Statements};
 
@@ -92,6 +93,43 @@ impl fmt::Debug for MssqlBackend {
 }
 
 impl MssqlBackend {
+    /// Deletes finished rows in bounded batches. `locked` (maintenance): each batch runs in a
+    /// transaction holding the `rescue` row of `Locks` (taken with `READPAST`); the purge stops
+    /// at the first batch that finds it held by another instance.
+    async fn purge_batches(&self, r: &PurgeParams, locked: bool) -> Result<u64> {
+        let op = "purge";
+        if r.batch_size == 0 || r.batch_size > 100_000 {
+            return Err(Error::invalid("purge batch_size must be 1 to 100000"));
+        }
+        if r.reason.is_some() && r.target == PurgeTarget::Archive {
+            return Err(Error::invalid("purge: a reason filter applies to the dead-letter table only"));
+        }
+        let batch = i32::try_from(r.batch_size).map_err(|_| Error::invalid("purge batch_size too large"))?;
+        let older = millis("older_than", r.older_than)?;
+        let queue = r.queue.as_ref().map(|q| q.as_str().to_string());
+        let kind = r.kind.as_ref().map(|k| k.as_str().to_string());
+        let reason = r.reason.map(dead_reason_text);
+        let mut total = 0u64;
+        for _ in 0..r.max_batches {
+            let sets = match r.target {
+                PurgeTarget::Archive => {
+                    self.run(op, &self.sql().purge_archive, &[&batch, &older, &queue, &kind, &locked]).await?
+                }
+                PurgeTarget::DeadLetter => {
+                    self.run(op, &self.sql().purge_dlq, &[&batch, &older, &queue, &kind, &reason, &locked]).await?
+                }
+            };
+            let deleted: i64 = crate::rows::req(op, &first_row(op, sets)?, "Deleted")?;
+            // -1: another instance holds the maintenance lock.
+            let Ok(n) = u64::try_from(deleted) else { break };
+            total += n;
+            if n < u64::from(r.batch_size) {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
     /// Connects (one connection is opened and checked at once, so a wrong address fails here
     /// with [`ErrorKind::Unavailable`] within the connect timeout) and builds the pool. Does
     /// not migrate: call [`Backend::migrate`].
@@ -347,11 +385,11 @@ impl Backend for MssqlBackend {
             if params.limit == 0 {
                 return Err(Error::invalid("rescue limit must be at least 1"));
             }
-            let fetched = millis("fetched_timeout", params.fetched_timeout)?;
-            let zombie = millis("default_zombie_timeout", params.default_zombie_timeout)?;
+            let fetched = millis("fetched_timeout", DEFAULT_FETCHED_TIMEOUT)?;
+            let zombie = millis("zombie_timeout", DEFAULT_ZOMBIE_TIMEOUT)?;
             let limit = i32::try_from(params.limit).map_err(|_| Error::invalid("rescue limit too large"))?;
             let row = first_row(op, self.run(op, &self.sql().rescue, &[&fetched, &zombie, &limit]).await?)?;
-            let report = decode_rescue(op, &row)?;
+            let mut report = decode_rescue(op, &row)?;
             if let Some(misses) = note_rescue(&self.inner.rescue_misses, report.ran) {
                 tracing::warn!(
                     target: "chokaq_mssql",
@@ -360,6 +398,11 @@ impl Backend for MssqlBackend {
                      schema's Locks table (a long transaction, or a role with UPDATE on it holding it on purpose), \
                      or the schema is not migrated"
                 );
+            }
+            if report.ran {
+                for req in &params.purge {
+                    report.purged += self.purge_batches(req, true).await?;
+                }
             }
             Ok(report)
         }
@@ -429,39 +472,7 @@ impl Backend for MssqlBackend {
     }
 
     async fn purge(&self, r: &PurgeParams) -> Result<u64> {
-        async move {
-            let op = "purge";
-            if r.batch_size == 0 || r.batch_size > 100_000 {
-                return Err(Error::invalid("purge batch_size must be 1 to 100000"));
-            }
-            if r.reason.is_some() && r.target == PurgeTarget::Archive {
-                return Err(Error::invalid("purge: a reason filter applies to the dead-letter table only"));
-            }
-            let batch = i32::try_from(r.batch_size).map_err(|_| Error::invalid("purge batch_size too large"))?;
-            let older = millis("older_than", r.older_than)?;
-            let queue = r.queue.as_ref().map(|q| q.as_str().to_string());
-            let kind = r.kind.as_ref().map(|k| k.as_str().to_string());
-            let reason = r.reason.map(dead_reason_text);
-            let mut total = 0u64;
-            for _ in 0..r.max_batches {
-                let sets = match r.target {
-                    PurgeTarget::Archive => {
-                        self.run(op, &self.sql().purge_archive, &[&batch, &older, &queue, &kind]).await?
-                    }
-                    PurgeTarget::DeadLetter => {
-                        self.run(op, &self.sql().purge_dlq, &[&batch, &older, &queue, &kind, &reason]).await?
-                    }
-                };
-                let n = count(op, &first_row(op, sets)?, "Deleted")?;
-                total += n;
-                if n < u64::from(r.batch_size) {
-                    break;
-                }
-            }
-            Ok(total)
-        }
-        .await
-        .map_err(|e: chokaq_core::Error| e.with_operation("purge"))
+        self.purge_batches(r, false).await.map_err(|e: chokaq_core::Error| e.with_operation("purge"))
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {

@@ -187,6 +187,8 @@ pub(crate) fn decode_queue(op: &str, row: &Row) -> Result<QueueSettings> {
         zombie_timeout: col::<i64>(op, row, "ZombieTimeoutMs")?
             .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         zombie_policy: if policy == 1 { ZombiePolicy::DeadLetter } else { ZombiePolicy::Retry },
+        fetched_timeout: col::<i64>(op, row, "FetchedTimeoutMs")?
+            .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         updated_at: ts(op, row, "UpdatedAtUtc")?,
     })
 }
@@ -266,6 +268,7 @@ pub(crate) fn decode_rescue(op: &str, row: &Row) -> Result<RescueReport> {
         fetched_released: count(op, row, "FetchedReleased")?,
         zombies_retried: count(op, row, "ZombiesRetried")?,
         zombies_dead: count(op, row, "ZombiesDead")?,
+        purged: 0,
     })
 }
 
@@ -364,8 +367,16 @@ mod tests {
             ("presence_many", &st.presence_many, vec!["Id", "Hot", "Archive", "Dead"]),
             ("kill_connections", &st.kill_connections, vec!["Killed"]),
         ];
-        let queue_cols =
-            vec!["Name", "MaxWorkers", "IsPaused", "IsActive", "ZombieTimeoutMs", "ZombiePolicy", "UpdatedAtUtc"];
+        let queue_cols = vec![
+            "Name",
+            "MaxWorkers",
+            "IsPaused",
+            "IsActive",
+            "ZombieTimeoutMs",
+            "ZombiePolicy",
+            "FetchedTimeoutMs",
+            "UpdatedAtUtc",
+        ];
         expect.push(("control_queue", &st.control_queue, queue_cols.clone()));
         expect.push(("queue_settings", &st.queue_settings, queue_cols));
         for (name, sql) in [

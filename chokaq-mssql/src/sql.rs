@@ -284,7 +284,11 @@ mod tests {
                 "SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;"
             ));
             assert!(sql.contains("DELETE TOP (@Chunk)"));
-            assert!(!sql.contains("BEGIN TRANSACTION"), "each DELETE is its own transaction");
+            // Each DELETE is its own transaction, except for maintenance (`@Locked`), whose
+            // batch holds the `rescue` row of `Locks` (issue 11 item 10).
+            assert_eq!(sql.matches("BEGIN TRANSACTION").count(), 1);
+            assert!(sql.contains("IF @Locked = 1\nBEGIN\n    BEGIN TRANSACTION;"), "{sql}");
+            assert!(sql.contains("FROM [chokaq].[Locks] AS l WITH (ROWLOCK, READPAST)"));
         }
     }
 
@@ -598,8 +602,8 @@ mod tests {
             ("control_queue", 5),
             ("queue_settings", 1),
             ("requeue_dead", 1),
-            ("purge_archive", 4),
-            ("purge_dlq", 5),
+            ("purge_archive", 5),
+            ("purge_dlq", 6),
             ("stats", 0),
             ("get_job", 1),
             ("list_hot", 8),

@@ -14,6 +14,7 @@ use chokaq_core::{
     Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
     RescueParams, RescueReport, Result, StatsSnapshot, Timestamp, TimestampPrecision, Wakeups, WorkerId, ZombiePolicy,
+    DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -149,6 +150,52 @@ impl PgBackend {
     /// Counts rescue calls in a row that did not run (another session held the lock) and warns
     /// every [`RESCUE_SKIPPED_WARN`] of them: a lock held for that long means a stuck instance
     /// or a session that should not hold it.
+    /// Deletes finished rows in bounded batches. `locked` (maintenance): each batch runs in a
+    /// transaction that holds the schema's `rescue` lock row, taken without waiting; the purge
+    /// stops at the first batch that finds it held by another instance.
+    async fn purge_batches(&self, req: &PurgeParams, locked: bool) -> Result<u64> {
+        if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
+            return Err(Error::invalid(format!(
+                "purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}",
+                req.batch_size
+            )));
+        }
+        if req.reason.is_some() && req.target != PurgeTarget::DeadLetter {
+            return Err(Error::invalid("a reason filter applies to the dead-letter table only"));
+        }
+        let sql = match req.target {
+            PurgeTarget::Archive => &self.sql().purge_archive,
+            PurgeTarget::DeadLetter => &self.sql().purge_dlq,
+        };
+        let mut total = 0u64;
+        for _ in 0..req.max_batches {
+            let n = with_retry(|| async {
+                let mut tx = self.pool.begin().await?;
+                if locked && sqlx::query(&self.sql().rescue_lock).fetch_optional(&mut *tx).await?.is_none() {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                let q = sqlx::query(sql)
+                    .bind(rows::micros(req.older_than))
+                    .bind(req.queue.as_ref().map(|q| q.as_str()))
+                    .bind(req.kind.as_ref().map(|k| k.as_str()))
+                    .bind(i64::from(req.batch_size));
+                // `$5` reason: a parameter of the dead-letter statement only.
+                let q = if req.target == PurgeTarget::DeadLetter { q.bind(req.reason.map(|r| r.as_str())) } else { q };
+                let n = q.execute(&mut *tx).await?.rows_affected();
+                tx.commit().await?;
+                Ok(Some(n))
+            })
+            .await?;
+            let Some(n) = n else { break };
+            total += n;
+            if n < u64::from(req.batch_size) {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
     fn note_rescue(&self, ran: bool) {
         if ran {
             self.shared.rescue_skipped.store(0, Ordering::Relaxed);
@@ -484,13 +531,13 @@ impl Backend for PgBackend {
                     return Ok(RescueReport::default());
                 }
                 let released = sqlx::query(&self.sql().rescue_fetched)
-                    .bind(rows::micros(params.fetched_timeout))
+                    .bind(rows::micros(DEFAULT_FETCHED_TIMEOUT))
                     .bind(limit)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
                 let (retried, dead): (i64, i64) = sqlx::query_as(&self.sql().rescue_zombies)
-                    .bind(rows::micros(params.default_zombie_timeout))
+                    .bind(rows::micros(DEFAULT_ZOMBIE_TIMEOUT))
                     .bind(limit)
                     .fetch_one(&mut *tx)
                     .await?;
@@ -500,10 +547,17 @@ impl Backend for PgBackend {
                     fetched_released: released,
                     zombies_retried: count(retried),
                     zombies_dead: count(dead),
+                    purged: 0,
                 })
             })
             .await?;
             self.note_rescue(report.ran);
+            let mut report = report;
+            if report.ran {
+                for req in &params.purge {
+                    report.purged += self.purge_batches(req, true).await?;
+                }
+            }
             Ok(report)
         }
         .await
@@ -546,6 +600,10 @@ impl Backend for PgBackend {
                 QueueControl::SetZombieTimeout(t) => {
                     let ms = t.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
                     self.set_control(&s.control_zombie_timeout, queue, ms).await
+                }
+                QueueControl::SetFetchedTimeout(t) => {
+                    let ms = t.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
+                    self.set_control(&s.control_fetched_timeout, queue, ms).await
                 }
                 QueueControl::SetZombiePolicy(p) => {
                     let code: i16 = match p {
@@ -596,44 +654,7 @@ impl Backend for PgBackend {
     /// LOCKED)`), each its own short transaction, until a batch comes back short or
     /// `max_batches` ran. Concurrent purges skip each other's rows instead of waiting.
     async fn purge(&self, req: &PurgeParams) -> Result<u64> {
-        async move {
-            if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
-                return Err(Error::invalid(format!(
-                    "purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}",
-                    req.batch_size
-                )));
-            }
-            let sql = match req.target {
-                PurgeTarget::Archive => &self.sql().purge_archive,
-                PurgeTarget::DeadLetter => &self.sql().purge_dlq,
-            };
-            if req.reason.is_some() && req.target != PurgeTarget::DeadLetter {
-                return Err(Error::invalid("a reason filter applies to the dead-letter table only"));
-            }
-            let mut total = 0u64;
-            for _ in 0..req.max_batches {
-                let n = with_retry(|| {
-                    let q = sqlx::query(sql)
-                        .bind(rows::micros(req.older_than))
-                        .bind(req.queue.as_ref().map(|q| q.as_str()))
-                        .bind(req.kind.as_ref().map(|k| k.as_str()))
-                        .bind(i64::from(req.batch_size));
-                    // `$5` reason: a parameter of the dead-letter statement only.
-                    let q =
-                        if req.target == PurgeTarget::DeadLetter { q.bind(req.reason.map(|r| r.as_str())) } else { q };
-                    q.execute(&self.pool)
-                })
-                .await?
-                .rows_affected();
-                total += n;
-                if n < u64::from(req.batch_size) {
-                    break;
-                }
-            }
-            Ok(total)
-        }
-        .await
-        .map_err(|e: Error| e.with_operation("purge"))
+        async move { self.purge_batches(req, false).await }.await.map_err(|e: Error| e.with_operation("purge"))
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {

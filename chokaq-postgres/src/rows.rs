@@ -86,6 +86,7 @@ pub(crate) fn record(row: &PgRow) -> Result<JobRecord> {
 pub(crate) fn queue_settings(row: &PgRow) -> Result<QueueSettings> {
     let max: Option<i32> = get(row, "max_workers")?;
     let zt: Option<i64> = get(row, "zombie_timeout_ms")?;
+    let ft: Option<i64> = get(row, "fetched_timeout_ms")?;
     let policy: i16 = get(row, "zombie_policy")?;
     Ok(QueueSettings {
         name: QueueName::new(get::<String>(row, "name")?)?,
@@ -94,6 +95,7 @@ pub(crate) fn queue_settings(row: &PgRow) -> Result<QueueSettings> {
         is_active: get(row, "is_active")?,
         zombie_timeout: zt.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         zombie_policy: if policy == 1 { ZombiePolicy::DeadLetter } else { ZombiePolicy::Retry },
+        fetched_timeout: ft.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         updated_at: Some(get(row, "updated_at")?),
     })
 }

@@ -58,7 +58,7 @@ macro_rules! guard {
 /// Columns of a `queues` row.
 macro_rules! queue_cols {
     () => {
-        "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, updated_at"
+        "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, fetched_timeout_ms, updated_at"
     };
 }
 
@@ -229,14 +229,17 @@ const CANCEL: &str = concat!(
 /// take it. Returns a row when this transaction holds it.
 const RESCUE_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'rescue' FOR UPDATE SKIP LOCKED";
 
-/// `$1` fetched timeout in microseconds, `$2` limit.
+/// `$1` default fetched timeout in microseconds (for a queue that sets none), `$2` limit.
 const RESCUE_FETCHED: &str = "
 WITH l AS (
     SELECT h.id FROM {schema}.jobs_hot h
-     WHERE h.status = 1 AND h.updated_at < now() - $1::int8 * interval '1 microsecond'
+      LEFT JOIN {schema}.queues q ON q.name = h.queue
+     WHERE h.status = 1
+       AND h.updated_at
+           < now() - coalesce(q.fetched_timeout_ms * interval '1 millisecond', $1::int8 * interval '1 microsecond')
      ORDER BY h.updated_at
      LIMIT $2
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF h SKIP LOCKED
 )
 UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
   FROM l WHERE h.id = l.id
@@ -303,6 +306,7 @@ const CONTROL_ACTIVE: &str = control!("is_active");
 const CONTROL_MAX_WORKERS: &str = control!("max_workers");
 const CONTROL_ZOMBIE_TIMEOUT: &str = control!("zombie_timeout_ms");
 const CONTROL_ZOMBIE_POLICY: &str = control!("zombie_policy");
+const CONTROL_FETCHED_TIMEOUT: &str = control!("fetched_timeout_ms");
 
 const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM {schema}.queues WHERE name = $1");
 
@@ -574,6 +578,7 @@ statements! {
     control_active = CONTROL_ACTIVE;
     control_max_workers = CONTROL_MAX_WORKERS;
     control_zombie_timeout = CONTROL_ZOMBIE_TIMEOUT;
+    control_fetched_timeout = CONTROL_FETCHED_TIMEOUT;
     control_zombie_policy = CONTROL_ZOMBIE_POLICY;
     queue_settings = QUEUE_SETTINGS;
     requeue = REQUEUE;

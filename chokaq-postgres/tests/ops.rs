@@ -7,7 +7,8 @@ use std::time::Duration;
 use chokaq_core::testing::{JobPatch, TestSupport};
 use chokaq_core::{
     Backend, BackendExt, CancelOutcome, ClaimMode, ClaimParams, DeadReason, ErrorKind, FailAction, FailOutcome, Fenced,
-    JobId, JobLocation, JobStatus, LeaseRef, QueueControl, RequeueOutcome, RescueParams, WorkerId, ZombiePolicy,
+    JobId, JobLocation, JobStatus, LeaseRef, PurgeParams, PurgeTarget, QueueControl, QueueName, RequeueOutcome,
+    RescueParams, WorkerId, ZombiePolicy,
 };
 use common::{claim, claim_one, job, q};
 use rstest::rstest;
@@ -377,6 +378,36 @@ async fn rescue_runs_on_one_instance_at_a_time() {
     assert!(!r.ran);
     tx.rollback().await.unwrap();
     assert!(db.rescue(&RescueParams::default()).await.unwrap().ran);
+    f.drop().await;
+}
+
+/// Issue 11 item 10: the retention purges of `RescueParams::purge` run under the maintenance
+/// lock: while another instance holds it, nothing is purged; once it is free, everything due.
+#[tokio::test]
+async fn maintenance_purges_only_under_the_lock() {
+    let f = fixture!();
+    let db = &f.db;
+    let w = WorkerId::random();
+    for _ in 0..3 {
+        db.enqueue(job("purge_lock")).await.unwrap();
+    }
+    let got =
+        db.claim(&ClaimParams::new(w, vec![QueueName::new("purge_lock").unwrap()], 3, ClaimMode::Start)).await.unwrap();
+    let leases: Vec<_> = got.iter().map(|j| j.lease_ref()).collect();
+    assert_eq!(db.complete(w, &leases).await.unwrap().done.len(), 3);
+    let mut req = PurgeParams::new(PurgeTarget::Archive, Duration::ZERO);
+    req.queue = Some(QueueName::new("purge_lock").unwrap());
+    let params = RescueParams { limit: 10, purge: vec![req] };
+    let mut tx = db.pool().begin().await.unwrap();
+    let q = format!("SELECT name FROM \"{}\".locks WHERE name = 'rescue' FOR UPDATE", db.schema());
+    sqlx::query(&q).execute(&mut *tx).await.unwrap();
+    let r = db.rescue(&params).await.unwrap();
+    assert_eq!((r.ran, r.purged), (false, 0), "{r:?}");
+    assert_eq!(db.stats().await.unwrap().archived, 3, "nothing purged while another instance holds the lock");
+    tx.rollback().await.unwrap();
+    let r = db.rescue(&params).await.unwrap();
+    assert_eq!((r.ran, r.purged), (true, 3), "{r:?}");
+    assert_eq!(db.stats().await.unwrap().archived, 0);
     f.drop().await;
 }
 

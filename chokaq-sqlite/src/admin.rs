@@ -2,7 +2,8 @@
 
 use chokaq_core::{
     validate, CancelOutcome, DeadReason, Error, ErrorKind, JobId, PurgeParams, PurgeTarget, QueueControl, QueueName,
-    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy,
+    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
+    DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::Row;
 
@@ -18,8 +19,8 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
     if params.limit == 0 {
         return Err(Error::invalid("rescue limit must be at least 1"));
     }
-    let fetched_us = dur_us("fetched_timeout", params.fetched_timeout)?;
-    let zombie_us = dur_us("default_zombie_timeout", params.default_zombie_timeout)?;
+    let fetched_us = dur_us("fetched_timeout", DEFAULT_FETCHED_TIMEOUT)?;
+    let zombie_us = dur_us("zombie_timeout", DEFAULT_ZOMBIE_TIMEOUT)?;
     // The whole rescue is one BEGIN IMMEDIATE transaction: SQLite's write lock is the
     // maintenance lock, so two instances never rescue the same job; the second one finds
     // nothing left to do.
@@ -29,7 +30,7 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
     let limit = i64::from(params.limit);
     let released = sqlx::query(&b.sql.rescue_fetched)
         .bind(now)
-        .bind(now - fetched_us)
+        .bind(fetched_us)
         .bind(limit)
         .fetch_all(&mut *tx)
         .await
@@ -70,6 +71,11 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
     }
     commit(tx).await?;
     b.notify(queues);
+    // The retention purges: each batch is its own write transaction, and SQLite's write lock
+    // is the maintenance lock, so two instances never purge at once.
+    for req in &params.purge {
+        report.purged += purge(b, req).await?;
+    }
     Ok(report)
 }
 
@@ -113,6 +119,9 @@ pub(crate) async fn control_queue(
             (&b.sql.set_zombie_timeout, d.map(|d| dur_us("zombie_timeout", d)).transpose()?)
         }
         QueueControl::SetZombiePolicy(_) => (&b.sql.set_zombie_policy, None),
+        QueueControl::SetFetchedTimeout(d) => {
+            (&b.sql.set_fetched_timeout, d.map(|d| dur_us("fetched_timeout", d)).transpose()?)
+        }
     };
     let mut tx = b.begin_write().await?;
     let now = now_us();

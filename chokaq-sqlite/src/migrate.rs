@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 5;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -113,13 +113,21 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     // Version 2: version 1's key index over the whole file (keys now scoped per queue).
     ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
+    // Version 5: a per-queue fetched timeout (the rescue's timeouts come from the database).
+    // SQLite's ADD COLUMN has no IF NOT EXISTS: `run` takes "duplicate column name" from a
+    // `migrate_add_column_` statement as "already there".
+    ("migrate_add_column_fetched_timeout", "ALTER TABLE {schema}.queues ADD COLUMN fetched_timeout_us INTEGER"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a
 /// database whose schema is newer than this library, and records the version.
 pub(crate) async fn run(conn: &mut SqliteConnection, sql: &Statements) -> Result<()> {
-    for (_, ddl) in &sql.migrations {
-        sqlx::query(ddl).execute(&mut *conn).await.map_err(map_err)?;
+    for (name, ddl) in &sql.migrations {
+        match sqlx::query(ddl).execute(&mut *conn).await {
+            Ok(_) => {}
+            Err(e) if name.starts_with("migrate_add_column_") && e.to_string().contains("duplicate column name") => {}
+            Err(e) => return Err(map_err(e)),
+        }
     }
     let newest: Option<i64> = sqlx::query_scalar(&sql.newest_version).fetch_one(&mut *conn).await.map_err(map_err)?;
     if newest.is_some_and(|v| v > SCHEMA_VERSION) {

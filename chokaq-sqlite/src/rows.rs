@@ -145,6 +145,7 @@ pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
 /// Decodes a queue's control row (statement `queue_settings`).
 pub(crate) fn settings(row: &SqliteRow, queue: &QueueName) -> Result<QueueSettings> {
     let max_workers: Option<i64> = get(row, "max_workers")?;
+    let fetched_us: Option<i64> = get(row, "fetched_timeout_us")?;
     let zombie_us: Option<i64> = get(row, "zombie_timeout_us")?;
     let policy: String = get(row, "zombie_policy")?;
     Ok(QueueSettings {
@@ -156,6 +157,9 @@ pub(crate) fn settings(row: &SqliteRow, queue: &QueueName) -> Result<QueueSettin
             .map(|us| u64::try_from(us).map(Duration::from_micros).map_err(|_| corrupt("zombie_timeout")))
             .transpose()?,
         zombie_policy: parse_policy(&policy)?,
+        fetched_timeout: fetched_us
+            .map(|us| u64::try_from(us).map(Duration::from_micros).map_err(|_| corrupt("fetched_timeout")))
+            .transpose()?,
         updated_at: Some(ts(get(row, "updated_at")?)?),
     })
 }

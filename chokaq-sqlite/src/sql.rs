@@ -171,7 +171,8 @@ statements! {
 
     // --- claim -----------------------------------------------------------------------------
     /// A queue's control row: `?1` name.
-    queue_settings: "SELECT max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, updated_at \
+    queue_settings: "SELECT max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
+         fetched_timeout_us, updated_at \
          FROM {schema}.queues WHERE name = ?1",
     /// Fetched + Processing jobs of a queue: `?1` queue.
     active_count: "SELECT count(*) FROM {schema}.jobs_hot WHERE queue = ?1 AND status IN (1, 2)",
@@ -247,10 +248,13 @@ statements! {
          WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1 RETURNING queue",
 
     // --- rescue ----------------------------------------------------------------------------
-    /// Releases expired Fetched jobs: `?1` now, `?2` cutoff, `?3` limit.
+    /// Releases expired Fetched jobs (each queue's fetched timeout, else the default): `?1`
+    /// now, `?2` default fetched timeout (µs), `?3` limit.
     rescue_fetched: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, updated_at = ?1 \
          WHERE id IN \
-         (SELECT id FROM {schema}.jobs_hot WHERE status = 1 AND updated_at < ?2 ORDER BY updated_at, id LIMIT ?3) \
+         (SELECT h.id FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues q ON q.name = h.queue \
+          WHERE h.status = 1 AND h.updated_at < ?1 - coalesce(q.fetched_timeout_us, ?2) \
+          ORDER BY h.updated_at, h.id LIMIT ?3) \
          RETURNING queue",
     /// Processing jobs whose heartbeat expired, with their queue's policy: `?1` now, `?2`
     /// default zombie timeout, `?3` limit.
@@ -278,6 +282,7 @@ statements! {
     set_active: "UPDATE {schema}.queues SET is_active = ?1, updated_at = ?2 WHERE name = ?3",
     set_max_workers: "UPDATE {schema}.queues SET max_workers = ?1, updated_at = ?2 WHERE name = ?3",
     set_zombie_timeout: "UPDATE {schema}.queues SET zombie_timeout_us = ?1, updated_at = ?2 WHERE name = ?3",
+    set_fetched_timeout: "UPDATE {schema}.queues SET fetched_timeout_us = ?1, updated_at = ?2 WHERE name = ?3",
     set_zombie_policy: "UPDATE {schema}.queues SET zombie_policy = ?1, updated_at = ?2 WHERE name = ?3",
 
     // --- requeue ---------------------------------------------------------------------------

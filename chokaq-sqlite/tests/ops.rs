@@ -473,7 +473,7 @@ async fn rescue_releases_expired_fetched_and_handles_zombies() {
     for id in [zr, zd, zp, zl] {
         b.force(id, &JobPatch { heartbeat_at: Some(Some(old)), ..JobPatch::default() }).await.unwrap();
     }
-    let params = RescueParams { fetched_timeout: secs(60), default_zombie_timeout: secs(300), limit: 100 };
+    let params = RescueParams { limit: 100, purge: Vec::new() };
     let rep = b.rescue(&params).await.unwrap();
     assert!(rep.ran);
     assert_eq!((rep.fetched_released, rep.zombies_retried, rep.zombies_dead), (1, 1, 2));

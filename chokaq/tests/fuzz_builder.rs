@@ -88,11 +88,11 @@ fn random_builder(rng: &mut StdRng, backend: Arc<dyn Backend>, queue: &str) -> (
     );
     maybe!(
         "maintenance",
-        (duration(rng), duration(rng), duration(rng)),
-        |b: chokaq::WorkerBuilder, (interval, fetched, zombie)| {
+        (duration(rng), count(rng), duration(rng)),
+        |b: chokaq::WorkerBuilder, (interval, limit, retention)| {
             let d = MaintenanceConfig::default();
-            let rescue = RescueParams { fetched_timeout: fetched, default_zombie_timeout: zombie, ..d.rescue };
-            b.maintenance(MaintenanceConfig { interval, rescue, ..d })
+            let rescue = RescueParams { limit, ..d.rescue.clone() };
+            b.maintenance(MaintenanceConfig { interval, rescue, archive_retention: Some(retention), ..d })
         }
     );
     (b, desc)

@@ -434,11 +434,8 @@ fn child_main() -> ExitCode {
         let maintenance = MaintenanceConfig {
             enabled: true,
             interval: MAINTENANCE_INTERVAL,
-            rescue: RescueParams {
-                fetched_timeout: FETCHED_TIMEOUT,
-                default_zombie_timeout: ZOMBIE_TIMEOUT,
-                limit: 1000,
-            },
+            // The timeouts are the queues' settings (set by the parent), not the worker's.
+            rescue: RescueParams { limit: 1000, purge: Vec::new() },
             archive_retention: None,
             dead_letter_retention: None,
         };
@@ -833,11 +830,13 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
     for q in [FREE_QUEUE, CAPPED_QUEUE] {
         let q = QueueName::new(q).map_err(err)?;
         b.control_queue(&q, QueueControl::SetZombieTimeout(Some(ZOMBIE_TIMEOUT))).await.map_err(err)?;
+        b.control_queue(&q, QueueControl::SetFetchedTimeout(Some(FETCHED_TIMEOUT))).await.map_err(err)?;
     }
 
     for i in 0..PROCESSES {
         let q = QueueName::new(probe_queue(i)).map_err(err)?;
         b.control_queue(&q, QueueControl::SetZombieTimeout(Some(ZOMBIE_TIMEOUT))).await.map_err(err)?;
+        b.control_queue(&q, QueueControl::SetFetchedTimeout(Some(FETCHED_TIMEOUT))).await.map_err(err)?;
     }
     let mut enq = TestJobs::default();
     let first = batch(0, jobs, true);

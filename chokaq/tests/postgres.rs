@@ -218,11 +218,8 @@ fn child_main() -> ExitCode {
         let maintenance = MaintenanceConfig {
             enabled: true,
             interval: Duration::from_millis(500),
-            rescue: RescueParams {
-                fetched_timeout: Duration::from_secs(3),
-                default_zombie_timeout: Duration::from_secs(3),
-                limit: 1000,
-            },
+            // The 3 s timeouts are the queue's settings (set by the parent).
+            rescue: RescueParams { limit: 1000, purge: Vec::new() },
             archive_retention: None,
             dead_letter_retention: None,
         };
@@ -316,6 +313,13 @@ fn read_runs(path: &Path) -> Result<Vec<JobId>, String> {
 /// 10,000 jobs through four worker processes (concurrency 8 each). With `kill`, one process
 /// is SIGKILLed mid-run and the others (rescue included) finish its jobs.
 async fn multi_process(b: Arc<PgBackend>, kill: bool) -> TestResult {
+    let queue = chokaq::QueueName::new("default").map_err(err)?;
+    b.control_queue(&queue, chokaq::core::QueueControl::SetZombieTimeout(Some(Duration::from_secs(3))))
+        .await
+        .map_err(err)?;
+    b.control_queue(&queue, chokaq::core::QueueControl::SetFetchedTimeout(Some(Duration::from_secs(3))))
+        .await
+        .map_err(err)?;
     let dynb: Arc<dyn Backend> = b.clone();
     let client = Client::new(dynb);
     let jobs: Vec<Count> = (0..JOBS as u32).map(|n| Count { n }).collect();

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use chokaq_core::testing::{JobPatch, Presence};
 use chokaq_core::{
-    BackendExt, ClaimMode, DeadReason, Fenced, JobLocation, JobStatus, QueueControl, WorkerId, ZombiePolicy,
+    BackendExt, ClaimMode, DeadReason, Fenced, JobLocation, JobStatus, PurgeParams, PurgeTarget, QueueControl,
+    WorkerId, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
 
 use crate::child::ChildLine;
@@ -20,6 +21,9 @@ super::cases!(rescue:
     zombie_policy_dead_letter,
     queue_zombie_timeout,
     leaves_fresh_jobs,
+    default_timeouts,
+    queue_fetched_timeout,
+    purges_with_the_rescue,
     sigkill_mid_job [MULTI_PROCESS],
 );
 
@@ -120,6 +124,87 @@ pub async fn leaves_fresh_jobs(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.record(f.id).await?.location, JobLocation::Hot(JobStatus::Fetched), "fresh Fetched job");
     ensure_eq!(cx.record(p.id).await?.location, JobLocation::Hot(JobStatus::Processing), "fresh Processing job");
     ensure_eq!(cx.backend.complete_one(w, p.lease_ref()).await?, Fenced::Done(()), "complete of the fresh job");
+    Ok(())
+}
+
+/// The timeouts a rescue applies come from the database, never from whichever caller wins
+/// the maintenance lock (`RescueParams` carries none): for a queue that sets none they are the
+/// contract's defaults, 60 s for a Fetched job and 300 s for a zombie. Jobs just inside them are
+/// kept, jobs just past them are rescued.
+pub async fn default_timeouts(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let w = WorkerId::random();
+    let fetched = |cx: &Ctx| {
+        let (cx, q) = (cx.clone(), q.clone());
+        async move {
+            let id = cx.enqueue(cx.job(&q)).await?;
+            cx.claim(w, &q, 1, ClaimMode::Reserve).await?;
+            Ok::<_, crate::ctx::Failure>(id)
+        }
+    };
+    let (f_young, f_old) = (fetched(&cx).await?, fetched(&cx).await?);
+    cx.age(f_young, DEFAULT_FETCHED_TIMEOUT - Duration::from_secs(20)).await?;
+    cx.age(f_old, DEFAULT_FETCHED_TIMEOUT + Duration::from_secs(20)).await?;
+    let p_young = cx.enqueue(cx.job(&q)).await?;
+    cx.claim_one_started(w, &q).await?;
+    let p_old = cx.enqueue(cx.job(&q)).await?;
+    cx.claim_one_started(w, &q).await?;
+    cx.age(p_young, DEFAULT_ZOMBIE_TIMEOUT - Duration::from_secs(20)).await?;
+    cx.age(p_old, DEFAULT_ZOMBIE_TIMEOUT + Duration::from_secs(20)).await?;
+    cx.rescue_until("both old jobs rescued", || async {
+        Ok(cx.record(f_old).await?.location == JobLocation::Hot(JobStatus::Pending)
+            && cx.record(p_old).await?.location == JobLocation::Hot(JobStatus::Pending))
+    })
+    .await?;
+    ensure_eq!(cx.record(f_young).await?.location, JobLocation::Hot(JobStatus::Fetched), "Fetched job 40 s old");
+    ensure_eq!(cx.record(p_young).await?.location, JobLocation::Hot(JobStatus::Processing), "zombie 280 s old");
+    Ok(())
+}
+
+/// A queue's fetched timeout (`QueueControl::SetFetchedTimeout`) replaces the default for its
+/// jobs, longer or shorter.
+pub async fn queue_fetched_timeout(cx: Ctx) -> CaseResult {
+    let (long, short) = (cx.queue(), cx.queue());
+    cx.backend.control_queue(&long, QueueControl::SetFetchedTimeout(Some(Duration::from_secs(7200)))).await?;
+    let s = cx.backend.control_queue(&short, QueueControl::SetFetchedTimeout(Some(Duration::from_secs(1)))).await?;
+    ensure_eq!(s.fetched_timeout, Some(Duration::from_secs(1)), "the setting read back");
+    let w = WorkerId::random();
+    let kept = cx.enqueue(cx.job(&long)).await?;
+    cx.claim(w, &long, 1, ClaimMode::Reserve).await?;
+    let released = cx.enqueue(cx.job(&short)).await?;
+    cx.claim(w, &short, 1, ClaimMode::Reserve).await?;
+    cx.age(kept, AGED).await?;
+    cx.age(released, Duration::from_secs(5)).await?;
+    cx.rescue_until_at(released, JobLocation::Hot(JobStatus::Pending)).await?;
+    ensure_eq!(cx.record(kept).await?.location, JobLocation::Hot(JobStatus::Fetched), "an hour old, timeout 2 h");
+    cx.backend.control_queue(&long, QueueControl::SetFetchedTimeout(None)).await?;
+    cx.rescue_until_at(kept, JobLocation::Hot(JobStatus::Pending)).await?;
+    Ok(())
+}
+
+/// The retention purges of `RescueParams::purge` run with the rescue, under its maintenance
+/// lock, and their count comes back in `RescueReport::purged`.
+pub async fn purges_with_the_rescue(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let w = WorkerId::random();
+    let ids = cx.enqueue_n(&q, 2).await?;
+    let got = cx.claim(w, &q, 2, ClaimMode::Start).await?;
+    let leases: Vec<_> = got.iter().map(|j| j.lease_ref()).collect();
+    ensure_eq!(cx.backend.complete(w, &leases).await?.done.len(), 2, "completed");
+    let mut req = PurgeParams::new(PurgeTarget::Archive, Duration::ZERO);
+    req.queue = Some(q.clone());
+    let params = chokaq_core::RescueParams { limit: 1000, purge: vec![req] };
+    let purged = std::sync::atomic::AtomicU64::new(0);
+    cx.poll("the rescue's purge to delete both", || async {
+        let r = cx.backend.rescue(&params).await?;
+        ensure!(r.ran || r.purged == 0, "a rescue that did not run purged {}", r.purged);
+        Ok(purged.fetch_add(r.purged, std::sync::atomic::Ordering::Relaxed) + r.purged >= 2)
+    })
+    .await?;
+    ensure_eq!(purged.into_inner(), 2, "rows purged by the rescue calls");
+    for id in ids {
+        ensure_eq!(cx.presence(id).await?.total(), 0, "presence of purged {id}");
+    }
     Ok(())
 }
 

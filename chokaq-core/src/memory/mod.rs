@@ -69,6 +69,59 @@ fn status_of(r: &JobRecord) -> Option<JobStatus> {
 }
 
 impl MemoryBackend {
+    /// The rescue itself (timeouts from each queue's settings), under the store's lock.
+    fn rescue_now(&self, params: &RescueParams) -> RescueReport {
+        let mut s = self.lock();
+        let at = now();
+        let mut report = RescueReport { ran: true, ..Default::default() };
+        let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
+        for r in s.hot.values() {
+            if todo.len() as u32 >= params.limit {
+                break;
+            }
+            match status_of(r) {
+                Some(JobStatus::Fetched) => {
+                    let timeout = Self::settings(&s, &r.queue).effective_fetched_timeout();
+                    if r.updated_at < minus(at, timeout) {
+                        todo.push((r.id, false));
+                    }
+                }
+                Some(JobStatus::Processing) => {
+                    let timeout = Self::settings(&s, &r.queue).effective_zombie_timeout();
+                    if r.heartbeat_at.unwrap_or(r.updated_at) < minus(at, timeout) {
+                        todo.push((r.id, true));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (id, zombie) in todo {
+            let r = s.hot.get(&id).expect("listed above");
+            if !zombie {
+                let r = s.hot.get_mut(&id).expect("listed above");
+                Self::to_pending(r, at);
+                r.lease = None;
+                report.fetched_released += 1;
+                continue;
+            }
+            let policy = Self::settings(&s, &r.queue).zombie_policy;
+            if r.cancel_requested {
+                // An accepted cancel is final: the zombie is not retried.
+                Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
+                report.zombies_dead += 1;
+            } else if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
+                let r = s.hot.get_mut(&id).expect("listed above");
+                Self::to_pending(r, at);
+                r.lease = None;
+                report.zombies_retried += 1;
+            } else {
+                Self::to_dead(&mut s, id, DeadReason::Zombie, None, at);
+                report.zombies_dead += 1;
+            }
+        }
+        report
+    }
+
     /// An empty store.
     pub fn new() -> Self {
         MemoryBackend { store: Mutex::new(Store::default()), max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES }
@@ -469,50 +522,10 @@ impl Backend for MemoryBackend {
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
         async move {
-            let mut s = self.lock();
-            let at = now();
-            let mut report = RescueReport { ran: true, ..Default::default() };
-            let fetched_cutoff = minus(at, params.fetched_timeout);
-            let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
-            for r in s.hot.values() {
-                if todo.len() as u32 >= params.limit {
-                    break;
-                }
-                match status_of(r) {
-                    Some(JobStatus::Fetched) if r.updated_at < fetched_cutoff => todo.push((r.id, false)),
-                    Some(JobStatus::Processing) => {
-                        let st = Self::settings(&s, &r.queue);
-                        let timeout = st.zombie_timeout.unwrap_or(params.default_zombie_timeout);
-                        if r.heartbeat_at.unwrap_or(r.updated_at) < minus(at, timeout) {
-                            todo.push((r.id, true));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            for (id, zombie) in todo {
-                let r = s.hot.get(&id).expect("listed above");
-                if !zombie {
-                    let r = s.hot.get_mut(&id).expect("listed above");
-                    Self::to_pending(r, at);
-                    r.lease = None;
-                    report.fetched_released += 1;
-                    continue;
-                }
-                let policy = Self::settings(&s, &r.queue).zombie_policy;
-                if r.cancel_requested {
-                    // An accepted cancel is final: the zombie is not retried.
-                    Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
-                    report.zombies_dead += 1;
-                } else if policy == ZombiePolicy::Retry && r.attempt < r.max_attempts {
-                    let r = s.hot.get_mut(&id).expect("listed above");
-                    Self::to_pending(r, at);
-                    r.lease = None;
-                    report.zombies_retried += 1;
-                } else {
-                    Self::to_dead(&mut s, id, DeadReason::Zombie, None, at);
-                    report.zombies_dead += 1;
-                }
+            let mut report = self.rescue_now(params);
+            // One instance: the retention purges run under the same (process-wide) lock rule.
+            for req in &params.purge {
+                report.purged += self.purge(req).await?;
             }
             Ok(report)
         }
@@ -556,6 +569,7 @@ impl Backend for MemoryBackend {
                 QueueControl::Deactivate => st.is_active = false,
                 QueueControl::SetMaxWorkers(m) => st.max_workers = m,
                 QueueControl::SetZombieTimeout(t) => st.zombie_timeout = t,
+                QueueControl::SetFetchedTimeout(t) => st.fetched_timeout = t,
                 QueueControl::SetZombiePolicy(p) => st.zombie_policy = p,
             }
             st.updated_at = Some(now());

@@ -129,6 +129,10 @@ pub(crate) fn control_params(control: QueueControl) -> Result<ControlParams> {
             zombie_ms = d.map(|d| millis("zombie_timeout", d)).transpose()?;
             6
         }
+        QueueControl::SetFetchedTimeout(d) => {
+            zombie_ms = d.map(|d| millis("fetched_timeout", d)).transpose()?;
+            8
+        }
         QueueControl::SetZombiePolicy(p) => {
             policy = Some(match p {
                 ZombiePolicy::Retry => 0,

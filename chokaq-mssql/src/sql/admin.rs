@@ -18,8 +18,9 @@
 /// the session's lock timeout is error 51002 (retried).
 ///
 /// Parameters: `@P1` queue, `@P2` op (1 pause, 2 resume, 3 activate, 4 deactivate,
-/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy), `@P3` max workers,
-/// `@P4` zombie timeout ms, `@P5` zombie policy. Returns the row.
+/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy, 8 set fetched timeout),
+/// `@P3` max workers, `@P4` the timeout in ms (zombie for op 6, fetched for op 8), `@P5`
+/// zombie policy. Returns the row.
 pub(super) const CONTROL_QUEUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Name VARCHAR(128) = @P1;
@@ -41,12 +42,13 @@ SET
     q.[MaxWorkers] = CASE WHEN @Op = 5 THEN @MaxWorkers ELSE q.[MaxWorkers] END,
     q.[ZombieTimeoutMs] = CASE WHEN @Op = 6 THEN @ZombieTimeoutMs ELSE q.[ZombieTimeoutMs] END,
     q.[ZombiePolicy] = CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE q.[ZombiePolicy] END,
+    q.[FetchedTimeoutMs] = CASE WHEN @Op = 8 THEN @ZombieTimeoutMs ELSE q.[FetchedTimeoutMs] END,
     q.[UpdatedAtUtc] = @Now
 FROM {schema}.[Queues] AS q WITH (FORCESEEK)
 WHERE q.[Name] = @Name;
 IF @@ROWCOUNT = 0
     INSERT INTO {schema}.[Queues] ([Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
-    [CreatedAtUtc], [UpdatedAtUtc])
+    [FetchedTimeoutMs], [CreatedAtUtc], [UpdatedAtUtc])
     VALUES (
         @Name,
         CASE WHEN @Op = 5 THEN @MaxWorkers END,
@@ -54,33 +56,52 @@ IF @@ROWCOUNT = 0
         CASE WHEN @Op = 4 THEN 0 ELSE 1 END,
         CASE WHEN @Op = 6 THEN @ZombieTimeoutMs END,
         CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE 0 END,
+        CASE WHEN @Op = 8 THEN @ZombieTimeoutMs END,
         @Now,
         @Now
     );
 COMMIT TRANSACTION;
 SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
-    [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
+    [FetchedTimeoutMs], [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
 
 /// One queue's row (none when it has no control row). `@P1` queue.
 pub(super) const QUEUE_SETTINGS: &str = "DECLARE @Name VARCHAR(128) = @P1;
 SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
-    [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
+    [FetchedTimeoutMs], [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
 
 /// One bounded purge batch of the archive: `DELETE TOP (@n)` in a loop of autocommitted
 /// statements of at most 4,000 rows each, stopping at the batch size or at a short statement:
 /// a purge batch (`PurgeParams::batch_size`, up to 100,000) is several short transactions,
 /// none near lock escalation's 5,000 locks. `@P1` batch size, `@P2` older than (ms), `@P3` queue or NULL, `@P4`
-/// kind or NULL. Returns `Deleted`.
-pub(super) const PURGE_ARCHIVE: &str = "SET NOCOUNT ON;
+/// kind or NULL, `@P5` locked: 1 for maintenance, whose batch (of `PurgeParams::batch_size`
+/// rows, 1,000 by default) runs in one transaction holding the `rescue` row of `Locks`, taken
+/// with `READPAST` (held elsewhere: nothing deleted, `Deleted` = -1). Returns `Deleted`.
+pub(super) const PURGE_ARCHIVE: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
 DECLARE @BatchSize INT = @P1;
 DECLARE @OlderThanMs BIGINT = @P2;
 DECLARE @Queue VARCHAR(128) = @P3;
 DECLARE @Kind NVARCHAR(255) = @P4;
+DECLARE @Locked BIT = @P5;
 DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
     SYSUTCDATETIME()));
 DECLARE @Deleted BIGINT = 0;
 DECLARE @Chunk INT;
 DECLARE @Step INT;
+IF @Locked = 1
+BEGIN
+    BEGIN TRANSACTION;
+    UPDATE l
+    SET l.[LastTakenAtUtc] = SYSUTCDATETIME()
+    FROM {schema}.[Locks] AS l WITH (ROWLOCK, READPAST)
+    WHERE l.[Name] = 'rescue';
+    IF @@ROWCOUNT = 0
+    BEGIN
+        ROLLBACK TRANSACTION;
+        SELECT CAST(-1 AS BIGINT) AS [Deleted];
+        RETURN;
+    END;
+END;
 WHILE @Deleted < @BatchSize
 BEGIN
     SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;
@@ -94,20 +115,38 @@ BEGIN
     IF @Step < @Chunk
         BREAK;
 END;
+IF @Locked = 1
+    COMMIT TRANSACTION;
 SELECT @Deleted AS [Deleted];";
 
-/// [`PURGE_ARCHIVE`] for the dead letters, with `@P5` reason or NULL.
-pub(super) const PURGE_DLQ: &str = "SET NOCOUNT ON;
+/// [`PURGE_ARCHIVE`] for the dead letters, with `@P5` reason or NULL and `@P6` locked.
+pub(super) const PURGE_DLQ: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
 DECLARE @BatchSize INT = @P1;
 DECLARE @OlderThanMs BIGINT = @P2;
 DECLARE @Queue VARCHAR(128) = @P3;
 DECLARE @Kind NVARCHAR(255) = @P4;
 DECLARE @Reason VARCHAR(32) = @P5;
+DECLARE @Locked BIT = @P6;
 DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
     SYSUTCDATETIME()));
 DECLARE @Deleted BIGINT = 0;
 DECLARE @Chunk INT;
 DECLARE @Step INT;
+IF @Locked = 1
+BEGIN
+    BEGIN TRANSACTION;
+    UPDATE l
+    SET l.[LastTakenAtUtc] = SYSUTCDATETIME()
+    FROM {schema}.[Locks] AS l WITH (ROWLOCK, READPAST)
+    WHERE l.[Name] = 'rescue';
+    IF @@ROWCOUNT = 0
+    BEGIN
+        ROLLBACK TRANSACTION;
+        SELECT CAST(-1 AS BIGINT) AS [Deleted];
+        RETURN;
+    END;
+END;
 WHILE @Deleted < @BatchSize
 BEGIN
     SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;
@@ -122,6 +161,8 @@ BEGIN
     IF @Step < @Chunk
         BREAK;
 END;
+IF @Locked = 1
+    COMMIT TRANSACTION;
 SELECT @Deleted AS [Deleted];";
 
 /// Counts per queue and state, in ONE statement. The batch switches to SNAPSHOT isolation

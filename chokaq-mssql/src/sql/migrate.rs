@@ -113,6 +113,8 @@ IF OBJECT_ID(N'{schema}.[Queues]', N'U') IS NULL
         [CreatedAtUtc] DATETIME2(7) NOT NULL,
         [UpdatedAtUtc] DATETIME2(7) NOT NULL
     );
+IF COL_LENGTH(N'{schema}.[Queues]', N'FetchedTimeoutMs') IS NULL
+    ALTER TABLE {schema}.[Queues] ADD [FetchedTimeoutMs] BIGINT NULL;
 IF OBJECT_ID(N'{schema}.[JobsHot]', N'U') IS NULL
     CREATE TABLE {schema}.[JobsHot] (
     [Id] BINARY(16) NOT NULL,
@@ -239,6 +241,8 @@ BEGIN
 END;
 IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 3)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (3, SYSUTCDATETIME());
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 6)
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (6, SYSUTCDATETIME());
 COMMIT TRANSACTION;";
 
 /// Disables lock escalation on the three job tables (only where it is not disabled yet, so a

@@ -182,11 +182,13 @@ WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
 /// schema not migrated to version 3) also returns `Ran = 0`; the backend warns when rescue
 /// has not run for several calls in a row.
 ///
-/// Parameters: `@P1` fetched timeout (ms), `@P2` default zombie timeout (ms), `@P3` limit,
+/// Parameters: `@P1` default fetched timeout (ms), `@P2` default zombie timeout (ms) (each
+/// for queues whose `Queues` row sets none), `@P3` limit,
 /// capped at 4,000 rows of each kind per call, fewer row locks than lock escalation would
 /// ever consider, whatever `RescueParams::limit` says (the next call moves the rest).
-/// Expired Fetched jobs go back to Pending: a `FORCESEEK` range seek on
-/// `IX_JobsHot_Fetched (UpdatedAtUtc) WHERE Status = 1`. Zombies (Processing, heartbeat older
+/// Expired Fetched jobs (older than their queue's `FetchedTimeoutMs` or the default) go back
+/// to Pending: a `FORCESEEK` range seek on `IX_JobsHot_Fetched (UpdatedAtUtc) WHERE Status = 1`
+/// up to the latest cutoff any queue can have, then checked against their own queue's. Zombies (Processing, heartbeat older
 /// than their queue's `ZombieTimeoutMs` or the default) are found by a `FORCESEEK` range seek
 /// on `IX_JobsHot_Processing (HeartbeatUtc) WHERE Status = 2` up to the latest cutoff any
 /// queue can have (the smallest timeout), oldest heartbeat first, then checked against their
@@ -202,8 +204,8 @@ DECLARE @FetchedTimeoutMs BIGINT = @P1;
 DECLARE @DefaultZombieMs BIGINT = @P2;
 DECLARE @Limit INT = CASE WHEN @P3 > 4000 THEN 4000 ELSE @P3 END;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
-DECLARE @FetchedCutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@FetchedTimeoutMs % 1000), DATEADD(SECOND, \
-    -(@FetchedTimeoutMs / 1000), @Now));
+DECLARE @MinFetchedMs BIGINT;
+DECLARE @FetchedCutoff DATETIME2(7);
 DECLARE @MinZombieMs BIGINT;
 DECLARE @ZombieCutoff DATETIME2(7);
 DECLARE @FetchedReleased INT = 0;
@@ -221,10 +223,24 @@ BEGIN
     SELECT CAST(0 AS BIT) AS [Ran], 0 AS [FetchedReleased], 0 AS [ZombiesRetried], 0 AS [ZombiesDead];
     RETURN;
 END;
+SELECT @MinFetchedMs = MIN(v.[Ms])
+FROM (
+    SELECT @FetchedTimeoutMs AS [Ms]
+    UNION ALL
+    SELECT q.[FetchedTimeoutMs] FROM {schema}.[Queues] AS q WHERE q.[FetchedTimeoutMs] IS NOT NULL
+) AS v;
+SET @FetchedCutoff = DATEADD(MILLISECOND, -(@MinFetchedMs % 1000), DATEADD(SECOND, -(@MinFetchedMs / 1000), @Now));
 UPDATE TOP (@Limit) h
 SET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now
 FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-WHERE h.[Status] = 1 AND h.[UpdatedAtUtc] < @FetchedCutoff;
+LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
+WHERE h.[Status] = 1
+    AND h.[UpdatedAtUtc] < @FetchedCutoff
+    AND h.[UpdatedAtUtc] < DATEADD(
+        MILLISECOND,
+        -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) % 1000),
+        DATEADD(SECOND, -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) / 1000), @Now)
+    );
 SET @FetchedReleased = @@ROWCOUNT;
 SELECT @MinZombieMs = MIN(v.[Ms])
 FROM (
@@ -574,8 +590,11 @@ mod tests {
         assert!(r.contains(
             "UPDATE TOP (@Limit) h\nSET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now\n\
              FROM [chokaq].[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n\
-             WHERE h.[Status] = 1 AND h.[UpdatedAtUtc] < @FetchedCutoff;"
+             LEFT JOIN [chokaq].[Queues] AS q ON q.[Name] = h.[Queue]\n\
+             WHERE h.[Status] = 1\n    AND h.[UpdatedAtUtc] < @FetchedCutoff\n"
         ));
+        // Issue 11 item 10: each queue's fetched timeout, else the default (`@P1`).
+        assert!(r.contains("-(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) % 1000)"));
         assert!(r.contains("AND (h.[HeartbeatUtc] IS NULL OR h.[HeartbeatUtc] < @ZombieCutoff)"));
         assert!(r.contains("ORDER BY h.[HeartbeatUtc] ASC;"));
         assert!(!r.contains("ORDER BY h.[Id]"));

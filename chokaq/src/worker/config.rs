@@ -336,8 +336,6 @@ fn check(c: &WorkerConfig) -> Result<()> {
         ("completion flush interval", c.completion_flush),
         ("claim batch window", c.claim_batch_window),
         ("maintenance interval", m.interval),
-        ("rescue fetched timeout", m.rescue.fetched_timeout),
-        ("rescue zombie timeout", m.rescue.default_zombie_timeout),
         ("retry policy base", c.retry_policy.base),
         ("retry policy max", c.retry_policy.max),
     ];
@@ -345,32 +343,6 @@ fn check(c: &WorkerConfig) -> Result<()> {
     durations.extend(m.dead_letter_retention.map(|d| ("dead-letter retention", d)));
     for (name, d) in durations {
         within_limit(name, d)?;
-    }
-    // A lease is lost when no heartbeat lands within the zombie timeout: leave room for one
-    // late or failed beat.
-    if c.heartbeat_interval.saturating_mul(2) > m.rescue.default_zombie_timeout {
-        return Err(Error::invalid(format!(
-            "heartbeat interval ({:?}) must be at most half the rescue zombie timeout ({:?})",
-            c.heartbeat_interval, m.rescue.default_zombie_timeout
-        )));
-    }
-    // Buffered (Fetched) jobs are looked at (started, or released when their queue is paused)
-    // between claim rounds and at least every heartbeat interval; the rescuer puts them back
-    // after the fetched timeout.
-    if c.prefetch > 0 && m.rescue.fetched_timeout <= c.heartbeat_interval.saturating_mul(2) {
-        return Err(Error::invalid(format!(
-            "with a prefetch, the rescue fetched timeout ({:?}) must exceed twice the heartbeat interval ({:?}), \
-             or buffered jobs are put back before they can start",
-            m.rescue.fetched_timeout, c.heartbeat_interval
-        )));
-    }
-    if c.prefetch > 0 && m.rescue.fetched_timeout < c.job_timeout {
-        tracing::warn!(
-            fetched_timeout = ?m.rescue.fetched_timeout,
-            job_timeout = ?c.job_timeout,
-            "prefetched jobs waiting behind handlers that run longer than the fetched timeout are put back \
-             by the rescuer (attempt not counted) and claimed again"
-        );
     }
     if c.concurrency == 0 || c.concurrency > MAX_CLAIM_LIMIT {
         return Err(Error::invalid(format!("concurrency must be 1 to {MAX_CLAIM_LIMIT}, got {}", c.concurrency)));
@@ -415,3 +387,43 @@ fn check(c: &WorkerConfig) -> Result<()> {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+/// The consistency checks against the queues' timeouts, which live in the database
+/// (`QueueSettings`; a queue that sets none has the contract's defaults): `Worker::run` reads
+/// its queues' settings and refuses to start when one fails.
+pub(crate) fn check_against_settings(c: &WorkerConfig, settings: &[chokaq_core::QueueSettings]) -> Result<()> {
+    for s in settings {
+        let zombie = s.effective_zombie_timeout();
+        // A lease is lost when no heartbeat lands within the zombie timeout: leave room for one
+        // late or failed beat.
+        if c.heartbeat_interval.saturating_mul(2) > zombie {
+            return Err(Error::invalid(format!(
+                "queue {}: the heartbeat interval ({:?}) must be at most half the queue's zombie timeout ({:?}); \
+                 lower heartbeat_interval or raise the queue's timeout (QueueControl::SetZombieTimeout)",
+                s.name, c.heartbeat_interval, zombie
+            )));
+        }
+        let fetched = s.effective_fetched_timeout();
+        // Buffered (Fetched) jobs are looked at (started, or released when their queue is
+        // paused) between claim rounds and at least every heartbeat interval; the rescuer puts
+        // them back after the fetched timeout.
+        if c.prefetch > 0 && fetched <= c.heartbeat_interval.saturating_mul(2) {
+            return Err(Error::invalid(format!(
+                "queue {}: with a prefetch, the queue's fetched timeout ({:?}) must exceed twice the heartbeat \
+                 interval ({:?}), or buffered jobs are put back before they can start; raise it \
+                 (QueueControl::SetFetchedTimeout) or lower heartbeat_interval",
+                s.name, fetched, c.heartbeat_interval
+            )));
+        }
+        if c.prefetch > 0 && fetched < c.job_timeout {
+            tracing::warn!(
+                queue = %s.name,
+                fetched_timeout = ?fetched,
+                job_timeout = ?c.job_timeout,
+                "prefetched jobs waiting behind handlers that run longer than the fetched timeout are put back \
+                 by the rescuer (attempt not counted) and claimed again"
+            );
+        }
+    }
+    Ok(())
+}

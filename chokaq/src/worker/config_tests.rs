@@ -64,16 +64,8 @@ fn out_of_range_settings_are_invalid_input() {
 #[test]
 fn extreme_and_inconsistent_settings_are_invalid_input() {
     use crate::worker::MaintenanceConfig;
-    use chokaq_core::{RescueParams, RetryPolicy};
+    use chokaq_core::RetryPolicy;
     let max = Duration::MAX;
-    let zombie = |z: Duration| MaintenanceConfig {
-        rescue: RescueParams { default_zombie_timeout: z, ..RescueParams::default() },
-        ..MaintenanceConfig::default()
-    };
-    let fetched = |f: Duration| MaintenanceConfig {
-        rescue: RescueParams { fetched_timeout: f, ..RescueParams::default() },
-        ..MaintenanceConfig::default()
-    };
     let bad = [
         ("heartbeat", builder().heartbeat_interval(max)),
         ("claim batch window", builder().claim_batch_window(max)),
@@ -86,23 +78,8 @@ fn extreme_and_inconsistent_settings_are_invalid_input() {
         ("shutdown grace", builder().shutdown_grace(max)),
         ("maintenance interval", builder().maintenance(MaintenanceConfig { interval: max, ..Default::default() })),
         ("retention", builder().maintenance(MaintenanceConfig { archive_retention: Some(max), ..Default::default() })),
-        ("zombie", builder().maintenance(zombie(max))),
-        ("fetched", builder().maintenance(fetched(max))),
         ("retry policy", builder().retry_policy(RetryPolicy { max, ..RetryPolicy::default() })),
         ("retry policy", builder().retry_policy(RetryPolicy { base: max, ..RetryPolicy::default() })),
-        // A heartbeat interval too close to the zombie timeout.
-        (
-            "zombie timeout",
-            builder().heartbeat_interval(Duration::from_secs(200)).maintenance(zombie(Duration::from_secs(300))),
-        ),
-        // A prefetch whose buffered jobs the rescuer would release before they can start.
-        (
-            "fetched timeout",
-            builder()
-                .prefetch(4)
-                .heartbeat_interval(Duration::from_secs(2))
-                .maintenance(fetched(Duration::from_secs(3))),
-        ),
     ];
     for (i, (name, b)) in bad.into_iter().enumerate() {
         let e = b.build().map(|_| ()).unwrap_err();
@@ -122,11 +99,54 @@ fn extreme_and_inconsistent_settings_are_invalid_input() {
     assert!(e.message().contains("retry policy max of job kind \"odd.v1\""), "{e}");
     // At the limits: accepted.
     let year = Duration::from_secs(365 * 24 * 3600);
-    assert!(builder()
-        .heartbeat_interval(Duration::from_secs(150))
-        .maintenance(zombie(Duration::from_secs(300)))
-        .build()
-        .is_ok());
+    assert!(builder().heartbeat_interval(Duration::from_secs(150)).build().is_ok());
     assert!(builder().job_timeout(year).shutdown_grace(year).cancel_wait(year).build().is_ok());
     assert!(builder().prefetch(4).build().is_ok(), "the defaults fit a prefetch");
+}
+
+/// Issue 11 item 10: the queues' timeouts live in the database, so the checks of a worker's
+/// heartbeat and prefetch against them run when it starts: a heartbeat too close to a queue's
+/// zombie timeout, or a prefetch its fetched timeout would put back before it can start, is an
+/// `InvalidInput` naming the queue and the setting.
+#[test]
+fn settings_inconsistent_with_a_queue_are_invalid_input() {
+    use chokaq_core::{QueueName, QueueSettings};
+    let q = |zombie: Option<u64>, fetched: Option<u64>| {
+        let mut s = QueueSettings::default_for(QueueName::new("q").unwrap());
+        s.zombie_timeout = zombie.map(Duration::from_secs);
+        s.fetched_timeout = fetched.map(Duration::from_secs);
+        s
+    };
+    let cfg = |b: WorkerBuilder| b.build().unwrap().config().clone();
+    let check = super::check_against_settings;
+    // The defaults (300 s, 60 s) fit the default heartbeat (5 s), with or without a prefetch.
+    check(&cfg(builder()), &[q(None, None)]).unwrap();
+    check(&cfg(builder().prefetch(4)), &[q(None, None)]).unwrap();
+    check(&cfg(builder().heartbeat_interval(Duration::from_secs(150))), &[q(None, None)]).unwrap();
+    let e = check(&cfg(builder().heartbeat_interval(Duration::from_secs(200))), &[q(None, None)]).unwrap_err();
+    assert!(e.kind() == ErrorKind::InvalidInput && e.message().contains("zombie timeout"), "{e}");
+    let e = check(&cfg(builder()), &[q(Some(8), None)]).unwrap_err();
+    assert!(e.message().contains("queue q") && e.message().contains("8s"), "{e}");
+    let e =
+        check(&cfg(builder().prefetch(4).heartbeat_interval(Duration::from_secs(2))), &[q(None, Some(3))]).unwrap_err();
+    assert!(e.message().contains("fetched timeout"), "{e}");
+    // Without a prefetch the fetched timeout binds nothing.
+    check(&cfg(builder().heartbeat_interval(Duration::from_secs(2))), &[q(None, Some(3))]).unwrap();
+}
+
+/// The same check at `Worker::run`, against the settings in the database.
+#[tokio::test]
+async fn run_refuses_a_heartbeat_slower_than_a_queue_allows() {
+    use chokaq_core::{QueueControl, QueueName};
+    let b = Arc::new(chokaq_core::memory::MemoryBackend::new());
+    let q = QueueName::new("q").unwrap();
+    b.control_queue(&q, QueueControl::SetZombieTimeout(Some(Duration::from_secs(4)))).await.unwrap();
+    let w = Worker::builder(b.clone() as Arc<dyn chokaq_core::Backend>)
+        .queue("q")
+        .register_raw("t", |_p, _c| async { Ok(()) })
+        .build()
+        .unwrap();
+    let e = w.run(tokio_util::sync::CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.message().contains("zombie timeout (4s)"), "{e}");
 }

@@ -15,7 +15,8 @@ pub struct MaintenanceConfig {
     pub enabled: bool,
     /// How often (each worker adds a random delay of up to one interval before its first run).
     pub interval: Duration,
-    /// Rescue parameters: fetched timeout, default zombie timeout, batch limit.
+    /// Rescue parameters: the batch limit, and purges to run with the rescue besides the
+    /// retention purges below. The timeouts are each queue's settings in the database.
     pub rescue: RescueParams,
     /// Purge archived jobs older than this (`None`: keep them).
     pub archive_retention: Option<Duration>,
@@ -66,30 +67,35 @@ impl Maintenance {
         }
     }
 
-    /// One round: rescue, then the retention purges that are set.
-    async fn once(&self) {
+    /// The rescue parameters of one round: the configured ones plus the retention purges
+    /// that are set, which the backend runs after the rescue under its maintenance lock.
+    pub(super) fn params(&self) -> RescueParams {
         let mc = &self.config;
-        match self.backend.rescue(&mc.rescue).await {
-            Ok(r) if r.fetched_released + r.zombies_retried + r.zombies_dead > 0 => {
+        let mut params = mc.rescue.clone();
+        for (target, age) in
+            [(PurgeTarget::Archive, mc.archive_retention), (PurgeTarget::DeadLetter, mc.dead_letter_retention)]
+        {
+            if let Some(age) = age {
+                params.purge.push(PurgeParams::new(target, age));
+            }
+        }
+        params
+    }
+
+    /// One round: rescue, then (in the same call, under the same lock) the retention purges.
+    async fn once(&self) {
+        match self.backend.rescue(&self.params()).await {
+            Ok(r) if r.fetched_released + r.zombies_retried + r.zombies_dead + r.purged > 0 => {
                 tracing::info!(
                     fetched_released = r.fetched_released,
                     zombies_retried = r.zombies_retried,
                     zombies_dead = r.zombies_dead,
-                    "rescue"
+                    purged = r.purged,
+                    "maintenance"
                 );
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "rescue failed"),
-        }
-        for (target, age) in
-            [(PurgeTarget::Archive, mc.archive_retention), (PurgeTarget::DeadLetter, mc.dead_letter_retention)]
-        {
-            let Some(age) = age else { continue };
-            match self.backend.purge(&PurgeParams::new(target, age)).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(?target, purged = n, "retention purge"),
-                Err(e) => tracing::warn!(error = %e, ?target, "purge failed"),
-            }
         }
     }
 }

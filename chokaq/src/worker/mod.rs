@@ -201,6 +201,20 @@ impl Worker {
 
     async fn run_with_stats(self, shutdown: CancellationToken, counters: Arc<Counters>) -> Result<WorkerReport> {
         let Worker { backend, config: cfg, registry, worker_id: worker } = self;
+        // The queues' timeouts live in the database: a setting this worker cannot keep (a
+        // heartbeat too slow for a queue's zombie timeout) refuses the start. A database that
+        // cannot be read now does not stop the worker (it waits for it like any other call).
+        let mut settings = Vec::with_capacity(cfg.queues.len());
+        for q in &cfg.queues {
+            match with_retries(|| backend.queue_settings(q)).await {
+                Ok(s) => settings.push(s),
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(error = %e, queue = %q, "could not read the queue's settings to check the worker's");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        config::check_against_settings(&cfg, &settings)?;
         let leases = Arc::new(Leases::default());
         let lookahead = Arc::new(Lookahead::default());
         let outcomes = Arc::new(Outcomes::default());

@@ -122,11 +122,12 @@ pub(super) async fn unwritten_outcome_keeps_its_lease(worker: WorkerId) -> Res {
     let w = counting(&b, worker, runs.clone()).concurrency(1).build().map_err(|e| e.to_string())?;
     b.stall(true);
     let id = b.enqueue(NewJob::build("default", "t").unwrap()).await.unwrap().id;
-    let zombie = RescueParams {
-        fetched_timeout: Duration::from_secs(60),
-        default_zombie_timeout: Duration::from_millis(800),
-        limit: 10,
-    };
+    let queue = chokaq_core::QueueName::new("default").unwrap();
+    b.inner
+        .control_queue(&queue, chokaq_core::QueueControl::SetZombieTimeout(Some(Duration::from_millis(800))))
+        .await
+        .unwrap();
+    let zombie = RescueParams::default();
     let report = run_until(w, || async {
         let out = async {
             wait_until("the write is attempted", Duration::from_secs(10), || async {
@@ -348,6 +349,15 @@ pub(super) async fn heartbeat_reply_about_an_old_lease(worker: WorkerId) -> Res 
     Ok(())
 }
 
+/// After a simulated crash: the smallest timeouts on the queue `default`, so the rescuer finds
+/// the dead worker's jobs at once.
+async fn crash_timeouts(b: &Faulty) {
+    let q = chokaq_core::QueueName::new("default").unwrap();
+    let ms = Some(Duration::from_millis(1));
+    b.inner.control_queue(&q, chokaq_core::QueueControl::SetZombieTimeout(ms)).await.unwrap();
+    b.inner.control_queue(&q, chokaq_core::QueueControl::SetFetchedTimeout(ms)).await.unwrap();
+}
+
 /// Item 6 after a crash, `max_attempts = 1`: the worker's backend goes dead (every call hangs,
 /// as if the process were killed) with one running job and two prefetched ones; the rescuer
 /// then dead-letters the job that ran (its one attempt ran) and puts the two that never ran
@@ -392,12 +402,9 @@ async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
     b.dead.store(true, Ordering::Release);
     task.abort();
     let _ = task.await;
+    crash_timeouts(&b).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let params = RescueParams {
-        fetched_timeout: Duration::from_millis(1),
-        default_zombie_timeout: Duration::from_millis(1),
-        limit: 10,
-    };
+    let params = RescueParams::default();
     let r = b.inner.rescue(&params).await.unwrap();
     assert_eq!((r.fetched_released, r.zombies_retried + r.zombies_dead), (2, 1), "{r:?}");
     let mut ran_dead = 0;
@@ -458,11 +465,8 @@ pub(super) async fn after_a_crash_lookahead_jobs_keep_their_attempt(worker: Work
     b.dead.store(true, Ordering::Release);
     task.abort();
     let _ = task.await;
-    let params = RescueParams {
-        fetched_timeout: Duration::from_millis(1),
-        default_zombie_timeout: Duration::from_millis(1),
-        limit: 10,
-    };
+    crash_timeouts(&b).await;
+    let params = RescueParams::default();
     wait_until("the rescuer finds both", Duration::from_secs(5), || async {
         let r = b.inner.rescue(&params).await.unwrap();
         let s = b.inner.stats().await.unwrap();

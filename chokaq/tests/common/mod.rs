@@ -606,11 +606,8 @@ pub async fn lease_lost_discards_outcome<B: TestSupport>(b: Arc<B>) -> TestResul
         if !b.force(id, &patch).await.map_err(err)? {
             return Ok(false);
         }
-        let params = RescueParams {
-            fetched_timeout: Duration::from_secs(600),
-            default_zombie_timeout: Duration::from_secs(60),
-            limit: 10,
-        };
+        // An hour-old heartbeat is past the default zombie timeout (300 s).
+        let params = RescueParams { limit: 10, ..RescueParams::default() };
         Ok(b.rescue(&params).await.map_err(err)?.zombies_retried == 1)
     })
     .await?;
