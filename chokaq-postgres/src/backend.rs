@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// The one LISTEN session of this backend, fanned out to every [`Backend::wakeups`]
     /// stream (the sender of its broadcast; a new session starts when every stream is gone).
     pub(crate) wake: tokio::sync::Mutex<Option<tokio::sync::broadcast::Sender<chokaq_core::Wake>>>,
+    /// The wake-ups sent after the commit (`notify.rs`), started by the first enqueue.
+    pub(crate) notifier: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<crate::notify::Request>>>,
 }
 
 /// After this many rescue calls in a row that found the lock held, a warning is logged (and
@@ -123,6 +125,7 @@ impl PgBackend {
                 max_payload_bytes: config.max_payload_bytes,
                 rescue_skipped: AtomicU32::new(0),
                 wake: tokio::sync::Mutex::new(None),
+                notifier: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -194,6 +197,27 @@ impl PgBackend {
             }
         }
         Ok(total)
+    }
+
+    /// Queues the wake-ups of `queues` for after the commit: now (`xid` None: the enqueue ran
+    /// on the pool and has committed), or once the caller's transaction `xid` reads as
+    /// committed. Starts the notifier task on first use.
+    pub(crate) fn wake_after_commit(&self, queues: Vec<String>, xid: Option<i64>) {
+        let mut guard = self.shared.notifier.lock().unwrap();
+        let mut req = crate::notify::Request { queues, xid };
+        if let Some(tx) = guard.as_ref() {
+            match tx.send(req) {
+                Ok(()) => return,
+                // The task ended (its runtime went away): start another.
+                Err(e) => req = e.0,
+            }
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let sql =
+            crate::notify::Sql { notify: self.sql().notify_queues.clone(), tx_status: self.sql().tx_status.clone() };
+        tokio::spawn(crate::notify::run(self.pool.clone(), self.shared.channel.clone(), sql, rx));
+        let _ = tx.send(req);
+        *guard = Some(tx);
     }
 
     fn note_rescue(&self, ran: bool) {
@@ -318,6 +342,7 @@ impl PgBackend {
             max_payload_bytes: self.shared.max_payload_bytes,
             rescue_skipped: AtomicU32::new(0),
             wake: tokio::sync::Mutex::new(None),
+            notifier: std::sync::Mutex::new(None),
         };
         PgBackend { pool: self.pool, shared: Arc::new(shared) }
     }

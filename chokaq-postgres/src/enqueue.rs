@@ -44,7 +44,10 @@ pub(crate) enum Slot {
 
 impl PgBackend {
     /// Enqueues inside the caller's transaction (outbox pattern): the job exists, and its
-    /// NOTIFY is delivered, only if that transaction commits. Pass `&mut *tx`.
+    /// wake-up is sent, only if that transaction commits. Pass `&mut *tx`. The wake-up is
+    /// not a NOTIFY inside the caller's transaction (which would serialise the application's
+    /// commits): the backend sends it from its own session once it reads the transaction as
+    /// committed (`txid_status`, polled from 1 ms up to 50 ms apart, for at most a minute).
     pub async fn enqueue_in_tx(&self, conn: &mut PgConnection, job: NewJob) -> Result<Enqueued> {
         let mut out = self.enqueue_many_in_tx(conn, vec![job]).await?;
         out.pop().ok_or_else(|| Error::new(ErrorKind::Other, "enqueue returned no result"))
@@ -105,8 +108,8 @@ impl PgBackend {
     fn insert_query<'q>(
         &'q self,
         batch: &[&'q NewRow],
-    ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, Uuid, sqlx::postgres::PgArguments> {
-        sqlx::query_scalar(&self.sql().enqueue)
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, (Uuid, i64), sqlx::postgres::PgArguments> {
+        sqlx::query_as(&self.sql().enqueue)
             .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.queue.as_str()).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
@@ -132,16 +135,21 @@ impl PgBackend {
     ) -> Result<Vec<Enqueued>> {
         let mut result: Vec<Option<Enqueued>> = vec![None; rows.len()];
         let mut todo: Vec<usize> = (0..rows.len()).collect();
+        // The queues that got a new row (to wake after the commit), and the transaction.
+        let mut woken: HashSet<&str> = HashSet::new();
+        let mut xid: Option<i64> = None;
         for _round in 0..10 {
             let batch: Vec<&NewRow> = todo.iter().map(|&i| &rows[i]).collect();
-            let inserted: Vec<Uuid> = match &mut target {
+            let inserted: Vec<(Uuid, i64)> = match &mut target {
                 Target::Pool(pool) => with_retry(|| self.insert_query(&batch).fetch_all(*pool)).await?,
                 Target::Conn(conn) => self.insert_query(&batch).fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
             };
-            let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+            xid = inserted.first().map(|r| r.1).or(xid);
+            let inserted: HashSet<Uuid> = inserted.into_iter().map(|r| r.0).collect();
             let mut taken = Vec::new();
             for &i in &todo {
                 if inserted.contains(&rows[i].id) {
+                    woken.insert(rows[i].queue.as_str());
                     result[i] = Some(Enqueued { id: JobId(rows[i].id), duplicate: false });
                 } else {
                     taken.push(i);
@@ -172,6 +180,12 @@ impl PgBackend {
             if todo.is_empty() {
                 break;
             }
+        }
+        if !woken.is_empty() {
+            // On the pool the insert has committed; in the caller's transaction it has not,
+            // and the wake-up waits for that transaction's commit (`notify.rs`).
+            let in_tx = matches!(target, Target::Conn(_));
+            self.wake_after_commit(woken.into_iter().map(str::to_owned).collect(), if in_tx { xid } else { None });
         }
         if !todo.is_empty() {
             return Err(Error::new(ErrorKind::Conflict, "idempotency key kept changing hands; try again"));

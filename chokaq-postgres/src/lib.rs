@@ -31,6 +31,7 @@ mod enqueue;
 mod error;
 mod listen;
 mod migrate;
+mod notify;
 mod rows;
 mod sql;
 #[cfg(feature = "testing")]

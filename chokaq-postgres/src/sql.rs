@@ -81,10 +81,14 @@ ins AS (
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
-woke AS (
-    SELECT pg_notify('{channel}', q.queue) FROM (SELECT DISTINCT queue FROM ins) q
-)
-SELECT ins.id, (SELECT count(*) FROM woke) AS woke FROM ins";
+xid AS (SELECT txid_current() AS x)
+SELECT ins.id, (SELECT x FROM xid) AS xid FROM ins";
+
+/// The wake-ups after the commit (`notify.rs`): `$1` channel, `$2` queues.
+const NOTIFY_QUEUES: &str = "SELECT count(pg_notify($1, q.queue)) FROM unnest($2::text[]) AS q (queue)";
+
+/// The fate of the callers' enqueuing transactions (`notify.rs`): `$1` transaction ids.
+const TX_STATUS: &str = "SELECT t.x, txid_status(t.x) FROM unnest($1::int8[]) AS t (x)";
 
 /// The live jobs holding keys: `$1` queues, `$2` keys (pairwise); returns queue, key, id.
 const LOOKUP_KEYS: &str = "SELECT h.queue, h.idempotency_key, h.id FROM {schema}.jobs_hot h \
@@ -579,6 +583,8 @@ statements! {
     control_max_workers = CONTROL_MAX_WORKERS;
     control_zombie_timeout = CONTROL_ZOMBIE_TIMEOUT;
     control_fetched_timeout = CONTROL_FETCHED_TIMEOUT;
+    notify_queues = NOTIFY_QUEUES;
+    tx_status = TX_STATUS;
     control_zombie_policy = CONTROL_ZOMBIE_POLICY;
     queue_settings = QUEUE_SETTINGS;
     requeue = REQUEUE;

@@ -12,7 +12,9 @@ fn every_statement_is_rendered() {
         assert!(!sql.contains("{schema}") && !sql.contains("{channel}") && !sql.contains('%'), "{name}: {sql}");
     }
     let enqueue = &all.iter().find(|(n, _)| *n == "enqueue").unwrap().1;
-    assert!(enqueue.contains(r#"INSERT INTO "Jobs_1".jobs_hot"#) && enqueue.contains("pg_notify('Jobs_1_jobs'"));
+    assert!(enqueue.contains(r#"INSERT INTO "Jobs_1".jobs_hot"#));
+    let requeue = &all.iter().find(|(n, _)| *n == "requeue").unwrap().1;
+    assert!(requeue.contains("pg_notify('Jobs_1_jobs'"), "{requeue}");
     assert!(all_statements("bad\"name").is_err());
 }
 
@@ -63,4 +65,17 @@ fn derived_identifiers_fit_for_the_longest_schema_name() {
     {
         assert!(id.len() <= chokaq_core::validate::MAX_IDENTIFIER_LEN, "{what} {id} is {} bytes", id.len());
     }
+}
+
+/// Issue 12 item 2: the enqueue statement notifies nobody. A transaction that calls
+/// `pg_notify` holds a cluster-wide lock from its commit until the commit is flushed, which
+/// serialises every enqueuing transaction's commit (the caller's own transaction too, with
+/// `enqueue_in_tx`); the wake-up is sent after the commit instead (`notify.rs`).
+#[test]
+fn enqueue_sends_no_notify_inside_its_transaction() {
+    let s = Statements::new("\"chokaq\"");
+    assert!(!s.enqueue.contains("pg_notify"), "the enqueue statement notifies: {}", s.enqueue);
+    assert!(s.enqueue.contains("txid_current()"), "the caller's transaction id comes back: {}", s.enqueue);
+    assert!(s.notify_queues.contains("pg_notify($1, q.queue)"));
+    assert!(s.tx_status.contains("txid_status(t.x)"));
 }
