@@ -3,9 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chokaq_core::{
-    Backend, ErrorKind, QueueName, QueueSettings, Result, ThroughputParams, Timestamp, WorkerProcess,
-};
+use chokaq_core::{Backend, ErrorKind, QueueName, QueueSettings, Result, ThroughputParams, Timestamp, WorkerProcess};
 use serde::Serialize;
 
 /// Minutes in the throughput window.

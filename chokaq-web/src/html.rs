@@ -96,7 +96,12 @@ pub fn form(ctx: &Ctx, action: &str, fields: &[(&str, &str)], inner: &str, confi
 
 /// A submit button.
 pub fn button(label: &str, class: &str, name: &str) -> String {
-    format!("<button type=\"submit\" class=\"btn {}\" data-action=\"{}\">{}</button>", esc(class), esc(name), esc(label))
+    format!(
+        "<button type=\"submit\" class=\"btn {}\" data-action=\"{}\">{}</button>",
+        esc(class),
+        esc(name),
+        esc(label)
+    )
 }
 
 /// `2026-12-01 03:41:48Z`.
@@ -111,7 +116,12 @@ pub fn ts_ago(t: Option<Timestamp>, now: Timestamp) -> String {
         Some(t) => {
             let secs = now.signed_duration_since(t).num_milliseconds() as f64 / 1000.0;
             let rel = if secs >= 0.0 { format!("{} ago", dur(secs)) } else { format!("in {}", dur(-secs)) };
-            format!("<time datetime=\"{}\" title=\"{}\">{}</time> <span class=\"muted\">({rel})</span>", t.to_rfc3339(), ts(t), ts(t))
+            format!(
+                "<time datetime=\"{}\" title=\"{}\">{}</time> <span class=\"muted\">({rel})</span>",
+                t.to_rfc3339(),
+                ts(t),
+                ts(t)
+            )
         }
     }
 }

@@ -206,9 +206,9 @@ pub fn router(backend: Arc<dyn Backend>, options: WebOptions) -> Router {
 /// Refuses [`Auth::None`] unless `listen` is a loopback address (the `--no-auth` rule).
 pub async fn serve(backend: Arc<dyn Backend>, listen: SocketAddr, options: WebOptions) -> chokaq_core::Result<()> {
     check_listen(listen, &options)?;
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        Error::with_source(ErrorKind::Unavailable, format!("could not listen on {listen}: {e}"), e)
-    })?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::Unavailable, format!("could not listen on {listen}: {e}"), e))?;
     serve_on(backend, listener, options, shutdown_signal()).await
 }
 
@@ -220,9 +220,8 @@ pub async fn serve_on(
     options: WebOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> chokaq_core::Result<()> {
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::with_source(ErrorKind::Other, format!("listener address: {e}"), e))?;
+    let addr =
+        listener.local_addr().map_err(|e| Error::with_source(ErrorKind::Other, format!("listener address: {e}"), e))?;
     check_listen(addr, &options)?;
     tracing::info!(%addr, read_only = options.read_only, "chokaq dashboard listening");
     axum::serve(listener, router(backend, options))
@@ -320,7 +319,12 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
         return secure(plain_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", wants_json));
     }
 
-    req.extensions_mut().insert(Ctx { base: base.clone(), csrf: token.clone(), read_only: st.opts.read_only, wants_json });
+    req.extensions_mut().insert(Ctx {
+        base: base.clone(),
+        csrf: token.clone(),
+        read_only: st.opts.read_only,
+        wants_json,
+    });
     let mut resp = next.run(req).await;
     if set_cookie {
         let path = if base.is_empty() { "/".to_string() } else { base };
@@ -377,7 +381,8 @@ fn plain_error(status: StatusCode, message: &str, json: bool) -> Response {
     if json {
         (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
     } else {
-        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{status}: {message}\n")).into_response()
+        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{status}: {message}\n"))
+            .into_response()
     }
 }
 
@@ -402,11 +407,15 @@ mod tests {
 
     #[test]
     fn base64_matches_rfc4648_vectors() {
-        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")]
+        for (i, o) in
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")]
         {
             assert_eq!(base64(i.as_bytes()), o);
         }
-        assert_eq!(Auth::basic("Aladdin", "open sesame").expected_header().unwrap(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            Auth::basic("Aladdin", "open sesame").expected_header().unwrap(),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
     }
 
     #[test]

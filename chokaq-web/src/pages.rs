@@ -122,7 +122,8 @@ fn lag_class(st: &Shared, lag: Option<f64>) -> &'static str {
 fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
     let b = esc(&ctx.base);
     let t = &d.totals;
-    let max_lag = d.queues.iter().filter_map(|q| q.lag_seconds).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+    let max_lag =
+        d.queues.iter().filter_map(|q| q.lag_seconds).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
     let mut s = String::with_capacity(4096);
     s.push_str("<div class=\"cards\">");
     let card = |s: &mut String, id: &str, label: &str, value: String, class: &str, href: String| {
@@ -133,7 +134,14 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
     };
     card(&mut s, "pending", "Pending", num(t.pending), "", format!("{b}/jobs?table=hot&amp;status=pending"));
     card(&mut s, "fetched", "Fetched", num(t.fetched), "", format!("{b}/jobs?table=hot&amp;status=fetched"));
-    card(&mut s, "processing", "Processing", num(t.processing), "", format!("{b}/jobs?table=hot&amp;status=processing"));
+    card(
+        &mut s,
+        "processing",
+        "Processing",
+        num(t.processing),
+        "",
+        format!("{b}/jobs?table=hot&amp;status=processing"),
+    );
     card(&mut s, "dead", "Dead letters", num(t.dead), if t.dead > 0 { "bad" } else { "" }, format!("{b}/dead"));
     card(&mut s, "archived", "Archived", num(t.archived), "", format!("{b}/jobs?table=archive"));
     card(
@@ -190,7 +198,9 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
         }
     }
     if problems.is_empty() {
-        s.push_str("<p class=\"ok problems\" id=\"problems\">No dead letters, lag, paused queues or stuck workers.</p>");
+        s.push_str(
+            "<p class=\"ok problems\" id=\"problems\">No dead letters, lag, paused queues or stuck workers.</p>",
+        );
     } else {
         s.push_str("<ul class=\"problems\" id=\"problems\">");
         for p in problems {
@@ -268,11 +278,17 @@ pub async fn api_overview(State(st): State<Shared>, Extension(ctx): Extension<Ct
 
 async fn queue_stats(st: &Shared, ctx: &Ctx, q: &QueueName) -> Result<(QueueStats, Option<Timestamp>), Response> {
     let snap = st.backend.stats().await.map_err(|e| backend_fail(ctx, e))?;
-    let qs = snap.queue(q.as_str()).cloned().unwrap_or_else(|| QueueStats { queue: q.to_string(), ..Default::default() });
+    let qs =
+        snap.queue(q.as_str()).cloned().unwrap_or_else(|| QueueStats { queue: q.to_string(), ..Default::default() });
     Ok((qs, snap.taken_at))
 }
 
-pub async fn queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Path(name): Path<String>, Query(p): Query<Params>) -> Res {
+pub async fn queue(
+    State(st): State<Shared>,
+    Extension(ctx): Extension<Ctx>,
+    Path(name): Path<String>,
+    Query(p): Query<Params>,
+) -> Res {
     let q = queue_name(&ctx, &name)?;
     let settings = st.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
     let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
@@ -304,10 +320,20 @@ pub async fn queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Pat
         ("Archived", qs.archived, format!("{b}/jobs?queue={qe}&amp;table=archive")),
     ] {
         let class = if label == "Dead" && n > 0 { " class=\"bad\"" } else { "" };
-        let _ = write!(s, "<tr><th>{label}</th><td{class}><a href=\"{href}\" id=\"count-{}\">{}</a></td></tr>", label.to_lowercase(), num(n));
+        let _ = write!(
+            s,
+            "<tr><th>{label}</th><td{class}><a href=\"{href}\" id=\"count-{}\">{}</a></td></tr>",
+            label.to_lowercase(),
+            num(n)
+        );
     }
     let lag = qs.oldest_due_at.map(|t| now.signed_duration_since(t).num_milliseconds().max(0) as f64 / 1000.0);
-    let _ = write!(s, "<tr><th>Lag</th><td class=\"{}\">{}</td></tr>", lag_class(&st, lag), lag.map(dur).unwrap_or_else(|| "—".into()));
+    let _ = write!(
+        s,
+        "<tr><th>Lag</th><td class=\"{}\">{}</td></tr>",
+        lag_class(&st, lag),
+        lag.map(dur).unwrap_or_else(|| "—".into())
+    );
     match &throughput {
         Some(bk) => {
             let n: u64 = bk.iter().map(|x| x.finished).sum();
@@ -366,7 +392,8 @@ pub async fn api_queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>,
     let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
     let tp = ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) };
     let throughput = optional(st.backend.throughput(&tp).await).map_err(|e| backend_fail(&ctx, e))?;
-    Ok(Json(json!({ "settings": settings, "stats": qs, "taken_at": taken_at, "throughput": throughput })).into_response())
+    Ok(Json(json!({ "settings": settings, "stats": qs, "taken_at": taken_at, "throughput": throughput }))
+        .into_response())
 }
 
 fn parse_form(body: &Bytes) -> Vec<(String, String)> {
@@ -414,7 +441,8 @@ pub async fn queue_action(
             if raw.is_empty() {
                 QueueControl::SetMaxWorkers(None)
             } else {
-                let n: u32 = raw.parse().map_err(|_| bad(&ctx, format!("max_workers must be a whole number, got {raw:?}")))?;
+                let n: u32 =
+                    raw.parse().map_err(|_| bad(&ctx, format!("max_workers must be a whole number, got {raw:?}")))?;
                 QueueControl::SetMaxWorkers(Some(n))
             }
         }
@@ -509,7 +537,8 @@ fn list_params(ctx: &Ctx, p: &Params, table: Option<JobTable>) -> Result<ListJob
         l.after = Some(job_id(ctx, a)?);
     }
     if let Some(n) = get("limit") {
-        l.limit = n.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| bad(ctx, "limit must be 1 to 1000"))?;
+        l.limit =
+            n.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| bad(ctx, "limit must be 1 to 1000"))?;
     }
     Ok(l)
 }
@@ -569,7 +598,8 @@ fn list_query(l: &ListJobsParams, with_table: bool) -> String {
 }
 
 fn filter_form(ctx: &Ctx, l: &ListJobsParams, action: &str, with_table: bool) -> String {
-    let mut s = format!("<form method=\"get\" action=\"{}{}\" class=\"filters\" id=\"filters\">", esc(&ctx.base), action);
+    let mut s =
+        format!("<form method=\"get\" action=\"{}{}\" class=\"filters\" id=\"filters\">", esc(&ctx.base), action);
     if with_table {
         s.push_str("<label>Table <select name=\"table\">");
         for (v, label) in [("hot", "Live"), ("archive", "Archive"), ("dead", "Dead letters")] {
@@ -657,7 +687,11 @@ fn pager(ctx: &Ctx, path: &str, l: &ListJobsParams, page: &JobPage, with_table: 
         let _ = write!(s, "<a href=\"{}{path}?{q}\" id=\"first-page\">« First page</a>", esc(&ctx.base));
     }
     if let Some(n) = page.next {
-        let _ = write!(s, "<a href=\"{}{path}?{q}{sep}after={n}\" id=\"next-page\" rel=\"next\">Next page »</a>", esc(&ctx.base));
+        let _ = write!(
+            s,
+            "<a href=\"{}{path}?{q}{sep}after={n}\" id=\"next-page\" rel=\"next\">Next page »</a>",
+            esc(&ctx.base)
+        );
     }
     s.push_str("</nav>");
     s
@@ -686,7 +720,12 @@ pub async fn api_jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, 
     Ok(Json(json!({ "jobs": page_.jobs, "next": page_.next })).into_response())
 }
 
-pub async fn job(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Path(id): Path<String>, Query(p): Query<Params>) -> Res {
+pub async fn job(
+    State(st): State<Shared>,
+    Extension(ctx): Extension<Ctx>,
+    Path(id): Path<String>,
+    Query(p): Query<Params>,
+) -> Res {
     let id = job_id(&ctx, &id)?;
     let Some(j) = st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? else {
         return Err(fail(&ctx, StatusCode::NOT_FOUND, &format!("no job with id {id}")));
@@ -835,7 +874,13 @@ pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
             if qn.is_empty() { String::new() } else { format!(" in queue <span class=\"mono\">{}</span>", esc(&qn)) },
             button("Purge", "danger", "purge")
         );
-        s.push_str(&form(&ctx, "/dead/purge", &fields, &purge_inner, Some("Purge these dead letters? They are deleted for good.")));
+        s.push_str(&form(
+            &ctx,
+            "/dead/purge",
+            &fields,
+            &purge_inner,
+            Some("Purge these dead letters? They are deleted for good."),
+        ));
         s.push_str("</div>");
     }
     s.push_str(&job_table(&ctx, &page_.jobs, now, !ctx.read_only));
