@@ -88,7 +88,15 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: BROWSER,
     headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      "--disable-quic",
+      "--no-first-run",
+    ],
     viewport: { width: 1280, height: 800 },
   });
   const page = context.pages()[0] || (await context.newPage());
