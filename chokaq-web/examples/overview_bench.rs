@@ -52,7 +52,13 @@ fn args() -> Result<Args, String> {
 fn summary(name: &str, mut ms: Vec<f64>) {
     ms.sort_by(|a, b| a.total_cmp(b));
     let pick = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
-    println!("{name:<34} p50 {:>7.2} ms   p95 {:>7.2} ms   max {:>7.2} ms   (n={})", pick(0.5), pick(0.95), pick(1.0), ms.len());
+    println!(
+        "{name:<34} p50 {:>7.2} ms   p95 {:>7.2} ms   max {:>7.2} ms   (n={})",
+        pick(0.5),
+        pick(0.95),
+        pick(1.0),
+        ms.len()
+    );
 }
 
 async fn time<F, Fut>(n: usize, mut f: F) -> Result<Vec<f64>, String>
@@ -75,9 +81,11 @@ where
 #[tokio::main]
 async fn main() -> Result<(), String> {
     let a = args()?;
-    let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url =
+        std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let schema = format!("chokaq_webbench_{:08x}", rand::random::<u32>());
-    let pg = PgBackend::connect(PgConfig::new(url).schema(&schema).max_connections(8)).await.map_err(|e| e.to_string())?;
+    let pg =
+        PgBackend::connect(PgConfig::new(url).schema(&schema).max_connections(8)).await.map_err(|e| e.to_string())?;
     pg.migrate().await.map_err(|e| e.to_string())?;
     let pg = Arc::new(pg);
     let out = run(&a, &schema, pg.clone()).await;
@@ -143,7 +151,10 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         move || {
             let app = app.clone();
             async move {
-                let req = Request::get(path).header("authorization", "Bearer bench").body(Body::empty()).map_err(|e| e.to_string())?;
+                let req = Request::get(path)
+                    .header("authorization", "Bearer bench")
+                    .body(Body::empty())
+                    .map_err(|e| e.to_string())?;
                 let resp = app.oneshot(req).await.map_err(|e| e.to_string())?;
                 if !resp.status().is_success() {
                     return Err(format!("GET {path}: {}", resp.status()));
@@ -154,10 +165,20 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         }
     };
     let stats = backend.stats().await.map_err(|e| e.to_string())?;
-    println!("stats: {} queues, {} archived, {} pending, {} dead", stats.queues.len(), stats.archived, stats.pending, stats.dead);
+    println!(
+        "stats: {} queues, {} archived, {} pending, {} dead",
+        stats.queues.len(),
+        stats.archived,
+        stats.pending,
+        stats.dead
+    );
     let tp = backend.throughput(&ThroughputParams::last_hour()).await;
     match &tp {
-        Ok(b) => println!("throughput: {} buckets, {} jobs finished in the last hour", b.len(), b.iter().map(|b| b.finished).sum::<u64>()),
+        Ok(b) => println!(
+            "throughput: {} buckets, {} jobs finished in the last hour",
+            b.len(),
+            b.iter().map(|b| b.finished).sum::<u64>()
+        ),
         Err(e) => println!("throughput: {e} (the overview shows it as not available; not in these timings)"),
     }
     match backend.list_workers().await {

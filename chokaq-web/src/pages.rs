@@ -1,5 +1,8 @@
 //! The handlers: HTML pages, their POST actions, and the JSON API.
 
+// A handler's error is the response itself (built once, on the error path), as axum does it.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::Duration;

@@ -382,7 +382,7 @@ async fn every_action_needs_auth_and_csrf(b: Arc<dyn Backend>) -> TestResult {
         }
         // The header instead of the field works the same way: a wrong one is refused.
         let h = [("authorization", BEARER), ("cookie", &format!("chokaq_csrf={mine}")), ("x-csrf-token", &other_token)];
-        let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_ref())).collect();
+        let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, *v)).collect();
         let r = call(&s.app, "POST", &format!("{PREFIX}{}", a.path), &hs, Some(form_body(&fields))).await?;
         ensure_eq!(r.status, StatusCode::FORBIDDEN, "POST {} with a wrong x-csrf-token", a.path);
     }
@@ -403,7 +403,7 @@ async fn every_action_needs_auth_and_csrf(b: Arc<dyn Backend>) -> TestResult {
 
     // The token in the x-csrf-token header works too.
     let h = [("authorization", BEARER), ("cookie", &format!("chokaq_csrf={mine}")), ("x-csrf-token", &mine)];
-    let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_ref())).collect();
+    let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, *v)).collect();
     let r = call(&s.app, "POST", &format!("{PREFIX}/queues/web-b/pause"), &hs, None).await?;
     ensure_eq!(r.status, StatusCode::SEE_OTHER, "pause with the header: {}", r.body);
     ensure!(b.queue_settings(&q("web-b")).await.map_err(err)?.is_paused, "paused through the header");
