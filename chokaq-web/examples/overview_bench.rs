@@ -9,9 +9,12 @@
 //! `--archived` archived jobs (default 1,000,000) spread over `--queues` queues (default 10) and
 //! finished over the last two hours, plus 1,000 pending and 100 dead jobs a queue; runs
 //! `VACUUM ANALYZE` (the steady state autovacuum keeps); then times `--requests` (default 50)
-//! in-process requests of the overview page (`GET /`) and of `GET /api/overview` through the
-//! router (request in, whole body out: the server's time, no network), after 5 warm-up
-//! requests, and the backend calls under them alone. Prints p50 / p95 / max in milliseconds.
+//! in-process requests, one every `--spacing-ms` (default 50, so the 1 s shared snapshot is
+//! refreshed in the background during the run), of the overview page (`GET /`), of
+//! `GET /api/overview` and of the live fragment through the router (request in, whole body out:
+//! the server's time, no network), after 5 warm-up requests; then the same page with the
+//! snapshot computed on every request (`snapshot_max_age(ZERO)`), and the backend calls under
+//! it alone. Prints p50 / p95 / max in milliseconds.
 //!
 //! The URL comes from `CHOKAQ_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`); it is never printed.
@@ -31,10 +34,11 @@ struct Args {
     archived: i64,
     queues: i64,
     requests: usize,
+    spacing_ms: u64,
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { archived: 1_000_000, queues: 10, requests: 50 };
+    let mut a = Args { archived: 1_000_000, queues: 10, requests: 50, spacing_ms: 50 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -43,7 +47,8 @@ fn args() -> Result<Args, String> {
             "--archived" => a.archived = n,
             "--queues" => a.queues = n.max(1),
             "--requests" => a.requests = n.max(1) as usize,
-            _ => return Err(format!("unknown option {flag} (--archived N, --queues N, --requests N)")),
+            "--spacing-ms" => a.spacing_ms = n.max(0) as u64,
+            _ => return Err(format!("unknown option {flag} (--archived N, --queues N, --requests N, --spacing-ms N)")),
         }
     }
     Ok(a)
@@ -53,7 +58,7 @@ fn summary(name: &str, mut ms: Vec<f64>) {
     ms.sort_by(|a, b| a.total_cmp(b));
     let pick = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
     println!(
-        "{name:<34} p50 {:>7.2} ms   p95 {:>7.2} ms   max {:>7.2} ms   (n={})",
+        "{name:<36} p50 {:>7.2} ms   p95 {:>7.2} ms   max {:>7.2} ms   (n={})",
         pick(0.5),
         pick(0.95),
         pick(1.0),
@@ -61,7 +66,7 @@ fn summary(name: &str, mut ms: Vec<f64>) {
     );
 }
 
-async fn time<F, Fut>(n: usize, mut f: F) -> Result<Vec<f64>, String>
+async fn time<F, Fut>(n: usize, spacing_ms: u64, mut f: F) -> Result<Vec<f64>, String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
@@ -74,6 +79,7 @@ where
         let t = Instant::now();
         f().await?;
         out.push(t.elapsed().as_secs_f64() * 1000.0);
+        tokio::time::sleep(std::time::Duration::from_millis(spacing_ms)).await;
     }
     Ok(out)
 }
@@ -145,8 +151,12 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
     );
 
     let backend: Arc<dyn Backend> = pg.clone();
-    let app = chokaq_web::router(backend.clone(), WebOptions::new(Auth::bearer("bench")));
-    let get = |path: &'static str| {
+    let shared = chokaq_web::router(backend.clone(), WebOptions::new(Auth::bearer("bench")));
+    let uncached = chokaq_web::router(
+        backend.clone(),
+        WebOptions::new(Auth::bearer("bench")).snapshot_max_age(std::time::Duration::ZERO),
+    );
+    let get = |app: &axum::Router, path: &'static str| {
         let app = app.clone();
         move || {
             let app = app.clone();
@@ -186,13 +196,16 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         Err(e) => println!("workers: {e} (not in these timings)"),
     }
 
-    summary("GET / (overview page)", time(a.requests, get("/")).await?);
-    summary("GET /api/overview", time(a.requests, get("/api/overview")).await?);
-    summary("GET /?fragment=live (live refresh)", time(a.requests, get("/?fragment=live")).await?);
+    let n = a.requests;
+    let sp = a.spacing_ms;
+    summary("GET / (overview, shared snapshot)", time(n, sp, get(&shared, "/")).await?);
+    summary("GET /api/overview (shared snapshot)", time(n, sp, get(&shared, "/api/overview")).await?);
+    summary("GET /?fragment=live (shared)", time(n, sp, get(&shared, "/?fragment=live")).await?);
+    summary("GET / computed on every request", time(n, sp, get(&uncached, "/")).await?);
     let b2 = backend.clone();
     summary(
         "  backend.stats() alone",
-        time(a.requests, || {
+        time(n, sp, || {
             let b = b2.clone();
             async move { b.stats().await.map(|_| ()).map_err(|e| e.to_string()) }
         })
@@ -202,7 +215,7 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         let b3 = backend.clone();
         summary(
             "  backend.throughput(1 h) alone",
-            time(a.requests, || {
+            time(n, sp, || {
                 let b = b3.clone();
                 async move { b.throughput(&ThroughputParams::last_hour()).await.map(|_| ()).map_err(|e| e.to_string()) }
             })

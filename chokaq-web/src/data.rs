@@ -157,3 +157,90 @@ pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<Ov
 
     Ok(OverviewData { taken_at: stats.taken_at, totals, queues, throughput_available: throughput.is_some(), workers })
 }
+
+/// The overview as one snapshot shared by every viewer of a dashboard: at most one computation
+/// runs at a time, whatever the number of open pages. A snapshot younger than
+/// `snapshot_max_age` is served as is; an older one (up to ten times that) is served while one
+/// background refresh replaces it; an older one still, or none, is computed on the request.
+/// Every action (POST) drops the snapshot, so the next page shows its effect.
+#[derive(Debug, Default)]
+pub struct SnapshotCache {
+    state: std::sync::Mutex<CacheState>,
+    compute: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    snap: Option<(std::time::Instant, std::sync::Arc<OverviewData>)>,
+    refreshing: bool,
+    /// Bumped by every invalidation: a computation started before one is not stored.
+    generation: u64,
+}
+
+impl SnapshotCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the snapshot (after an action).
+    pub fn invalidate(&self) {
+        let mut s = self.lock();
+        s.snap = None;
+        s.generation += 1;
+    }
+
+    fn fresh(&self, max_age: Duration) -> Option<std::sync::Arc<OverviewData>> {
+        let s = self.lock();
+        s.snap.as_ref().filter(|(at, _)| at.elapsed() < max_age).map(|(_, d)| d.clone())
+    }
+
+    fn store(&self, generation: u64, d: std::sync::Arc<OverviewData>) {
+        let mut s = self.lock();
+        if s.generation == generation {
+            s.snap = Some((std::time::Instant::now(), d));
+        }
+    }
+}
+
+/// The overview for a request, through the dashboard's [`SnapshotCache`].
+pub async fn overview_shared(st: &crate::Shared) -> Result<std::sync::Arc<OverviewData>> {
+    let max_age = st.opts.snapshot_max_age;
+    if max_age.is_zero() {
+        return Ok(std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?));
+    }
+    let cache = &st.cache;
+    {
+        let mut s = cache.lock();
+        if let Some((at, d)) = &s.snap {
+            let age = at.elapsed();
+            if age < max_age {
+                return Ok(d.clone());
+            }
+            if age < max_age * 10 {
+                let d = d.clone();
+                if !s.refreshing {
+                    s.refreshing = true;
+                    let st = st.clone();
+                    tokio::spawn(async move {
+                        let _one = st.cache.compute.lock().await;
+                        let generation = st.cache.lock().generation;
+                        match overview(&*st.backend, st.opts.worker_stale_after).await {
+                            Ok(fresh) => st.cache.store(generation, std::sync::Arc::new(fresh)),
+                            Err(e) => tracing::warn!(error = %e, "dashboard: overview refresh failed"),
+                        }
+                        st.cache.lock().refreshing = false;
+                    });
+                }
+                return Ok(d);
+            }
+        }
+    }
+    let _one = cache.compute.lock().await;
+    if let Some(d) = cache.fresh(max_age) {
+        return Ok(d);
+    }
+    let generation = cache.lock().generation;
+    let d = std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?);
+    cache.store(generation, d.clone());
+    Ok(d)
+}

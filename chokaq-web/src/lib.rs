@@ -107,6 +107,9 @@ pub struct WebOptions {
     pub lag_warning: Duration,
     /// How often the overview refreshes itself (JavaScript on).
     pub refresh_every: Duration,
+    /// How old the shared overview snapshot may be before it is refreshed (see
+    /// [`WebOptions::snapshot_max_age`]).
+    pub snapshot_max_age: Duration,
 }
 
 impl WebOptions {
@@ -120,7 +123,17 @@ impl WebOptions {
             worker_stale_after: Duration::from_secs(60),
             lag_warning: Duration::from_secs(60),
             refresh_every: Duration::from_millis(1500),
+            snapshot_max_age: Duration::from_secs(1),
         }
+    }
+
+    /// The overview is one snapshot shared by every viewer: served as is while younger than
+    /// `max_age` (default 1 s), served while one background refresh replaces it up to ten times
+    /// that, computed on the request beyond. Every action drops it. `Duration::ZERO` computes
+    /// it on every request.
+    pub fn snapshot_max_age(mut self, max_age: Duration) -> Self {
+        self.snapshot_max_age = max_age;
+        self
     }
 
     /// Read-only mode.
@@ -141,6 +154,7 @@ pub(crate) struct AppState {
     pub opts: WebOptions,
     pub expected_auth: Option<String>,
     pub csrf: csrf::Csrf,
+    pub cache: data::SnapshotCache,
 }
 
 pub(crate) type Shared = Arc<AppState>;
@@ -176,6 +190,7 @@ pub fn router(backend: Arc<dyn Backend>, options: WebOptions) -> Router {
         expected_auth: options.auth.expected_header(),
         opts: options,
         csrf: csrf::Csrf::new(),
+        cache: data::SnapshotCache::default(),
     });
     Router::new()
         .route("/", get(pages::overview))
@@ -319,6 +334,7 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
         return secure(plain_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", wants_json));
     }
 
+    let is_post = req.method() == Method::POST;
     req.extensions_mut().insert(Ctx {
         base: base.clone(),
         csrf: token.clone(),
@@ -326,6 +342,10 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
         wants_json,
     });
     let mut resp = next.run(req).await;
+    if is_post {
+        // The next overview shows the action's effect.
+        st.cache.invalidate();
+    }
     if set_cookie {
         let path = if base.is_empty() { "/".to_string() } else { base };
         let cookie = format!("{}={token}; Path={path}; HttpOnly; SameSite=Strict", csrf::COOKIE);

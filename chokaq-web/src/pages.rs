@@ -101,7 +101,7 @@ pub async fn script() -> Response {
 // ---- overview ---------------------------------------------------------------------------
 
 pub async fn overview(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(q): Query<Params>) -> Res {
-    let d = data::overview(&*st.backend, st.opts.worker_stale_after).await.map_err(|e| backend_fail(&ctx, e))?;
+    let d = data::overview_shared(&st).await.map_err(|e| backend_fail(&ctx, e))?;
     let live = live_html(&ctx, &st, &d);
     if q.get("fragment").is_some_and(|f| f == "live") {
         return Ok(Html(live).into_response());
@@ -273,8 +273,8 @@ fn state_badges(paused: bool, active: bool, cap: Option<u32>) -> String {
 }
 
 pub async fn api_overview(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
-    let d = data::overview(&*st.backend, st.opts.worker_stale_after).await.map_err(|e| backend_fail(&ctx, e))?;
-    Ok(Json(d).into_response())
+    let d = data::overview_shared(&st).await.map_err(|e| backend_fail(&ctx, e))?;
+    Ok(Json(&*d).into_response())
 }
 
 // ---- queue ------------------------------------------------------------------------------

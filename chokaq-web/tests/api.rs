@@ -896,12 +896,52 @@ async fn real_listener(b: Arc<dyn Backend>) -> TestResult {
     Ok(())
 }
 
+/// The overview is one shared snapshot: served as is while young, dropped by every action,
+/// refreshed in the background once old; `snapshot_max_age(ZERO)` computes it every time.
+async fn overview_snapshot(b: Arc<dyn Backend>) -> TestResult {
+    enqueue(&b, "web-s", "web.ok.v1", 3).await?;
+    let pending =
+        |s: Session| async move { s.get("/api/overview").await?.json().map(|v| v["totals"]["pending"].as_u64()) };
+    let opts = WebOptions::new(Auth::bearer(TOKEN)).snapshot_max_age(Duration::from_secs(3600));
+    let s = Session::new(mounted(b.clone(), opts), PREFIX, Some(BEARER)).login().await?;
+    ensure_eq!(pending(s.clone()).await?, Some(3), "first overview");
+    enqueue(&b, "web-s", "web.ok.v1", 1).await?;
+    ensure_eq!(pending(s.clone()).await?, Some(3), "the shared snapshot within its age");
+    ensure!(s.get("").await?.body.contains("id=\"total-pending\">3<"), "the page shows the same snapshot");
+    ensure_eq!(s.post("/queues/web-s/pause", &[]).await?.status, StatusCode::SEE_OTHER, "pause");
+    let v = s.get("/api/overview").await?.json()?;
+    ensure_eq!(v["totals"]["pending"].as_u64(), Some(4), "an action drops the snapshot");
+    ensure_eq!(v["queues"][0]["is_paused"].as_bool(), Some(true), "and the next one shows it");
+    // Uncached: every request sees the database.
+    let zero = WebOptions::new(Auth::bearer(TOKEN)).snapshot_max_age(Duration::ZERO);
+    let z = Session::new(mounted(b.clone(), zero), PREFIX, Some(BEARER));
+    ensure_eq!(pending(z.clone()).await?, Some(4), "uncached");
+    enqueue(&b, "web-s", "web.ok.v1", 1).await?;
+    ensure_eq!(pending(z.clone()).await?, Some(5), "uncached sees the new job at once");
+    // A short max age: an old snapshot is served while a background refresh replaces it, so
+    // polling sees the new count within a few requests.
+    let short = WebOptions::new(Auth::bearer(TOKEN)).snapshot_max_age(Duration::from_millis(50));
+    let p = Session::new(mounted(b.clone(), short), PREFIX, Some(BEARER));
+    ensure_eq!(pending(p.clone()).await?, Some(5), "short max age, first");
+    enqueue(&b, "web-s", "web.ok.v1", 1).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if pending(p.clone()).await? == Some(6) {
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "the background refresh never showed the new job");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 fn cases() -> Vec<(&'static str, Case)> {
     vec![
         ("every_get_needs_auth", |b| Box::pin(every_get_needs_auth(b))),
         ("every_action_needs_auth_and_csrf", |b| Box::pin(every_action_needs_auth_and_csrf(b))),
         ("read_only_refuses_and_hides", |b| Box::pin(read_only_refuses_and_hides(b))),
         ("overview_counts", |b| Box::pin(overview_counts(b))),
+        ("overview_snapshot", |b| Box::pin(overview_snapshot(b))),
         ("user_data_is_escaped", |b| Box::pin(user_data_is_escaped(b))),
         ("filters_and_paging", |b| Box::pin(filters_and_paging(b))),
         ("actions_take_effect", |b| Box::pin(actions_take_effect(b))),
