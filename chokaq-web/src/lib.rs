@@ -293,7 +293,7 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
 
     if let Some(expected) = &st.expected_auth {
         let given = req.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes()).unwrap_or_default();
-        if !csrf::constant_time_eq(given, expected.as_bytes()) {
+        if !auth_matches(given, expected) {
             let mut resp = plain_error(StatusCode::UNAUTHORIZED, "authentication required", wants_json);
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(st.opts.auth.challenge()));
             return secure(resp);
@@ -354,6 +354,14 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
         }
     }
     secure(resp)
+}
+
+/// Whether an `Authorization` header value is the expected one: the scheme compared without
+/// case (RFC 9110), the credentials in constant time.
+fn auth_matches(given: &[u8], expected: &str) -> bool {
+    let (Some(g), Some(e)) = (given.iter().position(|&c| c == b' '), expected.find(' ')) else { return false };
+    given[..g].eq_ignore_ascii_case(&expected.as_bytes()[..e])
+        && csrf::constant_time_eq(given[g + 1..].trim_ascii_start(), &expected.as_bytes()[e + 1..])
 }
 
 /// The CSRF token a POST carries: the `x-csrf-token` header, else the form field `csrf`.
@@ -436,6 +444,18 @@ mod tests {
             Auth::basic("Aladdin", "open sesame").expected_header().unwrap(),
             "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
         );
+    }
+
+    #[test]
+    fn auth_header_scheme_is_case_insensitive() {
+        assert!(auth_matches(b"Bearer tok", "Bearer tok"));
+        assert!(auth_matches(b"bearer tok", "Bearer tok"));
+        assert!(auth_matches(b"BASIC  Zm9v", "Basic Zm9v"));
+        assert!(!auth_matches(b"Bearer tok2", "Bearer tok"));
+        assert!(!auth_matches(b"Bearer Tok", "Bearer tok"));
+        assert!(!auth_matches(b"Basic tok", "Bearer tok"));
+        assert!(!auth_matches(b"Bearertok", "Bearer tok"));
+        assert!(!auth_matches(b"", "Bearer tok"));
     }
 
     #[test]

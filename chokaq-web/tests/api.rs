@@ -740,6 +740,16 @@ async fn mounting(b: Arc<dyn Backend>) -> TestResult {
         "bare prefix"
     );
 
+    // Self-contained: no page or asset refers to anything outside the dashboard.
+    for p in
+        ["".to_string(), "/assets/style.css".into(), "/assets/app.js".into(), format!("/jobs/{id}"), "/dead".into()]
+    {
+        let body = s.get(&p).await?.body;
+        for needle in ["http://", "https://", "//cdn", "@import", "url("] {
+            ensure!(!body.contains(needle), "{p} refers to {needle}");
+        }
+    }
+
     // At the root.
     let root = Session::new(chokaq_web::router(b.clone(), WebOptions::new(Auth::bearer(TOKEN))), "", Some(BEARER))
         .login()
