@@ -104,7 +104,7 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
   let deadId;
   try {
     await t.test("1. enqueue jobs", async () => {
-      await server.send("enqueue emails e2e.ok.v1 200");
+      await server.send("enqueue emails e2e.ok.v1 300");
       await server.send("enqueue reports e2e.ok.v1 5");
       await server.send("enqueue e2e-fail e2e.fail.v1 1");
     });
@@ -112,9 +112,9 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
     await t.test("2. the overview shows the counts", async () => {
       const resp = await page.goto(base);
       assert.equal(resp.status(), 200);
-      assert.equal(await count(page, "#total-pending"), 206);
+      assert.equal(await count(page, "#total-pending"), 306);
       assert.equal(await count(page, "#total-dead"), 0);
-      assert.equal(await count(page, 'tr[data-queue="emails"] [data-col="pending"]'), 200);
+      assert.equal(await count(page, 'tr[data-queue="emails"] [data-col="pending"]'), 300);
       assert.equal(await count(page, 'tr[data-queue="reports"] [data-col="pending"]'), 5);
     });
 
@@ -138,16 +138,16 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
       const seen = new Set();
       await server.send("work emails,reports,e2e-fail");
       await until(
-        "200 archived and 1 dead on the live overview",
+        "300 archived and 1 dead on the live overview",
         async () => {
           const archived = await count(page, "#total-archived");
           seen.add(archived);
-          return archived === 200 && (await count(page, "#total-dead")) === 1;
+          return archived === 300 && (await count(page, "#total-dead")) === 1;
         },
         60_000,
       );
       const completed = await server.send("stop");
-      assert.equal(Number(completed), 200);
+      assert.equal(Number(completed), 300);
       assert.equal(await page.evaluate(() => window.__noReload), "still here", "the page was reloaded");
       assert.ok(seen.size >= 2, `the archived count moved on the page: ${[...seen].join(", ")}`);
       // The paused queue kept its jobs.
