@@ -622,7 +622,7 @@ fn filter_form(ctx: &Ctx, l: &ListJobsParams, action: &str, with_table: bool) ->
         "<label>Queue <input name=\"queue\" value=\"{}\" size=\"12\"></label>\
          <label>Kind <input name=\"kind\" value=\"{}\" size=\"14\"></label>\
          <label>Tag <input name=\"tag\" value=\"{}\" size=\"10\"></label>\
-         <label>Created from <input name=\"from\" value=\"{}\" placeholder=\"YYYY-MM-DDTHH:MM\" size=\"16\"></label>\
+         <label>Created from <input name=\"from\" value=\"{}\" placeholder=\"YYYY-MM-DDTHH:MM\" size=\"18\"></label>\
          <label>to <input name=\"to\" value=\"{}\" placeholder=\"UTC\" size=\"16\"></label>\
          <label>Per page <input name=\"limit\" type=\"number\" min=\"1\" max=\"1000\" value=\"{}\" class=\"num\"></label>\
          <button type=\"submit\" class=\"btn\">Filter</button></form>",
@@ -638,7 +638,7 @@ fn filter_form(ctx: &Ctx, l: &ListJobsParams, action: &str, with_table: bool) ->
 
 fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) -> String {
     let b = esc(&ctx.base);
-    let mut s = String::from("<table class=\"grid jobs\" id=\"jobs\"><thead><tr>");
+    let mut s = String::from("<div class=\"scroll\"><table class=\"grid jobs\" id=\"jobs\"><thead><tr>");
     if checkboxes {
         s.push_str("<th><input type=\"checkbox\" id=\"select-all\" title=\"Select all\"></th>");
     }
@@ -662,7 +662,7 @@ fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) ->
             s,
             "<td class=\"mono\"><a href=\"{b}/jobs/{id}\" title=\"{id}\">{}</a></td><td><a href=\"{b}/queues/{}\">{}</a></td>\
              <td class=\"mono\">{}</td><td>{}</td><td class=\"n\">{}/{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
-             <td class=\"err\" title=\"{}\">{}{}</td></tr>",
+             <td class=\"err\" title=\"{}\"><span>{}{}</span></td></tr>",
             &id[id.len().saturating_sub(12)..],
             enc(j.queue.as_str()),
             esc(j.queue.as_str()),
@@ -678,7 +678,7 @@ fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) ->
             if err.chars().count() > 80 { "…" } else { "" },
         );
     }
-    s.push_str("</tbody></table>");
+    s.push_str("</tbody></table></div>");
     s
 }
 
