@@ -17,12 +17,25 @@
 # The SQL grammar checks need sqlfluff 4.5.0 (PyPI) or newer: when the one on the PATH is
 # missing or older, that exact version is installed into a virtualenv under target/tools/ and
 # put first on the PATH of the tests (nothing is installed system-wide).
-# Set CHOKAQ_TEST_REQUIRE=postgres,sqlite,sqlfluff to turn a missing database or tool into a
-# failure instead of ignored tests (CI does).
+# After the cargo tests, the dashboard's browser end-to-end test (chokaq-web/e2e): `npm ci`
+# installs playwright-core at the exact version of chokaq-web/e2e/package-lock.json, and Debian's
+# chromium is installed when `chromium` is not on the PATH (see CHROMIUM_VERSION below). It needs
+# Node.js 20 or newer and npm; without them (or without chromium) it is skipped with the reason.
+# CHOKAQ_TEST_BROWSER=0 skips it.
+# Set CHOKAQ_TEST_REQUIRE=postgres,sqlite,sqlfluff,browser to turn a missing database or tool into
+# a failure instead of ignored tests (CI does).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 log() { printf '[test.sh] %s\n' "$*" >&2; }
+
+# The Debian chromium the browser test was written against. Pinned so that a fresh machine gets
+# the browser the test passed with; but Debian replaces chromium in the archive at every security
+# update (the old version is then gone from the mirror), so when this exact version can no longer
+# be installed the current Debian chromium is installed instead, with a warning: Playwright drives
+# it over the DevTools protocol, which stays compatible across versions. Bump this when that
+# warning shows.
+CHROMIUM_VERSION=156.0.8078.114-1~deb12u1
 
 # The sqlfluff version the grammar checks are known to pass with (3.x cannot parse valid T-SQL
 # such as `UPDATE TOP (@n)` and `DROP SEQUENCE IF EXISTS`).
@@ -159,3 +172,55 @@ fi
 
 log "cargo test --workspace --all-features $*"
 cargo test --workspace --all-features "$@"
+
+# ---- The dashboard's browser end-to-end test --------------------------------------------------
+browser_required() {
+    case ",${CHOKAQ_TEST_REQUIRE:-}," in *,browser,*) return 0 ;; esac
+    return 1
+}
+
+ensure_chromium() {
+    command -v chromium >/dev/null 2>&1 && return 0
+    [ "$(id -u)" = 0 ] || { log "chromium is missing and this is not root: cannot apt-get install it"; return 1; }
+    export DEBIAN_FRONTEND=noninteractive
+    log "installing Debian's chromium=$CHROMIUM_VERSION"
+    apt-get update -qq || true
+    if ! apt-get install -y -qq "chromium=$CHROMIUM_VERSION" >/dev/null; then
+        log "WARNING: chromium $CHROMIUM_VERSION is no longer in the archive: installing the current Debian chromium (bump CHROMIUM_VERSION in scripts/test.sh)"
+        apt-get install -y -qq chromium >/dev/null || return 1
+    fi
+}
+
+node_ok() {
+    command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || return 1
+    local major
+    major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null) || return 1
+    [ "${major:-0}" -ge 20 ]
+}
+
+browser_test() {
+    local why=""
+    if [ "${CHOKAQ_TEST_BROWSER:-}" = 0 ]; then
+        log "browser test skipped: CHOKAQ_TEST_BROWSER=0"
+        return 0
+    fi
+    if ! node_ok; then
+        why="Node.js 20 or newer with npm is not on the PATH"
+    elif ! ensure_chromium; then
+        why="Debian's chromium could not be installed"
+    fi
+    if [ -n "$why" ]; then
+        if browser_required; then
+            log "browser test: $why, and CHOKAQ_TEST_REQUIRE names browser"
+            return 1
+        fi
+        log "SKIPPED the browser test: $why (set CHOKAQ_TEST_REQUIRE=browser to fail instead)"
+        return 0
+    fi
+    log "browser test: npm ci (playwright-core), chromium $(chromium --version 2>/dev/null | awk '{print $2}')"
+    (cd chokaq-web/e2e && npm ci --no-audit --no-fund --loglevel=error)
+    cargo build -q -p chokaq-web --example e2e_server
+    (cd chokaq-web/e2e && node --test dashboard.test.mjs)
+    log "browser test screenshots: target/screenshots/overview.png, target/screenshots/job.png"
+}
+browser_test

@@ -1,0 +1,246 @@
+//! What the overview shows, gathered from the backend in one concurrent round.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chokaq_core::{Backend, ErrorKind, QueueName, QueueSettings, Result, ThroughputParams, Timestamp, WorkerProcess};
+use serde::Serialize;
+
+/// Minutes in the throughput window.
+pub const WINDOW_MINUTES: usize = 60;
+
+/// Sums over every queue.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub pending: u64,
+    pub fetched: u64,
+    pub processing: u64,
+    pub archived: u64,
+    pub dead: u64,
+}
+
+/// One queue on the overview.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueRow {
+    pub queue: String,
+    pub pending: u64,
+    pub fetched: u64,
+    pub processing: u64,
+    pub archived: u64,
+    pub dead: u64,
+    /// Seconds the oldest due Pending job has waited (database clock).
+    pub lag_seconds: Option<f64>,
+    pub is_paused: bool,
+    pub is_active: bool,
+    pub max_workers: Option<u32>,
+    /// Jobs finished over the last hour; None when the backend cannot say.
+    pub finished_last_hour: Option<u64>,
+    /// Finished per minute, oldest first, the last entry the current minute; empty when
+    /// throughput is not available.
+    pub per_minute: Vec<u64>,
+}
+
+impl QueueRow {
+    /// Average jobs finished per minute over the last hour.
+    pub fn per_minute_avg(&self) -> Option<f64> {
+        self.finished_last_hour.map(|n| n as f64 / WINDOW_MINUTES as f64)
+    }
+}
+
+/// Live worker processes in short.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkersSummary {
+    pub alive: usize,
+    /// Registered but not seen within `worker_stale_after`.
+    pub stuck: usize,
+    pub concurrency: u64,
+}
+
+/// Everything on the overview page (also `GET /api/overview`).
+#[derive(Debug, Clone, Serialize)]
+pub struct OverviewData {
+    pub taken_at: Option<Timestamp>,
+    pub totals: Totals,
+    pub queues: Vec<QueueRow>,
+    /// False when the backend does not report throughput (yet).
+    pub throughput_available: bool,
+    /// None when the backend does not list workers (yet).
+    pub workers: Option<WorkersSummary>,
+}
+
+/// `Ok(None)` for an Unsupported operation, which the pages show as "not available".
+pub fn optional<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind() == ErrorKind::Unsupported => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a worker is stuck: not seen within `stale_after` of `now`.
+pub fn is_stuck(w: &WorkerProcess, now: Timestamp, stale_after: Duration) -> bool {
+    let age = now.signed_duration_since(w.last_seen_at);
+    age.to_std().map(|a| a > stale_after).unwrap_or(false)
+}
+
+/// Reads stats, throughput and workers at once, then each queue's settings at once.
+pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<OverviewData> {
+    let tp = ThroughputParams::last_hour();
+    let (stats, throughput, workers) = futures::join!(backend.stats(), backend.throughput(&tp), backend.list_workers());
+    let stats = stats?;
+    let throughput = optional(throughput)?;
+    let workers = optional(workers)?;
+    let now = stats.taken_at.unwrap_or_else(chrono::Utc::now);
+
+    let names: Vec<QueueName> = stats.queues.iter().filter_map(|q| QueueName::new(q.queue.clone()).ok()).collect();
+    let settings: Vec<Result<QueueSettings>> =
+        futures::future::join_all(names.iter().map(|n| backend.queue_settings(n))).await;
+    let mut by_name: BTreeMap<String, QueueSettings> = BTreeMap::new();
+    for s in settings {
+        let s = s?;
+        by_name.insert(s.name.as_str().to_string(), s);
+    }
+
+    let mut per_queue: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    if let Some(buckets) = &throughput {
+        for b in buckets {
+            let ago = now.signed_duration_since(b.minute).num_minutes();
+            if (0..WINDOW_MINUTES as i64).contains(&ago) {
+                let v = per_queue.entry(b.queue.as_str()).or_insert_with(|| vec![0; WINDOW_MINUTES]);
+                v[WINDOW_MINUTES - 1 - ago as usize] += b.finished;
+            }
+        }
+    }
+
+    let mut totals = Totals::default();
+    let queues = stats
+        .queues
+        .iter()
+        .map(|q| {
+            totals.pending += q.pending;
+            totals.fetched += q.fetched;
+            totals.processing += q.processing;
+            totals.archived += q.archived;
+            totals.dead += q.dead;
+            let s = by_name.get(&q.queue);
+            let per_minute = match &throughput {
+                Some(_) => per_queue.get(q.queue.as_str()).cloned().unwrap_or_else(|| vec![0; WINDOW_MINUTES]),
+                None => Vec::new(),
+            };
+            QueueRow {
+                queue: q.queue.clone(),
+                pending: q.pending,
+                fetched: q.fetched,
+                processing: q.processing,
+                archived: q.archived,
+                dead: q.dead,
+                lag_seconds: q
+                    .oldest_due_at
+                    .map(|t| (now.signed_duration_since(t).num_milliseconds().max(0) as f64) / 1000.0),
+                is_paused: s.is_some_and(|s| s.is_paused),
+                is_active: s.is_none_or(|s| s.is_active),
+                max_workers: s.and_then(|s| s.max_workers),
+                finished_last_hour: throughput.as_ref().map(|_| per_minute.iter().sum()),
+                per_minute,
+            }
+        })
+        .collect();
+
+    let workers = workers.map(|ws| {
+        let stuck = ws.iter().filter(|w| is_stuck(w, now, stale_after)).count();
+        WorkersSummary {
+            alive: ws.len() - stuck,
+            stuck,
+            concurrency: ws.iter().filter(|w| !is_stuck(w, now, stale_after)).map(|w| u64::from(w.concurrency)).sum(),
+        }
+    });
+
+    Ok(OverviewData { taken_at: stats.taken_at, totals, queues, throughput_available: throughput.is_some(), workers })
+}
+
+/// The overview as one snapshot shared by every viewer of a dashboard: at most one computation
+/// runs at a time, whatever the number of open pages. A snapshot younger than
+/// `snapshot_max_age` is served as is; an older one (up to ten times that) is served while one
+/// background refresh replaces it; an older one still, or none, is computed on the request.
+/// Every action (POST) drops the snapshot, so the next page shows its effect.
+#[derive(Debug, Default)]
+pub struct SnapshotCache {
+    state: std::sync::Mutex<CacheState>,
+    compute: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    snap: Option<(std::time::Instant, std::sync::Arc<OverviewData>)>,
+    refreshing: bool,
+    /// Bumped by every invalidation: a computation started before one is not stored.
+    generation: u64,
+}
+
+impl SnapshotCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the snapshot (after an action).
+    pub fn invalidate(&self) {
+        let mut s = self.lock();
+        s.snap = None;
+        s.generation += 1;
+    }
+
+    fn fresh(&self, max_age: Duration) -> Option<std::sync::Arc<OverviewData>> {
+        let s = self.lock();
+        s.snap.as_ref().filter(|(at, _)| at.elapsed() < max_age).map(|(_, d)| d.clone())
+    }
+
+    fn store(&self, generation: u64, d: std::sync::Arc<OverviewData>) {
+        let mut s = self.lock();
+        if s.generation == generation {
+            s.snap = Some((std::time::Instant::now(), d));
+        }
+    }
+}
+
+/// The overview for a request, through the dashboard's [`SnapshotCache`].
+pub async fn overview_shared(st: &crate::Shared) -> Result<std::sync::Arc<OverviewData>> {
+    let max_age = st.opts.snapshot_max_age;
+    if max_age.is_zero() {
+        return Ok(std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?));
+    }
+    let cache = &st.cache;
+    {
+        let mut s = cache.lock();
+        if let Some((at, d)) = &s.snap {
+            let age = at.elapsed();
+            if age < max_age {
+                return Ok(d.clone());
+            }
+            if age < max_age * 10 {
+                let d = d.clone();
+                if !s.refreshing {
+                    s.refreshing = true;
+                    let st = st.clone();
+                    tokio::spawn(async move {
+                        let _one = st.cache.compute.lock().await;
+                        let generation = st.cache.lock().generation;
+                        match overview(&*st.backend, st.opts.worker_stale_after).await {
+                            Ok(fresh) => st.cache.store(generation, std::sync::Arc::new(fresh)),
+                            Err(e) => tracing::warn!(error = %e, "dashboard: overview refresh failed"),
+                        }
+                        st.cache.lock().refreshing = false;
+                    });
+                }
+                return Ok(d);
+            }
+        }
+    }
+    let _one = cache.compute.lock().await;
+    if let Some(d) = cache.fresh(max_age) {
+        return Ok(d);
+    }
+    let generation = cache.lock().generation;
+    let d = std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?);
+    cache.store(generation, d.clone());
+    Ok(d)
+}

@@ -1,0 +1,198 @@
+//! HTML building blocks: escaping, the page frame, formatting of times and numbers.
+
+use std::fmt::Write;
+
+use chokaq_core::Timestamp;
+
+use crate::Ctx;
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a query or path component.
+pub fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Which navigation entry is current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nav {
+    Overview,
+    Jobs,
+    Dead,
+    Workers,
+    None,
+}
+
+/// The whole page around `body`.
+pub fn page(ctx: &Ctx, title: &str, nav: Nav, page_id: &str, body: &str) -> String {
+    let b = esc(&ctx.base);
+    let mut s = String::with_capacity(body.len() + 2048);
+    let _ = write!(
+        s,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · chokaq</title>\
+         <link rel=\"stylesheet\" href=\"{b}/assets/style.css?v={v}\">\
+         <script src=\"{b}/assets/app.js?v={v}\" defer></script></head>\
+         <body data-base=\"{b}\" data-page=\"{}\"><header class=\"top\"><a class=\"brand\" href=\"{home}\">chokaq</a><nav>",
+        esc(title),
+        esc(page_id),
+        v = env!("CARGO_PKG_VERSION"),
+        home = esc(&ctx.home()),
+    );
+    for (n, href, label) in [
+        (Nav::Overview, "/", "Overview"),
+        (Nav::Jobs, "/jobs", "Jobs"),
+        (Nav::Dead, "/dead", "Dead letters"),
+        (Nav::Workers, "/workers", "Workers"),
+    ] {
+        let cur = if n == nav { " class=\"cur\"" } else { "" };
+        let href = if href == "/" { esc(&ctx.home()) } else { format!("{b}{href}") };
+        let _ = write!(s, "<a href=\"{href}\"{cur}>{label}</a>");
+    }
+    s.push_str("</nav>");
+    if ctx.read_only {
+        s.push_str("<span class=\"badge ro\" id=\"read-only\">read-only</span>");
+    }
+    s.push_str("</header><main>");
+    s.push_str(body);
+    s.push_str("</main></body></html>\n");
+    s
+}
+
+/// A POST form with the CSRF field: `fields` are hidden inputs, `inner` the visible part.
+/// `confirm`: the question JavaScript asks first (without JavaScript the server asks on a page
+/// of its own).
+pub fn form(ctx: &Ctx, action: &str, fields: &[(&str, &str)], inner: &str, confirm: Option<&str>) -> String {
+    let mut s = format!("<form method=\"post\" action=\"{}{}\" class=\"inline\"", esc(&ctx.base), esc(action));
+    if let Some(q) = confirm {
+        let _ = write!(s, " data-confirm=\"{}\"", esc(q));
+    }
+    let _ = write!(s, "><input type=\"hidden\" name=\"csrf\" value=\"{}\">", esc(&ctx.csrf));
+    if confirm.is_some() {
+        s.push_str("<input type=\"hidden\" name=\"confirm\" value=\"\">");
+    }
+    for (k, v) in fields {
+        let _ = write!(s, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(k), esc(v));
+    }
+    s.push_str(inner);
+    s.push_str("</form>");
+    s
+}
+
+/// A submit button.
+pub fn button(label: &str, class: &str, name: &str) -> String {
+    format!(
+        "<button type=\"submit\" class=\"btn {}\" data-action=\"{}\">{}</button>",
+        esc(class),
+        esc(name),
+        esc(label)
+    )
+}
+
+/// `2026-12-01 03:41:48Z`.
+pub fn ts(t: Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%SZ").to_string()
+}
+
+/// An optional timestamp with its age relative to `now`.
+pub fn ts_ago(t: Option<Timestamp>, now: Timestamp) -> String {
+    match t {
+        None => "<span class=\"muted\">—</span>".to_string(),
+        Some(t) => {
+            let secs = now.signed_duration_since(t).num_milliseconds() as f64 / 1000.0;
+            let rel = if secs >= 0.0 { format!("{} ago", dur(secs)) } else { format!("in {}", dur(-secs)) };
+            format!(
+                "<time datetime=\"{}\" title=\"{}\">{}</time> <span class=\"muted\">({rel})</span>",
+                t.to_rfc3339(),
+                ts(t),
+                ts(t)
+            )
+        }
+    }
+}
+
+/// A short duration: `850ms`, `12s`, `4m 05s`, `3h 20m`, `2d 4h`.
+pub fn dur(secs: f64) -> String {
+    if secs < 1.0 {
+        return format!("{}ms", (secs * 1000.0).round() as i64);
+    }
+    let s = secs.round() as i64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// `1,234,567`.
+pub fn num(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A bar chart of per-minute counts as inline SVG (no style attributes: the CSP allows none).
+pub fn sparkline(values: &[u64]) -> String {
+    if values.is_empty() {
+        return String::new();
+    }
+    let max = values.iter().copied().max().unwrap_or(0).max(1);
+    let (w, h) = (values.len() * 2, 18usize);
+    let mut s = format!(
+        "<svg class=\"spark\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"finished per minute, last hour\">"
+    );
+    for (i, v) in values.iter().enumerate() {
+        if *v == 0 {
+            continue;
+        }
+        let bh = ((*v as f64 / max as f64) * h as f64).ceil().max(1.0) as usize;
+        let _ = write!(s, "<rect x=\"{}\" y=\"{}\" width=\"2\" height=\"{bh}\"></rect>", i * 2, h - bh);
+    }
+    s.push_str("</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_everything_that_matters() {
+        assert_eq!(esc("<script>alert('x')</script>&\""), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;");
+    }
+
+    #[test]
+    fn numbers_and_durations() {
+        assert_eq!(num(0), "0");
+        assert_eq!(num(999), "999");
+        assert_eq!(num(1000), "1,000");
+        assert_eq!(num(1_234_567), "1,234,567");
+        assert_eq!(dur(0.25), "250ms");
+        assert_eq!(dur(12.0), "12s");
+        assert_eq!(dur(245.0), "4m 05s");
+        assert_eq!(dur(12_000.0), "3h 20m");
+        assert_eq!(dur(187_200.0), "2d 4h");
+    }
+}
