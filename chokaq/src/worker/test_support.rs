@@ -244,4 +244,19 @@ impl chokaq_core::Backend for Faulty {
     async fn wakeups(&self) -> chokaq_core::Result<Option<chokaq_core::Wakeups>> {
         self.inner.wakeups().await
     }
+    async fn register_worker(&self, reg: &chokaq_core::WorkerRegistration) -> chokaq_core::Result<()> {
+        self.inner.register_worker(reg).await
+    }
+    async fn deregister_worker(&self, worker: chokaq_core::WorkerId) -> chokaq_core::Result<bool> {
+        self.inner.deregister_worker(worker).await
+    }
+    async fn list_workers(&self) -> chokaq_core::Result<Vec<chokaq_core::WorkerProcess>> {
+        self.inner.list_workers().await
+    }
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> chokaq_core::Result<u64> {
+        self.inner.prune_workers(stale_after).await
+    }
+    async fn throughput(&self, params: &chokaq_core::ThroughputParams) -> chokaq_core::Result<Vec<chokaq_core::ThroughputBucket>> {
+        self.inner.throughput(params).await
+    }
 }
