@@ -46,6 +46,7 @@ mod lease;
 mod migrate;
 mod rows;
 mod sql;
+mod workers;
 #[cfg(feature = "testing")]
 mod testing;
 

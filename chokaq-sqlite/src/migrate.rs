@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -113,6 +113,23 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     // Version 2: version 1's key index over the whole file (keys now scoped per queue).
     ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
+    // Version 4: live worker processes, one row each, upserted with every heartbeat (queues
+    // as a JSON array of names), and the index that throughput of one queue reads.
+    (
+        "migrate_workers",
+        "CREATE TABLE IF NOT EXISTS {schema}.workers (\
+         worker_id BLOB NOT NULL PRIMARY KEY, \
+         host TEXT NOT NULL, \
+         pid INTEGER NOT NULL, \
+         queues TEXT NOT NULL, \
+         concurrency INTEGER NOT NULL, \
+         started_at INTEGER NOT NULL, \
+         last_seen_at INTEGER NOT NULL)",
+    ),
+    (
+        "migrate_jobs_archive_queue_finished",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_queue_finished ON jobs_archive (queue, finished_at)",
+    ),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a
