@@ -212,7 +212,10 @@ impl Backend for Timed {
     async fn prune_workers(&self, stale_after: std::time::Duration) -> chokaq::core::Result<u64> {
         self.inner.prune_workers(stale_after).await
     }
-    async fn throughput(&self, params: &chokaq::core::ThroughputParams) -> chokaq::core::Result<Vec<chokaq::core::ThroughputBucket>> {
+    async fn throughput(
+        &self,
+        params: &chokaq::core::ThroughputParams,
+    ) -> chokaq::core::Result<Vec<chokaq::core::ThroughputBucket>> {
         self.inner.throughput(params).await
     }
 }

@@ -12,8 +12,8 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, Enqueued, Error,
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision, WorkerId,
-    WorkerProcess, WorkerRegistration,
+    RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision,
+    WorkerId, WorkerProcess, WorkerRegistration,
 };
 use tiberius::{Row, ToSql};
 
@@ -576,7 +576,8 @@ impl Backend for MssqlBackend {
                         host: req::<&str>(op, r, "Host")?.to_string(),
                         pid: u32::try_from(req::<i64>(op, r, "Pid")?).map_err(|_| bad("pid"))?,
                         queues: serde_json::from_str(queues).map_err(|_| bad("queues"))?,
-                        concurrency: u32::try_from(req::<i64>(op, r, "Concurrency")?).map_err(|_| bad("concurrency"))?,
+                        concurrency: u32::try_from(req::<i64>(op, r, "Concurrency")?)
+                            .map_err(|_| bad("concurrency"))?,
                         started_at: req_ts(op, r, "StartedAtUtc")?,
                         last_seen_at: req_ts(op, r, "LastSeenAtUtc")?,
                     })

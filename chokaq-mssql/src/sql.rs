@@ -519,7 +519,9 @@ mod tests {
         let all = all_statements("chokaq").unwrap();
         let st = Statements::new("chokaq").unwrap();
         let mut defined: std::collections::BTreeSet<String> =
-            bracketed(&format!("{}{}{}", st.migrate_locks, st.migrate_objects, st.migrate_workers)).into_iter().collect();
+            bracketed(&format!("{}{}{}", st.migrate_locks, st.migrate_objects, st.migrate_workers))
+                .into_iter()
+                .collect();
         for catalog in [
             "name",
             "object_id",

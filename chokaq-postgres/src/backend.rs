@@ -731,8 +731,7 @@ impl Backend for PgBackend {
     async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
         async move {
             type Row = (Uuid, String, i64, Vec<String>, i64, Timestamp, Timestamp);
-            let rows: Vec<Row> =
-                with_retry(|| sqlx::query_as(&self.sql().list_workers).fetch_all(&self.pool)).await?;
+            let rows: Vec<Row> = with_retry(|| sqlx::query_as(&self.sql().list_workers).fetch_all(&self.pool)).await?;
             rows.into_iter()
                 .map(|(id, host, pid, queues, concurrency, started_at, last_seen_at)| {
                     Ok(WorkerProcess {

@@ -51,11 +51,10 @@ impl TestSupport for PgBackend {
     }
 
     async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
-        let n = with_retry(|| {
-            sqlx::query(&self.sql().force_finished_at).bind(id.0).bind(finished_at).execute(&self.pool)
-        })
-        .await?
-        .rows_affected();
+        let n =
+            with_retry(|| sqlx::query(&self.sql().force_finished_at).bind(id.0).bind(finished_at).execute(&self.pool))
+                .await?
+                .rows_affected();
         Ok(n > 0)
     }
 

@@ -335,9 +335,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
-        async move { workers::list(self).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("list_workers"))
+        async move { workers::list(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("list_workers"))
     }
 
     async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {

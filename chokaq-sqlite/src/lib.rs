@@ -46,9 +46,9 @@ mod lease;
 mod migrate;
 mod rows;
 mod sql;
-mod workers;
 #[cfg(feature = "testing")]
 mod testing;
+mod workers;
 
 pub use backend::SqliteBackend;
 pub use config::SqliteConfig;

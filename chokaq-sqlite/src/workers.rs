@@ -84,7 +84,12 @@ pub(crate) async fn throughput(b: &SqliteBackend, params: &ThroughputParams) -> 
     let rows = match &params.queue {
         None => sqlx::query(&b.sql.throughput_all).bind(since).bind(MINUTE_US).fetch_all(&mut *conn).await,
         Some(q) => {
-            sqlx::query(&b.sql.throughput_queue).bind(since).bind(MINUTE_US).bind(q.as_str()).fetch_all(&mut *conn).await
+            sqlx::query(&b.sql.throughput_queue)
+                .bind(since)
+                .bind(MINUTE_US)
+                .bind(q.as_str())
+                .fetch_all(&mut *conn)
+                .await
         }
     }
     .map_err(map_err)?;

@@ -441,6 +441,7 @@ fn child_main() -> ExitCode {
             },
             archive_retention: None,
             dead_letter_retention: None,
+            worker_stale_after: None,
         };
         let worker = Worker::builder(backend)
             .queues([FREE_QUEUE, CAPPED_QUEUE, own_queue.as_str()])

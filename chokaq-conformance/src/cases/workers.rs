@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use chokaq_core::{
-    BackendExt, ClaimMode, DeadReason, ErrorKind, FailAction, QueueName, ThroughputBucket, ThroughputParams,
-    Timestamp, WorkerId, WorkerProcess, WorkerRegistration, MAX_HOST_LEN,
+    BackendExt, ClaimMode, DeadReason, ErrorKind, FailAction, QueueName, ThroughputBucket, ThroughputParams, Timestamp,
+    WorkerId, WorkerProcess, WorkerRegistration, MAX_HOST_LEN,
 };
 
 use crate::ctx::{CaseResult, Ctx, Failure};
@@ -56,10 +56,8 @@ pub async fn register_upserts(cx: Ctx) -> CaseResult {
     // Put last_seen_at in the past, and wait until the database clock has passed started_at.
     let past = db_now_secs(&cx).await? - chrono::Duration::minutes(5);
     ensure!(cx.backend.force_worker_seen(reg.worker, past).await?, "force_worker_seen found no row");
-    cx.poll("the database clock to pass started_at", || async {
-        Ok(cx.backend.db_now().await? > first.started_at)
-    })
-    .await?;
+    cx.poll("the database clock to pass started_at", || async { Ok(cx.backend.db_now().await? > first.started_at) })
+        .await?;
     let q2 = cx.queue_named("second");
     reg.queues = vec![q.clone(), q2.clone()];
     reg.concurrency = 8;
@@ -179,7 +177,8 @@ pub async fn throughput_counts_per_minute(cx: Ctx) -> CaseResult {
     }
     ensure!(cx.backend.force_finished_at(o[0].id, at(m5, 1)).await?, "force_finished_at of the other queue's job");
 
-    let one = cx.backend.throughput(&ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) }).await?;
+    let one =
+        cx.backend.throughput(&ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) }).await?;
     let expect = vec![
         ThroughputBucket { queue: q.to_string(), minute: m10, finished: 2 },
         ThroughputBucket { queue: q.to_string(), minute: m5, finished: 1 },

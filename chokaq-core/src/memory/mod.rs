@@ -801,7 +801,10 @@ impl Backend for MemoryBackend {
                 let minute = f.duration_trunc(chrono::Duration::minutes(1)).unwrap_or(f);
                 *per.entry((minute, r.queue.to_string())).or_default() += 1;
             }
-            Ok(per.into_iter().map(|((minute, queue), finished)| ThroughputBucket { queue, minute, finished }).collect())
+            Ok(per
+                .into_iter()
+                .map(|((minute, queue), finished)| ThroughputBucket { queue, minute, finished })
+                .collect())
         }
         .await
         .map_err(|e: crate::Error| e.with_operation("throughput"))
