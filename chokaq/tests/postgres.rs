@@ -225,6 +225,7 @@ fn child_main() -> ExitCode {
             },
             archive_retention: None,
             dead_letter_retention: None,
+            worker_stale_after: None,
         };
         let worker = Worker::builder(backend)
             .concurrency(CONCURRENCY)
