@@ -5,7 +5,7 @@
 //! escalation disabled on the job tables. All are idempotent and safe from many processes at
 //! once; the statements are `sql::migrate`'s `MIGRATE_SCHEMA`, `MIGRATE_LOCKS`,
 //! `MIGRATE_OBJECTS` and `MIGRATE_LOCK_ESCALATION`. Schema version 5 (the `Workers` table and
-//! the archive's `(Queue, FinishedAtUtc)` index) is a fifth batch of its own, `sql::workers`'s
+//! the archive's `(FinishedAtUtc, Queue)` index) is a fifth batch of its own, `sql::workers`'s
 //! `MIGRATE_WORKERS`, under the same lock row.
 
 use chokaq_core::Result;

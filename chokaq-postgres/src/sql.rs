@@ -470,7 +470,7 @@ SELECT worker_id, host, pid, queues, concurrency, started_at, last_seen_at
 const PRUNE_WORKERS: &str = "
 DELETE FROM {schema}.workers WHERE last_seen_at < now() - $1::int8 * interval '1 microsecond'";
 
-/// `$1` window, microseconds: every queue, through `jobs_archive_finished_idx`.
+/// `$1` window, microseconds: every queue, an index-only range of `jobs_archive_finished_queue_idx`.
 const THROUGHPUT_ALL: &str = "
 SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
   FROM {schema}.jobs_archive
@@ -478,7 +478,7 @@ SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
  GROUP BY minute, queue
  ORDER BY minute, queue";
 
-/// `$1` window, microseconds, `$2` queue: through `jobs_archive_queue_finished_idx`.
+/// `$1` window, microseconds, `$2` queue: the same range, the queue checked in the index.
 const THROUGHPUT_QUEUE: &str = "
 SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
   FROM {schema}.jobs_archive

@@ -114,7 +114,8 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     // Version 2: version 1's key index over the whole file (keys now scoped per queue).
     ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
     // Version 4: live worker processes, one row each, upserted with every heartbeat (queues
-    // as a JSON array of names), and the index that throughput of one queue reads.
+    // as a JSON array of names), and the index throughput reads (a covering range: finish
+    // time, then the queue, so no row of the table is visited).
     (
         "migrate_workers",
         "CREATE TABLE IF NOT EXISTS {schema}.workers (\
@@ -127,8 +128,8 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
          last_seen_at INTEGER NOT NULL)",
     ),
     (
-        "migrate_jobs_archive_queue_finished",
-        "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_queue_finished ON jobs_archive (queue, finished_at)",
+        "migrate_jobs_archive_finished_queue",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_finished_queue ON jobs_archive (finished_at, queue)",
     ),
 ];
 

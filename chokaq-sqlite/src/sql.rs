@@ -335,10 +335,11 @@ statements! {
          FROM {schema}.workers ORDER BY started_at DESC, worker_id",
     /// `?1` cutoff: rows last seen before it.
     prune_workers: "DELETE FROM {schema}.workers WHERE last_seen_at < ?1",
-    /// `?1` since, `?2` microseconds per minute: every queue, through `jobs_archive_finished`.
+    /// `?1` since, `?2` microseconds per minute: every queue, a covering range of
+    /// `jobs_archive_finished_queue`.
     throughput_all: "SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS n \
          FROM {schema}.jobs_archive WHERE finished_at >= ?1 GROUP BY minute, queue ORDER BY minute, queue",
-    /// As `throughput_all` for queue `?3`, through `jobs_archive_queue_finished`.
+    /// As `throughput_all` for queue `?3` (the same range, the queue checked in the index).
     throughput_queue: "SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS n \
          FROM {schema}.jobs_archive WHERE queue = ?3 AND finished_at >= ?1 \
          GROUP BY minute, queue ORDER BY minute, queue",
