@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS {schema}.workers (
 -- Throughput (finished jobs per queue and minute over a window) reads a range of this index
 -- and nothing else (an index-only scan: 42,000 rows of the last hour out of 1,000,000 archived
 -- jobs in 30 to 52 ms on a shared 2-core machine; 70 to 115 ms with a (queue, finished_at)
--- index instead, which the planner read whole). It replaces jobs_archive_finished_idx, whose one column leads it, so the archive
--- keeps its number of indexes; purge's range on finished_at reads it the same way.
+-- index instead, which the planner read whole). It replaces jobs_archive_finished_idx, whose
+-- one column leads it, so the archive keeps its number of indexes; purge's range on
+-- finished_at reads it the same way.
 CREATE INDEX IF NOT EXISTS jobs_archive_finished_queue_idx ON {schema}.jobs_archive (finished_at, queue);
 DROP INDEX IF EXISTS {schema}.jobs_archive_finished_idx;
