@@ -200,4 +200,22 @@ impl Backend for Timed {
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         self.inner.wakeups().await
     }
+    async fn register_worker(&self, reg: &chokaq::core::WorkerRegistration) -> chokaq::core::Result<()> {
+        self.inner.register_worker(reg).await
+    }
+    async fn deregister_worker(&self, worker: chokaq::core::WorkerId) -> chokaq::core::Result<bool> {
+        self.inner.deregister_worker(worker).await
+    }
+    async fn list_workers(&self) -> chokaq::core::Result<Vec<chokaq::core::WorkerProcess>> {
+        self.inner.list_workers().await
+    }
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> chokaq::core::Result<u64> {
+        self.inner.prune_workers(stale_after).await
+    }
+    async fn throughput(
+        &self,
+        params: &chokaq::core::ThroughputParams,
+    ) -> chokaq::core::Result<Vec<chokaq::core::ThroughputBucket>> {
+        self.inner.throughput(params).await
+    }
 }

@@ -42,6 +42,12 @@ enum Fault {
     /// Complete reports Done for a stale lease of a job that is archived (the look-up of the
     /// outcome that stands ignores the lease).
     CompleteStaleIsDone,
+    /// Registering a worker again replaces its row: `started_at` moves with every heartbeat.
+    RegisterResetsStarted,
+    /// Pruning removes every worker row, stale or not.
+    PruneIgnoresAge,
+    /// Throughput for one queue counts every queue.
+    ThroughputIgnoresQueue,
 }
 
 #[derive(Debug)]
@@ -301,6 +307,33 @@ impl Backend for Broken {
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
     }
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        if self.fault == Some(Fault::RegisterResetsStarted) {
+            // A plain replace: the row is deleted and written anew, so started_at moves.
+            self.inner.deregister_worker(reg.worker).await?;
+        }
+        self.inner.register_worker(reg).await
+    }
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        self.inner.deregister_worker(worker).await
+    }
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        self.inner.list_workers().await
+    }
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        if self.fault == Some(Fault::PruneIgnoresAge) {
+            return self.inner.prune_workers(std::time::Duration::ZERO).await;
+        }
+        self.inner.prune_workers(stale_after).await
+    }
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        if self.fault == Some(Fault::ThroughputIgnoresQueue) {
+            let mut all = params.clone();
+            all.queue = None;
+            return self.inner.throughput(&all).await;
+        }
+        self.inner.throughput(params).await
+    }
 }
 
 #[async_trait]
@@ -310,6 +343,12 @@ impl TestSupport for Broken {
     }
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
         self.inner.force(id, patch).await
+    }
+    async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {
+        self.inner.force_worker_seen(worker, last_seen_at).await
+    }
+    async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
+        self.inner.force_finished_at(id, finished_at).await
     }
     async fn presence(&self, id: JobId) -> Result<Presence> {
         self.inner.presence(id).await
@@ -443,4 +482,19 @@ async fn printed_suite_counts_failures() {
     let s = chokaq_conformance::run_suite(clean, Some("lease_"), None, 2).await;
     assert_eq!(s.failed, 0);
     assert!(s.passed >= 10, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_register_that_resets_started_at_is_caught() {
+    assert_caught(Fault::RegisterResetsStarted, &["workers_register_upserts"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prune_that_ignores_age_is_caught() {
+    assert_caught(Fault::PruneIgnoresAge, &["workers_prune_removes_only_stale"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_throughput_that_ignores_the_queue_is_caught() {
+    assert_caught(Fault::ThroughputIgnoresQueue, &["workers_throughput_counts_per_minute"]).await;
 }

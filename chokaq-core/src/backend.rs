@@ -115,39 +115,26 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     async fn wakeups(&self) -> Result<Option<Wakeups>>;
 
     // ---- Live worker processes (the workers table) and throughput -------------------------
-    // TEMPORARY defaults (Unsupported) while every backend gains its workers table; they are
-    // removed once every backend implements them.
 
     /// Upserts this process's row: `started_at` is kept from the first registration,
     /// `last_seen_at` is set to the database clock. Called with every worker heartbeat.
-    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
-        let _ = reg;
-        Err(crate::Error::unsupported("register_worker"))
-    }
+    /// The registration is checked first ([`WorkerRegistration::validate`]).
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()>;
 
     /// Removes this process's row (graceful shutdown); whether a row was there.
-    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
-        let _ = worker;
-        Err(crate::Error::unsupported("deregister_worker"))
-    }
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool>;
 
-    /// Every registered worker process, most recently started first.
-    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
-        Err(crate::Error::unsupported("list_workers"))
-    }
+    /// Every registered worker process, most recently started first (ties: worker id).
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>>;
 
-    /// Maintenance: removes rows not seen for longer than `stale_after`; how many.
-    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
-        let _ = stale_after;
-        Err(crate::Error::unsupported("prune_workers"))
-    }
+    /// Maintenance: removes rows whose `last_seen_at` is older than the database's now minus
+    /// `stale_after`; how many.
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64>;
 
     /// Jobs archived as done per queue and minute over the window, read through the archive's
-    /// finish-time index (never a full scan). Minutes with none are left out.
-    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
-        let _ = params;
-        Err(crate::Error::unsupported("throughput"))
-    }
+    /// finish-time index (never a full scan). Minutes with none are left out. Ordered by
+    /// minute, then queue.
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>>;
 }
 
 /// Conveniences over [`Backend`]; implemented for every backend, never by hand.

@@ -21,6 +21,10 @@ pub enum ErrorKind {
     Unavailable,
     /// The backend does not support this operation.
     Unsupported,
+    /// The schema has not been created or is older than this build needs: a table or schema
+    /// the statement reads does not exist. Run the migrations (`Backend::migrate`, or
+    /// `chokaq migrate`).
+    NotMigrated,
     /// Anything else: the source is kept for diagnosis.
     Other,
 }
@@ -41,6 +45,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Transient => "transient",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::NotMigrated => "schema not migrated",
             ErrorKind::Other => "error",
         };
         f.write_str(s)

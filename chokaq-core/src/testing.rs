@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Backend, JobId, JobStatus, Result, Timestamp};
+use crate::{Backend, JobId, JobStatus, Result, Timestamp, WorkerId};
 
 /// A change forced onto a hot job, bypassing every guard, to put it into a given state
 /// (an old heartbeat, a past schedule). Fields left `None` are not touched.
@@ -48,6 +48,13 @@ pub trait TestSupport: Backend {
 
     /// Forces fields of a hot job; false when no hot row has the id.
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool>;
+
+    /// Sets `last_seen_at` of a workers-table row (to age it); false when there is no row.
+    async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool>;
+
+    /// Sets `finished_at` of an archived job (to place it in a past minute); false when the
+    /// archive has no row with the id.
+    async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool>;
 
     /// In which tables an id appears, counted raw.
     async fn presence(&self, id: JobId) -> Result<Presence>;

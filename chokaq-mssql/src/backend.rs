@@ -12,8 +12,8 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, Enqueued, Error,
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, StatsSnapshot, TimestampPrecision, WorkerId, DEFAULT_FETCHED_TIMEOUT,
-    DEFAULT_ZOMBIE_TIMEOUT,
+    RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision,
+    WorkerId, WorkerProcess, WorkerRegistration, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
 use tiberius::{Row, ToSql};
 
@@ -22,9 +22,9 @@ use crate::error::{connect_error, map_error, timeout};
 use crate::migrate;
 use crate::pool::{Manager, Pool};
 use crate::rows::{
-    check_ts, col, control_params, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued, decode_fail,
-    decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row, heartbeat_report,
-    id_bytes, ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req,
+    check_ts, col, control_params, count, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued,
+    decode_fail, decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row,
+    heartbeat_report, id_bytes, ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req, req_ts,
 };
 use crate::sql::{self, Statements};
 
@@ -547,6 +547,93 @@ impl Backend for MssqlBackend {
         }
         .await
         .map_err(|e: chokaq_core::Error| e.with_operation("list_jobs"))
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        async move {
+            let op = "register_worker";
+            reg.validate()?;
+            let queues: Vec<&str> = reg.queues.iter().map(|q| q.as_str()).collect();
+            let queues = serde_json::to_string(&queues)?;
+            let (host, pid, concurrency) = (reg.host.clone(), i64::from(reg.pid), i64::from(reg.concurrency));
+            self.run(op, &self.sql().register_worker, &[&reg.worker.0, &host, &pid, &queues, &concurrency]).await?;
+            Ok(())
+        }
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("register_worker"))
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        async move {
+            let op = "deregister_worker";
+            let row = first_row(op, self.run(op, &self.sql().deregister_worker, &[&worker.0]).await?)?;
+            Ok(count(op, &row, "Deleted")? > 0)
+        }
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("deregister_worker"))
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        async move {
+            let op = "list_workers";
+            let rows = last_set(self.run(op, &self.sql().list_workers, &[]).await?);
+            let bad = |what: &str| Error::new(ErrorKind::Other, format!("{op}: unexpected stored {what}"));
+            rows.iter()
+                .map(|r| {
+                    let queues: &str = req(op, r, "Queues")?;
+                    Ok(WorkerProcess {
+                        worker: WorkerId(req::<Uuid>(op, r, "WorkerId")?),
+                        host: req::<&str>(op, r, "Host")?.to_string(),
+                        pid: u32::try_from(req::<i64>(op, r, "Pid")?).map_err(|_| bad("pid"))?,
+                        queues: serde_json::from_str(queues).map_err(|_| bad("queues"))?,
+                        concurrency: u32::try_from(req::<i64>(op, r, "Concurrency")?)
+                            .map_err(|_| bad("concurrency"))?,
+                        started_at: req_ts(op, r, "StartedAtUtc")?,
+                        last_seen_at: req_ts(op, r, "LastSeenAtUtc")?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        }
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("list_workers"))
+    }
+
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        async move {
+            let op = "prune_workers";
+            let ms = millis("stale_after", stale_after)?;
+            let row = first_row(op, self.run(op, &self.sql().prune_workers, &[&ms]).await?)?;
+            count(op, &row, "Deleted")
+        }
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("prune_workers"))
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        async move {
+            let op = "throughput";
+            params.validate()?;
+            let ms = millis("window", params.window)?;
+            let sets = match &params.queue {
+                None => self.run(op, &self.sql().throughput_all, &[&ms]).await?,
+                Some(q) => {
+                    let name = q.as_str().to_string();
+                    self.run(op, &self.sql().throughput_queue, &[&ms, &name]).await?
+                }
+            };
+            last_set(sets)
+                .iter()
+                .map(|r| {
+                    Ok(ThroughputBucket {
+                        queue: req::<&str>(op, r, "Queue")?.to_string(),
+                        minute: req_ts(op, r, "Minute")?,
+                        finished: count(op, r, "Finished")?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        }
+        .await
+        .map_err(|e: chokaq_core::Error| e.with_operation("throughput"))
     }
 
     async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {

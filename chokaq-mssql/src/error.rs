@@ -18,6 +18,8 @@ pub(crate) fn kind_for_number(number: i64) -> ErrorKind {
         40197 | 40501 | 40613 | 49918 | 49919 | 49920 | 10928 | 10929 | 51000 | 51002 => ErrorKind::Transient,
         // our own THROW: the database compatibility level is below 130 (no OPENJSON)
         51001 => ErrorKind::Unsupported,
+        // invalid object name: a table of the schema is missing (not migrated)
+        208 => ErrorKind::NotMigrated,
         // duplicate key (unique index / constraint)
         2601 | 2627 => ErrorKind::Conflict,
         // client timeout; transport-level failures; cannot open database; shutting down
@@ -132,7 +134,7 @@ mod tests {
         assert_eq!(kind_for_number(2601), ErrorKind::Conflict);
         assert_eq!(kind_for_number(2627), ErrorKind::Conflict);
         assert_eq!(kind_for_number(-2), ErrorKind::Unavailable);
-        assert_eq!(kind_for_number(208), ErrorKind::Other);
+        assert_eq!(kind_for_number(208), ErrorKind::NotMigrated);
         assert_eq!(kind_for_number(50123), ErrorKind::Other);
         assert_eq!(kind_for_number(0), ErrorKind::Other);
     }

@@ -4,7 +4,9 @@
 //! every table, index and the lease sequence under the `migrate` row of `Locks`, then lock
 //! escalation disabled on the job tables. All are idempotent and safe from many processes at
 //! once; the statements are `sql::migrate`'s `MIGRATE_SCHEMA`, `MIGRATE_LOCKS`,
-//! `MIGRATE_OBJECTS` and `MIGRATE_LOCK_ESCALATION`.
+//! `MIGRATE_OBJECTS` and `MIGRATE_LOCK_ESCALATION`. Schema version 5 (the `Workers` table and
+//! the archive's `(FinishedAtUtc, Queue)` index) is a fifth batch of its own, `sql::workers`'s
+//! `MIGRATE_WORKERS`, under the same lock row.
 
 use chokaq_core::Result;
 
@@ -16,5 +18,6 @@ pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_locks, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_objects, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_lock_escalation, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_workers, &[]).await?;
     Ok(())
 }

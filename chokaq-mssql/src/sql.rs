@@ -31,6 +31,7 @@ mod claim;
 mod migrate;
 mod moves;
 mod support;
+mod workers;
 
 /// The session options every pooled connection gets once, as a plain batch (so they stick;
 /// a `SET` inside a batch sent with `sp_executesql` ends with that batch): the options
@@ -109,6 +110,15 @@ pub(crate) struct Statements {
     pub(crate) presence_many: String,
     pub(crate) kill_connections: String,
     pub(crate) drop_schema: String,
+    pub(crate) migrate_workers: String,
+    pub(crate) register_worker: String,
+    pub(crate) deregister_worker: String,
+    pub(crate) list_workers: String,
+    pub(crate) prune_workers: String,
+    pub(crate) throughput_all: String,
+    pub(crate) throughput_queue: String,
+    pub(crate) force_worker_seen: String,
+    pub(crate) force_finished_at: String,
 }
 
 impl Statements {
@@ -145,6 +155,15 @@ impl Statements {
             presence_many: r(support::PRESENCE_MANY)?,
             kill_connections: r(support::KILL_CONNECTIONS)?,
             drop_schema: r(support::DROP_SCHEMA)?,
+            migrate_workers: r(workers::MIGRATE_WORKERS)?,
+            register_worker: r(workers::REGISTER_WORKER)?,
+            deregister_worker: r(workers::DEREGISTER_WORKER)?,
+            list_workers: r(workers::LIST_WORKERS)?,
+            prune_workers: r(workers::PRUNE_WORKERS)?,
+            throughput_all: r(workers::THROUGHPUT_ALL)?,
+            throughput_queue: r(workers::THROUGHPUT_QUEUE)?,
+            force_worker_seen: r(workers::FORCE_WORKER_SEEN)?,
+            force_finished_at: r(workers::FORCE_FINISHED_AT)?,
         })
     }
 
@@ -182,6 +201,15 @@ impl Statements {
             ("presence_many", self.presence_many.clone()),
             ("kill_connections", self.kill_connections.clone()),
             ("drop_schema", self.drop_schema.clone()),
+            ("migrate_workers", self.migrate_workers.clone()),
+            ("register_worker", self.register_worker.clone()),
+            ("deregister_worker", self.deregister_worker.clone()),
+            ("list_workers", self.list_workers.clone()),
+            ("prune_workers", self.prune_workers.clone()),
+            ("throughput_all", self.throughput_all.clone()),
+            ("throughput_queue", self.throughput_queue.clone()),
+            ("force_worker_seen", self.force_worker_seen.clone()),
+            ("force_finished_at", self.force_finished_at.clone()),
             ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")?),
         ])
     }
@@ -219,7 +247,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 32);
+        assert_eq!(all.len(), 41);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -495,7 +523,9 @@ mod tests {
         let all = all_statements("chokaq").unwrap();
         let st = Statements::new("chokaq").unwrap();
         let mut defined: std::collections::BTreeSet<String> =
-            bracketed(&format!("{}{}", st.migrate_locks, st.migrate_objects)).into_iter().collect();
+            bracketed(&format!("{}{}{}", st.migrate_locks, st.migrate_objects, st.migrate_workers))
+                .into_iter()
+                .collect();
         for catalog in [
             "name",
             "object_id",
@@ -614,6 +644,15 @@ mod tests {
             ("presence_many", 1),
             ("kill_connections", 1),
             ("drop_schema", 0),
+            ("migrate_workers", 0),
+            ("register_worker", 5),
+            ("deregister_worker", 1),
+            ("list_workers", 0),
+            ("prune_workers", 1),
+            ("throughput_all", 1),
+            ("throughput_queue", 2),
+            ("force_worker_seen", 2),
+            ("force_finished_at", 2),
             ("ensure_test_database", 2),
         ];
         let all = all_statements("chokaq").unwrap();

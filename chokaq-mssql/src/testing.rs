@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{JobId, JobStatus, Result, Timestamp};
+use chokaq_core::{JobId, JobStatus, Result, Timestamp, WorkerId};
 
 use crate::backend::MssqlBackend;
 use crate::rows::{check_ts, count, first_row, hex_id, id_bytes, job_id, last_set, req, req_ts};
@@ -16,6 +16,21 @@ impl TestSupport for MssqlBackend {
         let op = "db_now";
         let row = first_row(op, self.run(op, &self.sql().db_now, &[]).await?)?;
         req_ts(op, &row, "Now")
+    }
+
+    async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {
+        let op = "force_worker_seen";
+        check_ts("last_seen_at", Some(last_seen_at))?;
+        let row = first_row(op, self.run(op, &self.sql().force_worker_seen, &[&worker.0, &last_seen_at]).await?)?;
+        Ok(req::<i32>(op, &row, "Changed")? > 0)
+    }
+
+    async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
+        let op = "force_finished_at";
+        check_ts("finished_at", Some(finished_at))?;
+        let bytes = id_bytes(id);
+        let row = first_row(op, self.run(op, &self.sql().force_finished_at, &[&bytes, &finished_at]).await?)?;
+        Ok(req::<i32>(op, &row, "Changed")? > 0)
     }
 
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {

@@ -13,8 +13,9 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
     Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, StatsSnapshot, Timestamp, TimestampPrecision, Wakeups, WorkerId, ZombiePolicy,
-    DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
+    RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket, ThroughputParams, Timestamp,
+    TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
+    DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -740,6 +741,93 @@ impl Backend for PgBackend {
         }
         .await
         .map_err(|e: Error| e.with_operation("list_jobs"))
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        async move {
+            reg.validate()?;
+            let queues: Vec<&str> = reg.queues.iter().map(|q| q.as_str()).collect();
+            with_retry(|| {
+                sqlx::query(&self.sql().register_worker)
+                    .bind(reg.worker.0)
+                    .bind(&reg.host)
+                    .bind(i64::from(reg.pid))
+                    .bind(&queues)
+                    .bind(i64::from(reg.concurrency))
+                    .execute(&self.pool)
+            })
+            .await?;
+            Ok(())
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("register_worker"))
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        async move {
+            let n = with_retry(|| sqlx::query(&self.sql().deregister_worker).bind(worker.0).execute(&self.pool))
+                .await?
+                .rows_affected();
+            Ok(n > 0)
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("deregister_worker"))
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        async move {
+            type Row = (Uuid, String, i64, Vec<String>, i64, Timestamp, Timestamp);
+            let rows: Vec<Row> = with_retry(|| sqlx::query_as(&self.sql().list_workers).fetch_all(&self.pool)).await?;
+            rows.into_iter()
+                .map(|(id, host, pid, queues, concurrency, started_at, last_seen_at)| {
+                    Ok(WorkerProcess {
+                        worker: WorkerId(id),
+                        host,
+                        pid: u32::try_from(pid).map_err(|_| Error::new(ErrorKind::Other, "stored pid out of range"))?,
+                        queues,
+                        concurrency: u32::try_from(concurrency)
+                            .map_err(|_| Error::new(ErrorKind::Other, "stored concurrency out of range"))?,
+                        started_at,
+                        last_seen_at,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("list_workers"))
+    }
+
+    async fn prune_workers(&self, stale_after: Duration) -> Result<u64> {
+        async move {
+            let n = with_retry(|| {
+                sqlx::query(&self.sql().prune_workers).bind(rows::micros(stale_after)).execute(&self.pool)
+            })
+            .await?
+            .rows_affected();
+            Ok(n)
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("prune_workers"))
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        async move {
+            params.validate()?;
+            let window = rows::micros(params.window);
+            let rows: Vec<(String, Timestamp, i64)> = with_retry(|| match &params.queue {
+                None => sqlx::query_as(&self.sql().throughput_all).bind(window).fetch_all(&self.pool),
+                Some(q) => {
+                    sqlx::query_as(&self.sql().throughput_queue).bind(window).bind(q.as_str()).fetch_all(&self.pool)
+                }
+            })
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(queue, minute, n)| ThroughputBucket { queue, minute, finished: n.max(0) as u64 })
+                .collect())
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("throughput"))
     }
 
     async fn wakeups(&self) -> Result<Option<Wakeups>> {

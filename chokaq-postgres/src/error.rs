@@ -18,9 +18,11 @@ pub fn map_sqlx_error(e: sqlx::Error) -> Error {
                 "57P01" | "57P02" | "57P03" => ErrorKind::Unavailable,
                 c if c.starts_with("08") => ErrorKind::Unavailable,
                 c if c.starts_with("22") => ErrorKind::InvalidInput,
+                // An undefined table, schema or function: the schema is missing or older
+                // than this build.
                 "42P01" | "3F000" | "42883" => {
                     return Error::with_source(
-                        ErrorKind::Other,
+                        ErrorKind::NotMigrated,
                         format!("{msg} (schema not migrated? call migrate() first)"),
                         e,
                     )

@@ -454,6 +454,52 @@ DELETE FROM {schema}.",
 const PURGE_ARCHIVE: &str = purge!("jobs_archive", "");
 const PURGE_DLQ: &str = purge!("jobs_dlq", "\n       AND ($5::text IS NULL OR reason = $5::text)");
 
+/// `$1` worker, `$2` host, `$3` pid, `$4` queues, `$5` concurrency: the first registration
+/// sets `started_at`, every one sets `last_seen_at` (the database clock).
+const REGISTER_WORKER: &str = "
+INSERT INTO {schema}.workers AS w (worker_id, host, pid, queues, concurrency, started_at, last_seen_at)
+VALUES ($1, $2, $3, $4::text [], $5, now(), now())
+ON CONFLICT (worker_id) DO UPDATE SET
+    host = excluded.host,
+    pid = excluded.pid,
+    queues = excluded.queues,
+    concurrency = excluded.concurrency,
+    last_seen_at = excluded.last_seen_at";
+
+/// `$1` worker.
+const DEREGISTER_WORKER: &str = "DELETE FROM {schema}.workers WHERE worker_id = $1";
+
+const LIST_WORKERS: &str = "
+SELECT worker_id, host, pid, queues, concurrency, started_at, last_seen_at
+  FROM {schema}.workers
+ ORDER BY started_at DESC, worker_id";
+
+/// `$1` stale after, microseconds.
+const PRUNE_WORKERS: &str = "
+DELETE FROM {schema}.workers WHERE last_seen_at < now() - $1::int8 * interval '1 microsecond'";
+
+/// `$1` window, microseconds: every queue, an index-only range of `jobs_archive_finished_queue_idx`.
+const THROUGHPUT_ALL: &str = "
+SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
+  FROM {schema}.jobs_archive
+ WHERE finished_at >= now() - $1::int8 * interval '1 microsecond'
+ GROUP BY minute, queue
+ ORDER BY minute, queue";
+
+/// `$1` window, microseconds, `$2` queue: the same range, the queue checked in the index.
+const THROUGHPUT_QUEUE: &str = "
+SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
+  FROM {schema}.jobs_archive
+ WHERE queue = $2 AND finished_at >= now() - $1::int8 * interval '1 microsecond'
+ GROUP BY minute, queue
+ ORDER BY minute, queue";
+
+/// Test support: `$1` worker, `$2` last seen.
+const FORCE_WORKER_SEEN: &str = "UPDATE {schema}.workers SET last_seen_at = $2 WHERE worker_id = $1";
+
+/// Test support: `$1` id, `$2` finish time of an archived job.
+const FORCE_FINISHED_AT: &str = "UPDATE {schema}.jobs_archive SET finished_at = $2 WHERE id = $1";
+
 const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS {schema} CASCADE";
 
 /// Test support: the role whose default isolation is REPEATABLE READ, with what the backend
@@ -595,6 +641,14 @@ statements! {
     list_dlq = LIST_DLQ;
     purge_archive = PURGE_ARCHIVE;
     purge_dlq = PURGE_DLQ;
+    register_worker = REGISTER_WORKER;
+    deregister_worker = DEREGISTER_WORKER;
+    list_workers = LIST_WORKERS;
+    prune_workers = PRUNE_WORKERS;
+    throughput_all = THROUGHPUT_ALL;
+    throughput_queue = THROUGHPUT_QUEUE;
+    force_worker_seen = FORCE_WORKER_SEEN;
+    force_finished_at = FORCE_FINISHED_AT;
     migrate_lock_timeout = MIGRATE_LOCK_TIMEOUT;
     migrate_lock = MIGRATE_LOCK;
     locks_table_exists = LOCKS_TABLE_EXISTS;

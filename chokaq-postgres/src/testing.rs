@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{JobId, Result, Timestamp};
+use chokaq_core::{JobId, Result, Timestamp, WorkerId};
 use uuid::Uuid;
 
 use sqlx::postgres::PgPoolOptions;
@@ -38,6 +38,23 @@ impl TestSupport for PgBackend {
         })
         .await?
         .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {
+        let n = with_retry(|| {
+            sqlx::query(&self.sql().force_worker_seen).bind(worker.0).bind(last_seen_at).execute(&self.pool)
+        })
+        .await?
+        .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
+        let n =
+            with_retry(|| sqlx::query(&self.sql().force_finished_at).bind(id.0).bind(finished_at).execute(&self.pool))
+                .await?
+                .rows_affected();
         Ok(n > 0)
     }
 

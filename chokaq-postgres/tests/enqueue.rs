@@ -224,7 +224,7 @@ async fn unmigrated_schema_says_so() {
     let cfg = PgConfig::new(common::url()).schema(format!("nope_{}", uuid::Uuid::new_v4().simple()));
     let db = PgBackend::connect(cfg).await.unwrap();
     let err = db.enqueue(job("x")).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Other);
+    assert_eq!(err.kind(), ErrorKind::NotMigrated);
     assert!(err.to_string().contains("migrate"), "{err}");
     f.drop().await;
 }

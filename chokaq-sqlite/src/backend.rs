@@ -13,7 +13,8 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued,
     FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob,
     PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt,
-    StatsSnapshot, TimestampPrecision, Wake, Wakeups, WorkerId,
+    StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision, Wake, Wakeups, WorkerId, WorkerProcess,
+    WorkerRegistration,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -23,7 +24,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_err;
 use crate::rows::{self, clean_error, dur_us, now_us, ts_us};
 use crate::sql::{Statements, MAIN};
-use crate::{admin, claim, inspect, lease, migrate};
+use crate::{admin, claim, inspect, lease, migrate, workers};
 
 /// A transaction on one of the pools.
 pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -319,6 +320,34 @@ impl Backend for SqliteBackend {
         async move { inspect::list_jobs(self, filter).await }
             .await
             .map_err(|e: chokaq_core::Error| e.with_operation("list_jobs"))
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        async move { workers::register(self, reg).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("register_worker"))
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        async move { workers::deregister(self, worker).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("deregister_worker"))
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        async move { workers::list(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("list_workers"))
+    }
+
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        async move { workers::prune(self, stale_after).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("prune_workers"))
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        async move { workers::throughput(self, params).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("throughput"))
     }
 
     /// In-process wake-ups: fed by this process's own enqueues, releases and rescues (other

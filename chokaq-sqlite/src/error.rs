@@ -5,6 +5,8 @@
 
 use chokaq_core::{Error, ErrorKind};
 
+/// SQLITE_ERROR: the generic error (a missing table among many others).
+const SQLITE_ERROR: i64 = 1;
 /// SQLITE_BUSY: another connection holds a lock the statement needs.
 const SQLITE_BUSY: i64 = 5;
 /// SQLITE_LOCKED: a conflict inside one connection or shared cache.
@@ -28,6 +30,11 @@ pub(crate) fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
     }
 }
 
+/// Whether a SQLITE_ERROR is "no such table: …" (a file not migrated).
+fn no_such_table(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.message().starts_with("no such table"))
+}
+
 /// Maps a driver error to a portable kind.
 pub(crate) fn map_err(e: sqlx::Error) -> Error {
     let kind = match &e {
@@ -36,6 +43,10 @@ pub(crate) fn map_err(e: sqlx::Error) -> Error {
             Some(SQLITE_CONSTRAINT) => ErrorKind::Conflict,
             Some(SQLITE_CANTOPEN | SQLITE_IOERR | SQLITE_NOTADB) => ErrorKind::Unavailable,
             Some(SQLITE_FULL) => ErrorKind::Other,
+            // The one exception to "never by message text": SQLite reports a missing table
+            // with the generic SQLITE_ERROR and no extended code, so the prefix of its fixed
+            // message is all there is to tell an unmigrated file from any other error.
+            Some(SQLITE_ERROR) if no_such_table(&e) => ErrorKind::NotMigrated,
             _ => ErrorKind::Other,
         },
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed | sqlx::Error::Io(_) => {
@@ -44,6 +55,11 @@ pub(crate) fn map_err(e: sqlx::Error) -> Error {
         _ => ErrorKind::Other,
     };
     let message = match &e {
+        sqlx::Error::Database(db) if kind == ErrorKind::NotMigrated => format!(
+            "sqlite error (code {}): {} (schema not migrated? call migrate() first)",
+            db.code().unwrap_or_default(),
+            db.message()
+        ),
         sqlx::Error::Database(db) => {
             format!("sqlite error (code {}): {}", db.code().unwrap_or_default(), db.message())
         }

@@ -48,6 +48,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod workers;
 
 pub use backend::SqliteBackend;
 pub use config::SqliteConfig;

@@ -113,6 +113,24 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     // Version 2: version 1's key index over the whole file (keys now scoped per queue).
     ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
+    // Version 4: live worker processes, one row each, upserted with every heartbeat (queues
+    // as a JSON array of names), and the index throughput reads (a covering range: finish
+    // time, then the queue, so no row of the table is visited).
+    (
+        "migrate_workers",
+        "CREATE TABLE IF NOT EXISTS {schema}.workers (\
+         worker_id BLOB NOT NULL PRIMARY KEY, \
+         host TEXT NOT NULL, \
+         pid INTEGER NOT NULL, \
+         queues TEXT NOT NULL, \
+         concurrency INTEGER NOT NULL, \
+         started_at INTEGER NOT NULL, \
+         last_seen_at INTEGER NOT NULL)",
+    ),
+    (
+        "migrate_jobs_archive_finished_queue",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_finished_queue ON jobs_archive (finished_at, queue)",
+    ),
     // Version 5: a per-queue fetched timeout (the rescue's timeouts come from the database).
     // SQLite's ADD COLUMN has no IF NOT EXISTS: `run` takes "duplicate column name" from a
     // `migrate_add_column_` statement as "already there".

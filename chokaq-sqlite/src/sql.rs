@@ -326,7 +326,34 @@ statements! {
     list_archive: concat!(list_job!(jobs_archive), list_filters!()),
     list_dead: concat!(list_job!(jobs_dlq), list_filters!()),
 
+    // --- workers and throughput -------------------------------------------------------------
+    /// `?1` worker, `?2` host, `?3` pid, `?4` queues (JSON), `?5` concurrency, `?6` now: the
+    /// first registration sets `started_at`, every one `last_seen_at`.
+    register_worker: "INSERT INTO {schema}.workers \
+         (worker_id, host, pid, queues, concurrency, started_at, last_seen_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) \
+         ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+         queues = excluded.queues, concurrency = excluded.concurrency, last_seen_at = excluded.last_seen_at",
+    /// `?1` worker.
+    deregister_worker: "DELETE FROM {schema}.workers WHERE worker_id = ?1",
+    list_workers: "SELECT worker_id, host, pid, queues, concurrency, started_at, last_seen_at \
+         FROM {schema}.workers ORDER BY started_at DESC, worker_id",
+    /// `?1` cutoff: rows last seen before it.
+    prune_workers: "DELETE FROM {schema}.workers WHERE last_seen_at < ?1",
+    /// `?1` since, `?2` microseconds per minute: every queue, a covering range of
+    /// `jobs_archive_finished_queue`.
+    throughput_all: "SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS n \
+         FROM {schema}.jobs_archive WHERE finished_at >= ?1 GROUP BY minute, queue ORDER BY minute, queue",
+    /// As `throughput_all` for queue `?3` (the same range, the queue checked in the index).
+    throughput_queue: "SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS n \
+         FROM {schema}.jobs_archive WHERE queue = ?3 AND finished_at >= ?1 \
+         GROUP BY minute, queue ORDER BY minute, queue",
+
     // --- test support (feature `testing`) --------------------------------------------------
+    /// `?1` worker, `?2` last seen.
+    force_worker_seen: "UPDATE {schema}.workers SET last_seen_at = ?2 WHERE worker_id = ?1",
+    /// `?1` id, `?2` finish time of an archived job.
+    force_finished_at: "UPDATE {schema}.jobs_archive SET finished_at = ?2 WHERE id = ?1",
     /// Forces fields of a hot job, bypassing every guard: `?1` id, `?2` status, `?3` attempt,
     /// `?4` whether to set `scheduled_at` to `?5`, `?6` whether to set `heartbeat_at` to
     /// `?7`, `?8` updated at, `?9` created at (NULL = keep).
@@ -346,6 +373,7 @@ statements! {
     drop_queues: "DROP TABLE IF EXISTS {schema}.queues",
     drop_counters: "DROP TABLE IF EXISTS {schema}.counters",
     drop_versions: "DROP TABLE IF EXISTS {schema}.versions",
+    drop_workers: "DROP TABLE IF EXISTS {schema}.workers",
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{Error, ErrorKind, JobId, Result, Timestamp};
+use chokaq_core::{Error, ErrorKind, JobId, Result, Timestamp, WorkerId};
 use sqlx::Row;
 
 use crate::backend::{commit, SqliteBackend};
@@ -32,6 +32,32 @@ impl TestSupport for SqliteBackend {
             .bind(micros(patch.updated_at))
             .bind(micros(patch.created_at))
             .bind(patch.raw_payload.as_deref())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        commit(tx).await?;
+        Ok(n == 1)
+    }
+
+    async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let n = sqlx::query(&self.sql.force_worker_seen)
+            .bind(worker.0)
+            .bind(last_seen_at.timestamp_micros())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        commit(tx).await?;
+        Ok(n == 1)
+    }
+
+    async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let n = sqlx::query(&self.sql.force_finished_at)
+            .bind(id.0)
+            .bind(finished_at.timestamp_micros())
             .execute(&mut *tx)
             .await
             .map_err(map_err)?
@@ -85,6 +111,7 @@ impl TestSupport for SqliteBackend {
             &sql.drop_queues,
             &sql.drop_counters,
             &sql.drop_versions,
+            &sql.drop_workers,
         ] {
             sqlx::query(drop).execute(&mut *tx).await.map_err(map_err)?;
         }

@@ -739,3 +739,34 @@ async fn busy_database_is_a_transient_error() {
     assert!(!b.enqueue(job("busy")).await.unwrap().duplicate);
     assert_eq!(b.stats().await.unwrap().total(), 1);
 }
+
+/// Throughput reads a range of the archive's `(finished_at, queue)` index and never the
+/// table: every queue, and one queue.
+#[tokio::test]
+async fn throughput_reads_a_covering_index_range() {
+    use sqlx::{ConnectOptions, Row};
+    let (b, db) = fresh().await;
+    let w = WorkerId::random();
+    for queue in ["tp_a", "tp_b"] {
+        b.enqueue_many((0..20).map(|_| job(queue)).collect()).await.unwrap();
+        for j in claim(&b, w, queue, 20, ClaimMode::Start).await {
+            b.complete(w, &[j.lease_ref()]).await.unwrap();
+        }
+    }
+    let mut conn: sqlx::SqliteConnection =
+        db.url().parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap().connect().await.unwrap();
+    sqlx::query("ANALYZE").execute(&mut conn).await.unwrap();
+    let all = chokaq_sqlite::all_statements("main").unwrap();
+    for name in ["throughput_all", "throughput_queue"] {
+        let sql = &all.iter().find(|(n, _)| *n == name).unwrap().1;
+        let text = format!("EXPLAIN QUERY PLAN {sql}");
+        let rows = sqlx::query(&text).bind(0i64).bind(60_000_000i64).bind("tp_a").fetch_all(&mut conn).await.unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
+        let plan = plan.join("\n");
+        assert!(plan.contains("USING COVERING INDEX jobs_archive_finished_queue"), "{name}:\n{plan}");
+    }
+    let buckets = b.throughput(&chokaq_core::ThroughputParams::last_hour()).await.unwrap();
+    let per: Vec<(String, u64)> = buckets.iter().map(|x| (x.queue.clone(), x.finished)).collect();
+    let total = |q: &str| per.iter().filter(|(n, _)| n == q).map(|(_, n)| n).sum::<u64>();
+    assert_eq!((total("tp_a"), total("tp_b")), (20, 20));
+}

@@ -30,7 +30,7 @@ pub use job::{Job, JobContext, JobError, JobResult};
 pub use signal::{shutdown_token, wait_for_signal};
 pub use worker::{
     MaintenanceConfig, StatsHandle, Worker, WorkerBuilder, WorkerConfig, WorkerReport, MAX_SETTING_DURATION,
-    SHUTDOWN_ERROR,
+    MIN_WORKER_STALE_AFTER, SHUTDOWN_ERROR,
 };
 
 /// The core contract: value types, the [`core::Backend`] trait, errors, the retry policy.

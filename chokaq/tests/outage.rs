@@ -438,6 +438,7 @@ fn child_main() -> ExitCode {
             rescue: RescueParams { limit: 1000, purge: Vec::new() },
             archive_retention: None,
             dead_letter_retention: None,
+            worker_stale_after: None,
         };
         let worker = Worker::builder(backend)
             .queues([FREE_QUEUE, CAPPED_QUEUE, own_queue.as_str()])

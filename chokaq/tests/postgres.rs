@@ -222,6 +222,7 @@ fn child_main() -> ExitCode {
             rescue: RescueParams { limit: 1000, purge: Vec::new() },
             archive_retention: None,
             dead_letter_retention: None,
+            worker_stale_after: None,
         };
         let worker = Worker::builder(backend)
             .concurrency(CONCURRENCY)

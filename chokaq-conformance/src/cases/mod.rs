@@ -26,6 +26,7 @@ mod retry;
 mod schedule;
 mod stats;
 mod stress;
+mod workers;
 
 pub use bad_input::NASTY;
 
@@ -176,6 +177,7 @@ groups!(
     outcome,
     isolation,
     hostile,
+    workers,
 );
 
 /// The names of every case.

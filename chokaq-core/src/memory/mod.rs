@@ -21,7 +21,8 @@ use crate::{
     Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobLocation, JobPage,
     JobRecord, JobStatus, JobTable, Lease, LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl,
     QueueName, QueueSettings, QueueStats, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot,
-    Timestamp, TimestampPrecision, WorkerId, ZombiePolicy,
+    ThroughputBucket, ThroughputParams, Timestamp, TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration,
+    ZombiePolicy,
 };
 
 #[derive(Debug, Default)]
@@ -30,6 +31,7 @@ struct Store {
     archive: BTreeMap<JobId, JobRecord>,
     dead: BTreeMap<JobId, JobRecord>,
     queues: HashMap<QueueName, QueueSettings>,
+    workers: HashMap<WorkerId, WorkerProcess>,
     last_lease: i64,
 }
 
@@ -745,6 +747,81 @@ impl Backend for MemoryBackend {
 
     async fn wakeups(&self) -> Result<Option<crate::Wakeups>> {
         async move { Ok(None) }.await.map_err(|e: crate::Error| e.with_operation("wakeups"))
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        async move {
+            reg.validate()?;
+            let mut s = self.lock();
+            let at = now();
+            let started_at = s.workers.get(&reg.worker).map_or(at, |w| w.started_at);
+            s.workers.insert(
+                reg.worker,
+                WorkerProcess {
+                    worker: reg.worker,
+                    host: reg.host.clone(),
+                    pid: reg.pid,
+                    queues: reg.queues.iter().map(|q| q.to_string()).collect(),
+                    concurrency: reg.concurrency,
+                    started_at,
+                    last_seen_at: at,
+                },
+            );
+            Ok(())
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("register_worker"))
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        async move { Ok(self.lock().workers.remove(&worker).is_some()) }
+            .await
+            .map_err(|e: crate::Error| e.with_operation("deregister_worker"))
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        async move {
+            let mut out: Vec<WorkerProcess> = self.lock().workers.values().cloned().collect();
+            out.sort_by(|a, b| b.started_at.cmp(&a.started_at).then(a.worker.0.cmp(&b.worker.0)));
+            Ok(out)
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("list_workers"))
+    }
+
+    async fn prune_workers(&self, stale_after: Duration) -> Result<u64> {
+        async move {
+            let cutoff = minus(now(), stale_after);
+            let mut s = self.lock();
+            let before = s.workers.len();
+            s.workers.retain(|_, w| w.last_seen_at >= cutoff);
+            Ok((before - s.workers.len()) as u64)
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("prune_workers"))
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        async move {
+            params.validate()?;
+            let since = minus(now(), params.window);
+            let s = self.lock();
+            let mut per: BTreeMap<(Timestamp, String), u64> = BTreeMap::new();
+            for r in s.archive.values() {
+                let Some(f) = r.finished_at else { continue };
+                if f < since || params.queue.as_ref().is_some_and(|q| &r.queue != q) {
+                    continue;
+                }
+                let minute = f.duration_trunc(chrono::Duration::minutes(1)).unwrap_or(f);
+                *per.entry((minute, r.queue.to_string())).or_default() += 1;
+            }
+            Ok(per
+                .into_iter()
+                .map(|((minute, queue), finished)| ThroughputBucket { queue, minute, finished })
+                .collect())
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("throughput"))
     }
 }
 

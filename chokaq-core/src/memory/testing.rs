@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::{now, MemoryBackend, Store};
 use crate::testing::{JobPatch, Presence, TestSupport};
-use crate::{JobId, JobLocation, Result, Timestamp};
+use crate::{JobId, JobLocation, Result, Timestamp, WorkerId};
 
 #[async_trait]
 impl TestSupport for MemoryBackend {
@@ -40,6 +40,16 @@ impl TestSupport for MemoryBackend {
             r.created_at = v;
         }
         Ok(true)
+    }
+
+    async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {
+        let mut s = self.lock();
+        Ok(s.workers.get_mut(&worker).map(|w| w.last_seen_at = last_seen_at).is_some())
+    }
+
+    async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
+        let mut s = self.lock();
+        Ok(s.archive.get_mut(&id).map(|r| r.finished_at = Some(finished_at)).is_some())
     }
 
     async fn presence(&self, id: JobId) -> Result<Presence> {

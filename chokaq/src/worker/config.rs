@@ -341,6 +341,7 @@ fn check(c: &WorkerConfig) -> Result<()> {
     ];
     durations.extend(m.archive_retention.map(|d| ("archive retention", d)));
     durations.extend(m.dead_letter_retention.map(|d| ("dead-letter retention", d)));
+    durations.extend(m.worker_stale_after.map(|d| ("worker stale after", d)));
     for (name, d) in durations {
         within_limit(name, d)?;
     }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chokaq_core::{Backend, ClaimedJob, JobId, LeaseRef, WorkerId};
+use chokaq_core::{Backend, ClaimedJob, ErrorKind, JobId, LeaseRef, WorkerId, WorkerRegistration, MAX_HOST_LEN};
 use tokio_util::sync::CancellationToken;
 
 use super::{add, Counters};
@@ -115,11 +115,45 @@ pub(super) struct Heartbeat {
     pub(super) interval: Duration,
     pub(super) leases: Arc<Leases>,
     pub(super) counters: Arc<Counters>,
+    /// This process's row of the workers table, written at start and with every beat.
+    pub(super) registration: Option<WorkerRegistration>,
+}
+
+/// This process's row of the workers table: host, pid, queues and concurrency.
+pub(super) fn registration(worker: WorkerId, cfg: &super::WorkerConfig) -> WorkerRegistration {
+    WorkerRegistration {
+        worker,
+        host: host_name(),
+        pid: std::process::id(),
+        queues: cfg.queues.clone(),
+        concurrency: cfg.concurrency,
+    }
+}
+
+/// The host name: `$HOSTNAME`, else `/etc/hostname`, else the kernel's
+/// (`/proc/sys/kernel/hostname`), else `unknown`; control characters removed and cut to
+/// [`MAX_HOST_LEN`] bytes, so the registration is always valid.
+pub(super) fn host_name() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let raw = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| read("/etc/hostname").filter(|h| !h.trim().is_empty()))
+        .or_else(|| read("/proc/sys/kernel/hostname").filter(|h| !h.trim().is_empty()))
+        .unwrap_or_else(|| "unknown".to_string());
+    let mut host: String = raw.trim().chars().filter(|c| !c.is_control()).collect();
+    while host.len() > MAX_HOST_LEN {
+        host.pop();
+    }
+    host
 }
 
 impl Heartbeat {
-    /// One batched heartbeat per interval until `stop` fires (the first after one interval).
+    /// Registers this process at once, then one batched heartbeat (and one registration) per
+    /// interval until `stop` fires (the first beat after one interval).
     pub(super) async fn run(self, stop: CancellationToken) {
+        let mut warned = false;
+        self.register(&mut warned).await;
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -128,7 +162,23 @@ impl Heartbeat {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
+            self.register(&mut warned).await;
             self.beat().await;
+        }
+    }
+
+    /// Upserts this process's row. A failure never stops the worker: it is logged (as a
+    /// warning the first time, then at debug level until a registration succeeds again).
+    pub(super) async fn register(&self, warned: &mut bool) {
+        let Some(reg) = &self.registration else { return };
+        match self.backend.register_worker(reg).await {
+            Ok(()) => *warned = false,
+            Err(e) if !*warned => {
+                *warned = true;
+                let hint = if e.kind() == ErrorKind::NotMigrated { " (run the migrations)" } else { "" };
+                tracing::warn!(error = %e, "could not register this worker in the workers table{hint}; jobs still run");
+            }
+            Err(e) => tracing::debug!(error = %e, "worker registration failed again"),
         }
     }
 
@@ -175,8 +225,14 @@ mod tests {
 
     fn heartbeat(b: Arc<MemoryBackend>, w: WorkerId, leases: Arc<Leases>) -> (Heartbeat, Arc<Counters>) {
         let counters = Arc::new(Counters::default());
-        let hb =
-            Heartbeat { backend: b, worker: w, interval: Duration::from_secs(1), leases, counters: counters.clone() };
+        let hb = Heartbeat {
+            backend: b,
+            worker: w,
+            interval: Duration::from_secs(1),
+            leases,
+            counters: counters.clone(),
+            registration: None,
+        };
         (hb, counters)
     }
 

@@ -22,6 +22,21 @@ pub struct MaintenanceConfig {
     pub archive_retention: Option<Duration>,
     /// Purge dead-lettered jobs older than this (`None`: keep them).
     pub dead_letter_retention: Option<Duration>,
+    /// Remove rows of the workers table not seen for this long (`None`: ten heartbeat
+    /// intervals of this worker, at least [`MIN_WORKER_STALE_AFTER`]). A live worker
+    /// re-registers with every heartbeat, so its row is never older than one interval plus
+    /// a round trip.
+    pub worker_stale_after: Option<Duration>,
+}
+
+/// The least time a worker row must go unseen before maintenance removes it.
+pub const MIN_WORKER_STALE_AFTER: Duration = Duration::from_secs(60);
+
+impl MaintenanceConfig {
+    /// When a worker row counts as stale, for a worker heart-beating every `heartbeat`.
+    pub fn worker_stale_after_for(&self, heartbeat: Duration) -> Duration {
+        self.worker_stale_after.unwrap_or_else(|| heartbeat.saturating_mul(10).max(MIN_WORKER_STALE_AFTER))
+    }
 }
 
 impl Default for MaintenanceConfig {
@@ -32,6 +47,7 @@ impl Default for MaintenanceConfig {
             rescue: RescueParams::default(),
             archive_retention: Some(Duration::from_secs(7 * 24 * 3600)),
             dead_letter_retention: Some(Duration::from_secs(30 * 24 * 3600)),
+            worker_stale_after: None,
         }
     }
 }
@@ -40,11 +56,15 @@ impl Default for MaintenanceConfig {
 pub(super) struct Maintenance {
     backend: Arc<dyn Backend>,
     config: MaintenanceConfig,
+    /// Worker rows not seen for this long are removed.
+    worker_stale_after: Duration,
 }
 
 impl Maintenance {
-    pub(super) fn new(backend: Arc<dyn Backend>, config: MaintenanceConfig) -> Self {
-        Maintenance { backend, config }
+    /// `heartbeat`: this worker's heartbeat interval (for the default staleness of worker rows).
+    pub(super) fn new(backend: Arc<dyn Backend>, config: MaintenanceConfig, heartbeat: Duration) -> Self {
+        let worker_stale_after = config.worker_stale_after_for(heartbeat);
+        Maintenance { backend, config, worker_stale_after }
     }
 
     /// Runs every interval until `stop` fires; the first run comes at a random point of the
@@ -82,7 +102,8 @@ impl Maintenance {
         params
     }
 
-    /// One round: rescue, then (in the same call, under the same lock) the retention purges.
+    /// One round: rescue, then (in the same call, under the same lock) the retention purges,
+    /// then stale worker rows.
     async fn once(&self) {
         match self.backend.rescue(&self.params()).await {
             Ok(r) if r.fetched_released + r.zombies_retried + r.zombies_dead + r.purged > 0 => {
@@ -96,6 +117,11 @@ impl Maintenance {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "rescue failed"),
+        }
+        match self.backend.prune_workers(self.worker_stale_after).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(pruned = n, stale_after = ?self.worker_stale_after, "stale worker rows removed"),
+            Err(e) => tracing::warn!(error = %e, "pruning stale worker rows failed"),
         }
     }
 }
@@ -127,12 +153,40 @@ mod tests {
         assert_eq!(b.stats().await.unwrap().archived, 1);
 
         let keep = MaintenanceConfig { archive_retention: None, ..config(Duration::from_secs(1)) };
-        Maintenance::new(b.clone(), keep).once().await;
+        Maintenance::new(b.clone(), keep, Duration::from_secs(1)).once().await;
         assert_eq!(b.stats().await.unwrap().archived, 1, "retention unset: kept");
 
         tokio::time::sleep(Duration::from_millis(5)).await;
-        Maintenance::new(b.clone(), config(Duration::from_secs(1))).once().await;
+        Maintenance::new(b.clone(), config(Duration::from_secs(1)), Duration::from_secs(1)).once().await;
         assert_eq!(b.stats().await.unwrap().archived, 0, "older than a zero retention: purged");
+    }
+
+    /// A round removes worker rows older than the staleness (10 heartbeats, at least a
+    /// minute) and keeps the others.
+    #[tokio::test]
+    async fn a_round_prunes_stale_worker_rows() {
+        use chokaq_core::testing::TestSupport;
+        use chokaq_core::WorkerRegistration;
+        let b = Arc::new(MemoryBackend::new());
+        let reg = |host: &str| WorkerRegistration {
+            worker: WorkerId::random(),
+            host: host.into(),
+            pid: 1,
+            queues: vec![QueueName::new("q").unwrap()],
+            concurrency: 1,
+        };
+        let (fresh, stale) = (reg("fresh"), reg("stale"));
+        b.register_worker(&fresh).await.unwrap();
+        b.register_worker(&stale).await.unwrap();
+        let now = b.db_now().await.unwrap();
+        b.force_worker_seen(fresh.worker, now - chrono::Duration::seconds(59)).await.unwrap();
+        b.force_worker_seen(stale.worker, now - chrono::Duration::seconds(61)).await.unwrap();
+        let cfg = MaintenanceConfig { archive_retention: None, dead_letter_retention: None, ..Default::default() };
+        assert_eq!(cfg.worker_stale_after_for(Duration::from_secs(5)), Duration::from_secs(60));
+        assert_eq!(cfg.worker_stale_after_for(Duration::from_secs(10)), Duration::from_secs(100));
+        Maintenance::new(b.clone(), cfg, Duration::from_secs(5)).once().await;
+        let left: Vec<String> = b.list_workers().await.unwrap().into_iter().map(|w| w.host).collect();
+        assert_eq!(left, vec!["fresh".to_string()]);
     }
 
     /// The loop returns as soon as its token fires, also before its first round.
@@ -140,7 +194,9 @@ mod tests {
     async fn stops_on_its_token() {
         let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
         let stop = CancellationToken::new();
-        let task = tokio::spawn(Maintenance::new(b, config(Duration::from_secs(3600))).run(stop.clone()));
+        let task = tokio::spawn(
+            Maintenance::new(b, config(Duration::from_secs(3600)), Duration::from_secs(1)).run(stop.clone()),
+        );
         stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), task).await.expect("stopped in time").unwrap();
     }

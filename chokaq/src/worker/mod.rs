@@ -20,6 +20,8 @@ mod executor;
 mod heartbeat;
 mod maintenance;
 #[cfg(test)]
+mod registration_tests;
+#[cfg(test)]
 mod reliability_tests;
 #[cfg(test)]
 mod test_support;
@@ -37,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use config::{WorkerBuilder, WorkerConfig, MAX_SETTING_DURATION};
-pub use maintenance::MaintenanceConfig;
+pub use maintenance::{MaintenanceConfig, MIN_WORKER_STALE_AFTER};
 
 use crate::job::StopReason;
 use crate::registry::Registry;
@@ -46,6 +48,9 @@ use completer::{Completer, Outcomes};
 use executor::{Defaults, Executor};
 use heartbeat::{Heartbeat, Leases};
 use maintenance::Maintenance;
+
+/// How long a graceful shutdown waits to remove the worker's row from the workers table.
+const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The error text of a job handed back at shutdown.
 pub const SHUTDOWN_ERROR: &str = "worker shut down";
@@ -267,10 +272,11 @@ impl Worker {
             interval: cfg.heartbeat_interval,
             leases: leases.clone(),
             counters: counters.clone(),
+            registration: Some(heartbeat::registration(worker, &cfg)),
         };
         bg.push(tokio::spawn(heartbeat.run(bg_stop.clone())));
         if cfg.maintenance.enabled {
-            let maintenance = Maintenance::new(backend.clone(), cfg.maintenance.clone());
+            let maintenance = Maintenance::new(backend.clone(), cfg.maintenance.clone(), cfg.heartbeat_interval);
             bg.push(tokio::spawn(maintenance.run(bg_stop.clone())));
         }
         match backend.wakeups().await {
@@ -314,6 +320,13 @@ impl Worker {
         bg_stop.cancel();
         for t in bg {
             let _ = t.await;
+        }
+        // Last: this process leaves the workers table (maintenance removes the row of a
+        // process that could not say goodbye).
+        match tokio::time::timeout(DEREGISTER_TIMEOUT, backend.deregister_worker(worker)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not remove this worker's row; maintenance will"),
+            Err(_) => tracing::warn!("removing this worker's row timed out; maintenance will"),
         }
         let report = counters.report();
         let mut guard = guard;

@@ -341,6 +341,7 @@ pub(super) async fn heartbeat_reply_about_an_old_lease(worker: WorkerId) -> Res 
         interval: Duration::from_secs(1),
         leases: leases.clone(),
         counters: Arc::new(Counters::default()),
+        registration: None,
     };
     hb.beat().await;
     let c2 = c2.lock().unwrap().clone().ok_or("the hook did not run")?;

@@ -71,6 +71,10 @@ pub(super) struct Faulty {
     /// Run once, after the next heartbeat is answered and before its reply is returned.
     #[allow(clippy::type_complexity)]
     pub(super) on_heartbeat: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// While true, `register_worker` fails (as on a schema without the workers table).
+    pub(super) registration_fails: std::sync::atomic::AtomicBool,
+    /// `register_worker` calls so far.
+    pub(super) register_calls: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Faulty {
@@ -84,6 +88,8 @@ impl Default for Faulty {
             dead: Default::default(),
             write_calls: Default::default(),
             on_heartbeat: Default::default(),
+            registration_fails: Default::default(),
+            register_calls: Default::default(),
         }
     }
 }
@@ -243,5 +249,28 @@ impl chokaq_core::Backend for Faulty {
     }
     async fn wakeups(&self) -> chokaq_core::Result<Option<chokaq_core::Wakeups>> {
         self.inner.wakeups().await
+    }
+    async fn register_worker(&self, reg: &chokaq_core::WorkerRegistration) -> chokaq_core::Result<()> {
+        use std::sync::atomic::Ordering;
+        self.register_calls.fetch_add(1, Ordering::AcqRel);
+        if self.registration_fails.load(Ordering::Acquire) {
+            return Err(chokaq_core::Error::new(chokaq_core::ErrorKind::NotMigrated, "injected: no workers table"));
+        }
+        self.inner.register_worker(reg).await
+    }
+    async fn deregister_worker(&self, worker: chokaq_core::WorkerId) -> chokaq_core::Result<bool> {
+        self.inner.deregister_worker(worker).await
+    }
+    async fn list_workers(&self) -> chokaq_core::Result<Vec<chokaq_core::WorkerProcess>> {
+        self.inner.list_workers().await
+    }
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> chokaq_core::Result<u64> {
+        self.inner.prune_workers(stale_after).await
+    }
+    async fn throughput(
+        &self,
+        params: &chokaq_core::ThroughputParams,
+    ) -> chokaq_core::Result<Vec<chokaq_core::ThroughputBucket>> {
+        self.inner.throughput(params).await
     }
 }

@@ -1,0 +1,605 @@
+//! The subcommands, each through `chokaq::connect` and the `Backend` trait only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chokaq::core::{
+    JobLocation, JobStatus, JobTable, ListJobsParams, PurgeParams, PurgeTarget, QueueControl, QueueSettings,
+    RequeueOutcome, Timestamp,
+};
+use chokaq::{Backend, ConnectOptions, ErrorKind, JobId, JobKind, JobRecord, QueueName};
+use serde::Serialize;
+
+use crate::output::{self, age, clip, opt_time, since, time, Table};
+use crate::{
+    Cli, CliResult, Command, DeadAction, Exit, Failure, JobAction, ListArgs, PurgeArgs, PurgeTable, QueueAction,
+    StatusArg, TableArg,
+};
+
+/// Runs the command; `Ok` carries the exit code of a command that printed its result.
+pub async fn run(cli: Cli) -> CliResult<Exit> {
+    let Some(url) = cli.url.clone().filter(|u| !u.trim().is_empty()) else {
+        return Err(Failure::new(Exit::Usage, "no database URL").hint(
+            "pass --url URL or set DATABASE_URL (postgres://…, sqlite:path/to/jobs.db, or a SQL Server connection \
+             string)",
+        ));
+    };
+    let opts = ConnectOptions::new(url).schema(&cli.schema).max_connections(4).connect_timeout(cli.connect_timeout);
+    if let Err(e) = opts.check() {
+        return Err(Failure::from(e));
+    }
+    let migrate = matches!(cli.command, Command::Migrate);
+    let backend = opts.migrate(migrate).connect().await?;
+    let cx = Cx { backend, json: cli.json(), schema: cli.schema.clone() };
+    match cli.command {
+        Command::Migrate => cx.migrated(),
+        Command::Stats => cx.stats().await,
+        Command::Queues { action } => cx.queues(action.unwrap_or(crate::QueueAction::List)).await,
+        Command::Jobs { action } => match action {
+            JobAction::List { table, status, filter } => cx.list(table, status, &filter).await,
+            JobAction::Show { id } => cx.show(&id).await,
+            JobAction::Cancel { id } => cx.cancel(&id).await,
+        },
+        Command::Dead { action } => match action {
+            DeadAction::List { filter } => cx.list(TableArg::Dead, None, &filter).await,
+            DeadAction::Retry { id: Some(id), .. } => cx.retry_one(&id).await,
+            DeadAction::Retry { id: None, queue: Some(queue), all: true } => cx.retry_all(&queue).await,
+            DeadAction::Retry { .. } => Err(Failure::new(Exit::Usage, "dead retry needs an ID, or --queue Q --all")),
+        },
+        Command::Purge(args) => cx.purge(&args).await,
+        Command::Workers => cx.workers().await,
+    }
+}
+
+struct Cx {
+    backend: Arc<dyn Backend>,
+    json: bool,
+    schema: String,
+}
+
+fn queue_name(s: &str) -> CliResult<QueueName> {
+    QueueName::new(s).map_err(Failure::from)
+}
+
+fn job_id(s: &str) -> CliResult<JobId> {
+    s.trim().parse::<JobId>().map_err(|_| Failure::new(Exit::Usage, format!("{s:?} is not a job id (expected a UUID)")))
+}
+
+fn status_name(s: JobStatus) -> &'static str {
+    match s {
+        JobStatus::Pending => "pending",
+        JobStatus::Fetched => "fetched",
+        JobStatus::Processing => "processing",
+    }
+}
+
+/// (table, state, dead-letter reason) of a job.
+fn place(l: JobLocation) -> (&'static str, &'static str, Option<&'static str>) {
+    match l {
+        JobLocation::Hot(s) => ("hot", status_name(s), None),
+        JobLocation::Archived => ("archive", "done", None),
+        JobLocation::Dead(r) => ("dead", "dead", Some(r.as_str())),
+    }
+}
+
+/// A job as the CLI prints it in JSON.
+#[derive(Debug, Serialize)]
+struct JobView<'a> {
+    id: String,
+    table: &'static str,
+    state: &'static str,
+    reason: Option<&'static str>,
+    queue: &'a str,
+    kind: &'a str,
+    priority: i32,
+    attempt: i32,
+    max_attempts: i32,
+    tags: &'a [String],
+    idempotency_key: Option<&'a str>,
+    worker_id: Option<String>,
+    created_at: Timestamp,
+    scheduled_at: Option<Timestamp>,
+    started_at: Option<Timestamp>,
+    heartbeat_at: Option<Timestamp>,
+    updated_at: Timestamp,
+    finished_at: Option<Timestamp>,
+    last_error: Option<&'a str>,
+    cancel_requested: bool,
+    created_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<&'a serde_json::Value>,
+}
+
+impl<'a> JobView<'a> {
+    fn of(r: &'a JobRecord, with_payload: bool) -> Self {
+        let (table, state, reason) = place(r.location);
+        JobView {
+            id: r.id.to_string(),
+            table,
+            state,
+            reason,
+            queue: r.queue.as_str(),
+            kind: r.kind.as_str(),
+            priority: r.priority,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            tags: &r.tags,
+            idempotency_key: r.idempotency_key.as_deref(),
+            worker_id: r.worker_id.map(|w| w.to_string()),
+            created_at: r.created_at,
+            scheduled_at: r.scheduled_at,
+            started_at: r.started_at,
+            heartbeat_at: r.heartbeat_at,
+            updated_at: r.updated_at,
+            finished_at: r.finished_at,
+            last_error: r.last_error.as_deref(),
+            cancel_requested: r.cancel_requested,
+            created_by: r.created_by.as_deref(),
+            payload: with_payload.then_some(&r.payload),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct QueueView {
+    queue: String,
+    paused: bool,
+    active: bool,
+    max_workers: Option<u32>,
+    zombie_timeout_seconds: Option<f64>,
+    zombie_policy: &'static str,
+    updated_at: Option<Timestamp>,
+}
+
+impl QueueView {
+    fn of(s: &QueueSettings) -> Self {
+        QueueView {
+            queue: s.name.to_string(),
+            paused: s.is_paused,
+            active: s.is_active,
+            max_workers: s.max_workers,
+            zombie_timeout_seconds: s.zombie_timeout.map(|d| d.as_secs_f64()),
+            zombie_policy: match s.zombie_policy {
+                chokaq::core::ZombiePolicy::Retry => "retry",
+                chokaq::core::ZombiePolicy::DeadLetter => "dead_letter",
+            },
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+impl Cx {
+    fn migrated(&self) -> CliResult<Exit> {
+        if self.json {
+            output::json(&serde_json::json!({
+                "migrated": true, "backend": self.backend.name(), "schema": self.schema
+            }));
+        } else {
+            println!("schema {} is migrated ({})", self.schema, self.backend.name());
+        }
+        Ok(Exit::Ok)
+    }
+
+    async fn stats(&self) -> CliResult<Exit> {
+        let s = self.backend.stats().await?;
+        let now = s.taken_at.unwrap_or_else(chrono::Utc::now);
+        let lag = |t: Option<Timestamp>| t.map(|t| since(now, t));
+        if self.json {
+            let queues: Vec<_> = s
+                .queues
+                .iter()
+                .map(|q| {
+                    serde_json::json!({
+                        "queue": q.queue, "pending": q.pending, "fetched": q.fetched,
+                        "processing": q.processing, "archived": q.archived, "dead": q.dead,
+                        "oldest_due_at": q.oldest_due_at,
+                        "lag_seconds": lag(q.oldest_due_at).map(|d| d.as_secs_f64()),
+                    })
+                })
+                .collect();
+            output::json(&serde_json::json!({
+                "taken_at": s.taken_at,
+                "total": { "pending": s.pending, "fetched": s.fetched, "processing": s.processing,
+                           "archived": s.archived, "dead": s.dead },
+                "queues": queues,
+            }));
+            return Ok(Exit::Ok);
+        }
+        if s.queues.is_empty() {
+            println!("no jobs");
+            return Ok(Exit::Ok);
+        }
+        let mut t = Table::new(&["QUEUE", ">PENDING", ">FETCHED", ">PROCESSING", ">ARCHIVED", ">DEAD", ">LAG"]);
+        for q in &s.queues {
+            t.row(vec![
+                q.queue.clone(),
+                q.pending.to_string(),
+                q.fetched.to_string(),
+                q.processing.to_string(),
+                q.archived.to_string(),
+                q.dead.to_string(),
+                lag(q.oldest_due_at).map_or_else(|| "-".to_string(), age),
+            ]);
+        }
+        t.row(vec![
+            "TOTAL".into(),
+            s.pending.to_string(),
+            s.fetched.to_string(),
+            s.processing.to_string(),
+            s.archived.to_string(),
+            s.dead.to_string(),
+            String::new(),
+        ]);
+        t.print();
+        Ok(Exit::Ok)
+    }
+
+    async fn queues(&self, action: QueueAction) -> CliResult<Exit> {
+        let (queue, control, done) = match action {
+            QueueAction::List => return self.list_queues().await,
+            QueueAction::Pause { queue } => (queue, QueueControl::Pause, "paused"),
+            QueueAction::Resume { queue } => (queue, QueueControl::Resume, "resumed"),
+            QueueAction::Activate { queue } => (queue, QueueControl::Activate, "activated"),
+            QueueAction::Deactivate { queue } => (queue, QueueControl::Deactivate, "deactivated"),
+            QueueAction::Cap { queue, max } => (queue, QueueControl::SetMaxWorkers(max.0), "cap set"),
+            QueueAction::ZombieTimeout { queue, timeout } => {
+                (queue, QueueControl::SetZombieTimeout(timeout.0), "zombie timeout set")
+            }
+        };
+        let q = queue_name(&queue)?;
+        let s = self.backend.control_queue(&q, control).await?;
+        if self.json {
+            output::json(&QueueView::of(&s));
+        } else {
+            println!("queue {q}: {done}");
+            self.print_queues(&[s]);
+        }
+        Ok(Exit::Ok)
+    }
+
+    async fn list_queues(&self) -> CliResult<Exit> {
+        let stats = self.backend.stats().await?;
+        let mut all = Vec::with_capacity(stats.queues.len());
+        for q in &stats.queues {
+            all.push(self.backend.queue_settings(&queue_name(&q.queue)?).await?);
+        }
+        if self.json {
+            output::json(&all.iter().map(QueueView::of).collect::<Vec<_>>());
+        } else if all.is_empty() {
+            println!("no queues (a queue is listed once it holds a job)");
+        } else {
+            self.print_queues(&all);
+        }
+        Ok(Exit::Ok)
+    }
+
+    fn print_queues(&self, all: &[QueueSettings]) {
+        let mut t = Table::new(&["QUEUE", "STATE", ">CAP", ">ZOMBIE-TIMEOUT", "ZOMBIE-POLICY", "UPDATED"]);
+        for s in all {
+            let v = QueueView::of(s);
+            let state = match (s.is_active, s.is_paused) {
+                (false, _) => "inactive",
+                (true, true) => "paused",
+                (true, false) => "running",
+            };
+            t.row(vec![
+                v.queue,
+                state.into(),
+                s.max_workers.map_or_else(|| "none".into(), |n| n.to_string()),
+                s.zombie_timeout.map_or_else(|| "default".into(), age),
+                v.zombie_policy.into(),
+                opt_time(s.updated_at),
+            ]);
+        }
+        t.print();
+    }
+
+    fn params(&self, table: JobTable, status: Option<StatusArg>, f: &ListArgs) -> CliResult<ListJobsParams> {
+        let mut p = ListJobsParams::new(table);
+        p.queue = f.queue.as_deref().map(queue_name).transpose()?;
+        p.kind = f.kind.as_deref().map(|k| JobKind::new(k).map_err(Failure::from)).transpose()?;
+        p.tag = f.tag.clone();
+        p.created_from = f.since;
+        p.created_to = f.until;
+        p.after = f.after.as_deref().map(job_id).transpose()?;
+        p.limit = f.limit;
+        p.without_payloads = true;
+        p.status = status.map(|s| match s {
+            StatusArg::Pending => JobStatus::Pending,
+            StatusArg::Fetched => JobStatus::Fetched,
+            StatusArg::Processing => JobStatus::Processing,
+        });
+        Ok(p)
+    }
+
+    async fn list(&self, table: TableArg, status: Option<StatusArg>, f: &ListArgs) -> CliResult<Exit> {
+        let t = match table {
+            TableArg::Hot => JobTable::Hot,
+            TableArg::Archive => JobTable::Archive,
+            TableArg::Dead => JobTable::DeadLetter,
+        };
+        if status.is_some() && t != JobTable::Hot {
+            return Err(Failure::new(Exit::Usage, "--status applies to the hot table only (--table hot)"));
+        }
+        let page = self.backend.list_jobs(&self.params(t, status, f)?).await?;
+        let next = page.next.map(|n| n.to_string());
+        if self.json {
+            let jobs: Vec<_> = page.jobs.iter().map(|r| JobView::of(r, false)).collect();
+            output::json(&serde_json::json!({ "jobs": jobs, "next": next }));
+            return Ok(Exit::Ok);
+        }
+        if page.jobs.is_empty() {
+            println!("no jobs");
+            return Ok(Exit::Ok);
+        }
+        let mut out = match t {
+            JobTable::Hot => Table::new(&["ID", "STATE", "QUEUE", "KIND", ">ATTEMPT", ">PRIORITY", "CREATED", "DUE"]),
+            JobTable::Archive => Table::new(&["ID", "QUEUE", "KIND", ">ATTEMPT", "CREATED", "FINISHED"]),
+            JobTable::DeadLetter => {
+                Table::new(&["ID", "QUEUE", "KIND", "REASON", ">ATTEMPT", "FINISHED", "LAST ERROR"])
+            }
+        };
+        for r in &page.jobs {
+            let (_, state, reason) = place(r.location);
+            let attempt = format!("{}/{}", r.attempt, r.max_attempts);
+            out.row(match t {
+                JobTable::Hot => vec![
+                    r.id.to_string(),
+                    state.into(),
+                    r.queue.to_string(),
+                    r.kind.to_string(),
+                    attempt,
+                    r.priority.to_string(),
+                    time(r.created_at),
+                    opt_time(r.scheduled_at),
+                ],
+                JobTable::Archive => vec![
+                    r.id.to_string(),
+                    r.queue.to_string(),
+                    r.kind.to_string(),
+                    attempt,
+                    time(r.created_at),
+                    opt_time(r.finished_at),
+                ],
+                JobTable::DeadLetter => vec![
+                    r.id.to_string(),
+                    r.queue.to_string(),
+                    r.kind.to_string(),
+                    reason.unwrap_or("-").into(),
+                    attempt,
+                    opt_time(r.finished_at),
+                    clip(r.last_error.as_deref().unwrap_or("-"), 60),
+                ],
+            });
+        }
+        out.print();
+        if let Some(n) = next {
+            println!("next page: --after {n}");
+        }
+        Ok(Exit::Ok)
+    }
+
+    async fn show(&self, id: &str) -> CliResult<Exit> {
+        let id = job_id(id)?;
+        let Some(r) = self.backend.get_job(id).await? else {
+            return Err(Failure::new(Exit::NotFound, format!("no job {id}")).hint("check the id (`chokaq jobs list`)"));
+        };
+        let v = JobView::of(&r, true);
+        if self.json {
+            output::json(&v);
+            return Ok(Exit::Ok);
+        }
+        let mut t = Table::new(&["FIELD", "VALUE"]);
+        let mut kv = |k: &'static str, v: String| t.row(vec![k.into(), v]);
+        kv("id", v.id.clone());
+        kv("table", v.table.into());
+        kv("state", v.state.into());
+        if let Some(reason) = v.reason {
+            kv("reason", reason.into());
+        }
+        kv("queue", v.queue.into());
+        kv("kind", v.kind.into());
+        kv("priority", v.priority.to_string());
+        kv("attempt", format!("{}/{}", v.attempt, v.max_attempts));
+        kv("tags", if v.tags.is_empty() { "-".into() } else { v.tags.join(",") });
+        kv("idempotency key", v.idempotency_key.unwrap_or("-").into());
+        kv("worker", v.worker_id.clone().unwrap_or_else(|| "-".into()));
+        kv("created", time(v.created_at));
+        kv("due", opt_time(v.scheduled_at));
+        kv("started", opt_time(v.started_at));
+        kv("heartbeat", opt_time(v.heartbeat_at));
+        kv("updated", time(v.updated_at));
+        kv("finished", opt_time(v.finished_at));
+        kv("cancel requested", v.cancel_requested.to_string());
+        kv("created by", v.created_by.unwrap_or("-").into());
+        kv("last error", clip(v.last_error.unwrap_or("-"), 200));
+        kv("payload", clip(&r.payload.to_string(), 200));
+        t.print();
+        Ok(Exit::Ok)
+    }
+
+    async fn cancel(&self, id: &str) -> CliResult<Exit> {
+        use chokaq::core::CancelOutcome;
+        let id = job_id(id)?;
+        let (outcome, text) = match self.backend.cancel(id).await? {
+            CancelOutcome::Cancelled => ("cancelled", format!("job {id} cancelled (moved to the dead letters)")),
+            CancelOutcome::Requested => (
+                "requested",
+                format!("job {id} is running: cancel requested, its worker stops it at its next heartbeat"),
+            ),
+            CancelOutcome::NotLive => {
+                return Err(Failure::new(Exit::NotFound, format!("no live job {id} (unknown, finished or dead)")))
+            }
+        };
+        if self.json {
+            output::json(&serde_json::json!({ "id": id.to_string(), "outcome": outcome }));
+        } else {
+            println!("{text}");
+        }
+        Ok(Exit::Ok)
+    }
+
+    async fn retry_one(&self, id: &str) -> CliResult<Exit> {
+        let id = job_id(id)?;
+        match self.backend.requeue_dead(id).await {
+            Ok(RequeueOutcome::Requeued) => {
+                if self.json {
+                    output::json(&serde_json::json!({ "id": id.to_string(), "outcome": "requeued" }));
+                } else {
+                    println!("job {id} requeued (pending, attempt 0)");
+                }
+                Ok(Exit::Ok)
+            }
+            Ok(RequeueOutcome::NotFound) => Err(Failure::new(
+                Exit::NotFound,
+                format!("no dead letter {id} (unknown, or already requeued by someone else)"),
+            )),
+            Err(e) if e.kind() == ErrorKind::Conflict => Err(Failure::from(e)
+                .hint("a live job of the queue holds the same idempotency key: let it finish, then retry")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every dead letter of `queue`, page by page: requeued, skipped (gone meanwhile: another
+    /// retry took it), or a conflict (a live job holds its key).
+    async fn retry_all(&self, queue: &str) -> CliResult<Exit> {
+        let q = queue_name(queue)?;
+        let mut p = ListJobsParams::new(JobTable::DeadLetter);
+        p.queue = Some(q.clone());
+        p.limit = 500;
+        p.without_payloads = true;
+        let (mut requeued, mut skipped, mut conflicts) = (0u64, 0u64, Vec::new());
+        loop {
+            let page = self.backend.list_jobs(&p).await?;
+            for r in &page.jobs {
+                match self.backend.requeue_dead(r.id).await {
+                    Ok(RequeueOutcome::Requeued) => requeued += 1,
+                    Ok(RequeueOutcome::NotFound) => skipped += 1,
+                    Err(e) if e.kind() == ErrorKind::Conflict => conflicts.push(r.id.to_string()),
+                    Err(e) => {
+                        let f = Failure::from(e);
+                        return Err(Failure {
+                            message: format!("{} (after requeuing {requeued} of queue {q})", f.message),
+                            ..f
+                        });
+                    }
+                }
+            }
+            match page.next {
+                Some(n) => p.after = Some(n),
+                None => break,
+            }
+        }
+        if self.json {
+            output::json(&serde_json::json!({
+                "queue": q.as_str(), "requeued": requeued, "skipped": skipped,
+                "conflicts": conflicts.len(), "conflict_ids": conflicts,
+            }));
+        } else {
+            println!(
+                "queue {q}: requeued {requeued}, skipped {skipped} (already requeued by another retry), \
+                 conflicts {} (a live job holds the idempotency key)",
+                conflicts.len()
+            );
+            for id in conflicts.iter().take(20) {
+                println!("conflict: {id}");
+            }
+        }
+        Ok(if conflicts.is_empty() { Exit::Ok } else { Exit::Conflict })
+    }
+
+    async fn purge(&self, a: &PurgeArgs) -> CliResult<Exit> {
+        let queue = a.queue.as_deref().map(queue_name).transpose()?;
+        let (target, table, name) = match a.table {
+            PurgeTable::Archive => (PurgeTarget::Archive, JobTable::Archive, "archive"),
+            PurgeTable::Dead => (PurgeTarget::DeadLetter, JobTable::DeadLetter, "dead"),
+        };
+        let count = if a.dry_run {
+            self.count_older(table, queue.clone(), a.older_than).await?
+        } else {
+            let mut params = PurgeParams::new(target, a.older_than);
+            params.queue = queue.clone();
+            let budget = u64::from(params.batch_size) * u64::from(params.max_batches);
+            let mut total = 0;
+            loop {
+                let n = self.backend.purge(&params).await?;
+                total += n;
+                if n < budget {
+                    break total;
+                }
+            }
+        };
+        if self.json {
+            output::json(&serde_json::json!({
+                "table": name, "older_than_seconds": a.older_than.as_secs_f64(),
+                "queue": queue.as_ref().map(QueueName::as_str), "dry_run": a.dry_run,
+                if a.dry_run { "would_purge" } else { "purged" }: count,
+            }));
+        } else {
+            let scope = queue.map_or_else(String::new, |q| format!(" of queue {q}"));
+            let verb = if a.dry_run { "would purge" } else { "purged" };
+            println!("{verb} {count} jobs{scope} from the {name} table, finished more than {} ago", age(a.older_than));
+        }
+        Ok(Exit::Ok)
+    }
+
+    /// How many rows of `table` (one queue, or all) finished more than `older_than` before the
+    /// database's now: read page by page, nothing deleted.
+    async fn count_older(&self, table: JobTable, queue: Option<QueueName>, older_than: Duration) -> CliResult<u64> {
+        let now = self.backend.stats().await?.taken_at.unwrap_or_else(chrono::Utc::now);
+        let cutoff = chrono::Duration::from_std(older_than)
+            .ok()
+            .and_then(|d| now.checked_sub_signed(d))
+            .unwrap_or(Timestamp::MIN_UTC);
+        let mut p = ListJobsParams::new(table);
+        p.queue = queue;
+        p.limit = 1000;
+        p.without_payloads = true;
+        let mut n = 0;
+        loop {
+            let page = self.backend.list_jobs(&p).await?;
+            n += page.jobs.iter().filter(|r| r.finished_at.is_some_and(|f| f < cutoff)).count() as u64;
+            match page.next {
+                Some(next) => p.after = Some(next),
+                None => return Ok(n),
+            }
+        }
+    }
+
+    async fn workers(&self) -> CliResult<Exit> {
+        let all = self.backend.list_workers().await?;
+        let now = chrono::Utc::now();
+        if self.json {
+            let rows: Vec<_> = all
+                .iter()
+                .map(|w| {
+                    serde_json::json!({
+                        "worker": w.worker.to_string(), "host": w.host, "pid": w.pid, "queues": w.queues,
+                        "concurrency": w.concurrency, "started_at": w.started_at, "last_seen_at": w.last_seen_at,
+                        "last_seen_seconds_ago": since(now, w.last_seen_at).as_secs_f64(),
+                    })
+                })
+                .collect();
+            output::json(&rows);
+            return Ok(Exit::Ok);
+        }
+        if all.is_empty() {
+            println!("no live workers");
+            return Ok(Exit::Ok);
+        }
+        let mut t = Table::new(&["WORKER", "HOST", ">PID", "QUEUES", ">CONCURRENCY", "STARTED", ">LAST SEEN"]);
+        for w in &all {
+            t.row(vec![
+                w.worker.to_string(),
+                clip(&w.host, 40),
+                w.pid.to_string(),
+                clip(&w.queues.join(","), 60),
+                w.concurrency.to_string(),
+                time(w.started_at),
+                format!("{} ago", age(since(now, w.last_seen_at))),
+            ]);
+        }
+        t.print();
+        Ok(Exit::Ok)
+    }
+}

@@ -1,0 +1,350 @@
+//! `chokaq`: the command line of chokaq. Migrates a schema and inspects and operates its
+//! queues, jobs, dead letters and worker processes on PostgreSQL, SQLite and SQL Server, through
+//! `chokaq::connect` and the `Backend` trait only. See `docs/operations.md` for the reference.
+//!
+//! Output is a table on a terminal and JSON with `--json`; the exit code says what happened
+//! ([`Exit`]). No output ever contains the database URL or its password.
+
+mod commands;
+mod output;
+mod parse;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use chokaq::{Error, ErrorKind};
+
+/// The exit codes, for scripts to branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done.
+    Ok = 0,
+    /// Any other error.
+    Other = 1,
+    /// A usage error: unknown flag, bad value, bad or missing URL (clap uses 2 too).
+    Usage = 2,
+    /// The job, dead letter or queue named does not exist (or is no longer where the command
+    /// expects it: a dead letter another process already requeued).
+    NotFound = 3,
+    /// A conflict: e.g. a live job already holds the idempotency key of the dead letter to
+    /// requeue.
+    Conflict = 4,
+    /// The database cannot be reached (or a transient failure persisted): try again.
+    Unavailable = 5,
+    /// The schema has not been created or is older than this build: run `chokaq migrate`.
+    NotMigrated = 6,
+}
+
+impl Exit {
+    /// The exit code for an error kind.
+    pub fn for_kind(kind: ErrorKind) -> Exit {
+        match kind {
+            ErrorKind::InvalidInput => Exit::Usage,
+            ErrorKind::NotFound => Exit::NotFound,
+            ErrorKind::Conflict => Exit::Conflict,
+            ErrorKind::Unavailable | ErrorKind::Transient => Exit::Unavailable,
+            ErrorKind::NotMigrated => Exit::NotMigrated,
+            _ => Exit::Other,
+        }
+    }
+}
+
+/// An error of a command: what to print, and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+        Failure { exit, message: message.into(), hint: None }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let exit = Exit::for_kind(e.kind());
+        let hint = match e.kind() {
+            ErrorKind::NotMigrated => Some(format!("the database said: {}", e.message())),
+            ErrorKind::Unavailable => {
+                Some("check that the database is running and that --url / DATABASE_URL points at it".to_string())
+            }
+            ErrorKind::Transient => Some("a transient failure: try again".to_string()),
+            _ => None,
+        };
+        // chokaq's errors never quote the URL or its password.
+        let message = match e.kind() {
+            ErrorKind::NotMigrated => {
+                "schema not migrated: run `chokaq migrate` (with the same --url and --schema)".into()
+            }
+            _ => e.to_string(),
+        };
+        Failure { exit, message, hint }
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, Failure>;
+
+/// Operate chokaq queues: migrate the schema, inspect queues, jobs, dead letters and worker
+/// processes, pause and resume queues, retry dead letters, purge old rows.
+///
+/// The database comes from --url or DATABASE_URL: postgres://…, sqlite:… (or a *.db path),
+/// or a SQL Server connection string (server=…;… or mssql://…).
+///
+/// Exit codes: 0 ok, 1 other error, 2 usage (bad flag or value, bad or missing URL),
+/// 3 not found, 4 conflict, 5 database unavailable, 6 schema not migrated.
+#[derive(Debug, Parser)]
+#[command(name = "chokaq", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// The database URL (never printed). Default: $DATABASE_URL.
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    url: Option<String>,
+
+    /// The schema holding chokaq's tables (PostgreSQL, SQL Server; SQLite checks the name and
+    /// ignores it).
+    #[arg(
+        long,
+        global = true,
+        env = "CHOKAQ_SCHEMA",
+        hide_env_values = true,
+        default_value = "chokaq",
+        value_name = "NAME"
+    )]
+    schema: String,
+
+    /// Print JSON (one document on stdout; errors as JSON on stderr) instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// How long to wait for the database before exit code 5.
+    #[arg(long, global = true, default_value = "10s", value_parser = parse::duration, value_name = "DURATION")]
+    connect_timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the schema (idempotent; safe while workers run).
+    Migrate,
+    /// Jobs per queue and state, with each queue's lag (age of its oldest due job).
+    Stats,
+    /// List queues with their settings, or change one (pause, resume, activate, deactivate,
+    /// cap, zombie-timeout).
+    Queues {
+        #[command(subcommand)]
+        action: Option<QueueAction>,
+    },
+    /// List, show and cancel jobs.
+    Jobs {
+        #[command(subcommand)]
+        action: JobAction,
+    },
+    /// List dead letters and put them back to Pending.
+    Dead {
+        #[command(subcommand)]
+        action: DeadAction,
+    },
+    /// Delete finished jobs (archive or dead-letter table) older than an age.
+    Purge(PurgeArgs),
+    /// The live worker processes: host, pid, queues, concurrency, start, last heartbeat.
+    Workers,
+    // `web` (the dashboard, `chokaq_web::serve`) is added here by the chokaq-web crate.
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueAction {
+    /// Every queue that holds jobs, with its settings (the default).
+    List,
+    /// Stop claims from a queue (running jobs finish).
+    Pause { queue: String },
+    /// Let claims from a paused queue go on.
+    Resume { queue: String },
+    /// Mark a queue active (claims allowed).
+    Activate { queue: String },
+    /// Mark a queue inactive (no claims, as paused; for queues being retired).
+    Deactivate { queue: String },
+    /// Cap how many of the queue's jobs run at once over every worker: a number, or `none`.
+    Cap {
+        queue: String,
+        #[arg(value_parser = parse::cap, value_name = "N|none")]
+        max: parse::Cap,
+    },
+    /// How long a running job may go without a heartbeat before it is rescued: a duration
+    /// (e.g. 5m), or `none` for the default.
+    ZombieTimeout {
+        queue: String,
+        #[arg(value_parser = parse::optional_duration, value_name = "DURATION|none")]
+        timeout: parse::OptionalDuration,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TableArg {
+    /// Live jobs (pending, fetched, processing).
+    Hot,
+    /// Succeeded jobs.
+    Archive,
+    /// Dead letters.
+    Dead,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArg {
+    Pending,
+    Fetched,
+    Processing,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this job kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only jobs with this tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Created at or after: an RFC 3339 time (2026-01-31T12:00:00Z) or an age (2h = two hours ago).
+    #[arg(long, value_parser = parse::time, value_name = "TIME|AGE")]
+    pub since: Option<chokaq::core::Timestamp>,
+    /// Created before: an RFC 3339 time or an age.
+    #[arg(long, value_parser = parse::time, value_name = "TIME|AGE")]
+    pub until: Option<chokaq::core::Timestamp>,
+    /// Page size (1 to 1000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// Start after this job id (the `next` cursor of the previous page).
+    #[arg(long, value_name = "ID")]
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// One page of jobs of a table, oldest first, filtered; prints the cursor of the next page.
+    List {
+        /// Which table.
+        #[arg(long, value_enum, default_value = "hot")]
+        table: TableArg,
+        /// Only live jobs in this state (hot table).
+        #[arg(long, value_enum)]
+        status: Option<StatusArg>,
+        #[command(flatten)]
+        filter: ListArgs,
+    },
+    /// Everything about one job, wherever it is (payload included).
+    Show { id: String },
+    /// Cancel a live job: at once if it waits, at its next heartbeat if it runs.
+    Cancel { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadAction {
+    /// One page of dead letters, with their reason and last error.
+    List {
+        #[command(flatten)]
+        filter: ListArgs,
+    },
+    /// Put a dead letter back to Pending (attempt 0), or every dead letter of a queue.
+    Retry {
+        /// The dead letter to retry.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// The queue whose dead letters to retry (with --all).
+        #[arg(long, requires = "all")]
+        queue: Option<String>,
+        /// Retry every dead letter of --queue, in pages of 500.
+        #[arg(long, requires = "queue")]
+        all: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PurgeTable {
+    /// Succeeded jobs.
+    Archive,
+    /// Dead letters.
+    Dead,
+}
+
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Which table.
+    #[arg(long, value_enum)]
+    pub table: PurgeTable,
+    /// Delete rows finished longer ago than this (e.g. 7d, 12h, 30m).
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub older_than: Duration,
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Count what would be deleted, delete nothing (reads the table page by page).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version exit 0; usage errors 2. clap never echoes an env value.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { Exit::Usage as u8 } else { Exit::Ok as u8 });
+        }
+    };
+    let json = cli.json;
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            output::failure(json, &Failure::new(Exit::Other, format!("cannot start the async runtime: {e}")));
+            return ExitCode::from(Exit::Other as u8);
+        }
+    };
+    match rt.block_on(commands::run(cli)) {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(f) => {
+            output::failure(json, &f);
+            ExitCode::from(f.exit as u8)
+        }
+    }
+}
+
+impl Cli {
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn error_kinds_map_to_documented_exit_codes() {
+        assert_eq!(Exit::for_kind(ErrorKind::InvalidInput) as u8, 2);
+        assert_eq!(Exit::for_kind(ErrorKind::NotFound) as u8, 3);
+        assert_eq!(Exit::for_kind(ErrorKind::Conflict) as u8, 4);
+        assert_eq!(Exit::for_kind(ErrorKind::Unavailable) as u8, 5);
+        assert_eq!(Exit::for_kind(ErrorKind::NotMigrated) as u8, 6);
+        assert_eq!(Exit::for_kind(ErrorKind::Other) as u8, 1);
+    }
+}

@@ -1,0 +1,109 @@
+//! Parsers of command-line values: durations (`7d`, `1h30m`, `500ms`), caps (`N` or `none`),
+//! times (RFC 3339 or an age).
+
+use std::time::Duration;
+
+use chokaq::core::Timestamp;
+
+/// `7d`, `12h`, `30m`, `45s`, `500ms`, combined (`1h30m`), or a bare number of seconds.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration (e.g. 7d, 12h, 30m, 45s, 500ms)".into());
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("bad duration {s:?}: expected a number before each unit (e.g. 7d, 1h30m)"));
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| format!("bad duration {s:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86_400)),
+            "w" => Duration::from_secs(n.saturating_mul(7 * 86_400)),
+            _ => return Err(format!("bad duration {s:?}: unknown unit {unit:?} (use ms, s, m, h, d or w)")),
+        };
+        total = total.saturating_add(part);
+    }
+    Ok(total)
+}
+
+/// A duration or `none` (a positional value that must be given, so not an `Option` to clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalDuration(pub Option<Duration>);
+
+/// A cap, or `none` for no cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cap(pub Option<u32>);
+
+/// A duration, or `none`.
+pub fn optional_duration(s: &str) -> Result<OptionalDuration, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        Ok(OptionalDuration(None))
+    } else {
+        duration(s).map(|d| OptionalDuration(Some(d)))
+    }
+}
+
+/// A cap: a whole number, or `none` (no cap).
+pub fn cap(s: &str) -> Result<Cap, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(Cap(None));
+    }
+    t.parse::<u32>().map(|n| Cap(Some(n))).map_err(|_| format!("bad cap {s:?}: expected a whole number or `none`"))
+}
+
+/// An RFC 3339 time (`2026-01-31T12:00:00Z`), or an age (`2h`: two hours before now).
+pub fn time(s: &str) -> Result<Timestamp, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let age =
+        duration(s).map_err(|_| format!("bad time {s:?}: expected RFC 3339 (2026-01-31T12:00:00Z) or an age (2h)"))?;
+    let age = chrono::Duration::from_std(age).map_err(|_| format!("bad time {s:?}: age out of range"))?;
+    chrono::Utc::now().checked_sub_signed(age).ok_or_else(|| format!("bad time {s:?}: age out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(duration("2w").unwrap(), Duration::from_secs(14 * 86_400));
+        for bad in ["", "d", "7x", "h7", "1.5h", "-1s"] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(optional_duration("none").unwrap(), OptionalDuration(None));
+        assert_eq!(cap("none").unwrap(), Cap(None));
+        assert_eq!(cap("12").unwrap(), Cap(Some(12)));
+        assert!(cap("-1").is_err());
+    }
+
+    #[test]
+    fn times() {
+        let t = time("2026-01-31T12:00:00Z").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-01-31T12:00:00+00:00");
+        let ago = time("2h").unwrap();
+        let d = chrono::Utc::now() - ago;
+        assert!(d >= chrono::Duration::minutes(119) && d <= chrono::Duration::minutes(121), "{d}");
+        assert!(time("yesterday").is_err());
+    }
+}
