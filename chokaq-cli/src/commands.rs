@@ -48,6 +48,7 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
         },
         Command::Purge(args) => cx.purge(&args).await,
         Command::Workers => cx.workers().await,
+        Command::Web(args) => cx.web(args).await,
     }
 }
 
@@ -55,6 +56,31 @@ struct Cx {
     backend: Arc<dyn Backend>,
     json: bool,
     schema: String,
+}
+
+impl Cx {
+    /// `chokaq web`: serves the dashboard until Ctrl-C or SIGTERM.
+    async fn web(&self, args: crate::WebArgs) -> CliResult<Exit> {
+        let auth = match (args.token, args.basic, args.no_auth) {
+            (Some(t), None, false) if !t.is_empty() => chokaq_web::Auth::bearer(t),
+            (None, Some(b), false) => match b.split_once(':') {
+                Some((user, pass)) if !user.is_empty() && !pass.is_empty() => {
+                    chokaq_web::Auth::Basic { user: user.to_string(), pass: pass.to_string() }
+                }
+                _ => return Err(Failure::new(Exit::Usage, "--basic takes USER:PASS, both non-empty")),
+            },
+            (None, None, true) => chokaq_web::Auth::None,
+            _ => {
+                return Err(Failure::new(Exit::Usage, "chokaq web needs one of --token, --basic or --no-auth")
+                    .hint("--no-auth is accepted only with a loopback --listen address"))
+            }
+        };
+        let options = chokaq_web::WebOptions::new(auth).read_only(args.read_only);
+        chokaq_web::check_listen(args.listen, &options)?;
+        eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
+        chokaq_web::serve(self.backend.clone(), args.listen, options).await?;
+        Ok(Exit::Ok)
+    }
 }
 
 fn queue_name(s: &str) -> CliResult<QueueName> {

@@ -159,7 +159,30 @@ pub enum Command {
     Purge(PurgeArgs),
     /// The live worker processes: host, pid, queues, concurrency, start, last heartbeat.
     Workers,
-    // `web` (the dashboard, `chokaq_web::serve`) is added here by the chokaq-web crate.
+    /// Serve the web dashboard (`chokaq-web`) until Ctrl-C or SIGTERM.
+    Web(WebArgs),
+}
+
+/// `chokaq web`: where to listen and how requests authenticate. One of `--token`,
+/// `--basic USER:PASS` or `--no-auth` (loopback only) is required; the secrets may come from
+/// the environment (`CHOKAQ_WEB_TOKEN`, `CHOKAQ_WEB_BASIC`) so they stay out of `ps`.
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Require `Authorization: Bearer TOKEN`.
+    #[arg(long, env = "CHOKAQ_WEB_TOKEN", hide_env_values = true, conflicts_with_all = ["basic", "no_auth"])]
+    pub token: Option<String>,
+    /// Require HTTP basic auth with USER:PASS.
+    #[arg(long, env = "CHOKAQ_WEB_BASIC", hide_env_values = true, conflicts_with = "no_auth")]
+    pub basic: Option<String>,
+    /// No authentication: accepted only on a loopback address.
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Hide every action and refuse every POST.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 #[derive(Debug, Subcommand)]

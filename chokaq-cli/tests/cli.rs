@@ -787,6 +787,52 @@ where
         .with_kind(label)
 }
 
+/// `chokaq web`: refused without an auth choice and with `--no-auth` off loopback (exit 2);
+/// served with a bearer token: 401 without it, the overview with it; SIGTERM-free stop by kill.
+async fn web(db: Arc<Db>) -> TestResult {
+    let out = db.run(&["web"])?;
+    ensure_eq!(out.code, 2, "web without an auth choice (stderr {})", out.stderr);
+    ensure!(out.stderr.contains("--token, --basic or --no-auth"), "{}", out.stderr);
+    let out = db.run(&["web", "--no-auth", "--listen", "0.0.0.0:18080"])?;
+    ensure_eq!(out.code, 2, "--no-auth on 0.0.0.0 (stderr {})", out.stderr);
+    ensure!(out.stderr.contains("loopback"), "{}", out.stderr);
+    // A free port, then the dashboard on it with a bearer token.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?.local_addr().map_err(err)?.port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child =
+        db.cmd(&["web", "--listen", &listen]).env("CHOKAQ_WEB_TOKEN", "s3cret-token").spawn().map_err(err)?;
+    let get = |auth: Option<&str>| -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&listen)?;
+        let auth = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        write!(c, "GET / HTTP/1.1\r\nHost: {listen}\r\n{auth}Connection: close\r\n\r\n")?;
+        let mut s = String::new();
+        c.read_to_string(&mut s)?;
+        Ok(s)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        match get(Some("s3cret-token")) {
+            Ok(s) => break s,
+            Err(_) if std::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => {
+                let _ = child.kill();
+                return Err(format!("the dashboard never answered on {listen}: {e}"));
+            }
+        }
+    };
+    let anon = get(None).map_err(err)?;
+    let wrong = get(Some("wrong")).map_err(err)?;
+    let _ = child.kill();
+    let _ = child.wait();
+    ensure!(page.starts_with("HTTP/1.1 200"), "with the token: {}", &page[..page.len().min(200)]);
+    ensure!(page.contains("Overview"), "the overview page: {}", &page[..page.len().min(400)]);
+    ensure!(anon.starts_with("HTTP/1.1 401"), "without a token: {}", &anon[..anon.len().min(200)]);
+    ensure!(wrong.starts_with("HTTP/1.1 401"), "with a wrong token: {}", &wrong[..wrong.len().min(200)]);
+    ensure!(!page.contains(&db.url) && !page.contains("s3cret-token"), "the page shows the URL or the token");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = Arguments::from_args();
     let mut trials = vec![
@@ -808,6 +854,7 @@ fn main() -> ExitCode {
             trial("retry_race", kind, retry_race),
             trial("purge", kind, purge),
             trial("workers", kind, workers),
+            trial("web", kind, web),
         ];
         if kind == Kind::Postgres && !pg_ok {
             if required("postgres") {

@@ -158,11 +158,13 @@ pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<Ov
     Ok(OverviewData { taken_at: stats.taken_at, totals, queues, throughput_available: throughput.is_some(), workers })
 }
 
-/// The overview as one snapshot shared by every viewer of a dashboard: at most one computation
-/// runs at a time, whatever the number of open pages. A snapshot younger than
-/// `snapshot_max_age` is served as is; an older one (up to ten times that) is served while one
-/// background refresh replaces it; an older one still, or none, is computed on the request.
-/// Every action (POST) drops the snapshot, so the next page shows its effect.
+/// The overview as one snapshot shared by every viewer of a dashboard, kept fresh off the
+/// request path: at most one computation runs at a time, whatever the number of open pages. A
+/// request is served the snapshot there is (the page prints its database time); one older than
+/// `snapshot_max_age` starts one background refresh. Only the very first request, before any
+/// snapshot exists, waits for a computation (`router` starts one at once when it is built inside
+/// a tokio runtime). Every action (POST) recomputes the snapshot before its response, so the
+/// page after it shows its effect.
 #[derive(Debug, Default)]
 pub struct SnapshotCache {
     state: std::sync::Mutex<CacheState>,
@@ -182,16 +184,14 @@ impl SnapshotCache {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Drops the snapshot (after an action).
+    /// Marks the snapshot out of date (after an action): a computation started before this is
+    /// not stored. The old snapshot is still served until [`refresh_now`] replaces it.
     pub fn invalidate(&self) {
         let mut s = self.lock();
-        s.snap = None;
+        if let Some((at, _)) = s.snap.as_mut() {
+            *at -= (*at).elapsed().max(Duration::from_secs(3600));
+        }
         s.generation += 1;
-    }
-
-    fn fresh(&self, max_age: Duration) -> Option<std::sync::Arc<OverviewData>> {
-        let s = self.lock();
-        s.snap.as_ref().filter(|(at, _)| at.elapsed() < max_age).map(|(_, d)| d.clone())
     }
 
     fn store(&self, generation: u64, d: std::sync::Arc<OverviewData>) {
@@ -200,6 +200,15 @@ impl SnapshotCache {
             s.snap = Some((std::time::Instant::now(), d));
         }
     }
+}
+
+/// Computes the overview now and stores it (after an action; at start-up).
+pub async fn refresh_now(st: &crate::Shared) -> Result<std::sync::Arc<OverviewData>> {
+    let _one = st.cache.compute.lock().await;
+    let generation = st.cache.lock().generation;
+    let d = std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?);
+    st.cache.store(generation, d.clone());
+    Ok(d)
 }
 
 /// The overview for a request, through the dashboard's [`SnapshotCache`].
@@ -212,35 +221,25 @@ pub async fn overview_shared(st: &crate::Shared) -> Result<std::sync::Arc<Overvi
     {
         let mut s = cache.lock();
         if let Some((at, d)) = &s.snap {
-            let age = at.elapsed();
-            if age < max_age {
-                return Ok(d.clone());
+            let d = d.clone();
+            if at.elapsed() >= max_age && !s.refreshing {
+                s.refreshing = true;
+                let st = st.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = refresh_now(&st).await {
+                        tracing::warn!(error = %e, "dashboard: overview refresh failed");
+                    }
+                    st.cache.lock().refreshing = false;
+                });
             }
-            if age < max_age * 10 {
-                let d = d.clone();
-                if !s.refreshing {
-                    s.refreshing = true;
-                    let st = st.clone();
-                    tokio::spawn(async move {
-                        let _one = st.cache.compute.lock().await;
-                        let generation = st.cache.lock().generation;
-                        match overview(&*st.backend, st.opts.worker_stale_after).await {
-                            Ok(fresh) => st.cache.store(generation, std::sync::Arc::new(fresh)),
-                            Err(e) => tracing::warn!(error = %e, "dashboard: overview refresh failed"),
-                        }
-                        st.cache.lock().refreshing = false;
-                    });
-                }
-                return Ok(d);
-            }
+            return Ok(d);
         }
     }
+    // No snapshot yet: the first request waits for one (another request may be computing it).
     let _one = cache.compute.lock().await;
-    if let Some(d) = cache.fresh(max_age) {
+    if let Some(d) = cache.lock().snap.as_ref().map(|(_, d)| d.clone()) {
         return Ok(d);
     }
-    let generation = cache.lock().generation;
-    let d = std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?);
-    cache.store(generation, d.clone());
-    Ok(d)
+    drop(_one);
+    refresh_now(st).await
 }

@@ -192,6 +192,17 @@ pub fn router(backend: Arc<dyn Backend>, options: WebOptions) -> Router {
         csrf: csrf::Csrf::new(),
         cache: data::SnapshotCache::default(),
     });
+    // The first snapshot, computed at once when there is a runtime, so no visitor waits for it.
+    if !state.opts.snapshot_max_age.is_zero() {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let st = state.clone();
+            rt.spawn(async move {
+                if let Err(e) = data::refresh_now(&st).await {
+                    tracing::debug!(error = %e, "dashboard: first overview snapshot failed");
+                }
+            });
+        }
+    }
     Router::new()
         .route("/", get(pages::overview))
         .route("/assets/style.css", get(pages::style))
@@ -343,8 +354,13 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
     });
     let mut resp = next.run(req).await;
     if is_post {
-        // The next overview shows the action's effect.
+        // The next overview shows the action's effect: recomputed before the response.
         st.cache.invalidate();
+        if !st.opts.snapshot_max_age.is_zero() {
+            if let Err(e) = data::refresh_now(&st).await {
+                tracing::warn!(error = %e, "dashboard: overview refresh after an action failed");
+            }
+        }
     }
     if set_cookie {
         let path = if base.is_empty() { "/".to_string() } else { base };

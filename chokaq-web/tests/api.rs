@@ -184,8 +184,12 @@ fn mounted(backend: Arc<dyn Backend>, opts: WebOptions) -> Router {
     Router::new().nest(PREFIX, chokaq_web::router(backend, opts))
 }
 
+/// A logged-in session. The overview is computed on every request here
+/// (`snapshot_max_age(ZERO)`), so a case sees what it just wrote; `overview_snapshot` tests the
+/// shared snapshot.
 async fn session(b: &Arc<dyn Backend>) -> Result<Session, String> {
-    Session::new(mounted(b.clone(), WebOptions::new(Auth::bearer(TOKEN))), PREFIX, Some(BEARER)).login().await
+    let opts = WebOptions::new(Auth::bearer(TOKEN)).snapshot_max_age(Duration::ZERO);
+    Session::new(mounted(b.clone(), opts), PREFIX, Some(BEARER)).login().await
 }
 
 // ---- fixtures ---------------------------------------------------------------------------
@@ -906,8 +910,9 @@ async fn real_listener(b: Arc<dyn Backend>) -> TestResult {
     Ok(())
 }
 
-/// The overview is one shared snapshot: served as is while young, dropped by every action,
-/// refreshed in the background once old; `snapshot_max_age(ZERO)` computes it every time.
+/// The overview is one shared snapshot: served as is while young, recomputed by every action
+/// before its response, refreshed in the background once old (the old one is served
+/// meanwhile); `snapshot_max_age(ZERO)` computes it every time.
 async fn overview_snapshot(b: Arc<dyn Backend>) -> TestResult {
     enqueue(&b, "web-s", "web.ok.v1", 3).await?;
     let pending =
@@ -920,7 +925,7 @@ async fn overview_snapshot(b: Arc<dyn Backend>) -> TestResult {
     ensure!(s.get("").await?.body.contains("id=\"total-pending\">3<"), "the page shows the same snapshot");
     ensure_eq!(s.post("/queues/web-s/pause", &[]).await?.status, StatusCode::SEE_OTHER, "pause");
     let v = s.get("/api/overview").await?.json()?;
-    ensure_eq!(v["totals"]["pending"].as_u64(), Some(4), "an action drops the snapshot");
+    ensure_eq!(v["totals"]["pending"].as_u64(), Some(4), "an action recomputes the snapshot");
     ensure_eq!(v["queues"][0]["is_paused"].as_bool(), Some(true), "and the next one shows it");
     // Uncached: every request sees the database.
     let zero = WebOptions::new(Auth::bearer(TOKEN)).snapshot_max_age(Duration::ZERO);
