@@ -42,6 +42,9 @@ enum Fault {
     /// Complete reports Done for a stale lease of a job that is archived (the look-up of the
     /// outcome that stands ignores the lease).
     CompleteStaleIsDone,
+    /// `enqueue_tick` skips the compare-and-set on the schedule row: it inserts the tick's job
+    /// and leaves the uniqueness to the idempotency key (live jobs only).
+    TickSkipsCas,
 }
 
 #[derive(Debug)]
@@ -301,6 +304,25 @@ impl Backend for Broken {
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
     }
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        self.inner.register_schedule(def).await
+    }
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        if self.fault == Some(Fault::TickSkipsCas) {
+            req.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES)?;
+            return Ok(TickOutcome::Enqueued(self.inner.enqueue(req.job.clone()).await?));
+        }
+        self.inner.enqueue_tick(req).await
+    }
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.inner.list_schedules().await
+    }
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        self.inner.set_schedule_enabled(name, enabled).await
+    }
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        self.inner.mark_stale_schedules(group, live).await
+    }
 }
 
 #[async_trait]
@@ -443,4 +465,9 @@ async fn printed_suite_counts_failures() {
     let s = chokaq_conformance::run_suite(clean, Some("lease_"), None, 2).await;
     assert_eq!(s.failed, 0);
     assert!(s.passed >= 10, "{s:?}");
+}
+
+#[tokio::test]
+async fn a_tick_without_the_compare_and_set_is_caught() {
+    assert_caught(Fault::TickSkipsCas, &["periodic_tick_after_archive_is_not_enqueued_again"]).await;
 }

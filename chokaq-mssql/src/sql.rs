@@ -30,6 +30,7 @@ mod admin;
 mod claim;
 mod migrate;
 mod moves;
+mod periodic;
 mod support;
 
 /// The session options every pooled connection gets once, as a plain batch (so they stick;
@@ -109,6 +110,12 @@ pub(crate) struct Statements {
     pub(crate) presence_many: String,
     pub(crate) kill_connections: String,
     pub(crate) drop_schema: String,
+    pub(crate) schedule_register: String,
+    pub(crate) schedule_get: String,
+    pub(crate) schedule_list: String,
+    pub(crate) schedule_set_enabled: String,
+    pub(crate) schedule_mark_stale: String,
+    pub(crate) enqueue_tick: String,
 }
 
 impl Statements {
@@ -145,6 +152,12 @@ impl Statements {
             presence_many: r(support::PRESENCE_MANY)?,
             kill_connections: r(support::KILL_CONNECTIONS)?,
             drop_schema: r(support::DROP_SCHEMA)?,
+            schedule_register: r(periodic::SCHEDULE_REGISTER)?,
+            schedule_get: r(periodic::SCHEDULE_GET)?,
+            schedule_list: r(periodic::SCHEDULE_LIST)?,
+            schedule_set_enabled: r(periodic::SCHEDULE_SET_ENABLED)?,
+            schedule_mark_stale: r(periodic::SCHEDULE_MARK_STALE)?,
+            enqueue_tick: r(&periodic::enqueue_tick())?,
         })
     }
 
@@ -182,6 +195,12 @@ impl Statements {
             ("presence_many", self.presence_many.clone()),
             ("kill_connections", self.kill_connections.clone()),
             ("drop_schema", self.drop_schema.clone()),
+            ("schedule_register", self.schedule_register.clone()),
+            ("schedule_get", self.schedule_get.clone()),
+            ("schedule_list", self.schedule_list.clone()),
+            ("schedule_set_enabled", self.schedule_set_enabled.clone()),
+            ("schedule_mark_stale", self.schedule_mark_stale.clone()),
+            ("enqueue_tick", self.enqueue_tick.clone()),
             ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")?),
         ])
     }
@@ -219,7 +238,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 32);
+        assert_eq!(all.len(), 38);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();

@@ -31,6 +31,7 @@ mod enqueue;
 mod error;
 mod listen;
 mod migrate;
+mod periodic;
 mod rows;
 mod sql;
 #[cfg(feature = "testing")]

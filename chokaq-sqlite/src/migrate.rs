@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -113,6 +113,22 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     // Version 2: version 1's key index over the whole file (keys now scoped per queue).
     ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
+    // Version 3: periodic jobs (docs/periodic.md). Ticks are whole seconds, stored as
+    // microseconds like every other time; `last_enqueued_tick` only ever grows.
+    (
+        "migrate_schedules",
+        "CREATE TABLE IF NOT EXISTS {schema}.schedules (\
+         name TEXT NOT NULL PRIMARY KEY, \
+         spec TEXT NOT NULL, \
+         time_zone TEXT NOT NULL, \
+         group_name TEXT NOT NULL, \
+         next_tick INTEGER, \
+         last_enqueued_tick INTEGER, \
+         enabled INTEGER NOT NULL DEFAULT 1, \
+         stale INTEGER NOT NULL DEFAULT 0, \
+         created_at INTEGER NOT NULL, \
+         updated_at INTEGER NOT NULL)",
+    ),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

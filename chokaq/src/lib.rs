@@ -20,6 +20,7 @@ mod client;
 mod connect;
 mod job;
 pub mod metrics_names;
+pub mod periodic;
 mod registry;
 mod signal;
 mod worker;

@@ -21,6 +21,7 @@ mod lifecycle;
 mod notify;
 mod outcome;
 mod pause;
+mod periodic;
 mod rescue;
 mod retry;
 mod schedule;
@@ -28,6 +29,7 @@ mod stats;
 mod stress;
 
 pub use bad_input::NASTY;
+pub(crate) use periodic::run_scheduler;
 
 /// How a case ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +178,7 @@ groups!(
     outcome,
     isolation,
     hostile,
+    periodic,
 );
 
 /// The names of every case.
