@@ -367,13 +367,20 @@ mod tests {
         let hourly = Interval::new(Duration::from_secs(3600)).unwrap();
         let last = Some(at("2026-01-01T00:00:00Z"));
         let now = at("2026-01-01T05:30:00Z");
-        assert_eq!(missed_ticks(&hourly, last, now, MissedTickPolicy::Skip), vec![]);
+        assert_eq!(missed_ticks(&hourly, last, now, MissedTickPolicy::Skip), Vec::<Timestamp>::new());
         assert_eq!(missed_ticks(&hourly, last, now, MissedTickPolicy::RunOnce), vec![at("2026-01-01T05:00:00Z")]);
         let all = missed_ticks(&hourly, last, now, MissedTickPolicy::RunAll { window: Duration::from_secs(3 * 3600) });
         assert_eq!(all, vec![at("2026-01-01T03:00:00Z"), at("2026-01-01T04:00:00Z"), at("2026-01-01T05:00:00Z")]);
         let wide = MissedTickPolicy::RunAll { window: Duration::from_secs(100 * 3600) };
         assert_eq!(missed_ticks(&hourly, last, now, wide).len(), 5, "never at or before last");
-        assert_eq!(missed_ticks(&hourly, None, now, MissedTickPolicy::RunOnce), vec![], "a new schedule");
-        assert_eq!(missed_ticks(&hourly, Some(at("2026-01-01T05:00:00Z")), now, MissedTickPolicy::RunOnce), vec![]);
+        assert_eq!(
+            missed_ticks(&hourly, None, now, MissedTickPolicy::RunOnce),
+            Vec::<Timestamp>::new(),
+            "a new schedule"
+        );
+        assert_eq!(
+            missed_ticks(&hourly, Some(at("2026-01-01T05:00:00Z")), now, MissedTickPolicy::RunOnce),
+            Vec::<Timestamp>::new()
+        );
     }
 }

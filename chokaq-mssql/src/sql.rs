@@ -629,6 +629,12 @@ mod tests {
             ("presence_many", 1),
             ("kill_connections", 1),
             ("drop_schema", 0),
+            ("schedule_register", 6),
+            ("schedule_get", 1),
+            ("schedule_list", 0),
+            ("schedule_set_enabled", 2),
+            ("schedule_mark_stale", 2),
+            ("enqueue_tick", 6),
             ("ensure_test_database", 2),
         ];
         let all = all_statements("chokaq").unwrap();

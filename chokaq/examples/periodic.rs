@@ -42,7 +42,12 @@ async fn main() -> ExitCode {
     let url = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => url,
         _ => {
-            if let Err(e) = std::fs::create_dir_all(&dir) {
+            // Owner-only (0700 on Unix), as the quickstart's: the job database holds payloads.
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            if let Err(e) = builder.create(&dir) {
                 eprintln!("error: cannot create a temporary directory: {e}");
                 return ExitCode::FAILURE;
             }

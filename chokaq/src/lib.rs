@@ -92,6 +92,9 @@ mod backend_doc_snippets {
     #[doc = include_str!("../../docs/performance.md")]
     struct Performance;
 
+    #[doc = include_str!("../../docs/periodic.md")]
+    struct Periodic;
+
     #[doc = include_str!("../../docs/postgres.md")]
     struct Postgres;
 

@@ -135,3 +135,35 @@ END;
 pub(super) fn enqueue_tick() -> String {
     super::claim::ENQUEUE.replacen("BEGIN TRANSACTION;\n", TICK_CAS, 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Statements;
+
+    fn at(s: &str, needle: &str) -> usize {
+        s.find(needle).unwrap_or_else(|| panic!("{needle:?} not found"))
+    }
+
+    /// The tick's compare-and-set and the job's insert are one transaction: the CAS replaces
+    /// the enqueue's only `BEGIN TRANSACTION`, before the key locks and the insert; a call that
+    /// did not win an enabled row commits and returns before inserting.
+    #[test]
+    fn enqueue_tick_is_the_cas_then_the_enqueue_in_one_transaction() {
+        let st = Statements::new("chokaq").unwrap();
+        let t = &st.enqueue_tick;
+        assert_eq!(t.matches("BEGIN TRANSACTION;").count(), 1);
+        assert_eq!(st.enqueue.matches("BEGIN TRANSACTION;").count(), 1);
+        let cas = at(t, "UPDATE s\nSET s.[LastEnqueuedTickUtc] = @Tick");
+        assert!(at(t, "BEGIN TRANSACTION;") < cas);
+        assert!(cas < at(t, "INNER LOOP JOIN") && cas < at(t, "INSERT INTO [chokaq].[JobsHot]"));
+        assert!(t.contains("WITH (ROWLOCK, READCOMMITTEDLOCK)"), "a locking read, also under RCSI");
+        assert!(t.contains("(s.[LastEnqueuedTickUtc] IS NULL OR s.[LastEnqueuedTickUtc] < @Tick)"));
+        assert!(at(t, "RETURN;") < at(t, "INSERT INTO [chokaq].[JobsHot]"));
+        // Everything else of the enqueue is unchanged.
+        assert_eq!(t.replace(&super::TICK_CAS.replace("{schema}", "[chokaq]"), "BEGIN TRANSACTION;\n"), st.enqueue);
+        // Registration: the key-range lock of a missing name, then the row as it is.
+        let r = &st.schedule_register;
+        assert_eq!(r.matches("WITH (UPDLOCK, HOLDLOCK)").count(), 2);
+        assert!(at(r, "COMMIT TRANSACTION;") < at(r, "SELECT s.[Name]"));
+    }
+}
