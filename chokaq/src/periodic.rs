@@ -421,11 +421,13 @@ async fn run_loop(
         if now - tick > late_limit {
             // Frozen or starved: the ticks slept through are missed ticks, as on a restart.
             tracing::warn!(schedule = %s.def.name, %tick, "scheduler woke up late; applying the missed-tick policy");
-            let last = match backend.register_schedule(&ScheduleDef { next_tick: None, ..s.def.clone() }).await {
-                Ok(row) => row.last_enqueued_tick,
+            // Read the row, not register it: registering would clear a stale mark.
+            let last = match backend.list_schedules().await {
+                Ok(rows) => rows.into_iter().find(|r| r.name == s.def.name).and_then(|r| r.last_enqueued_tick),
                 Err(e) => {
-                    tracing::error!(schedule = %s.def.name, error = %e, "re-registering failed; schedule stops");
-                    return;
+                    tracing::warn!(schedule = %s.def.name, error = %e, "reading the schedule failed; skipping ahead");
+                    cursor = now;
+                    continue;
                 }
             };
             match catch_up(&*backend, &s, last, now).await {
