@@ -13,7 +13,6 @@ use chokaq_core::{
     MissedTickPolicy, NewJob, QueueName, ScheduleDef, TickOutcome, TickRequest, TickSource, Timestamp, WorkerId,
 };
 
-use crate::cases::Outcome;
 use crate::child::ChildLine;
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -26,7 +25,6 @@ super::cases!(
     conflicting_spec_is_an_error,
     pause_and_stale_refuse_ticks,
     bad_input_is_rejected,
-    tick_race_repeatable_read_default,
 );
 
 /// The number of schedulers of the exactly-once case.
@@ -409,42 +407,3 @@ pub async fn bad_input_is_rejected(cx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Eight concurrent tries of each of 20 ticks, through sessions whose role defaults to
-/// REPEATABLE READ ([`chokaq_core::testing::TestSupport::with_repeatable_read_default`]): each
-/// tick is won exactly once (a compare-and-set that read an old snapshot must not win a tick
-/// a second time). Ignored where the database has no such default to set.
-pub async fn tick_race_repeatable_read_default(cx: Ctx) -> Result<Outcome, Failure> {
-    let Some(rr) = cx.backend.with_repeatable_read_default().await? else {
-        return Ok(Outcome::Ignored("the database has no default isolation level to set".into()));
-    };
-    let q = cx.queue();
-    let name = schedule_name(&cx, "rr");
-    let src = every_second();
-    let def = def_of(&name, &src, &name);
-    rr.register_schedule(&def).await?;
-    let base = chrono::Utc::now().timestamp() - 100;
-    let mut wins = 0;
-    for t in base..base + 20 {
-        let mut tries = tokio::task::JoinSet::new();
-        for _ in 0..8 {
-            let (rr, def, q) = (rr.clone(), def.clone(), q.clone());
-            tries.spawn(async move {
-                let req = request(&def, &every_second(), &q, secs(t)?);
-                Ok::<_, Failure>(rr.enqueue_tick(&req).await?)
-            });
-        }
-        let mut won = 0;
-        while let Some(r) = tries.join_next().await {
-            match r.map_err(|e| Failure(format!("try panicked: {e}")))?? {
-                TickOutcome::Enqueued(_) => won += 1,
-                TickOutcome::Taken { .. } => {}
-                other => return Err(format!("tick {t}: unexpected outcome {other:?}").into()),
-            }
-        }
-        ensure_eq!(won, 1, "tick {t}: tries that won");
-        wins += won;
-    }
-    ensure_eq!(wins, 20, "ticks won");
-    ensure_eq!(jobs_by_key(&cx, &q).await?.len(), 20, "jobs");
-    Ok(Outcome::Passed)
-}
