@@ -406,4 +406,3 @@ pub async fn bad_input_is_rejected(cx: Ctx) -> CaseResult {
     ensure_eq!(jobs_by_key(&cx, &q).await?.len(), 0, "jobs");
     Ok(())
 }
-
