@@ -631,9 +631,14 @@ mod tests {
         let mut got = keys(&*b).await;
         got.sort();
         assert_eq!(got, vec![tick_key("t.hourly", before), tick_key("t.hourly", latest)]);
-        let rows = b.list_schedules().await.unwrap();
+        let client = crate::Client::new(b.clone());
+        let rows = client.schedules().await.unwrap();
         let old = rows.iter().find(|r| r.name == "t.old").unwrap();
         assert!(old.stale, "an undeclared schedule of the group is marked stale");
+        assert!(!client.pause_schedule("t.hourly").await.unwrap().enabled);
+        assert!(client.resume_schedule("t.hourly").await.unwrap().enabled);
+        let missing = client.pause_schedule("t.none").await.unwrap_err();
+        assert_eq!(missing.kind(), ErrorKind::NotFound);
         stop.cancel();
     }
 
