@@ -218,4 +218,19 @@ impl Backend for Timed {
     ) -> chokaq::core::Result<Vec<chokaq::core::ThroughputBucket>> {
         self.inner.throughput(params).await
     }
+    async fn register_schedule(&self, def: &chokaq::core::ScheduleDef) -> Result<chokaq::core::ScheduleRow> {
+        self.inner.register_schedule(def).await
+    }
+    async fn enqueue_tick(&self, req: &chokaq::core::TickRequest) -> Result<chokaq::core::TickOutcome> {
+        self.inner.enqueue_tick(req).await
+    }
+    async fn list_schedules(&self) -> Result<Vec<chokaq::core::ScheduleRow>> {
+        self.inner.list_schedules().await
+    }
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<chokaq::core::ScheduleRow> {
+        self.inner.set_schedule_enabled(name, enabled).await
+    }
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        self.inner.mark_stale_schedules(group, live).await
+    }
 }

@@ -12,12 +12,18 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::ctx::{ChildLauncher, Failure};
 use crate::harness::Harness;
 
-/// Env var that turns a process into a child worker: `claim-all` or `hold`.
+/// Env var that turns a process into a child worker: `claim-all`, `hold` or `scheduler`.
 pub const ENV_CHILD_ROLE: &str = "CHOKAQ_CONFORMANCE_CHILD";
 /// Env var: the queue the child works on.
 pub const ENV_CHILD_QUEUE: &str = "CHOKAQ_CONFORMANCE_CHILD_QUEUE";
 /// Env var: the claim batch size of a `claim-all` child.
 pub const ENV_CHILD_BATCH: &str = "CHOKAQ_CONFORMANCE_CHILD_BATCH";
+/// Env var: the schedule name of a `scheduler` child.
+pub const ENV_CHILD_SCHEDULE: &str = "CHOKAQ_CONFORMANCE_CHILD_SCHEDULE";
+/// Env var: the first tick (Unix seconds) of a `scheduler` child.
+pub const ENV_CHILD_FIRST_TICK: &str = "CHOKAQ_CONFORMANCE_CHILD_FIRST_TICK";
+/// Env var: how many ticks (one a second) a `scheduler` child enqueues.
+pub const ENV_CHILD_TICKS: &str = "CHOKAQ_CONFORMANCE_CHILD_TICKS";
 
 /// If this process is a child worker, runs its role and returns the exit code.
 pub fn maybe_run_child<H: Harness + ?Sized>(rt: &tokio::runtime::Runtime, harness: &H) -> Option<ExitCode> {
@@ -87,6 +93,24 @@ async fn child_main<H: Harness + ?Sized>(harness: &H, role: &str) -> Result<(), 
             tokio::time::sleep(Duration::from_secs(300)).await;
             Ok(())
         }
+        "scheduler" => {
+            let env = |k: &str| std::env::var(k).map_err(|_| Failure(format!("{k} not set")));
+            let name = env(ENV_CHILD_SCHEDULE)?;
+            let num = |k: &str| -> Result<i64, Failure> {
+                env(k)?.parse().map_err(|e| Failure(format!("{k} is not a number: {e}")))
+            };
+            let (first, ticks) = (num(ENV_CHILD_FIRST_TICK)?, num(ENV_CHILD_TICKS)?);
+            writeln!(out, "ready").ok();
+            out.flush().ok();
+            crate::cases::run_scheduler(&*backend, &name, &queue, first, ticks, |t, won| {
+                writeln!(out, "tick {t} {}", u8::from(won)).ok();
+                out.flush().ok();
+            })
+            .await?;
+            writeln!(out, "done").ok();
+            out.flush().ok();
+            Ok(())
+        }
         other => Err(Failure(format!("unknown child role {other:?}"))),
     }
 }
@@ -98,6 +122,8 @@ pub enum ChildLine {
     Claimed(JobId, Lease),
     Held(JobId, Lease),
     Lost(JobId),
+    /// A `scheduler` child's attempt at a tick (Unix seconds) and whether it won it.
+    Tick(i64, bool),
     Done,
     Error(String),
 }
@@ -126,6 +152,16 @@ pub fn parse_line(line: &str) -> Result<ChildLine, Failure> {
             ChildLine::Held(id, l)
         }
         "lost" => ChildLine::Lost(line.trim_start_matches("lost").trim().parse()?),
+        "tick" => {
+            let t: i64 =
+                parts.next().and_then(|v| v.parse().ok()).ok_or_else(|| Failure(format!("bad tick line {line:?}")))?;
+            let won = match parts.next() {
+                Some("1") => true,
+                Some("0") => false,
+                _ => return Err(Failure(format!("bad tick line {line:?}"))),
+            };
+            ChildLine::Tick(t, won)
+        }
         "done" => ChildLine::Done,
         "error" => ChildLine::Error(line.trim_start_matches("error").trim().to_string()),
         other => return Err(Failure(format!("unexpected child output {other:?} in {line:?}"))),
@@ -142,7 +178,19 @@ pub struct ChildProc {
 impl ChildLauncher {
     /// Starts a child with `role` on `queue`.
     pub fn spawn(&self, role: &str, queue: &QueueName, batch: u32) -> Result<ChildProc, Failure> {
+        self.spawn_with(role, queue, batch, &[])
+    }
+
+    /// [`ChildLauncher::spawn`] with more environment variables.
+    pub fn spawn_with(
+        &self,
+        role: &str,
+        queue: &QueueName,
+        batch: u32,
+        extra: &[(&str, String)],
+    ) -> Result<ChildProc, Failure> {
         let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.envs(extra.iter().map(|(k, v)| (*k, v.as_str())));
         cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env(ENV_CHILD_ROLE, role)
             .env(ENV_CHILD_QUEUE, queue.as_str())

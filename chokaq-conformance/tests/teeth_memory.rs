@@ -48,6 +48,9 @@ enum Fault {
     PruneIgnoresAge,
     /// Throughput for one queue counts every queue.
     ThroughputIgnoresQueue,
+    /// `enqueue_tick` skips the compare-and-set on the schedule row: it inserts the tick's job
+    /// and leaves the uniqueness to the idempotency key (live jobs only).
+    TickSkipsCas,
 }
 
 #[derive(Debug)]
@@ -334,6 +337,25 @@ impl Backend for Broken {
         }
         self.inner.throughput(params).await
     }
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        self.inner.register_schedule(def).await
+    }
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        if self.fault == Some(Fault::TickSkipsCas) {
+            req.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES)?;
+            return Ok(TickOutcome::Enqueued(self.inner.enqueue(req.job.clone()).await?));
+        }
+        self.inner.enqueue_tick(req).await
+    }
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.inner.list_schedules().await
+    }
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        self.inner.set_schedule_enabled(name, enabled).await
+    }
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        self.inner.mark_stale_schedules(group, live).await
+    }
 }
 
 #[async_trait]
@@ -497,4 +519,9 @@ async fn a_prune_that_ignores_age_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_throughput_that_ignores_the_queue_is_caught() {
     assert_caught(Fault::ThroughputIgnoresQueue, &["workers_throughput_counts_per_minute"]).await;
+}
+
+#[tokio::test]
+async fn a_tick_without_the_compare_and_set_is_caught() {
+    assert_caught(Fault::TickSkipsCas, &["periodic_tick_after_archive_is_not_enqueued_again"]).await;
 }

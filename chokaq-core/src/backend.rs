@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use crate::{
     BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, FailAction, FailOutcome, Fenced,
     HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName,
-    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket,
-    ThroughputParams, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot,
+    ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 
 /// The contract every backend implements: the operations of the behaviour contract, each one
@@ -135,6 +135,35 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// finish-time index (never a full scan). Minutes with none are left out. Ordered by
     /// minute, then queue.
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>>;
+
+    // ---- Periodic jobs (the schedules table) ----------------------------------------------
+    // Issue 15: leaderless periodic jobs; see docs/periodic.md. Every backend implements these.
+
+    /// Upserts a schedule by name and returns its row. A row with the same spec, time zone
+    /// and group is kept (its `enabled` and `last_enqueued_tick` too) and loses its stale mark;
+    /// a row holding another definition is taken over only if it is stale or `def.replace` is
+    /// set, else the call fails with [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) and
+    /// writes nothing.
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow>;
+
+    /// Enqueues one tick, in one transaction: advances the row's `last_enqueued_tick` to
+    /// `req.tick` only if the row is not stale, holds `req.spec`/`req.time_zone` and records no
+    /// tick at or after it (compare-and-set), and only then, if the row is enabled, inserts
+    /// `req.job` (key [`tick_key`](crate::tick_key)). Any number of processes may call it for
+    /// the same tick: exactly one wins it ([`TickOutcome::Enqueued`], or
+    /// [`TickOutcome::Paused`] for a paused row).
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome>;
+
+    /// Every schedule row, by name.
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>>;
+
+    /// Pauses (`false`) or resumes (`true`) one schedule; its row, or
+    /// [`ErrorKind::NotFound`](crate::ErrorKind::NotFound).
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow>;
+
+    /// Marks stale every row of `group` whose name is not in `live` (at most
+    /// [`MAX_LIVE_SCHEDULES`](crate::MAX_LIVE_SCHEDULES) names); how many rows it marked.
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64>;
 }
 
 /// Conveniences over [`Backend`]; implemented for every backend, never by hand.
@@ -271,5 +300,20 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
         (**self).throughput(params).await
+    }
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        (**self).register_schedule(def).await
+    }
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        (**self).enqueue_tick(req).await
+    }
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        (**self).list_schedules().await
+    }
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        (**self).set_schedule_enabled(name, enabled).await
+    }
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        (**self).mark_stale_schedules(group, live).await
     }
 }

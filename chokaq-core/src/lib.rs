@@ -19,6 +19,7 @@ mod list;
 mod maintenance;
 pub mod memory;
 mod outcome;
+mod periodic;
 mod process;
 mod queue;
 mod retry;
@@ -39,6 +40,12 @@ pub use maintenance::{
     PurgeParams, PurgeTarget, RescueParams, RescueReport, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
 pub use outcome::{BatchOutcome, CancelOutcome, FailAction, FailOutcome, Fenced, HeartbeatReport, RequeueOutcome};
+pub use periodic::{
+    missed_ticks, tick_key, ticks_between, validate_live_schedules, validate_schedule_name, validate_tick, Interval,
+    MissedTickPolicy, ScheduleDef, ScheduleRow, TickOutcome, TickRequest, TickSource, DEFAULT_SCHEDULE_GROUP,
+    MAX_CATCH_UP_TICKS, MAX_INTERVAL, MAX_LIVE_SCHEDULES, MAX_SCHEDULE_GROUP_LEN, MAX_SCHEDULE_NAME_LEN,
+    MAX_SCHEDULE_SPEC_LEN, MAX_TIME_ZONE_LEN, MIN_INTERVAL,
+};
 pub use process::{
     ThroughputBucket, ThroughputParams, WorkerProcess, WorkerRegistration, MAX_HOST_LEN, MAX_THROUGHPUT_WINDOW,
     MAX_WORKER_QUEUES,

@@ -639,6 +639,28 @@ impl Backend for MssqlBackend {
     async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {
         async move { Ok(None) }.await.map_err(|e: chokaq_core::Error| e.with_operation("wakeups"))
     }
+
+    // ---- Periodic jobs (the schedules table) ----
+
+    async fn register_schedule(&self, def: &chokaq_core::ScheduleDef) -> Result<chokaq_core::ScheduleRow> {
+        self.register_schedule_impl(def).await.map_err(|e| e.with_operation("register_schedule"))
+    }
+
+    async fn enqueue_tick(&self, req: &chokaq_core::TickRequest) -> Result<chokaq_core::TickOutcome> {
+        self.enqueue_tick_impl(req).await.map_err(|e| e.with_operation("enqueue_tick"))
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<chokaq_core::ScheduleRow>> {
+        self.list_schedules_impl().await.map_err(|e| e.with_operation("list_schedules"))
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<chokaq_core::ScheduleRow> {
+        self.set_schedule_enabled_impl(name, enabled).await.map_err(|e| e.with_operation("set_schedule_enabled"))
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        self.mark_stale_schedules_impl(group, live).await.map_err(|e| e.with_operation("mark_stale_schedules"))
+    }
 }
 
 #[cfg(test)]

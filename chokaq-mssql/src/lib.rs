@@ -17,6 +17,7 @@ mod config;
 mod connstr;
 mod error;
 mod migrate;
+mod periodic;
 mod pool;
 mod rows;
 mod sql;

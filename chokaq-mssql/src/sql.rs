@@ -30,6 +30,7 @@ mod admin;
 mod claim;
 mod migrate;
 mod moves;
+mod periodic;
 mod support;
 mod workers;
 
@@ -119,6 +120,12 @@ pub(crate) struct Statements {
     pub(crate) throughput_queue: String,
     pub(crate) force_worker_seen: String,
     pub(crate) force_finished_at: String,
+    pub(crate) schedule_register: String,
+    pub(crate) schedule_get: String,
+    pub(crate) schedule_list: String,
+    pub(crate) schedule_set_enabled: String,
+    pub(crate) schedule_mark_stale: String,
+    pub(crate) enqueue_tick: String,
 }
 
 impl Statements {
@@ -164,6 +171,12 @@ impl Statements {
             throughput_queue: r(workers::THROUGHPUT_QUEUE)?,
             force_worker_seen: r(workers::FORCE_WORKER_SEEN)?,
             force_finished_at: r(workers::FORCE_FINISHED_AT)?,
+            schedule_register: r(periodic::SCHEDULE_REGISTER)?,
+            schedule_get: r(periodic::SCHEDULE_GET)?,
+            schedule_list: r(periodic::SCHEDULE_LIST)?,
+            schedule_set_enabled: r(periodic::SCHEDULE_SET_ENABLED)?,
+            schedule_mark_stale: r(periodic::SCHEDULE_MARK_STALE)?,
+            enqueue_tick: r(&periodic::enqueue_tick())?,
         })
     }
 
@@ -210,6 +223,12 @@ impl Statements {
             ("throughput_queue", self.throughput_queue.clone()),
             ("force_worker_seen", self.force_worker_seen.clone()),
             ("force_finished_at", self.force_finished_at.clone()),
+            ("schedule_register", self.schedule_register.clone()),
+            ("schedule_get", self.schedule_get.clone()),
+            ("schedule_list", self.schedule_list.clone()),
+            ("schedule_set_enabled", self.schedule_set_enabled.clone()),
+            ("schedule_mark_stale", self.schedule_mark_stale.clone()),
+            ("enqueue_tick", self.enqueue_tick.clone()),
             ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")?),
         ])
     }
@@ -247,7 +266,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 41);
+        assert_eq!(all.len(), 47);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -653,6 +672,12 @@ mod tests {
             ("throughput_queue", 2),
             ("force_worker_seen", 2),
             ("force_finished_at", 2),
+            ("schedule_register", 6),
+            ("schedule_get", 1),
+            ("schedule_list", 0),
+            ("schedule_set_enabled", 2),
+            ("schedule_mark_stale", 2),
+            ("enqueue_tick", 6),
             ("ensure_test_database", 2),
         ];
         let all = all_statements("chokaq").unwrap();

@@ -13,9 +13,9 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
     Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobTable,
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket, ThroughputParams, Timestamp,
-    TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
-    DEFAULT_ZOMBIE_TIMEOUT,
+    RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams,
+    TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -852,5 +852,27 @@ impl Backend for PgBackend {
         }
         .await
         .map_err(|e: Error| e.with_operation("wakeups"))
+    }
+
+    // ---- Periodic jobs (the schedules table) ----
+
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        self.register_schedule_impl(def).await.map_err(|e: Error| e.with_operation("register_schedule"))
+    }
+
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        self.enqueue_tick_impl(req).await.map_err(|e: Error| e.with_operation("enqueue_tick"))
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.list_schedules_impl().await.map_err(|e: Error| e.with_operation("list_schedules"))
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        self.set_schedule_enabled_impl(name, enabled).await.map_err(|e: Error| e.with_operation("set_schedule_enabled"))
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        self.mark_stale_schedules_impl(group, live).await.map_err(|e: Error| e.with_operation("mark_stale_schedules"))
     }
 }

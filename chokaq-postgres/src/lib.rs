@@ -32,6 +32,7 @@ mod error;
 mod listen;
 mod migrate;
 mod notify;
+mod periodic;
 mod rows;
 mod sql;
 #[cfg(feature = "testing")]

@@ -36,6 +36,7 @@ migrations! {
     2, "complete_and_claim", "0002_complete_and_claim";
     4, "harden", "0004_harden";
     5, "hot_heartbeats", "0005_hot_heartbeats";
+    6, "schedules", "0006_schedules";
     7, "workers", "0007_workers";
     8, "fetched_timeout", "0008_fetched_timeout";
 }

@@ -13,8 +13,8 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued,
     FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob,
     PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt,
-    StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision, Wake, Wakeups, WorkerId, WorkerProcess,
-    WorkerRegistration,
+    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
+    TimestampPrecision, Wake, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -24,7 +24,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_err;
 use crate::rows::{self, clean_error, dur_us, now_us, ts_us};
 use crate::sql::{Statements, MAIN};
-use crate::{admin, claim, inspect, lease, migrate, workers};
+use crate::{admin, claim, inspect, lease, migrate, periodic, workers};
 
 /// A transaction on one of the pools.
 pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -356,5 +356,37 @@ impl Backend for SqliteBackend {
         async move { Ok(Some(Wakeups::new(self.wake.subscribe()))) }
             .await
             .map_err(|e: chokaq_core::Error| e.with_operation("wakeups"))
+    }
+
+    // ---- Periodic jobs (the schedules table) ----
+
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        async move { periodic::register(self, def).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("register_schedule"))
+    }
+
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        async move { periodic::enqueue_tick(self, req).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_tick"))
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        async move { periodic::list(self).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("list_schedules"))
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        async move { periodic::set_enabled(self, name, enabled).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("set_schedule_enabled"))
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        async move { periodic::mark_stale(self, group, live).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("mark_stale_schedules"))
     }
 }

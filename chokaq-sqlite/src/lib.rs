@@ -44,6 +44,7 @@ mod error;
 mod inspect;
 mod lease;
 mod migrate;
+mod periodic;
 mod rows;
 mod sql;
 #[cfg(feature = "testing")]

@@ -113,6 +113,22 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     // Version 2: version 1's key index over the whole file (keys now scoped per queue).
     ("migrate_drop_global_idem", "DROP INDEX IF EXISTS {schema}.jobs_hot_idem"),
+    // Version 3: periodic jobs (docs/periodic.md). Ticks are whole seconds, stored as
+    // microseconds like every other time; `last_enqueued_tick` only ever grows.
+    (
+        "migrate_schedules",
+        "CREATE TABLE IF NOT EXISTS {schema}.schedules (\
+         name TEXT NOT NULL PRIMARY KEY, \
+         spec TEXT NOT NULL, \
+         time_zone TEXT NOT NULL, \
+         group_name TEXT NOT NULL, \
+         next_tick INTEGER, \
+         last_enqueued_tick INTEGER, \
+         enabled INTEGER NOT NULL DEFAULT 1, \
+         stale INTEGER NOT NULL DEFAULT 0, \
+         created_at INTEGER NOT NULL, \
+         updated_at INTEGER NOT NULL)",
+    ),
     // Version 4: live worker processes, one row each, upserted with every heartbeat (queues
     // as a JSON array of names), and the index throughput reads (a covering range: finish
     // time, then the queue, so no row of the table is visited).

@@ -112,6 +112,7 @@ impl TestSupport for SqliteBackend {
             &sql.drop_counters,
             &sql.drop_versions,
             &sql.drop_workers,
+            &sql.drop_schedules,
         ] {
             sqlx::query(drop).execute(&mut *tx).await.map_err(map_err)?;
         }

@@ -222,6 +222,23 @@ impl<B: Backend> Client<B> {
     pub async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
         self.backend.get_job(id).await
     }
+
+    /// Every periodic schedule's row, by name (`docs/periodic.md`): spec, time zone, next and
+    /// last enqueued tick, paused, stale.
+    pub async fn schedules(&self) -> Result<Vec<chokaq_core::ScheduleRow>> {
+        self.backend.list_schedules().await
+    }
+
+    /// Pauses a periodic schedule: its ticks pass without a job until it is resumed (and are
+    /// not caught up). An unknown name is [`ErrorKind::NotFound`](chokaq_core::ErrorKind::NotFound).
+    pub async fn pause_schedule(&self, name: &str) -> Result<chokaq_core::ScheduleRow> {
+        self.backend.set_schedule_enabled(name, false).await
+    }
+
+    /// Resumes a paused periodic schedule from its next tick.
+    pub async fn resume_schedule(&self, name: &str) -> Result<chokaq_core::ScheduleRow> {
+        self.backend.set_schedule_enabled(name, true).await
+    }
 }
 
 /// Adds the enqueued jobs that are not duplicates to the per-queue metric.

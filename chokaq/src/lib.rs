@@ -20,6 +20,7 @@ mod client;
 mod connect;
 mod job;
 pub mod metrics_names;
+pub mod periodic;
 mod registry;
 mod signal;
 mod worker;
@@ -90,6 +91,9 @@ mod backend_doc_snippets {
 
     #[doc = include_str!("../../docs/performance.md")]
     struct Performance;
+
+    #[doc = include_str!("../../docs/periodic.md")]
+    struct Periodic;
 
     #[doc = include_str!("../../docs/postgres.md")]
     struct Postgres;

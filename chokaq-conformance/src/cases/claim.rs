@@ -274,7 +274,7 @@ pub async fn race_processes_no_duplicates(cx: Ctx) -> CaseResult {
                     ChildLine::Done => done = true,
                     ChildLine::Lost(id) => return Err(Failure(format!("child lost the lease of {id}"))),
                     ChildLine::Error(e) => return Err(Failure(format!("child failed: {e}"))),
-                    ChildLine::Ready | ChildLine::Held(..) => {}
+                    ChildLine::Ready | ChildLine::Held(..) | ChildLine::Tick(..) => {}
                 }
             }
             let status = p.child.wait().await.map_err(|e| Failure(format!("waiting for child: {e}")))?;

@@ -21,6 +21,7 @@ mod lifecycle;
 mod notify;
 mod outcome;
 mod pause;
+mod periodic;
 mod rescue;
 mod retry;
 mod schedule;
@@ -29,6 +30,7 @@ mod stress;
 mod workers;
 
 pub use bad_input::NASTY;
+pub(crate) use periodic::run_scheduler;
 
 /// How a case ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +180,7 @@ groups!(
     isolation,
     hostile,
     workers,
+    periodic,
 );
 
 /// The names of every case.

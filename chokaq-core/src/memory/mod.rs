@@ -20,9 +20,9 @@ use crate::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
     Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobLocation, JobPage,
     JobRecord, JobStatus, JobTable, Lease, LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl,
-    QueueName, QueueSettings, QueueStats, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, StatsSnapshot,
-    ThroughputBucket, ThroughputParams, Timestamp, TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration,
-    ZombiePolicy,
+    QueueName, QueueSettings, QueueStats, RequeueOutcome, RescueParams, RescueReport, Result, RunAt, ScheduleDef,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, Timestamp,
+    TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration, ZombiePolicy,
 };
 
 #[derive(Debug, Default)]
@@ -33,6 +33,7 @@ struct Store {
     queues: HashMap<QueueName, QueueSettings>,
     workers: HashMap<WorkerId, WorkerProcess>,
     last_lease: i64,
+    schedules: BTreeMap<String, ScheduleRow>,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -822,6 +823,117 @@ impl Backend for MemoryBackend {
         }
         .await
         .map_err(|e: crate::Error| e.with_operation("throughput"))
+    }
+
+    // ---- Periodic jobs (the schedules table) ----
+
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        async move {
+            def.validate()?;
+            let mut s = self.lock();
+            let at = now();
+            let row = match s.schedules.get_mut(&def.name) {
+                Some(r) => {
+                    if !def.same_as(r) && !r.stale && !def.replace {
+                        return Err(def.conflict(r));
+                    }
+                    r.spec.clone_from(&def.spec);
+                    r.time_zone.clone_from(&def.time_zone);
+                    r.group.clone_from(&def.group);
+                    r.next_tick = def.next_tick.or(r.next_tick);
+                    r.stale = false;
+                    r.updated_at = at;
+                    r.clone()
+                }
+                None => {
+                    let r = ScheduleRow {
+                        name: def.name.clone(),
+                        spec: def.spec.clone(),
+                        time_zone: def.time_zone.clone(),
+                        group: def.group.clone(),
+                        next_tick: def.next_tick,
+                        last_enqueued_tick: None,
+                        enabled: true,
+                        stale: false,
+                        created_at: at,
+                        updated_at: at,
+                    };
+                    s.schedules.insert(def.name.clone(), r.clone());
+                    r
+                }
+            };
+            Ok(row)
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("register_schedule"))
+    }
+
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        async move {
+            req.validate(self.max_payload_bytes)?;
+            let mut s = self.lock();
+            let at = now();
+            let won = s.schedules.get(&req.name).is_some_and(|r| {
+                !r.stale
+                    && r.spec == req.spec
+                    && r.time_zone == req.time_zone
+                    && r.last_enqueued_tick.is_none_or(|last| last < req.tick)
+            });
+            if !won {
+                return Ok(TickOutcome::refused(req, s.schedules.get(&req.name)));
+            }
+            let mut enabled = false;
+            if let Some(r) = s.schedules.get_mut(&req.name) {
+                r.last_enqueued_tick = Some(req.tick);
+                r.next_tick = req.next_tick;
+                r.updated_at = at;
+                enabled = r.enabled;
+            }
+            if !enabled {
+                return Ok(TickOutcome::Paused);
+            }
+            Ok(TickOutcome::Enqueued(Self::insert(&mut s, req.job.clone(), at)?))
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("enqueue_tick"))
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        async move { Ok(self.lock().schedules.values().cloned().collect()) }
+            .await
+            .map_err(|e: crate::Error| e.with_operation("list_schedules"))
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        async move {
+            crate::validate_schedule_name(name)?;
+            let mut s = self.lock();
+            let r = s.schedules.get_mut(name).ok_or_else(|| Error::not_found(format!("no schedule named {name:?}")))?;
+            r.enabled = enabled;
+            r.updated_at = now();
+            Ok(r.clone())
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("set_schedule_enabled"))
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        async move {
+            crate::validate_live_schedules(group, live)?;
+            let mut s = self.lock();
+            let at = now();
+            let mut n = 0;
+            for r in s.schedules.values_mut() {
+                if r.group == group && !r.stale && !live.contains(&r.name) {
+                    r.stale = true;
+                    r.updated_at = at;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        }
+        .await
+        .map_err(|e: crate::Error| e.with_operation("mark_stale_schedules"))
     }
 }
 

@@ -74,7 +74,8 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.[Locks] AS l WITH (UPDLOCK, HOLDLOCK) W
 /// Under the `migrate` row of `Locks`: creates every table, index and the lease sequence if
 /// missing, upgrades a version-1 schema (adds `Outcome`, moves not-yet-due Pending rows to
 /// Scheduled) and a version-2 one (the per-queue idempotency index replaces the global one),
-/// and records versions 1, 2 and 3 in `SchemaVersions`.
+/// creates the `Schedules` table of periodic jobs (version 4), and records versions 1 to 4 in
+/// `SchemaVersions`.
 ///
 /// The three job tables share their first 18 columns (`Id` … `CreatedBy`, in this order:
 /// the moves copy them with `OUTPUT DELETED.… INTO`). Indexes of the hot table are filtered
@@ -243,6 +244,21 @@ IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 3)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (3, SYSUTCDATETIME());
 IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 6)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (6, SYSUTCDATETIME());
+IF OBJECT_ID(N'{schema}.[Schedules]', N'U') IS NULL
+    CREATE TABLE {schema}.[Schedules] (
+        [Name] NVARCHAR(200) COLLATE Latin1_General_BIN2 NOT NULL CONSTRAINT [PK_Schedules] PRIMARY KEY CLUSTERED,
+        [Spec] NVARCHAR(200) COLLATE Latin1_General_BIN2 NOT NULL,
+        [TimeZone] NVARCHAR(64) COLLATE Latin1_General_BIN2 NOT NULL,
+        [GroupName] NVARCHAR(100) COLLATE Latin1_General_BIN2 NOT NULL,
+        [NextTickUtc] DATETIME2(7) NULL,
+        [LastEnqueuedTickUtc] DATETIME2(7) NULL,
+        [Enabled] BIT NOT NULL CONSTRAINT [DF_Schedules_Enabled] DEFAULT (1),
+        [Stale] BIT NOT NULL CONSTRAINT [DF_Schedules_Stale] DEFAULT (0),
+        [CreatedAtUtc] DATETIME2(7) NOT NULL,
+        [UpdatedAtUtc] DATETIME2(7) NOT NULL
+    );
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 4)
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (4, SYSUTCDATETIME());
 COMMIT TRANSACTION;";
 
 /// Disables lock escalation on the three job tables (only where it is not disabled yet, so a

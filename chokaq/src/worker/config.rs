@@ -88,6 +88,7 @@ pub struct WorkerBuilder {
     queue_timeouts: Vec<(String, Duration)>,
     registry: Registry,
     worker_id: Option<WorkerId>,
+    scheduler: Option<crate::periodic::Scheduler>,
 }
 
 impl fmt::Debug for WorkerBuilder {
@@ -110,6 +111,7 @@ impl WorkerBuilder {
             queue_timeouts: Vec::new(),
             registry: Registry::default(),
             worker_id: None,
+            scheduler: None,
         }
     }
 
@@ -258,10 +260,19 @@ impl WorkerBuilder {
         self
     }
 
+    /// Runs `scheduler` inside the worker: it is registered when [`Worker::run`](super::Worker::run)
+    /// starts (a conflicting schedule fails the run before any job is claimed) and its loops
+    /// stop with the worker's background tasks.
+    pub fn scheduler(mut self, scheduler: crate::periodic::Scheduler) -> Self {
+        self.scheduler = Some(scheduler);
+        self
+    }
+
     /// Checks the settings and builds the worker. Bad settings are
     /// [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind::InvalidInput).
     pub fn build(self) -> Result<Worker> {
-        let WorkerBuilder { backend, mut config, mut queue_names, queue_timeouts, registry, worker_id } = self;
+        let WorkerBuilder { backend, mut config, mut queue_names, queue_timeouts, registry, worker_id, scheduler } =
+            self;
         if queue_names.is_empty() {
             queue_names.push("default".to_string());
         }
@@ -305,6 +316,7 @@ impl WorkerBuilder {
             config,
             registry: Arc::new(registry),
             worker_id: worker_id.unwrap_or_else(WorkerId::random),
+            scheduler,
         })
     }
 }

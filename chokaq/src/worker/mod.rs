@@ -159,6 +159,7 @@ pub struct Worker {
     config: WorkerConfig,
     registry: Arc<Registry>,
     worker_id: WorkerId,
+    scheduler: Option<crate::periodic::Scheduler>,
 }
 
 impl fmt::Debug for Worker {
@@ -205,7 +206,7 @@ impl Worker {
     }
 
     async fn run_with_stats(self, shutdown: CancellationToken, counters: Arc<Counters>) -> Result<WorkerReport> {
-        let Worker { backend, config: cfg, registry, worker_id: worker } = self;
+        let Worker { backend, config: cfg, registry, worker_id: worker, scheduler } = self;
         // The queues' timeouts live in the database: a setting this worker cannot keep (a
         // heartbeat too slow for a queue's zombie timeout) refuses the start. A database that
         // cannot be read now does not stop the worker (it waits for it like any other call).
@@ -220,6 +221,13 @@ impl Worker {
             }
         }
         config::check_against_settings(&cfg, &settings)?;
+        // The scheduler first: a conflicting schedule fails the run before anything starts.
+        let sched_stop = CancellationToken::new();
+        let scheduler = match scheduler {
+            Some(s) => Some(s.start(sched_stop.clone()).await?),
+            None => None,
+        };
+        let _sched_guard = sched_stop.clone().drop_guard();
         let leases = Arc::new(Leases::default());
         let lookahead = Arc::new(Lookahead::default());
         let outcomes = Arc::new(Outcomes::default());
@@ -296,6 +304,10 @@ impl Worker {
         };
 
         let buffer = claimer.run(&shutdown).await;
+        sched_stop.cancel();
+        if let Some(s) = scheduler {
+            s.wait().await;
+        }
 
         // Shutdown: look-ahead jobs (Fetched, never started) go back to Pending at once, their
         // attempt not counted.

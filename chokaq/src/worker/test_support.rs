@@ -273,4 +273,19 @@ impl chokaq_core::Backend for Faulty {
     ) -> chokaq_core::Result<Vec<chokaq_core::ThroughputBucket>> {
         self.inner.throughput(params).await
     }
+    async fn register_schedule(&self, def: &chokaq_core::ScheduleDef) -> chokaq_core::Result<chokaq_core::ScheduleRow> {
+        self.inner.register_schedule(def).await
+    }
+    async fn enqueue_tick(&self, req: &chokaq_core::TickRequest) -> chokaq_core::Result<chokaq_core::TickOutcome> {
+        self.inner.enqueue_tick(req).await
+    }
+    async fn list_schedules(&self) -> chokaq_core::Result<Vec<chokaq_core::ScheduleRow>> {
+        self.inner.list_schedules().await
+    }
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> chokaq_core::Result<chokaq_core::ScheduleRow> {
+        self.inner.set_schedule_enabled(name, enabled).await
+    }
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> chokaq_core::Result<u64> {
+        self.inner.mark_stale_schedules(group, live).await
+    }
 }
