@@ -48,6 +48,11 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
         },
         Command::Purge(args) => cx.purge(&args).await,
         Command::Workers => cx.workers().await,
+        Command::Schedules { action } => match action.unwrap_or(crate::ScheduleAction::List) {
+            crate::ScheduleAction::List => cx.schedules().await,
+            crate::ScheduleAction::Pause { name } => cx.set_schedule(&name, false).await,
+            crate::ScheduleAction::Resume { name } => cx.set_schedule(&name, true).await,
+        },
         Command::Web(args) => cx.web(args).await,
     }
 }
@@ -208,6 +213,7 @@ impl Cx {
 
     async fn stats(&self) -> CliResult<Exit> {
         let s = self.backend.stats().await?;
+        let schedules = self.backend.list_schedules().await?;
         let now = s.taken_at.unwrap_or_else(chrono::Utc::now);
         let lag = |t: Option<Timestamp>| t.map(|t| since(now, t));
         if self.json {
@@ -228,11 +234,13 @@ impl Cx {
                 "total": { "pending": s.pending, "fetched": s.fetched, "processing": s.processing,
                            "archived": s.archived, "dead": s.dead },
                 "queues": queues,
+                "schedules": schedules.iter().map(schedule_json).collect::<Vec<_>>(),
             }));
             return Ok(Exit::Ok);
         }
         if s.queues.is_empty() {
             println!("no jobs");
+            print_schedules(&schedules);
             return Ok(Exit::Ok);
         }
         let mut t = Table::new(&["QUEUE", ">PENDING", ">FETCHED", ">PROCESSING", ">ARCHIVED", ">DEAD", ">LAG"]);
@@ -257,6 +265,29 @@ impl Cx {
             String::new(),
         ]);
         t.print();
+        print_schedules(&schedules);
+        Ok(Exit::Ok)
+    }
+
+    async fn schedules(&self) -> CliResult<Exit> {
+        let all = self.backend.list_schedules().await?;
+        if self.json {
+            output::json(&all.iter().map(schedule_json).collect::<Vec<_>>());
+        } else if all.is_empty() {
+            println!("no schedules");
+        } else {
+            print_schedules(&all);
+        }
+        Ok(Exit::Ok)
+    }
+
+    async fn set_schedule(&self, name: &str, enabled: bool) -> CliResult<Exit> {
+        let row = self.backend.set_schedule_enabled(name, enabled).await?;
+        if self.json {
+            output::json(&schedule_json(&row));
+        } else {
+            println!("schedule {}: {}", row.name, if enabled { "resumed" } else { "paused" });
+        }
         Ok(Exit::Ok)
     }
 
@@ -628,4 +659,39 @@ impl Cx {
         t.print();
         Ok(Exit::Ok)
     }
+}
+
+fn schedule_json(r: &chokaq::core::ScheduleRow) -> serde_json::Value {
+    serde_json::json!({
+        "name": r.name, "spec": r.spec, "time_zone": r.time_zone, "group": r.group,
+        "next_tick": r.next_tick, "last_enqueued_tick": r.last_enqueued_tick,
+        "enabled": r.enabled, "stale": r.stale,
+    })
+}
+
+/// The schedules as a second table (nothing when there are none).
+fn print_schedules(all: &[chokaq::core::ScheduleRow]) {
+    if all.is_empty() {
+        return;
+    }
+    println!();
+    let mut t = Table::new(&["SCHEDULE", "SPEC", "TZ", "NEXT TICK", "LAST TICK", "STATE"]);
+    for r in all {
+        let state = if r.stale {
+            "stale"
+        } else if r.enabled {
+            "active"
+        } else {
+            "paused"
+        };
+        t.row(vec![
+            clip(&r.name, 60),
+            clip(&r.spec, 40),
+            r.time_zone.clone(),
+            r.next_tick.map_or_else(|| "-".to_string(), time),
+            r.last_enqueued_tick.map_or_else(|| "-".to_string(), time),
+            state.to_string(),
+        ]);
+    }
+    t.print();
 }

@@ -159,6 +159,11 @@ pub enum Command {
     Purge(PurgeArgs),
     /// The live worker processes: host, pid, queues, concurrency, start, last heartbeat.
     Workers,
+    /// The periodic schedules (list), or pause / resume one.
+    Schedules {
+        #[command(subcommand)]
+        action: Option<ScheduleAction>,
+    },
     /// Serve the web dashboard (`chokaq-web`) until Ctrl-C or SIGTERM.
     Web(WebArgs),
 }
@@ -183,6 +188,16 @@ pub struct WebArgs {
     /// Hide every action and refuse every POST.
     #[arg(long)]
     pub read_only: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// Every schedule row: spec, time zone, next and last tick, state (the default).
+    List,
+    /// Stop enqueueing a schedule's ticks (they pass without a job and are not caught up).
+    Pause { name: String },
+    /// Enqueue a paused schedule's ticks again, from its next tick.
+    Resume { name: String },
 }
 
 #[derive(Debug, Subcommand)]

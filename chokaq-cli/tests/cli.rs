@@ -833,6 +833,32 @@ async fn web(db: Arc<Db>) -> TestResult {
     Ok(())
 }
 
+/// Issue 15: `stats` and `schedules` show the schedule rows; `schedules pause` / `resume`
+/// flip one; an unknown name is exit 3.
+async fn schedules(db: Arc<Db>) -> TestResult {
+    ensure_eq!(db.ok_json(&["schedules"])?, serde_json::json!([]), "no schedules");
+    let name = format!("cli.sched.{:08x}", rand::random::<u32>());
+    let def = chokaq::core::ScheduleDef::new(name.clone(), "every:60s", "UTC");
+    db.backend.register_schedule(&def).await.map_err(err)?;
+    let v = db.ok_json(&["stats"])?;
+    let rows = v["schedules"].as_array().ok_or("stats has no schedules")?;
+    ensure_eq!(rows.len(), 1, "schedules in stats");
+    ensure_eq!(rows[0]["name"].as_str(), Some(name.as_str()), "name");
+    ensure_eq!((rows[0]["spec"].as_str(), rows[0]["enabled"].as_bool()), (Some("every:60s"), Some(true)), "row");
+    let table = db.ok_table(&["stats"])?;
+    ensure!(table.contains("SCHEDULE") && table.contains(&name) && table.contains("active"), "{table}");
+    let v = db.ok_json(&["schedules", "pause", &name])?;
+    ensure_eq!(v["enabled"].as_bool(), Some(false), "paused");
+    let listed = db.ok_table(&["schedules"])?;
+    ensure!(listed.contains(&name) && listed.contains("paused"), "{listed}");
+    ensure!(db.ok_table(&["schedules", "resume", &name])?.contains("resumed"), "resume");
+    let rows = db.backend.list_schedules().await.map_err(err)?;
+    ensure_eq!(rows.iter().find(|r| r.name == name).map(|r| r.enabled), Some(true), "enabled again");
+    let out = db.run(&["schedules", "pause", "no.such.schedule"])?;
+    ensure_eq!(out.code, 3, "unknown schedule (stderr {})", out.stderr);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = Arguments::from_args();
     let mut trials = vec![
@@ -855,6 +881,7 @@ fn main() -> ExitCode {
             trial("purge", kind, purge),
             trial("workers", kind, workers),
             trial("web", kind, web),
+            trial("schedules", kind, schedules),
         ];
         if kind == Kind::Postgres && !pg_ok {
             if required("postgres") {

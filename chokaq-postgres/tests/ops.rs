@@ -708,7 +708,6 @@ async fn a_cancel_request_survives_a_retry() {
     f.drop().await;
 }
 
-
 /// Throughput reads one range of the archive's `(finished_at, queue)` index and nothing else:
 /// an index-only scan, never a scan of the table, for every queue and for one.
 #[tokio::test]
