@@ -34,6 +34,7 @@ pub enum Nav {
     Jobs,
     Dead,
     Workers,
+    Schedules,
     None,
 }
 
@@ -59,6 +60,7 @@ pub fn page(ctx: &Ctx, title: &str, nav: Nav, page_id: &str, body: &str) -> Stri
         (Nav::Jobs, "/jobs", "Jobs"),
         (Nav::Dead, "/dead", "Dead letters"),
         (Nav::Workers, "/workers", "Workers"),
+        (Nav::Schedules, "/schedules", "Schedules"),
     ] {
         let cur = if n == nav { " class=\"cur\"" } else { "" };
         let href = if href == "/" { esc(&ctx.home()) } else { format!("{b}{href}") };

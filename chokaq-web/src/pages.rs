@@ -463,6 +463,8 @@ fn flash(p: &Params) -> String {
     let n = p.get("n").and_then(|n| n.parse::<u64>().ok());
     let msg = match p.get("done").map(String::as_str) {
         Some("pause") => "Queue paused.".to_string(),
+        Some("schedule-pause") => "Schedule paused: its ticks pass without a job until it is resumed.".to_string(),
+        Some("schedule-resume") => "Schedule resumed from its next tick.".to_string(),
         Some("resume") => "Queue resumed.".to_string(),
         Some("activate") => "Queue activated.".to_string(),
         Some("deactivate") => "Queue deactivated.".to_string(),
@@ -1003,4 +1005,71 @@ pub async fn api_workers(State(st): State<Shared>, Extension(ctx): Extension<Ctx
 
 pub async fn api_csrf(Extension(ctx): Extension<Ctx>) -> Response {
     Json(json!({ "token": ctx.csrf })).into_response()
+}
+
+/// The periodic schedules (issue 15): spec, time zone, next and last tick, state; pause and
+/// resume one.
+pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
+    let rows = st.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
+    let now = chrono::Utc::now();
+    let mut s = String::from("<div class=\"head\"><h1>Schedules</h1></div>");
+    s.push_str(&flash(&p));
+    s.push_str(
+        "<table class=\"grid\" id=\"schedules\"><thead><tr><th>State</th><th>Schedule</th><th>Spec</th>\
+         <th>Time zone</th><th>Group</th><th>Next tick</th><th>Last enqueued tick</th><th></th></tr></thead><tbody>",
+    );
+    if rows.is_empty() {
+        s.push_str("<tr><td colspan=\"8\" class=\"muted\">No schedules registered.</td></tr>");
+    }
+    for r in &rows {
+        let (badge, class) = if r.stale {
+            ("<span class=\"badge bad\">stale</span>", "bad")
+        } else if r.enabled {
+            ("<span class=\"badge ok\">active</span>", "")
+        } else {
+            ("<span class=\"badge warn\">paused</span>", "warn")
+        };
+        let action = if ctx.read_only || r.stale {
+            String::new()
+        } else {
+            let act = if r.enabled { "pause" } else { "resume" };
+            let label = if r.enabled { "Pause" } else { "Resume" };
+            form(&ctx, &format!("/schedules/{}/{act}", enc(&r.name)), &[], &button(label, "", act), None)
+        };
+        let _ = write!(
+            s,
+            "<tr class=\"{class}\"><td>{badge}</td><td class=\"mono\">{}</td><td class=\"mono\">{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{action}</td></tr>",
+            esc(&r.name),
+            esc(&r.spec),
+            esc(&r.time_zone),
+            esc(&r.group),
+            ts_ago(r.next_tick, now),
+            ts_ago(r.last_enqueued_tick, now),
+        );
+    }
+    s.push_str("</tbody></table>");
+    Ok(Html(page(&ctx, "Schedules", Nav::Schedules, "schedules", &s)).into_response())
+}
+
+pub async fn schedule_action(
+    State(st): State<Shared>,
+    Extension(ctx): Extension<Ctx>,
+    Path((name, action)): Path<(String, String)>,
+) -> Res {
+    let enabled = match action.as_str() {
+        "pause" => false,
+        "resume" => true,
+        _ => return Err(fail(&ctx, StatusCode::NOT_FOUND, "no such schedule action")),
+    };
+    let row = st.backend.set_schedule_enabled(&name, enabled).await.map_err(|e| backend_fail(&ctx, e))?;
+    if ctx.wants_json {
+        return Ok(Json(json!({ "ok": true, "schedule": row })).into_response());
+    }
+    Ok(Redirect::to(&format!("{}/schedules?done=schedule-{action}", ctx.base)).into_response())
+}
+
+pub async fn api_schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
+    let rows = st.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
+    Ok(Json(json!({ "schedules": rows })).into_response())
 }

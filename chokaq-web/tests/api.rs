@@ -950,6 +950,42 @@ async fn overview_snapshot(b: Arc<dyn Backend>) -> TestResult {
     Ok(())
 }
 
+/// Issue 15: the schedules page lists the rows; pause and resume need auth and the CSRF
+/// token, and are hidden and refused in read-only mode.
+async fn schedules_page(b: Arc<dyn Backend>) -> TestResult {
+    let name = format!("web.sched.{:08x}", rand::random::<u32>());
+    b.register_schedule(&chokaq_core::ScheduleDef::new(name.clone(), "every:60s", "UTC")).await.map_err(err)?;
+    let enabled = || async {
+        let rows = b.list_schedules().await.map_err(err)?;
+        Ok::<_, String>(rows.iter().find(|r| r.name == name).map(|r| r.enabled))
+    };
+    let s = session(&b).await?;
+    let r = s.get("/schedules").await?;
+    ensure_eq!(r.status, StatusCode::OK, "schedules page");
+    ensure!(r.body.contains(&name) && r.body.contains("every:60s") && r.body.contains("badge ok\">active"), "row");
+    ensure!(r.body.contains(&format!("/schedules/{name}/pause")), "a pause button");
+    let v = s.get("/api/schedules").await?.json()?;
+    ensure!(v["schedules"].as_array().is_some_and(|a| a.iter().any(|x| x["name"] == name.as_str())), "api: {v}");
+    // No CSRF token: refused, nothing changed.
+    let bare = Session::new(mounted(b.clone(), WebOptions::new(Auth::bearer(TOKEN))), PREFIX, Some(BEARER));
+    ensure_eq!(bare.post(&format!("/schedules/{name}/pause"), &[]).await?.status, StatusCode::FORBIDDEN, "no CSRF");
+    ensure_eq!(enabled().await?, Some(true), "still enabled after a refused POST");
+    let r = s.post(&format!("/schedules/{name}/pause"), &[]).await?;
+    ensure_eq!(r.status, StatusCode::SEE_OTHER, "pause");
+    ensure_eq!(enabled().await?, Some(false), "paused");
+    ensure!(s.get("/schedules").await?.body.contains("badge warn\">paused"), "shown paused");
+    ensure_eq!(s.post(&format!("/schedules/{name}/resume"), &[]).await?.status, StatusCode::SEE_OTHER, "resume");
+    ensure_eq!(enabled().await?, Some(true), "resumed");
+    let ro =
+        Session::new(mounted(b.clone(), WebOptions::new(Auth::bearer(TOKEN)).read_only(true)), PREFIX, Some(BEARER))
+            .login()
+            .await?;
+    ensure!(!ro.get("/schedules").await?.body.contains("/pause\""), "read-only shows no pause button");
+    ensure_eq!(ro.post(&format!("/schedules/{name}/pause"), &[]).await?.status, StatusCode::FORBIDDEN, "read-only");
+    ensure_eq!(enabled().await?, Some(true), "read-only changed nothing");
+    Ok(())
+}
+
 fn cases() -> Vec<(&'static str, Case)> {
     vec![
         ("every_get_needs_auth", |b| Box::pin(every_get_needs_auth(b))),
@@ -962,6 +998,7 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("actions_take_effect", |b| Box::pin(actions_take_effect(b))),
         ("mounting", |b| Box::pin(mounting(b))),
         ("workers_page", |b| Box::pin(workers_page(b))),
+        ("schedules_page", |b| Box::pin(schedules_page(b))),
         ("errors", |b| Box::pin(errors(b))),
         ("basic_and_no_auth", |b| Box::pin(basic_and_no_auth(b))),
         ("real_listener", |b| Box::pin(real_listener(b))),
