@@ -112,6 +112,9 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
     await t.test("2. the overview shows the counts", async () => {
       const resp = await page.goto(base);
       assert.equal(resp.status(), 200);
+      // The overview is a shared snapshot at most about a second old (docs/operations.md):
+      // the live refresh brings the new jobs in without a reload.
+      await until("306 pending on the overview", async () => (await count(page, "#total-pending")) === 306);
       assert.equal(await count(page, "#total-pending"), 306);
       assert.equal(await count(page, "#total-dead"), 0);
       assert.equal(await count(page, 'tr[data-queue="emails"] [data-col="pending"]'), 300);

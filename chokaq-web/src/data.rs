@@ -161,7 +161,7 @@ pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<Ov
 /// The overview as one snapshot shared by every viewer of a dashboard, kept fresh off the
 /// request path: at most one computation runs at a time, whatever the number of open pages. A
 /// request is served the snapshot there is (the page prints its database time); one older than
-/// `snapshot_max_age` starts one background refresh. Only the very first request, before any
+/// `snapshot_max_age` starts one background refresh and waits up to [`FRESH_WAIT`] for it. Only the very first request, before any
 /// snapshot exists, waits for a computation (`router` starts one at once when it is built inside
 /// a tokio runtime). Every action (POST) recomputes the snapshot before its response, so the
 /// page after it shows its effect.
@@ -169,7 +169,15 @@ pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<Ov
 pub struct SnapshotCache {
     state: std::sync::Mutex<CacheState>,
     compute: tokio::sync::Mutex<()>,
+    /// Woken when a refresh stores a snapshot.
+    stored: tokio::sync::Notify,
 }
+
+/// How long a request for an out-of-date snapshot waits for the refresh it started before it
+/// is served the old one: a small database answers within it (the page is current), a big one
+/// does not (the page is at most one refresh old, and the next poll shows the new one), and
+/// the request's server time stays within the overview's 50 ms budget either way.
+pub const FRESH_WAIT: Duration = Duration::from_millis(25);
 
 #[derive(Debug, Default)]
 struct CacheState {
@@ -199,6 +207,8 @@ impl SnapshotCache {
         if s.generation == generation {
             s.snap = Some((std::time::Instant::now(), d));
         }
+        drop(s);
+        self.stored.notify_waiters();
     }
 }
 
@@ -218,22 +228,34 @@ pub async fn overview_shared(st: &crate::Shared) -> Result<std::sync::Arc<Overvi
         return Ok(std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?));
     }
     let cache = &st.cache;
-    {
+    let stored = cache.stored.notified();
+    tokio::pin!(stored);
+    stored.as_mut().enable();
+    let old = {
         let mut s = cache.lock();
-        if let Some((at, d)) = &s.snap {
-            let d = d.clone();
-            if at.elapsed() >= max_age && !s.refreshing {
-                s.refreshing = true;
-                let st = st.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = refresh_now(&st).await {
-                        tracing::warn!(error = %e, "dashboard: overview refresh failed");
-                    }
-                    st.cache.lock().refreshing = false;
-                });
+        match &s.snap {
+            Some((at, d)) if at.elapsed() < max_age => return Ok(d.clone()),
+            Some((_, d)) => {
+                let d = d.clone();
+                if !s.refreshing {
+                    s.refreshing = true;
+                    let st = st.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = refresh_now(&st).await {
+                            tracing::warn!(error = %e, "dashboard: overview refresh failed");
+                        }
+                        st.cache.lock().refreshing = false;
+                    });
+                }
+                Some(d)
             }
-            return Ok(d);
+            None => None,
         }
+    };
+    if let Some(old) = old {
+        // Out of date: a moment for the refresh, then whatever is there.
+        let _ = tokio::time::timeout(FRESH_WAIT, stored).await;
+        return Ok(cache.lock().snap.as_ref().map_or(old, |(_, d)| d.clone()));
     }
     // No snapshot yet: the first request waits for one (another request may be computing it).
     let _one = cache.compute.lock().await;
