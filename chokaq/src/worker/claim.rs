@@ -180,7 +180,9 @@ impl Claimer {
             let lookahead = lookahead_target(concurrency, self.lookahead_max, rtt_us, ex.job_us());
             let capacity = concurrency + prefetch + lookahead;
             let free = ex.free_slots();
-            let held = (concurrency - free.min(concurrency)) + buffer.len() + self.lookahead.len();
+            // Jobs whose start is in flight handed their slot on already: still held.
+            let held =
+                (concurrency - free.min(concurrency)) + buffer.len() + self.lookahead.len() + ex.starting_count();
             let want = capacity.saturating_sub(held).min(MAX_CLAIM_LIMIT as usize);
             // Back-pressure: while outcomes wait to be written (a stalled database), claim no
             // more than keeps unwritten outcomes plus held jobs within the bound.
@@ -200,20 +202,27 @@ impl Claimer {
             if want > 0 && now >= next_claim && !gathering {
                 gather_until = None;
                 await_written = false;
-                // Without a prefetch: the free slots are claimed in Start mode, each job with
-                // its slot taken first (so it runs at once); the look-ahead beyond them is
-                // reserved (Fetched, attempt not counted) and started when a slot takes it.
-                let (mode, limit, mut permits) = if prefetch > 0 {
-                    (ClaimMode::Reserve, want, None)
-                } else if broken(self.worker, Broken::LookaheadStart) {
-                    (ClaimMode::Start, want, None)
-                } else {
+                // Without a prefetch: the free slots and the look-ahead beyond them are
+                // reserved (Fetched, attempt not counted) in one claim; a slot that takes one
+                // runs its handler at once while its start (coalesced with the other slots')
+                // counts the attempt, so no round trip is waited for and a job whose handler
+                // never began never loses an attempt.
+                // Cap-bound (the last claim came back short with jobs in flight): the claim
+                // takes only free slots, each taken before the claim, in Start mode, so a job
+                // starts with its claim and no start round trip lengthens the time it holds a
+                // slot of the cap.
+                let slots = if prefetch == 0 && cap_bound {
                     let n = ex.free_slots().min(want);
-                    match (n > 0).then(|| ex.slots.clone().try_acquire_many_owned(n as u32)) {
-                        Some(Ok(p)) => (ClaimMode::Start, n, Some(p)),
-                        _ => (ClaimMode::Reserve, want, None),
-                    }
+                    (n > 0).then(|| ex.slots.clone().try_acquire_many_owned(n as u32).ok()).flatten()
+                } else {
+                    None
                 };
+                let (mode, limit) = match &slots {
+                    Some(p) => (ClaimMode::Start, p.num_permits()),
+                    None if prefetch == 0 && broken(self.worker, Broken::LookaheadStart) => (ClaimMode::Start, want),
+                    None => (ClaimMode::Reserve, want),
+                };
+                let mut slots = slots;
                 let want = limit;
                 let req = ClaimParams::new(self.worker, self.queues.clone(), limit as u32, mode);
                 let t0 = Instant::now();
@@ -226,20 +235,20 @@ impl Claimer {
                     Ok(jobs) => {
                         let got = jobs.len();
                         add(&self.counters.claimed, got as u64);
-                        if let Some(permits) = permits.as_mut() {
+                        if let Some(permits) = slots.as_mut() {
                             for job in jobs {
                                 if let Some(p) = permits.split(1) {
                                     ex.spawn_new(job, p);
                                 }
                             }
+                            // Slots taken for jobs that did not come are free again.
+                            drop(slots.take());
                         } else if prefetch == 0 {
                             self.lookahead.extend(jobs);
                             ex.fill_slots();
                         } else {
                             buffer.extend(jobs);
                         }
-                        // Slots taken for jobs that did not come are free again.
-                        drop(permits);
                         if got >= want {
                             // More may be waiting (rows skipped as locked by other claimers, or
                             // a full batch): claim again as soon as there is room.
@@ -253,7 +262,8 @@ impl Claimer {
                             // jobs or unwritten outcomes, claim again as soon as they are all
                             // finished (taking their completions along) or an outcome is
                             // written, instead of polling.
-                            let in_flight = self.outcomes.any_unwritten() || !self.leases.none_running();
+                            let in_flight =
+                                self.outcomes.any_unwritten() || !self.leases.none_running() || ex.starting();
                             cap_bound = in_flight;
                             self.completer.set_cap_bound(in_flight);
                             await_written = in_flight;
@@ -284,7 +294,7 @@ impl Claimer {
                     if await_written {
                         // Cap-bound: once nothing runs, complete what finished and claim at
                         // once, without waiting for the completer's batch window.
-                        if self.leases.none_running() && !self.completer.is_empty() {
+                        if self.leases.none_running() && !ex.starting() && !self.completer.is_empty() {
                             await_written = false;
                             next_claim = Instant::now();
                         }

@@ -65,6 +65,9 @@ pub(super) struct Executor {
     pub(super) counters: Arc<Counters>,
     /// Coalesces the starts of look-ahead jobs into one `Backend::start` per round trip.
     pub(super) starter: Arc<Starter>,
+    /// Look-ahead jobs whose handler began and whose start is not confirmed yet: in flight
+    /// for the claim loop, though not yet among the tracked leases.
+    pub(super) starting: AtomicU64,
     /// The worker's span (`chokaq.worker`): the parent of every job's span, whichever task
     /// starts the job (a finishing job hands its slot on from inside its own span).
     pub(super) span: tracing::Span,
@@ -150,10 +153,22 @@ impl Executor {
 
     /// Runs a tracked job on the slot `permit` holds.
     pub(super) fn spawn(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
+        self.spawn_with(job, permit, control, None);
+    }
+
+    /// [`Executor::spawn`]; `started`: the confirmation of a start still in flight (a
+    /// look-ahead job), awaited before the attempt's outcome is written.
+    fn spawn_with(
+        self: &Arc<Self>,
+        job: ClaimedJob,
+        permit: OwnedSemaphorePermit,
+        control: Arc<JobControl>,
+        started: Option<tokio::sync::oneshot::Receiver<bool>>,
+    ) {
         add(&self.counters.started, 1);
         let span = tracing::info_span!(parent: &self.span, "chokaq.job", queue = %job.queue, kind = %job.kind, id = %job.id,
             attempt = job.attempt);
-        self.tracker.spawn(self.clone().run_job(job, permit, control).instrument(span));
+        self.tracker.spawn(self.clone().run_job(job, permit, control, started).instrument(span));
     }
 
     /// Starts look-ahead jobs on every free slot.
@@ -167,44 +182,64 @@ impl Executor {
         }
     }
 
-    /// Starts a look-ahead job (Fetched) on the slot `permit` holds: `Backend::start`,
-    /// coalesced with the other slots' starts, then its handler. A job whose lease was lost
-    /// meanwhile (rescued, cancelled) is skipped and the slot takes the next one; on an error
-    /// the job is released (attempt unspent) and the slot freed.
-    fn start_lookahead(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+    /// Starts a look-ahead job (Fetched) on the slot `permit` holds. Its handler begins at once
+    /// (no round trip waited for) while `Backend::start` (coalesced with the other slots'
+    /// starts) moves it to Processing and counts the attempt; the attempt's outcome waits for
+    /// that confirmation, and a start that finds the lease gone fires the job's stop switch
+    /// (`LeaseLost`) and discards its outcome. So a job whose handler never began keeps its
+    /// attempt (it stays Fetched), after a crash too; one killed within the start's round trip
+    /// may run once more than its attempts count.
+    fn start_lookahead(self: &Arc<Self>, mut job: ClaimedJob, permit: OwnedSemaphorePermit) {
+        if job.status == JobStatus::Processing {
+            // Claimed started (only the teeth's broken variant does that).
+            self.spawn_new(job, permit);
+            return;
+        }
+        let lease = job.lease_ref();
+        let control = Arc::new(JobControl::new());
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let this = self.clone();
+        let c2 = control.clone();
+        self.starting.fetch_add(1, Ordering::AcqRel);
         self.tracker.spawn(async move {
-            let mut next = Some(job);
-            while let Some(mut job) = next.take() {
-                if job.status == JobStatus::Processing {
-                    // Claimed started (only the teeth's broken variant does that).
-                    this.spawn_new(job, permit);
-                    return;
+            let held = match this.starter.start(lease).await {
+                Ok(true) => {
+                    this.leases.track_with(lease, c2.clone());
+                    true
                 }
-                match this.starter.start(job.lease_ref()).await {
-                    Ok(true) => {
-                        job.attempt += 1;
-                        job.status = JobStatus::Processing;
-                        this.spawn_new(job, permit);
-                        return;
-                    }
-                    Ok(false) => {
-                        add(&this.counters.lease_lost, 1);
-                        tracing::debug!(id = %job.id, "look-ahead lease lost before start (rescued or cancelled)");
-                        next = this.lookahead.take();
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, id = %job.id, "start failed; releasing the look-ahead job");
-                        let lease = [job.lease_ref()];
-                        if let Err(e) = this.backend.release(this.worker, &lease).await {
-                            tracing::warn!(error = %e, "release failed too; the rescuer will put it back");
-                        }
-                    }
+                Ok(false) => {
+                    // Counted as a lost lease when the attempt's outcome is discarded.
+                    tracing::debug!(id = %lease.id, "look-ahead lease lost at its start (rescued or cancelled)");
+                    false
                 }
+                Err(e) => {
+                    tracing::warn!(error = %e, id = %lease.id, "start failed; releasing the look-ahead job");
+                    if let Err(e) = this.backend.release(this.worker, &[lease]).await {
+                        tracing::warn!(error = %e, "release failed too; the rescuer will put it back");
+                    }
+                    false
+                }
+            };
+            if !held {
+                c2.stop(StopReason::LeaseLost);
             }
-            drop(permit);
-            this.slot_freed.notify_one();
+            // Tracked (or lost) now: no longer counted here.
+            this.starting.fetch_sub(1, Ordering::AcqRel);
+            let _ = tx.send(held);
         });
+        job.attempt += 1;
+        job.status = JobStatus::Processing;
+        self.spawn_with(job, permit, control, Some(rx));
+    }
+
+    /// Whether a look-ahead job's start is in flight (its handler may be running).
+    pub(super) fn starting(&self) -> bool {
+        self.starting_count() > 0
+    }
+
+    /// How many look-ahead jobs' starts are in flight.
+    pub(super) fn starting_count(&self) -> usize {
+        self.starting.load(Ordering::Acquire) as usize
     }
 
     /// Free slots now.
@@ -217,7 +252,13 @@ impl Executor {
         self.job_us.load(Ordering::Relaxed)
     }
 
-    async fn run_job(self: Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
+    async fn run_job(
+        self: Arc<Self>,
+        job: ClaimedJob,
+        permit: OwnedSemaphorePermit,
+        control: Arc<JobControl>,
+        started: Option<tokio::sync::oneshot::Receiver<bool>>,
+    ) {
         let ClaimedJob {
             id,
             queue,
@@ -298,6 +339,30 @@ impl Executor {
                 }
             }
         };
+        // A look-ahead job's start was still in flight when its handler began: its slot goes
+        // on to the next job at once, and its outcome is written only once the start is
+        // confirmed (the guards want Processing); a start that found the lease gone (rescued,
+        // cancelled) or failed discards the outcome.
+        let mut permit = Some(permit);
+        // Its outcome counts as unwritten from the moment the handler is done, before the slot
+        // goes on (the claim loop's back-pressure sees it); given back if the start fails.
+        let mut counted = false;
+        let held = match started {
+            Some(rx) => {
+                if !matches!(verdict, Verdict::Discard) {
+                    self.outcomes.finished();
+                    counted = true;
+                }
+                self.hand_on(permit.take());
+                let held = rx.await.unwrap_or(false);
+                if counted && !held {
+                    self.outcomes.written(1);
+                }
+                held
+            }
+            None => true,
+        };
+        let verdict = if held { verdict } else { Verdict::Discard };
         // The handler is done (or dropped): hand the slot to the next look-ahead job, or free
         // it, before the finishing write. Until that write the job still counts against caps,
         // and its lease stays held (heart-beaten) until the write lands or the lease is lost.
@@ -307,7 +372,9 @@ impl Executor {
         }
         if !matches!(verdict, Verdict::Discard) {
             self.leases.finish(lease);
-            self.outcomes.finished();
+            if !counted {
+                self.outcomes.finished();
+            }
         }
         // Queue the completion before the slot is seen free, so a claim loop that finds nothing
         // running finds every finished job's completion queued.
@@ -318,11 +385,12 @@ impl Executor {
             }
             other => Some(other),
         };
-        match self.lookahead.take() {
-            Some(next) => self.start_lookahead(next, permit),
-            None => drop(permit),
+        if permit.is_none() {
+            // The slot was handed on before the start was confirmed: a cap-bound claim loop
+            // waiting for "nothing running, completions queued" looks again now.
+            self.slot_freed.notify_one();
         }
-        self.slot_freed.notify_one();
+        self.hand_on(permit.take());
 
         match verdict {
             None | Some(Verdict::Complete) => {}
@@ -333,6 +401,17 @@ impl Executor {
             }
             Some(Verdict::Fail(outcome)) => self.finish_failed(lease, &queue, &kind, outcome).await,
         }
+    }
+
+    /// A finished job's slot: to the next look-ahead job, or freed (nothing when it was handed
+    /// on already).
+    fn hand_on(self: &Arc<Self>, permit: Option<OwnedSemaphorePermit>) {
+        let Some(permit) = permit else { return };
+        match self.lookahead.take() {
+            Some(next) => self.start_lookahead(next, permit),
+            None => drop(permit),
+        }
+        self.slot_freed.notify_one();
     }
 
     async fn finish_failed(&self, lease: LeaseRef, queue: &QueueName, kind: &JobKind, outcome: FailAction) {

@@ -24,23 +24,31 @@ struct Held {
 #[derive(Default)]
 pub(super) struct Leases {
     held: Mutex<HashMap<JobId, Held>>,
+    /// Set by [`Leases::stop_all`]: a job tracked afterwards (a look-ahead job whose start was
+    /// confirmed late) is stopped with the same reason at once.
+    stopped: Mutex<Option<StopReason>>,
 }
 
 impl Leases {
     /// Registers a Processing job for heartbeats, cancel requests and lease loss.
     pub(super) fn track(&self, job: &ClaimedJob) -> Arc<JobControl> {
         let control = Arc::new(JobControl::new());
-        let old = self
-            .held
-            .lock()
-            .unwrap()
-            .insert(job.id, Held { lease: job.lease_ref(), control: control.clone(), finished: false });
+        self.track_with(job.lease_ref(), control.clone());
+        control
+    }
+
+    /// [`Leases::track`] with the job's existing stop switch (a look-ahead job whose handler
+    /// started before its start was confirmed).
+    pub(super) fn track_with(&self, lease: LeaseRef, control: Arc<JobControl>) {
+        if let Some(reason) = *self.stopped.lock().unwrap() {
+            control.stop(reason);
+        }
+        let old = self.held.lock().unwrap().insert(lease.id, Held { lease, control, finished: false });
         if let Some(old) = old {
             // This worker still runs an earlier attempt of the same job, which was rescued and
             // granted anew: the earlier lease is lost, whatever the next heartbeat would say.
             old.control.stop(StopReason::LeaseLost);
         }
-        control
     }
 
     /// One attempt's handler is done: its lease stays held (heart-beaten) until its outcome
@@ -68,6 +76,9 @@ impl Leases {
 
     /// Fires every held job's switch with `reason`; returns how many.
     pub(super) fn stop_all(&self, reason: StopReason) -> usize {
+        if let Ok(mut s) = self.stopped.lock() {
+            s.get_or_insert(reason);
+        }
         let controls: Vec<Arc<JobControl>> = match self.held.lock() {
             Ok(held) => held.values().map(|r| r.control.clone()).collect(),
             Err(_) => return 0,

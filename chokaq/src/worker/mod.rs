@@ -248,6 +248,7 @@ impl Worker {
             outcomes: outcomes.clone(),
             counters: counters.clone(),
             starter: executor::Starter::new(backend.clone(), worker),
+            starting: AtomicU64::new(0),
             span: tracing::info_span!("chokaq.worker", worker = %worker),
         });
         let wake = Arc::new(Notify::new());
