@@ -365,6 +365,13 @@ pub async fn operator_cancel<B: TestSupport>(b: Arc<B>, operator: Arc<B>) -> Tes
     let id = client.enqueue(&Block { n: 1 }).await.map_err(err)?.id;
     let (token, h) = spawn_worker(w);
     tokio::time::timeout(Duration::from_secs(10), started.notified()).await.map_err(|_| "handler never started")?;
+    // The handler runs as soon as its slot takes the job; its start (Processing, the attempt
+    // counted) lands a round trip later. A cancel before that finds the job Fetched and
+    // cancels it at once (docs/runtime.md): this case is about a Processing job.
+    wait_for("the job started (Processing)", Duration::from_secs(5), || async {
+        Ok(location(&*b, id).await? == Some(JobLocation::Hot(JobStatus::Processing)))
+    })
+    .await?;
     let asked = Instant::now();
     let out = operator.cancel(id).await.map_err(err)?;
     ensure!(out == chokaq::core::CancelOutcome::Requested, "cancel outcome {out:?}");
