@@ -69,26 +69,11 @@ pub(super) const QUEUE_SETTINGS: &str = "DECLARE @Name VARCHAR(128) = @P1;
 SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
     [FetchedTimeoutMs], [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
 
-/// One bounded purge batch of the archive: `DELETE TOP (@n)` in a loop of autocommitted
-/// statements of at most 4,000 rows each, stopping at the batch size or at a short statement:
-/// a purge batch (`PurgeParams::batch_size`, up to 100,000) is several short transactions,
-/// none near lock escalation's 5,000 locks. `@P1` batch size, `@P2` older than (ms), `@P3` queue or NULL, `@P4`
-/// kind or NULL, `@P5` locked: 1 for maintenance, whose batch (of `PurgeParams::batch_size`
-/// rows, 1,000 by default) runs in one transaction holding the `rescue` row of `Locks`, taken
-/// with `READPAST` (held elsewhere: nothing deleted, `Deleted` = -1). Returns `Deleted`.
-pub(super) const PURGE_ARCHIVE: &str = "SET XACT_ABORT ON;
-SET NOCOUNT ON;
-DECLARE @BatchSize INT = @P1;
-DECLARE @OlderThanMs BIGINT = @P2;
-DECLARE @Queue VARCHAR(128) = @P3;
-DECLARE @Kind NVARCHAR(255) = @P4;
-DECLARE @Locked BIT = @P5;
-DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
-    SYSUTCDATETIME()));
-DECLARE @Deleted BIGINT = 0;
-DECLARE @Chunk INT;
-DECLARE @Step INT;
-IF @Locked = 1
+/// Maintenance purges (`@Locked` = 1): the batch's transaction takes the `rescue` row of
+/// `Locks` with `READPAST`; held by another instance, nothing is deleted and `Deleted` is -1.
+macro_rules! purge_lock {
+    () => {
+        "IF @Locked = 1
 BEGIN
     BEGIN TRANSACTION;
     UPDATE l
@@ -102,7 +87,42 @@ BEGIN
         RETURN;
     END;
 END;
-WHILE @Deleted < @BatchSize
+"
+    };
+}
+
+/// The end of a purge batch: the maintenance transaction commits, then the count.
+macro_rules! purge_commit {
+    () => {
+        "IF @Locked = 1
+    COMMIT TRANSACTION;
+SELECT @Deleted AS [Deleted];"
+    };
+}
+
+/// One bounded purge batch of the archive: `DELETE TOP (@n)` in a loop of autocommitted
+/// statements of at most 4,000 rows each, stopping at the batch size or at a short statement:
+/// a purge batch (`PurgeParams::batch_size`, up to 100,000) is several short transactions,
+/// none near lock escalation's 5,000 locks. `@P1` batch size, `@P2` older than (ms), `@P3` queue or NULL, `@P4`
+/// kind or NULL, `@P5` locked: 1 for maintenance, whose batch (of `PurgeParams::batch_size`
+/// rows, 1,000 by default) runs in one transaction holding the `rescue` row of `Locks`, taken
+/// with `READPAST` (held elsewhere: nothing deleted, `Deleted` = -1). Returns `Deleted`.
+pub(super) const PURGE_ARCHIVE: &str = concat!(
+    "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+DECLARE @BatchSize INT = @P1;
+DECLARE @OlderThanMs BIGINT = @P2;
+DECLARE @Queue VARCHAR(128) = @P3;
+DECLARE @Kind NVARCHAR(255) = @P4;
+DECLARE @Locked BIT = @P5;
+DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATEADD(SECOND, -(@OlderThanMs / 1000), \
+    SYSUTCDATETIME()));
+DECLARE @Deleted BIGINT = 0;
+DECLARE @Chunk INT;
+DECLARE @Step INT;
+",
+    purge_lock!(),
+    "WHILE @Deleted < @BatchSize
 BEGIN
     SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;
     DELETE TOP (@Chunk)
@@ -115,12 +135,13 @@ BEGIN
     IF @Step < @Chunk
         BREAK;
 END;
-IF @Locked = 1
-    COMMIT TRANSACTION;
-SELECT @Deleted AS [Deleted];";
+",
+    purge_commit!()
+);
 
 /// [`PURGE_ARCHIVE`] for the dead letters, with `@P5` reason or NULL and `@P6` locked.
-pub(super) const PURGE_DLQ: &str = "SET XACT_ABORT ON;
+pub(super) const PURGE_DLQ: &str = concat!(
+    "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @BatchSize INT = @P1;
 DECLARE @OlderThanMs BIGINT = @P2;
@@ -133,21 +154,9 @@ DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@OlderThanMs % 1000), DATE
 DECLARE @Deleted BIGINT = 0;
 DECLARE @Chunk INT;
 DECLARE @Step INT;
-IF @Locked = 1
-BEGIN
-    BEGIN TRANSACTION;
-    UPDATE l
-    SET l.[LastTakenAtUtc] = SYSUTCDATETIME()
-    FROM {schema}.[Locks] AS l WITH (ROWLOCK, READPAST)
-    WHERE l.[Name] = 'rescue';
-    IF @@ROWCOUNT = 0
-    BEGIN
-        ROLLBACK TRANSACTION;
-        SELECT CAST(-1 AS BIGINT) AS [Deleted];
-        RETURN;
-    END;
-END;
-WHILE @Deleted < @BatchSize
+",
+    purge_lock!(),
+    "WHILE @Deleted < @BatchSize
 BEGIN
     SET @Chunk = CASE WHEN @BatchSize - @Deleted > 4000 THEN 4000 ELSE @BatchSize - @Deleted END;
     DELETE TOP (@Chunk)
@@ -161,9 +170,9 @@ BEGIN
     IF @Step < @Chunk
         BREAK;
 END;
-IF @Locked = 1
-    COMMIT TRANSACTION;
-SELECT @Deleted AS [Deleted];";
+",
+    purge_commit!()
+);
 
 /// Counts per queue and state, in ONE statement. The batch switches to SNAPSHOT isolation
 /// when the database has `ALLOW_SNAPSHOT_ISOLATION ON` (a transaction-consistent view);

@@ -263,7 +263,7 @@ impl Claimer {
                             // finished (taking their completions along) or an outcome is
                             // written, instead of polling.
                             let in_flight =
-                                self.outcomes.any_unwritten() || !self.leases.none_running() || ex.starting();
+                                self.outcomes.any_unwritten() || !self.leases.none_running() || ex.starting_count() > 0;
                             cap_bound = in_flight;
                             self.completer.set_cap_bound(in_flight);
                             await_written = in_flight;
@@ -294,7 +294,7 @@ impl Claimer {
                     if await_written {
                         // Cap-bound: once nothing runs, complete what finished and claim at
                         // once, without waiting for the completer's batch window.
-                        if self.leases.none_running() && !ex.starting() && !self.completer.is_empty() {
+                        if self.leases.none_running() && ex.starting_count() == 0 && !self.completer.is_empty() {
                             await_written = false;
                             next_claim = Instant::now();
                         }

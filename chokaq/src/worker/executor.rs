@@ -232,12 +232,7 @@ impl Executor {
         self.spawn_with(job, permit, control, Some(rx));
     }
 
-    /// Whether a look-ahead job's start is in flight (its handler may be running).
-    pub(super) fn starting(&self) -> bool {
-        self.starting_count() > 0
-    }
-
-    /// How many look-ahead jobs' starts are in flight.
+    /// How many look-ahead jobs' starts are in flight (their handlers may be running).
     pub(super) fn starting_count(&self) -> usize {
         self.starting.load(Ordering::Acquire) as usize
     }

@@ -359,21 +359,18 @@ async fn crash_timeouts(b: &Faulty) {
     b.inner.control_queue(&q, chokaq_core::QueueControl::SetFetchedTimeout(ms)).await.unwrap();
 }
 
-/// Item 6 after a crash, `max_attempts = 1`: the worker's backend goes dead (every call hangs,
-/// as if the process were killed) with one running job and two prefetched ones; the rescuer
-/// then dead-letters the job that ran (its one attempt ran) and puts the two that never ran
-/// back to Pending with their attempt unspent. With `prefetch` the guarantee holds after a
-/// crash; the look-ahead (`ClaimMode::Start`) is the documented exception (`docs/runtime.md`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
-    let b = Arc::new(Faulty::default());
+/// The two crash scenarios of item 6: a worker (as `shape` configures it, concurrency 1) whose
+/// handler never returns, over `n` jobs with `max_attempts = 1`. Returns its run task once a
+/// handler has started, and the job ids.
+async fn blocked_worker(
+    b: &Arc<Faulty>,
+    shape: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
+    n: usize,
+) -> (tokio::task::JoinHandle<chokaq_core::Result<WorkerReport>>, Vec<JobId>) {
     let dynb: Arc<dyn Backend> = b.clone();
     let started = Arc::new(tokio::sync::Notify::new());
     let s2 = started.clone();
-    let w = Worker::builder(dynb)
-        .concurrency(1)
-        .prefetch(2)
-        .maintenance(no_maintenance())
+    let w = shape(Worker::builder(dynb).concurrency(1).maintenance(no_maintenance()))
         .register_raw("t", move |_p, _ctx: JobContext| {
             let started = s2.clone();
             async move {
@@ -385,7 +382,7 @@ async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
         .build()
         .unwrap();
     let ids: Vec<JobId> = b
-        .enqueue_many(jobs("default", 3).into_iter().map(|j| j.max_attempts(1)).collect())
+        .enqueue_many(jobs("default", n).into_iter().map(|j| j.max_attempts(1)).collect())
         .await
         .unwrap()
         .into_iter()
@@ -393,17 +390,33 @@ async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
         .collect();
     let task = tokio::spawn(w.run(CancellationToken::new()));
     tokio::time::timeout(Duration::from_secs(5), started.notified()).await.expect("a handler started");
+    (task, ids)
+}
+
+/// The crash: nothing the worker does reaches the database any more, its task is gone, and the
+/// queue's timeouts are the smallest, so the rescuer finds its jobs at once.
+async fn crash(b: &Faulty, task: tokio::task::JoinHandle<chokaq_core::Result<WorkerReport>>) {
+    b.dead.store(true, Ordering::Release);
+    task.abort();
+    let _ = task.await;
+    crash_timeouts(b).await;
+}
+
+/// Item 6 after a crash, `max_attempts = 1`: the worker's backend goes dead (every call hangs,
+/// as if the process were killed) with one running job and two prefetched ones; the rescuer
+/// then dead-letters the job that ran (its one attempt ran) and puts the two that never ran
+/// back to Pending with their attempt unspent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
+    let b = Arc::new(Faulty::default());
+    let (task, ids) = blocked_worker(&b, |w| w.prefetch(2), 3).await;
     wait_until("1 processing + 2 fetched", Duration::from_secs(5), || async {
         let s = b.stats().await.unwrap();
         s.processing == 1 && s.fetched == 2
     })
     .await
     .unwrap();
-    // The crash: nothing this worker does reaches the database any more.
-    b.dead.store(true, Ordering::Release);
-    task.abort();
-    let _ = task.await;
-    crash_timeouts(&b).await;
+    crash(&b, task).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let params = RescueParams::default();
     let r = b.inner.rescue(&params).await.unwrap();
@@ -430,33 +443,7 @@ async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
 /// its attempt unspent.
 pub(super) async fn after_a_crash_lookahead_jobs_keep_their_attempt(worker: WorkerId) -> Res {
     let b = Arc::new(Faulty::default());
-    let dynb: Arc<dyn Backend> = b.clone();
-    let started = Arc::new(tokio::sync::Notify::new());
-    let s2 = started.clone();
-    let w = Worker::builder(dynb)
-        .worker_id(worker)
-        .concurrency(1)
-        .lookahead(2)
-        .maintenance(no_maintenance())
-        .register_raw("t", move |_p, _ctx: JobContext| {
-            let started = s2.clone();
-            async move {
-                started.notify_one();
-                futures::future::pending::<()>().await;
-                Ok(())
-            }
-        })
-        .build()
-        .unwrap();
-    let ids: Vec<JobId> = b
-        .enqueue_many(jobs("default", 2).into_iter().map(|j| j.max_attempts(1)).collect())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id)
-        .collect();
-    let task = tokio::spawn(w.run(CancellationToken::new()));
-    tokio::time::timeout(Duration::from_secs(5), started.notified()).await.expect("a handler started");
+    let (task, ids) = blocked_worker(&b, |w| w.worker_id(worker).lookahead(2), 2).await;
     // The running job's start has landed (its attempt counted: Processing); the look-ahead
     // job waits Fetched. A crash within the start's round trip would leave the running job
     // Fetched too (its run uncounted): the documented trade-off of the optimistic start.
@@ -465,11 +452,7 @@ pub(super) async fn after_a_crash_lookahead_jobs_keep_their_attempt(worker: Work
         s.processing >= 1 && s.processing + s.fetched == 2
     })
     .await?;
-    // The crash: nothing this worker does reaches the database any more.
-    b.dead.store(true, Ordering::Release);
-    task.abort();
-    let _ = task.await;
-    crash_timeouts(&b).await;
+    crash(&b, task).await;
     let params = RescueParams::default();
     wait_until("the rescuer finds both", Duration::from_secs(5), || async {
         let r = b.inner.rescue(&params).await.unwrap();
