@@ -143,12 +143,14 @@ pub async fn default_timeouts(cx: Ctx) -> CaseResult {
         }
     };
     let (f_young, f_old) = (fetched(&cx).await?, fetched(&cx).await?);
-    cx.age(f_young, DEFAULT_FETCHED_TIMEOUT - Duration::from_secs(20)).await?;
-    cx.age(f_old, DEFAULT_FETCHED_TIMEOUT + Duration::from_secs(20)).await?;
     let p_young = cx.enqueue(cx.job(&q)).await?;
     cx.claim_one_started(w, &q).await?;
     let p_old = cx.enqueue(cx.job(&q)).await?;
     cx.claim_one_started(w, &q).await?;
+    // Every claim before any ageing: another case's rescue may release an aged job at once,
+    // and a later claim of this queue would then take it instead of the new job.
+    cx.age(f_young, DEFAULT_FETCHED_TIMEOUT - Duration::from_secs(20)).await?;
+    cx.age(f_old, DEFAULT_FETCHED_TIMEOUT + Duration::from_secs(20)).await?;
     cx.age(p_young, DEFAULT_ZOMBIE_TIMEOUT - Duration::from_secs(20)).await?;
     cx.age(p_old, DEFAULT_ZOMBIE_TIMEOUT + Duration::from_secs(20)).await?;
     cx.rescue_until("both old jobs rescued", || async {
