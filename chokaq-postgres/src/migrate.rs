@@ -39,6 +39,7 @@ migrations! {
     6, "schedules", "0006_schedules";
     7, "workers", "0007_workers";
     8, "fetched_timeout", "0008_fetched_timeout";
+    9, "scheduled", "0009_scheduled";
 }
 
 /// Applies the missing migrations in one transaction under a schema-specific lock, so

@@ -71,12 +71,15 @@ WITH input AS (
 ),
 ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, max_attempts,
-                                   scheduled_at, created_by)
+                                   scheduled_at, status, created_by)
     SELECT i.id, i.queue, i.kind, i.payload::jsonb, ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)),
-           i.idempotency_key, i.priority, i.max_attempts,
-           CASE WHEN i.delay_us IS NULL THEN i.scheduled_at ELSE now() + i.delay_us * interval '1 microsecond' END,
+           i.idempotency_key, i.priority, i.max_attempts, s.at, CASE WHEN s.at > now() THEN 3 ELSE 0 END,
            i.created_by
       FROM input i
+     CROSS JOIN LATERAL (
+           SELECT CASE WHEN i.delay_us IS NULL THEN i.scheduled_at
+                       ELSE now() + i.delay_us * interval '1 microsecond' END AS at
+     ) s
      ORDER BY i.ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -150,7 +153,7 @@ SELECT a.id FROM {schema}.jobs_archive a
 /// filed it as a zombie (that lease was lost, not used).
 const FAIL_STANDING: &str = "
 SELECT h.scheduled_at AS at, NULL::text AS reason FROM {schema}.jobs_hot h
- WHERE h.id = $2 AND h.lease = $3 AND h.status = 0 AND h.scheduled_at IS NOT NULL
+ WHERE h.id = $2 AND h.lease = $3 AND h.status IN (0, 3) AND h.scheduled_at IS NOT NULL
 UNION ALL
 SELECT NULL::timestamptz, d.reason FROM {schema}.jobs_dlq d
  WHERE d.id = $2 AND d.lease = $3 AND d.worker_id = $1 AND d.reason <> 'zombie'";
@@ -172,7 +175,7 @@ const FAIL: &str = concat!(
      ),
      back AS (
         UPDATE {schema}.jobs_hot h
-           SET status = 0, worker_id = NULL,
+           SET status = CASE WHEN $5::int8 > 0 THEN 3 ELSE 0 END, worker_id = NULL,
                scheduled_at = now() + $5::int8 * interval '1 microsecond',
                attempt = CASE WHEN l.act = 'snooze' THEN greatest(h.attempt - 1, 0) ELSE h.attempt END,
                last_error = CASE WHEN l.act = 'retry' THEN $6::text ELSE h.last_error END,
@@ -214,7 +217,7 @@ const DEAD_UNDECODABLE: &str = concat!(
 /// `$1` id. Pending/Fetched: moved to the dead-letter table; Processing: flagged.
 const CANCEL: &str = concat!(
     "WITH l AS (SELECT h.id, h.status FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE),
-     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.status IN (0, 1) RETURNING h.*),
+     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.status IN (0, 1, 3) RETURNING h.*),
      dead AS (INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -333,10 +336,10 @@ SELECT (SELECT count(*) FROM ins) AS moved, (SELECT count(*) FROM woke) AS woke"
 const STATS: &str = "
 WITH h AS (
     SELECT queue,
-           count(*) FILTER (WHERE status = 0) AS pending,
+           count(*) FILTER (WHERE status IN (0, 3)) AS pending,
            count(*) FILTER (WHERE status = 1) AS fetched,
            count(*) FILTER (WHERE status = 2) AS processing,
-           min(due_at) FILTER (WHERE status = 0 AND due_at <= now()) AS oldest_due_at
+           min(due_at) FILTER (WHERE status IN (0, 3) AND due_at <= now()) AS oldest_due_at
       FROM {schema}.jobs_hot GROUP BY queue
 ),
 a AS (SELECT queue, count(*) AS archived FROM {schema}.jobs_archive GROUP BY queue),
@@ -355,7 +358,8 @@ macro_rules! hot_record {
         concat!(
             "'hot'::text AS loc, id, queue, kind, ",
             $payload,
-            " AS payload, tags, idempotency_key, priority, status, \
+            " AS payload, tags, idempotency_key, priority, \
+             CASE WHEN status = 3 THEN 0::int2 ELSE status END AS status, \
              NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
              heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
         )
@@ -422,7 +426,8 @@ macro_rules! list {
     };
 }
 
-const LIST_HOT: &str = list!(hot_record, "jobs_hot", "\n   AND ($9::int2 IS NULL OR status = $9::int2)");
+const LIST_HOT: &str =
+    list!(hot_record, "jobs_hot", "\n   AND ($9::int2 IS NULL OR status = $9::int2 OR (status = 3 AND $9::int2 = 0))");
 const LIST_ARCHIVE: &str = list!(archive_record, "jobs_archive", "");
 const LIST_DLQ: &str = list!(dlq_record, "jobs_dlq", "");
 
@@ -571,7 +576,10 @@ const RR_ROLE_DROP: &str = "DROP ROLE IF EXISTS {rr_role}";
 
 const FORCE: &str = "
 UPDATE {schema}.jobs_hot SET
-    status = coalesce($2::int2, status),
+    status = CASE WHEN coalesce($2::int2, status) NOT IN (0, 3) THEN coalesce($2::int2, status)
+                  WHEN coalesce(CASE WHEN $4::bool THEN $5::timestamptz ELSE scheduled_at END,
+                                $9::timestamptz, created_at) > now() THEN 3
+                  ELSE 0 END,
     attempt = coalesce($3::int4, attempt),
     scheduled_at = CASE WHEN $4::bool THEN $5::timestamptz ELSE scheduled_at END,
     heartbeat_at = CASE WHEN $6::bool THEN $7::timestamptz ELSE heartbeat_at END,

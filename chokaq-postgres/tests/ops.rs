@@ -749,3 +749,120 @@ async fn throughput_reads_an_index_range_only() {
     // the test takes).
     assert_eq!(counted, 3499, "jobs counted in the last hour");
 }
+
+/// Issue 12, item 4: a claim naming five queues locks the ten rows it returns, not ten per
+/// queue. Version 8 of the schema locked all fifty until its commit: a second claimer running
+/// meanwhile found every row of the five queues locked and came back empty.
+#[tokio::test]
+async fn a_claim_over_many_queues_locks_only_what_it_returns() {
+    let f = fixture!();
+    let db = &f.db;
+    let names = ["lk1", "lk2", "lk3", "lk4", "lk5"];
+    for n in names {
+        db.enqueue_many((0..10).map(|_| job(n)).collect()).await.unwrap();
+    }
+    let queues: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let s = db.schema();
+    // The first claim, in a transaction held open.
+    let mut holder = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    let first: Vec<uuid::Uuid> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".claim($1, $2, 10, false)"))
+        .bind(uuid::Uuid::new_v4())
+        .bind(&queues)
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 10, "the first claim's rows");
+    // What another session can still lock: the forty rows the first claim did not return.
+    let mut probe = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut probe).await.unwrap();
+    let free: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM (SELECT id FROM \"{s}\".jobs_hot WHERE status = 0 FOR UPDATE SKIP LOCKED) f"
+    ))
+    .fetch_one(&mut probe)
+    .await
+    .unwrap();
+    sqlx::query("ROLLBACK").execute(&mut probe).await.unwrap();
+    assert_eq!(free, 40, "rows left lockable while the first claim is open (50 enqueued, 10 claimed)");
+    // A concurrent claimer gets every one of them.
+    let all: Vec<QueueName> = names.iter().map(|n| q(n)).collect();
+    let second = db.claim(&ClaimParams::new(WorkerId::random(), all, 100, ClaimMode::Reserve)).await.unwrap();
+    assert_eq!(second.len(), 40, "the concurrent claimer's rows");
+    assert!(second.iter().all(|j| !first.contains(&j.id.0)));
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    assert_eq!(db.stats().await.unwrap().fetched, 50);
+    f.drop().await;
+}
+
+/// Issue 12, item 4, the top-up: when the rows a multi-queue claim chose are taken before it
+/// locks them, it takes the next free rows instead of coming back short.
+#[tokio::test]
+async fn a_multi_queue_claim_tops_up_when_its_rows_are_taken() {
+    let f = fixture!();
+    let db = &f.db;
+    db.enqueue_many((0..3).map(|_| job("tu1").priority(5)).collect()).await.unwrap();
+    db.enqueue_many((0..10).map(|_| job("tu2")).collect()).await.unwrap();
+    let s = db.schema();
+    // Another session holds two of tu1's three rows (the best by priority).
+    let mut holder = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    let held: Vec<uuid::Uuid> = sqlx::query_scalar(&format!(
+        "SELECT id FROM \"{s}\".jobs_hot WHERE queue = 'tu1' ORDER BY id LIMIT 2 FOR UPDATE"
+    ))
+    .fetch_all(&mut holder)
+    .await
+    .unwrap();
+    let got =
+        db.claim(&ClaimParams::new(WorkerId::random(), vec![q("tu1"), q("tu2")], 5, ClaimMode::Reserve)).await.unwrap();
+    assert_eq!(got.len(), 5, "a full batch despite two chosen rows being held");
+    assert!(got.iter().all(|j| !held.contains(&j.id.0)));
+    assert_eq!(got.iter().filter(|j| j.queue.as_str() == "tu1").count(), 1);
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    f.drop().await;
+}
+
+/// Issue 12, item 1: jobs scheduled for later cost the claim nothing. With 20,000 jobs due
+/// tomorrow and five due now, the claim reads a handful of index pages (version 8 walked
+/// every not-yet-due entry of the claim index), and the delayed jobs are claimed once due,
+/// through their promotion.
+#[tokio::test]
+async fn a_scheduled_backlog_costs_the_claim_nothing() {
+    let f = fixture!();
+    let db = &f.db;
+    let tomorrow = db.db_now().await.unwrap() + chrono_secs(86_400);
+    for _ in 0..4 {
+        db.enqueue_many((0..5_000).map(|_| job("later").run_at(tomorrow)).collect()).await.unwrap();
+    }
+    db.enqueue_many((0..5).map(|_| job("later")).collect()).await.unwrap();
+    let s = db.schema();
+    let mut conn = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    let got: Vec<uuid::Uuid> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".claim($1, $2, 10, false)"))
+        .bind(uuid::Uuid::new_v4())
+        .bind(vec!["later".to_string()])
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    // This transaction's own index page reads (hits and misses) in the two indexes a claim
+    // seeks, not yet flushed to the cumulative statistics.
+    let read: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(pg_stat_get_xact_blocks_fetched(c.oid)), 0)::int8
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1 AND c.relname IN ('jobs_hot_claim_idx', 'jobs_hot_scheduled_idx')",
+    )
+    .bind(s)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+    assert_eq!(got.len(), 5, "the due jobs");
+    assert!(read <= 10, "index pages the claim read with 20,000 scheduled jobs: {read}");
+    // Once due, a delayed job is claimed like any other.
+    let one = db.enqueue(job("later2").run_at(tomorrow)).await.unwrap().id;
+    assert!(claim(db, WorkerId::random(), "later2", 10, ClaimMode::Reserve).await.is_empty());
+    assert_eq!(db.get_job(one).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Pending));
+    assert!(db.force(one, &JobPatch { scheduled_at: Some(Some(ago(1))), ..Default::default() }).await.unwrap());
+    let got = claim(db, WorkerId::random(), "later2", 10, ClaimMode::Reserve).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![one]);
+    f.drop().await;
+}

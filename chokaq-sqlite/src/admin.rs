@@ -87,7 +87,7 @@ pub(crate) async fn cancel(b: &SqliteBackend, id: JobId) -> Result<CancelOutcome
         sqlx::query_scalar(&b.sql.hot_status).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
     let out = match status {
         None => CancelOutcome::NotLive,
-        Some(0 | 1) => {
+        Some(0 | 1 | 3) => {
             b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
             CancelOutcome::Cancelled
         }

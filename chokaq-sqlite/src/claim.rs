@@ -86,6 +86,9 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
         if take == 0 {
             continue;
         }
+        // The due Scheduled jobs become Pending first (at most 1,000 per call; the next call
+        // promotes the rest).
+        sqlx::query(&b.sql.promote_due).bind(q.as_str()).bind(now).execute(&mut *tx).await.map_err(map_err)?;
         let rows = sqlx::query(&b.sql.claim_candidates)
             .bind(q.as_str())
             .bind(now)

@@ -47,7 +47,8 @@ pub(crate) async fn stats(b: &SqliteBackend) -> Result<StatsSnapshot> {
         let n = count(&r)?;
         let qs = entry(&mut per, queue);
         match status {
-            0 => {
+            // Scheduled (3) is Pending whose due time was ahead when it was written.
+            0 | 3 => {
                 qs.pending += n;
                 snap.pending += n;
             }

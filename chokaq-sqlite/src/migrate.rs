@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 5;
+pub(crate) const SCHEMA_VERSION: i64 = 6;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -151,6 +151,21 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     // SQLite's ADD COLUMN has no IF NOT EXISTS: `run` takes "duplicate column name" from a
     // `migrate_add_column_` statement as "already there".
     ("migrate_add_column_fetched_timeout", "ALTER TABLE {schema}.queues ADD COLUMN fetched_timeout_us INTEGER"),
+    // Version 6: Scheduled (status 3) is Pending whose due time was ahead when the row was
+    // written (a run-at in the future, a retry's back-off, a snooze). It sits outside the claim's
+    // range of `jobs_hot_claim` (status 0), so jobs waiting for tomorrow cost the claim nothing;
+    // the claim promotes the due ones through this index's range on the due time. The update
+    // moves the rows an older version wrote (idempotent: it finds none the second time).
+    (
+        "migrate_jobs_hot_scheduled",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_hot_scheduled ON jobs_hot \
+         (queue, coalesce(scheduled_at, created_at)) WHERE status = 3",
+    ),
+    (
+        "migrate_scheduled_rows",
+        "UPDATE {schema}.jobs_hot SET status = 3 WHERE status = 0 \
+         AND scheduled_at > CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
+    ),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

@@ -62,6 +62,15 @@ fn i32_col(row: &SqliteRow, col: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| corrupt(format!("{col} = {v}")))
 }
 
+/// A stored status: Scheduled (3, Pending whose due time was ahead when the row was written)
+/// reads as Pending.
+pub(crate) fn status(code: i64) -> Result<JobStatus> {
+    match code {
+        3 => Ok(JobStatus::Pending),
+        c => JobStatus::from_code(i16::try_from(c).map_err(|_| corrupt("status"))?),
+    }
+}
+
 /// Which table a row was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Src {
@@ -74,7 +83,7 @@ pub(crate) enum Src {
 /// just claimed, the `cols!()` the claim returns, with `from == Src::Hot`).
 pub(crate) fn record(row: &SqliteRow, from: Src) -> Result<JobRecord> {
     let status_code: i64 = get(row, "status")?;
-    let status = JobStatus::from_code(i16::try_from(status_code).map_err(|_| corrupt("status"))?)?;
+    let status = status(status_code)?;
     let (location, finished_at) = match from {
         Src::Hot => (JobLocation::Hot(status), None),
         Src::Archive => (JobLocation::Archived, Some(ts(get(row, "finished_at")?)?)),

@@ -98,7 +98,7 @@ macro_rules! select_job {
 /// every earlier page again.
 macro_rules! list_filters {
     () => {
-        " WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR kind = ?3) \
+        " WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR status = ?2 OR (status = 3 AND ?2 = 0)) AND (?3 IS NULL OR kind = ?3) \
          AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(tags) WHERE json_each.value = ?4)) \
          AND (?5 IS NULL OR created_at >= ?5) AND (?6 IS NULL OR created_at < ?6) \
          AND id > coalesce(?7, x'') ORDER BY id LIMIT ?8"
@@ -206,7 +206,7 @@ statements! {
     /// `?8` max attempts, `?9` scheduled at, `?10` now, `?11` created by.
     insert_job: "INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, \
          attempt, max_attempts, scheduled_at, created_at, updated_at, created_by) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, 0, ?8, ?9, ?10, ?10, ?11)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?9 > ?10 THEN 3 ELSE 0 END, 0, ?8, ?9, ?10, ?10, ?11)",
 
     // --- claim -----------------------------------------------------------------------------
     /// A queue's control row: `?1` name.
@@ -215,9 +215,15 @@ statements! {
          FROM {schema}.queues WHERE name = ?1",
     /// Fetched + Processing jobs of a queue: `?1` queue.
     active_count: "SELECT count(*) FROM {schema}.jobs_hot WHERE queue = ?1 AND status IN (1, 2)",
-    /// Whether a queue has a due Pending job: `?1` queue, `?2` now.
+    /// Whether a queue has a due Pending or Scheduled job: `?1` queue, `?2` now.
     any_due: "SELECT 1 FROM {schema}.jobs_hot WHERE queue = ?1 AND status = 0 \
+         AND coalesce(scheduled_at, created_at) <= ?2 \
+         UNION ALL SELECT 1 FROM {schema}.jobs_hot WHERE queue = ?1 AND status = 3 \
          AND coalesce(scheduled_at, created_at) <= ?2 LIMIT 1",
+    /// Scheduled -> Pending for the due jobs of a queue (the claim's promotion; the range of
+    /// `jobs_hot_scheduled`): `?1` queue, `?2` now.
+    promote_due: "UPDATE {schema}.jobs_hot SET status = 0 WHERE id IN (SELECT id FROM {schema}.jobs_hot \
+         WHERE queue = ?1 AND status = 3 AND coalesce(scheduled_at, created_at) <= ?2 LIMIT 1000)",
     /// A queue's due Pending jobs in claim order: `?1` queue, `?2` now, `?3` limit.
     claim_candidates: "SELECT id, priority, coalesce(scheduled_at, created_at) AS due FROM {schema}.jobs_hot \
          WHERE queue = ?1 AND status = 0 AND coalesce(scheduled_at, created_at) <= ?2 \
@@ -260,7 +266,7 @@ statements! {
     /// lease); a dead letter keeps lease and worker (`reason`; not a zombie rescue filed, whose
     /// lease was lost): `?1` id, `?2` lease, `?3` worker.
     fail_standing: "SELECT scheduled_at AS at, NULL AS reason FROM {schema}.jobs_hot \
-         WHERE id = ?1 AND lease = ?2 AND status = 0 AND scheduled_at IS NOT NULL \
+         WHERE id = ?1 AND lease = ?2 AND status IN (0, 3) AND scheduled_at IS NOT NULL \
          UNION ALL SELECT NULL, reason FROM {schema}.jobs_dlq \
          WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND reason <> 'zombie'",
     /// Removes a moved hot row: `?1` id.
@@ -270,7 +276,8 @@ statements! {
          WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status = 2",
     /// Back to Pending (retry, snooze): `?1` due at, `?2` now, `?3` error (NULL keeps the
     /// last one), `?4` attempts to give back, `?5` id.
-    back_to_pending: "UPDATE {schema}.jobs_hot SET status = 0, worker_id = NULL, scheduled_at = ?1, \
+    back_to_pending: "UPDATE {schema}.jobs_hot SET status = CASE WHEN ?1 > ?2 THEN 3 ELSE 0 END, \
+         worker_id = NULL, scheduled_at = ?1, \
          updated_at = ?2, heartbeat_at = NULL, cancel_requested = 0, last_error = coalesce(?3, last_error), \
          attempt = max(attempt - ?4, 0) WHERE id = ?5",
     /// Hot -> dead-letter for one id: `?1` now, `?2` id, `?3` reason, `?4` error (NULL keeps
@@ -351,7 +358,7 @@ statements! {
     stats_hot: "SELECT queue, status, count(*) AS n FROM {schema}.jobs_hot GROUP BY queue, status",
     /// The oldest due Pending job per queue: `?1` now.
     stats_lag: "SELECT queue, min(coalesce(scheduled_at, created_at)) AS due FROM {schema}.jobs_hot \
-         WHERE status = 0 AND coalesce(scheduled_at, created_at) <= ?1 GROUP BY queue",
+         WHERE status IN (0, 3) AND coalesce(scheduled_at, created_at) <= ?1 GROUP BY queue",
     stats_archive: "SELECT queue, count(*) AS n FROM {schema}.jobs_archive GROUP BY queue",
     stats_dead: "SELECT queue, count(*) AS n FROM {schema}.jobs_dlq GROUP BY queue",
 

@@ -770,3 +770,37 @@ async fn throughput_reads_a_covering_index_range() {
     let total = |q: &str| per.iter().filter(|(n, _)| n == q).map(|(_, n)| n).sum::<u64>();
     assert_eq!((total("tp_a"), total("tp_b")), (20, 20));
 }
+
+/// Issue 12, item 1: jobs scheduled for later are Scheduled, outside the claim's index range
+/// (queue, Pending), so 20,000 of them due tomorrow cost the claim of five due jobs nothing
+/// (version 5 kept them in that range, and every claim walked past them); once due, the claim
+/// promotes them and they run.
+#[tokio::test]
+async fn a_scheduled_backlog_stays_out_of_the_claim_range() {
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let tomorrow = b.db_now().await.unwrap() + chokaq_core::chrono::Duration::seconds(86_400);
+    for _ in 0..4 {
+        b.enqueue_many((0..5_000).map(|_| job("later").run_at(tomorrow)).collect()).await.unwrap();
+    }
+    b.enqueue_many((0..5).map(|_| job("later")).collect()).await.unwrap();
+    let mut conn = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    let in_range: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs_hot INDEXED BY jobs_hot_claim WHERE queue = 'later' AND status = 0",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(in_range, 5, "entries of the claim's index range with 20,000 jobs due tomorrow and 5 due now");
+    assert_eq!(b.stats().await.unwrap().pending, 20_005, "Scheduled counts as Pending");
+    assert_eq!(claim(&b, WorkerId::random(), "later", 10, ClaimMode::Reserve).await.len(), 5);
+    // Once due, a Scheduled job is promoted by the claim and runs.
+    let one = b.enqueue(job("later2").run_at(tomorrow)).await.unwrap().id;
+    assert!(claim(&b, WorkerId::random(), "later2", 10, ClaimMode::Reserve).await.is_empty());
+    assert_eq!(b.get_job(one).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Pending));
+    let past = b.db_now().await.unwrap() - chokaq_core::chrono::Duration::seconds(1);
+    assert!(b.force(one, &JobPatch { scheduled_at: Some(Some(past)), ..Default::default() }).await.unwrap());
+    let got = claim(&b, WorkerId::random(), "later2", 10, ClaimMode::Reserve).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![one]);
+    conn.close().await.unwrap();
+}

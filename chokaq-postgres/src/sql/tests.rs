@@ -36,7 +36,11 @@ fn list_and_purge_take_null_able_filters() {
     assert_eq!(params(&s.list_hot), 9);
     assert_eq!(params(&s.list_archive), 8);
     assert_eq!(params(&s.list_dlq), 8);
-    assert!(s.list_hot.contains("($9::int2 IS NULL OR status = $9::int2)"), "{}", s.list_hot);
+    assert!(
+        s.list_hot.contains("($9::int2 IS NULL OR status = $9::int2 OR (status = 3 AND $9::int2 = 0))"),
+        "{}",
+        s.list_hot
+    );
     for list in [&s.list_hot, &s.list_archive, &s.list_dlq] {
         assert!(list.contains("CASE WHEN $8::bool THEN payload ELSE 'null'::jsonb END AS payload"), "{list}");
     }
