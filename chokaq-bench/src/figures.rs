@@ -145,6 +145,8 @@ pub(crate) struct DrainFigures {
     pub(crate) capped: Option<u32>,
     /// The handler's time (a sleep), ms; 0 for a no-op.
     pub(crate) handler_ms: u64,
+    /// The handlers' mean time as measured around the sleep, ms (0 for a no-op).
+    pub(crate) handler_ms_measured: f64,
     pub(crate) rate: Rate,
     pub(crate) claim: CallFigures,
     pub(crate) complete_and_claim: CallFigures,
@@ -173,6 +175,7 @@ impl DrainFigures {
             "concurrency": self.concurrency,
             "max_workers": self.capped,
             "handler_ms": self.handler_ms,
+            "handler_ms_measured": round3(self.handler_ms_measured),
             "jobs": self.rate.jobs,
             "seconds": round3(self.rate.secs),
             "jobs_per_s": round1(self.rate.per_s()),

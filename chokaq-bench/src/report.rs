@@ -199,7 +199,12 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
         row(
             &format!("drain, {} slots, max_workers {}, h {} ms", d.concurrency, d.capped.unwrap_or(0), d.handler_ms),
             &d.rate,
-            format!("efficiency {}, {}", opt(r.capped_efficiency(Some(d)), 3), drain_notes(d)),
+            format!(
+                "efficiency {}, handler {:.2} ms measured, {}",
+                opt(r.capped_efficiency(Some(d)), 3),
+                d.handler_ms_measured,
+                drain_notes(d)
+            ),
         );
     }
     if let Some(m) = &r.multi {
