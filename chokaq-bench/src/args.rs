@@ -45,7 +45,8 @@ pub(crate) struct Args {
     /// PostgreSQL URL (never printed). Default: $CHOKAQ_TEST_POSTGRES_URL, then the local test database.
     #[arg(long, env = "CHOKAQ_BENCH_URL", hide_env_values = true)]
     pub(crate) url: Option<String>,
-    /// Jobs of the enqueue, drain, raw and capped workloads.
+    /// Jobs of the enqueue workload, the drains of 8 slots or more, the raw and raw_min loops
+    /// and (by default) the multi-process drain.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) jobs: u32,
     /// Jobs per enqueue_many call in the enqueue workload.
@@ -58,7 +59,7 @@ pub(crate) struct Args {
     /// `drain_jobs_per_s_c<N>`; the 8 (else the first entry) is also `drain_jobs_per_s`.
     #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
     pub(crate) drain_concurrency: Vec<u32>,
-    /// Jobs of a drain with fewer than 8 slots (0: --jobs). A single slot drains a few
+    /// Jobs of a drain with fewer than 8 slots (0: --jobs). A single slot drains about a
     /// thousand jobs a second, so --jobs would take most of the run.
     #[arg(long, default_value_t = 20_000)]
     pub(crate) low_drain_jobs: u32,

@@ -4,15 +4,19 @@
 //! cargo run --release -p chokaq-bench -- --url <URL> [--json]
 //! ```
 //!
-//! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (enqueue, drain by the
-//! worker runtime, the raw skip-locked loop, the capped drain, claim cost against a small and a
-//! large backlog, pickup latency), drops the schema and prints a table, then each target with
-//! its measured ratio. With `--json` the last line of stdout is one JSON object with every
-//! figure and the settings. The URL is never printed. See `docs/performance.md`.
+//! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (batch and single-job
+//! enqueue, drains by the worker runtime at several concurrencies, the raw and the minimal raw
+//! skip-locked loops, the commit round trip and the capped drains, the heartbeat's HOT share,
+//! pickup latency, the multi-process example, claim cost against a small and a large backlog
+//! and beside a million scheduled jobs), drops the schema and prints a table, then each
+//! target with its measured ratio. With `--json` the last line of stdout is one JSON object
+//! with every figure and the settings. The URL is never printed. See `docs/performance.md`.
 //!
 //! The modules: `args` (the flags and their checks), `bench` (the run, its shared helpers and
-//! the enqueue workload; `bench::drain` by the runtime, `bench::raw` the bare skip-locked loop,
-//! `bench::claim` the claim cost against a backlog, `bench::pickup` the pickup latency),
+//! the enqueue workload; `bench::single` the single-job enqueue, `bench::drain` by the
+//! runtime, `bench::raw` both bare skip-locked loops, `bench::capped` the commit round trip
+//! and the capped drains, `bench::heartbeat` the HOT share, `bench::pickup` the pickup
+//! latency, `bench::multi` the multi-process example, `bench::claim` the claim cost),
 //! `timed` (the backend wrapper that counts and times the runtime's calls), `figures` (what
 //! each workload measured) and `report` (the table, the targets and the `--json` line).
 
