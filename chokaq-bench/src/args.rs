@@ -7,15 +7,35 @@ use chokaq::core::MAX_ENQUEUE_BATCH;
 use chokaq::{Error, Result};
 use clap::{Parser, ValueEnum};
 
-// The workloads `--workloads` selects (they run in this order).
+// The workloads `--workloads` selects (they run in this order: the ones that fill a million
+// jobs come last, so their tables and WAL do not weigh on the others).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Workload {
     Enqueue,
+    /// One job per `Client::enqueue` call from concurrent tasks, beside the same INSERT run
+    /// bare, one row per autocommit statement.
+    EnqueueSingle,
     Drain,
     Raw,
+    /// The minimal skip-locked loop: a six-column table with one partial index.
+    RawMin,
+    /// The commit round trip, then the capped drain with handler time 0 and `--handler-ms`.
     Capped,
-    Claim,
+    /// The share of heartbeat updates that are HOT.
+    Heartbeat,
     Pickup,
+    /// `--mp-processes` worker processes of `chokaq/examples/multi_process.rs`.
+    MultiProcess,
+    Claim,
+    /// Claim cost with a million jobs due tomorrow and a trickle of due ones.
+    Scheduled,
+}
+
+impl Workload {
+    /// The name `--workloads` takes.
+    pub(crate) fn name(self) -> String {
+        self.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string())
+    }
 }
 
 /// Benchmarks chokaq on a PostgreSQL database (a fresh schema is created and dropped).
@@ -25,7 +45,8 @@ pub(crate) struct Args {
     /// PostgreSQL URL (never printed). Default: $CHOKAQ_TEST_POSTGRES_URL, then the local test database.
     #[arg(long, env = "CHOKAQ_BENCH_URL", hide_env_values = true)]
     pub(crate) url: Option<String>,
-    /// Jobs of the enqueue, drain, raw and capped workloads.
+    /// Jobs of the enqueue workload, the drains of 8 slots or more, the raw and raw_min loops
+    /// and (by default) the multi-process drain.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) jobs: u32,
     /// Jobs per enqueue_many call in the enqueue workload.
@@ -34,49 +55,103 @@ pub(crate) struct Args {
     /// Concurrent enqueue_many callers in the enqueue workload.
     #[arg(long, default_value_t = 1)]
     pub(crate) enqueue_tasks: usize,
-    /// Worker slots of the drains, comma separated (e.g. 1,4,8,16,64). The first 8 (else the
-    /// first entry) is `drain_jobs_per_s`.
-    #[arg(long, value_delimiter = ',', default_value = "8")]
+    /// Worker slots of the drains, comma separated (e.g. 1,4,8,16,64): each is
+    /// `drain_jobs_per_s_c<N>`; the 8 (else the first entry) is also `drain_jobs_per_s`.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
     pub(crate) drain_concurrency: Vec<u32>,
+    /// Jobs of a drain with fewer than 8 slots (0: --jobs). A single slot drains about a
+    /// thousand jobs a second, so --jobs would take most of the run.
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) low_drain_jobs: u32,
     /// Pool size of the backend (the raw loop uses the same pool).
     #[arg(long, default_value_t = 10)]
     pub(crate) connections: u32,
     /// Concurrent raw loops (default: one per pool connection).
     #[arg(long)]
     pub(crate) raw_loops: Option<u32>,
-    /// Jobs per raw claim.
+    /// Jobs per raw claim (the raw loop and the raw_min loop).
     #[arg(long, default_value_t = 10)]
     pub(crate) raw_batch: u32,
-    /// The cap (max_workers) of the capped drain; its worker has as many slots.
+    /// Concurrent raw_min loops, each on its own connection.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) raw_min_loops: u32,
+    /// Jobs of each run of the single-job enqueue workload (chokaq and the bare INSERT).
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) single_jobs: u32,
+    /// Concurrent tasks of the single-job enqueue workload.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) single_tasks: u32,
+    /// The cap (max_workers) of the capped drains; their worker has as many slots.
     #[arg(long, default_value_t = 8)]
     pub(crate) cap: u32,
     /// The drain workers' first back-off step after an empty claim, ms (default: the
     /// runtime's own default, 20 ms). For experiments.
     #[arg(long)]
     pub(crate) min_poll_ms: Option<u64>,
-    /// Jobs of the capped drain (fewer than --jobs by default: the capped drain is slow).
+    /// Jobs of the capped drain with handler time 0 (fewer than --jobs: the capped drain is slow).
     #[arg(long, default_value_t = 20_000)]
     pub(crate) capped_jobs: u32,
+    /// Handler time of the second capped drain, ms (a sleep in the handler).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) handler_ms: u64,
+    /// Jobs of the capped drain with handler time --handler-ms.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) capped_slow_jobs: u32,
+    /// Timed one-row autocommit UPDATEs of `commit_rtt_ms_p50`.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) rtt_samples: u32,
+    /// Jobs put into Processing by the heartbeat workload.
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) heartbeat_jobs: u32,
+    /// Heartbeat calls over all of them (each one backend call).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) heartbeat_rounds: u32,
     /// Small backlog of the claim-cost workload.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) backlog_small: u32,
     /// Large backlog of the claim-cost workload.
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) backlog_large: u32,
-    /// Queues the claim-cost backlog is spread over.
+    /// Queues the claim-cost backlog (and the scheduled jobs) are spread over.
     #[arg(long, default_value_t = 10)]
     pub(crate) claim_queues: u32,
     /// Timed claims per backlog size (each is claim, then an untimed complete and refill).
     #[arg(long, default_value_t = 500)]
     pub(crate) claim_samples: u32,
+    /// Pending jobs due tomorrow in the scheduled workload.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) scheduled_jobs: u32,
+    /// Due jobs beside them (re-enqueued as they are claimed); at most 10, the claim's limit.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) scheduled_due: u32,
+    /// Timed claims of the scheduled workload (slow on a claim that scans the scheduled jobs).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) scheduled_samples: u32,
     /// Jobs of the pickup-latency workload.
     #[arg(long, default_value_t = 2_000)]
     pub(crate) pickup_jobs: u32,
     /// Enqueues per second of the pickup-latency workload (one at a time).
     #[arg(long, default_value_t = 200.0)]
     pub(crate) pickup_rate: f64,
+    /// Worker processes of the multi-process drain.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) mp_processes: u32,
+    /// Slots per worker process of the multi-process drain.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) mp_concurrency: u32,
+    /// Jobs of the multi-process drain (default: --jobs).
+    #[arg(long)]
+    pub(crate) mp_jobs: Option<u32>,
+    /// The multi_process example's binary (default: built with `cargo build --release -p
+    /// chokaq --features postgres --example multi_process` in this workspace).
+    #[arg(long)]
+    pub(crate) mp_exe: Option<std::path::PathBuf>,
     /// Which workloads to run (comma separated).
-    #[arg(long, value_delimiter = ',', default_value = "enqueue,drain,raw,capped,claim,pickup")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "enqueue,enqueue-single,drain,raw,raw-min,capped,heartbeat,pickup,multi-process,claim,scheduled"
+    )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
     #[arg(long)]
@@ -118,11 +193,32 @@ impl Args {
         if self.raw_loops == Some(0) || self.raw_batch == 0 || self.raw_batch > 1000 {
             return bad("--raw-loops must be at least 1 and --raw-batch 1 to 1000");
         }
-        if self.capped_jobs == 0 {
-            return bad("--capped-jobs must be at least 1");
+        if self.capped_jobs == 0 || self.capped_slow_jobs == 0 {
+            return bad("--capped-jobs and --capped-slow-jobs must be at least 1");
         }
         if self.cap == 0 || self.cap > 1000 {
             return bad("--cap must be 1 to 1000");
+        }
+        if self.handler_ms > 10_000 || self.rtt_samples == 0 {
+            return bad("--handler-ms must be at most 10000 and --rtt-samples at least 1");
+        }
+        if self.raw_min_loops == 0 || self.raw_min_loops > 100 || self.single_tasks == 0 || self.single_tasks > 100 {
+            return bad("--raw-min-loops and --single-tasks must be 1 to 100");
+        }
+        if self.single_jobs < self.single_tasks {
+            return bad("--single-jobs must be at least --single-tasks");
+        }
+        if self.heartbeat_jobs == 0 || self.heartbeat_jobs > 100_000 || self.heartbeat_rounds == 0 {
+            return bad("--heartbeat-jobs must be 1 to 100000 and --heartbeat-rounds at least 1");
+        }
+        if self.scheduled_due == 0 || self.scheduled_due > 10 || self.scheduled_samples == 0 {
+            return bad("--scheduled-due must be 1 to 10 and --scheduled-samples at least 1");
+        }
+        if self.mp_processes == 0 || self.mp_processes > 64 || self.mp_concurrency == 0 || self.mp_concurrency > 1000 {
+            return bad("--mp-processes must be 1 to 64 and --mp-concurrency 1 to 1000");
+        }
+        if self.mp_jobs == Some(0) {
+            return bad("--mp-jobs must be at least 1");
         }
         if self.claim_queues == 0 || self.claim_queues > 100 {
             return bad("--claim-queues must be 1 to 100");
@@ -145,6 +241,19 @@ impl Args {
 
     pub(crate) fn raw_loops(&self) -> u32 {
         self.raw_loops.unwrap_or(self.connections)
+    }
+
+    /// Jobs of a drain with `concurrency` slots.
+    pub(crate) fn drain_jobs(&self, concurrency: u32) -> u32 {
+        if concurrency < 8 && self.low_drain_jobs > 0 {
+            self.low_drain_jobs
+        } else {
+            self.jobs
+        }
+    }
+
+    pub(crate) fn mp_jobs(&self) -> u32 {
+        self.mp_jobs.unwrap_or(self.jobs)
     }
 }
 
@@ -170,9 +279,15 @@ mod tests {
             (a.jobs, a.capped_jobs, a.connections, a.raw_loops(), a.raw_batch, a.cap),
             (100_000, 20_000, 10, 10, 10, 8)
         );
-        assert_eq!(a.drain_concurrency, vec![8]);
+        assert_eq!(a.drain_concurrency, vec![1, 8, 64]);
+        assert_eq!((a.drain_jobs(1), a.drain_jobs(8), a.drain_jobs(64)), (20_000, 100_000, 100_000));
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
-        assert_eq!(a.workloads.len(), 6);
+        assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
+        assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
+        assert_eq!(a.workloads.len(), 11);
+        let mut sorted = a.workloads.clone();
+        sorted.sort();
+        assert_eq!(sorted, a.workloads, "the default list is in run order");
         let a = args(&["--drain-concurrency", "1,4,8,16,64", "--workloads", "claim,pickup"]);
         assert_eq!(a.drain_concurrency, vec![1, 4, 8, 16, 64]);
         assert!(a.has(Workload::Claim) && !a.has(Workload::Drain));
@@ -190,6 +305,10 @@ mod tests {
             &["--backlog-large", "5000"],
             &["--pickup-rate", "0"],
             &["--capped-jobs", "0"],
+            &["--scheduled-due", "11"],
+            &["--single-jobs", "4"],
+            &["--mp-processes", "0"],
+            &["--heartbeat-rounds", "0"],
         ] {
             let e = args(bad).check().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");

@@ -65,27 +65,127 @@ impl Rate {
     }
 }
 
+/// Row counts of one table from `pg_stat_user_tables` (a difference of two readings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TableCounts {
+    pub(crate) inserts: i64,
+    pub(crate) updates: i64,
+    pub(crate) hot_updates: i64,
+    pub(crate) deletes: i64,
+}
+
+impl std::ops::Sub for TableCounts {
+    type Output = TableCounts;
+    fn sub(self, o: TableCounts) -> TableCounts {
+        TableCounts {
+            inserts: self.inserts - o.inserts,
+            updates: self.updates - o.updates,
+            hot_updates: self.hot_updates - o.hot_updates,
+            deletes: self.deletes - o.deletes,
+        }
+    }
+}
+
+impl TableCounts {
+    /// HOT updates / updates (None without updates).
+    pub(crate) fn hot_share(&self) -> Option<f64> {
+        (self.updates > 0).then(|| self.hot_updates as f64 / self.updates as f64)
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        json!({ "inserts": self.inserts, "updates": self.updates, "hot_updates": self.hot_updates,
+                "deletes": self.deletes, "hot_share": self.hot_share().map(round3) })
+    }
+}
+
+/// What a drain cost, beside its WAL (in its `Rate`): the B-tree leaf entries its WAL added,
+/// its round trips and statements, and the drained table's row counts.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Costs {
+    /// `Btree/INSERT_LEAF` + `INSERT_POST` + `SPLIT_L` + `SPLIT_R` records in the workload's
+    /// WAL (server-wide, `pg_walinspect`); None where the extension is not available.
+    pub(crate) index_entries: Option<i64>,
+    pub(crate) round_trips: u64,
+    pub(crate) statements: u64,
+    /// The drained table's counts (None before PostgreSQL 15: no `pg_stat_force_next_flush`).
+    pub(crate) table: Option<TableCounts>,
+}
+
+impl Costs {
+    pub(crate) fn per_job(&self, rate: &Rate) -> PerJob {
+        let jobs = rate.jobs.max(1) as f64;
+        PerJob {
+            wal_bytes: rate.wal_bytes as f64 / jobs,
+            index_entries: self.index_entries.map(|n| n as f64 / jobs),
+            round_trips: self.round_trips as f64 / jobs,
+            statements: self.statements as f64 / jobs,
+        }
+    }
+}
+
+/// The per-job figures of `docs/performance.md` ("What each figure costs per job").
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct PerJob {
+    pub(crate) wal_bytes: f64,
+    pub(crate) index_entries: Option<f64>,
+    pub(crate) round_trips: f64,
+    pub(crate) statements: f64,
+}
+
+impl PerJob {
+    pub(crate) fn json(&self) -> Value {
+        json!({ "wal_bytes": round1(self.wal_bytes), "index_entries": self.index_entries.map(round3),
+                "round_trips": round3(self.round_trips), "statements": round3(self.statements) })
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DrainFigures {
     pub(crate) concurrency: u32,
     pub(crate) capped: Option<u32>,
+    /// The handler's time (a sleep), ms; 0 for a no-op.
+    pub(crate) handler_ms: u64,
+    /// The handlers' mean time as measured around the sleep, ms (0 for a no-op).
+    pub(crate) handler_ms_measured: f64,
     pub(crate) rate: Rate,
     pub(crate) claim: CallFigures,
+    pub(crate) complete_and_claim: CallFigures,
+    /// Jobs completed by the `complete_and_claim` calls.
+    pub(crate) completed_in_claim: u64,
+    pub(crate) start: CallFigures,
     pub(crate) complete: CallFigures,
     pub(crate) heartbeat: CallFigures,
     pub(crate) other: CallFigures,
+    pub(crate) costs: Costs,
 }
 
 impl DrainFigures {
+    /// Every claim call, with or without completions.
+    pub(crate) fn claims(&self) -> CallFigures {
+        self.claim + self.complete_and_claim
+    }
+
+    /// Every backend call of the drain.
+    pub(crate) fn calls(&self) -> u64 {
+        self.claims().calls + self.start.calls + self.complete.calls + self.heartbeat.calls + self.other.calls
+    }
+
     pub(crate) fn json(&self) -> Value {
         json!({
             "concurrency": self.concurrency,
             "max_workers": self.capped,
+            "handler_ms": self.handler_ms,
+            "handler_ms_measured": round3(self.handler_ms_measured),
             "jobs": self.rate.jobs,
             "seconds": round3(self.rate.secs),
             "jobs_per_s": round1(self.rate.per_s()),
             "wal_bytes_per_job": round1(self.rate.wal_bytes as f64 / self.rate.jobs as f64),
+            "per_job": self.costs.per_job(&self.rate).json(),
+            "jobs_hot": self.costs.table.map(|t| t.json()),
             "claim": self.claim.json(),
+            "complete_and_claim": self.complete_and_claim.json(),
+            "completed_in_claim": self.completed_in_claim,
+            "start": self.start.json(),
             "complete": self.complete.json(),
             "heartbeat": self.heartbeat.json(),
             "other_calls": self.other.json(),
@@ -99,7 +199,22 @@ pub(crate) struct RawFigures {
     pub(crate) batch: u32,
     pub(crate) rate: Rate,
     pub(crate) claim: CallFigures,
-    pub(crate) delete: CallFigures,
+    /// The second statement: the raw loop's DELETE, the raw_min loop's UPDATE to done.
+    pub(crate) finish: CallFigures,
+    pub(crate) costs: Costs,
+}
+
+impl RawFigures {
+    pub(crate) fn json(&self, finish: &str) -> Value {
+        json!({
+            "loops": self.loops, "batch": self.batch, "jobs": self.rate.jobs, "seconds": round3(self.rate.secs),
+            "jobs_per_s": round1(self.rate.per_s()),
+            "wal_bytes_per_job": round1(self.rate.wal_bytes as f64 / self.rate.jobs as f64),
+            "per_job": self.costs.per_job(&self.rate).json(),
+            "table": self.costs.table.map(|t| t.json()),
+            "claim": self.claim.json(), finish: self.finish.json(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -119,20 +234,78 @@ pub(crate) struct PickupFigures {
     pub(crate) enqueue_call: Latency,
 }
 
+/// One job per call from concurrent tasks: `Client::enqueue`, and the same INSERT bare.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SingleFigures {
+    pub(crate) tasks: u32,
+    pub(crate) client: Rate,
+    pub(crate) client_call: Latency,
+    pub(crate) raw: Rate,
+    pub(crate) raw_call: Latency,
+}
+
+/// Heartbeats over jobs in Processing, and how many of their row updates were HOT.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeartbeatFigures {
+    pub(crate) jobs: u32,
+    pub(crate) rounds: u32,
+    pub(crate) call: Latency,
+    /// `jobs_hot`'s counters over the heartbeats (None before PostgreSQL 15).
+    pub(crate) table: Option<TableCounts>,
+    pub(crate) wal_bytes: i64,
+    pub(crate) index_entries: Option<i64>,
+}
+
+/// Claim cost with scheduled (not yet due) jobs in the queues.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ScheduledFigures {
+    pub(crate) scheduled: u64,
+    pub(crate) due: u32,
+    pub(crate) all_queues: Latency,
+}
+
+/// The multi-process drain: the example's own figures.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MultiFigures {
+    pub(crate) processes: u32,
+    pub(crate) concurrency: u32,
+    pub(crate) rate: Rate,
+    /// Jobs each worker process reported completed.
+    pub(crate) per_process: Vec<u64>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Results {
     pub(crate) enqueue: Option<Rate>,
+    pub(crate) single: Option<SingleFigures>,
     pub(crate) drains: Vec<DrainFigures>,
     pub(crate) raw: Option<RawFigures>,
+    pub(crate) raw_min: Option<RawFigures>,
+    pub(crate) commit_rtt: Option<Latency>,
+    /// The capped drains: handler time 0, then `--handler-ms`.
     pub(crate) capped: Option<DrainFigures>,
+    pub(crate) capped_slow: Option<DrainFigures>,
+    pub(crate) heartbeat: Option<HeartbeatFigures>,
     pub(crate) fill: Vec<(String, Rate)>,
     pub(crate) claims: Vec<ClaimFigures>,
+    pub(crate) scheduled: Option<ScheduledFigures>,
     pub(crate) pickup: Option<PickupFigures>,
+    pub(crate) multi: Option<MultiFigures>,
 }
 
 impl Results {
     pub(crate) fn main_drain(&self) -> Option<&DrainFigures> {
         self.drains.iter().find(|d| d.concurrency == 8).or_else(|| self.drains.first())
+    }
+
+    /// Capped jobs/s over the ceiling of a strict cap: C jobs per (handler + commit round
+    /// trip), `C x 1000 / (h_ms + rtt_ms)` jobs/s.
+    pub(crate) fn capped_efficiency(&self, d: Option<&DrainFigures>) -> Option<f64> {
+        let d = d?;
+        let rtt = self.commit_rtt?.p50;
+        let cap = f64::from(d.capped?);
+        let ceiling = cap * 1000.0 / (d.handler_ms as f64 + rtt);
+        Some(d.rate.per_s() / ceiling)
     }
 }
 
@@ -167,5 +340,23 @@ mod tests {
         assert_eq!(human(10_000), "10k");
         assert_eq!(human(1_000_000), "1m");
         assert_eq!(human(1_500), "1500");
+    }
+
+    #[test]
+    fn capped_efficiency_is_jobs_over_the_cap_ceiling() {
+        let d = |h: u64, per_s: u64| DrainFigures {
+            capped: Some(8),
+            handler_ms: h,
+            rate: Rate { jobs: per_s, secs: 1.0, wal_bytes: 0 },
+            ..Default::default()
+        };
+        let r = Results { commit_rtt: Some(Latency { p50: 2.0, ..Default::default() }), ..Default::default() };
+        // Ceiling 8 / 2 ms = 4,000/s with h = 0; 8 / 7 ms = 1,142.9/s with h = 5.
+        assert_eq!(r.capped_efficiency(Some(&d(0, 3000))).map(round3), Some(0.75));
+        assert_eq!(r.capped_efficiency(Some(&d(5, 1000))).map(round3), Some(0.875));
+        assert_eq!(Results::default().capped_efficiency(Some(&d(0, 1))), None);
+        let t = TableCounts { inserts: 0, updates: 10, hot_updates: 9, deletes: 0 };
+        assert_eq!(t.hot_share(), Some(0.9));
+        assert_eq!((t - t).hot_share(), None);
     }
 }

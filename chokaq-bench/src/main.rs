@@ -4,15 +4,19 @@
 //! cargo run --release -p chokaq-bench -- --url <URL> [--json]
 //! ```
 //!
-//! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (enqueue, drain by the
-//! worker runtime, the raw skip-locked loop, the capped drain, claim cost against a small and a
-//! large backlog, pickup latency), drops the schema and prints a table, then each target with
-//! its measured ratio. With `--json` the last line of stdout is one JSON object with every
-//! figure and the settings. The URL is never printed. See `docs/performance.md`.
+//! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (batch and single-job
+//! enqueue, drains by the worker runtime at several concurrencies, the raw and the minimal raw
+//! skip-locked loops, the commit round trip and the capped drains, the heartbeat's HOT share,
+//! pickup latency, the multi-process example, claim cost against a small and a large backlog
+//! and beside a million scheduled jobs), drops the schema and prints a table, then each
+//! target with its measured ratio. With `--json` the last line of stdout is one JSON object
+//! with every figure and the settings. The URL is never printed. See `docs/performance.md`.
 //!
 //! The modules: `args` (the flags and their checks), `bench` (the run, its shared helpers and
-//! the enqueue workload; `bench::drain` by the runtime, `bench::raw` the bare skip-locked loop,
-//! `bench::claim` the claim cost against a backlog, `bench::pickup` the pickup latency),
+//! the enqueue workload; `bench::single` the single-job enqueue, `bench::drain` by the
+//! runtime, `bench::raw` both bare skip-locked loops, `bench::capped` the commit round trip
+//! and the capped drains, `bench::heartbeat` the HOT share, `bench::pickup` the pickup
+//! latency, `bench::multi` the multi-process example, `bench::claim` the claim cost),
 //! `timed` (the backend wrapper that counts and times the runtime's calls), `figures` (what
 //! each workload measured) and `report` (the table, the targets and the `--json` line).
 
@@ -63,7 +67,8 @@ async fn environment(pg: &PgBackend) -> Result<Value> {
     }))
 }
 
-async fn main_inner(args: Args) -> Result<()> {
+/// One run; returns its JSON object (printed with `--json`).
+async fn main_inner(args: Args) -> Result<Value> {
     args.check()?;
     let url = args
         .url
@@ -72,7 +77,9 @@ async fn main_inner(args: Args) -> Result<()> {
         .unwrap_or_else(|| DEFAULT_URL.to_string());
     let schema = format!("chokaq_bench_{:016x}", rand::random::<u64>());
     validate::schema_name(&schema)?;
-    let pg = Arc::new(PgBackend::connect(PgConfig::new(url).schema(&schema).max_connections(args.connections)).await?);
+    let pg = Arc::new(
+        PgBackend::connect(PgConfig::new(url.clone()).schema(&schema).max_connections(args.connections)).await?,
+    );
     let env = environment(&pg).await?;
     if env["synchronous_commit"].as_str() != Some("on") {
         eprintln!("warning: synchronous_commit is {} (durable commits need on)", env["synchronous_commit"]);
@@ -81,7 +88,18 @@ async fn main_inner(args: Args) -> Result<()> {
     let timed: Arc<dyn Backend> = Arc::new(Timed { inner: pg.clone(), stats: calls.clone() });
     let mp = MultiProgress::new();
     eprintln!("chokaq-bench: schema {schema}, {}", env["server"].as_str().unwrap_or(""));
-    let mut bench = Bench { args, pg: pg.clone(), calls, timed, schema, mp, bench_backlog: 0 };
+    let mut bench = Bench {
+        args,
+        pg: pg.clone(),
+        calls,
+        timed,
+        schema,
+        url,
+        mp,
+        bench_backlog: 0,
+        stats_flush: false,
+        walinspect: None,
+    };
     let mut res = Results::default();
     let outcome = tokio::select! {
         r = async {
@@ -97,17 +115,18 @@ async fn main_inner(args: Args) -> Result<()> {
     }
     outcome?;
     print_table(&bench.args, &env, &res);
+    let json = to_json(&bench.args, &env, &res);
     if bench.args.json {
-        println!("{}", to_json(&bench.args, &env, &res));
+        println!("{json}");
     }
-    Ok(())
+    Ok(json)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     match main_inner(args).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) if e.kind() == ErrorKind::InvalidInput => {
             eprintln!("chokaq-bench: {e}");
             ExitCode::from(2)
@@ -125,7 +144,7 @@ mod tests {
     use crate::args::parse as args;
 
     /// The whole bench, tiny sizes, on the test database: every workload runs, its exact-count
-    /// checks hold, and the schema is gone afterwards.
+    /// checks hold, every headline figure is in the JSON, and the schema is gone afterwards.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tiny_run_end_to_end() {
         let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
@@ -138,7 +157,9 @@ mod tests {
             "--enqueue-batch",
             "250",
             "--drain-concurrency",
-            "1,8",
+            "1,8,64",
+            "--low-drain-jobs",
+            "300",
             "--capped-jobs",
             "100",
             "--backlog-small",
@@ -149,9 +170,36 @@ mod tests {
             "20",
             "--pickup-jobs",
             "40",
+            "--single-jobs",
+            "40",
+            "--capped-slow-jobs",
+            "40",
+            "--rtt-samples",
+            "20",
+            "--heartbeat-jobs",
+            "50",
+            "--heartbeat-rounds",
+            "3",
+            "--scheduled-jobs",
+            "2000",
+            "--scheduled-samples",
+            "10",
+            // Every workload but the multi-process drain (it builds an example in release
+            // mode; `bench::multi` tests how its output is read).
+            "--workloads",
+            "enqueue,enqueue-single,drain,raw,raw-min,capped,heartbeat,pickup,claim,scheduled",
             "--json",
         ]);
-        main_inner(a).await.unwrap();
+        let json = main_inner(a).await.unwrap();
+        for key in crate::report::HEADLINE_KEYS {
+            // The multi-process drain is not run here.
+            if key != "drain_jobs_per_s_4x8" {
+                assert!(!json[key].is_null(), "{key} missing: {json}");
+            }
+        }
+        for t in json["targets"].as_array().unwrap() {
+            assert!(t["measured"].is_number(), "target not measured: {t}");
+        }
         let after = schemas(&url).await;
         assert!(after.iter().all(|s| before.contains(s)), "bench schema left behind: {after:?}");
     }

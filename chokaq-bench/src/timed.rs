@@ -73,17 +73,47 @@ impl CallFigures {
     }
 }
 
+impl std::ops::Add for CallFigures {
+    type Output = CallFigures;
+
+    /// Two kinds of call together (mean weighted by calls).
+    fn add(self, o: CallFigures) -> CallFigures {
+        let calls = self.calls + o.calls;
+        let busy_s = self.busy_s + o.busy_s;
+        CallFigures {
+            calls,
+            items: self.items + o.items,
+            empty: self.empty + o.empty,
+            mean_ms: if calls == 0 { 0.0 } else { busy_s * 1e3 / calls as f64 },
+            busy_s,
+        }
+    }
+}
+
+/// The runtime's calls by kind. Every call is one round trip with one SQL statement, except
+/// `rescue` (a transaction of three) and `purge` (batches), both counted in `other`.
 #[derive(Debug, Default)]
 pub(crate) struct CallStats {
+    /// `claim` calls (items: jobs claimed).
     pub(crate) claim: CallStat,
+    /// `complete_and_claim` calls (items: jobs claimed; `completed` counts the completions).
+    pub(crate) complete_and_claim: CallStat,
+    /// Jobs completed by `complete_and_claim` calls.
+    pub(crate) completed_in_claim: AtomicU64,
+    /// `start` calls (items: leases started).
+    pub(crate) start: CallStat,
     pub(crate) complete: CallStat,
     pub(crate) heartbeat: CallStat,
+    /// Everything else the runtime calls (fail, release, rescue, queue settings, purge).
     pub(crate) other: CallStat,
 }
 
 impl CallStats {
     pub(crate) fn reset(&self) {
         self.claim.reset();
+        self.complete_and_claim.reset();
+        self.completed_in_claim.store(0, Ordering::Relaxed);
+        self.start.reset();
         self.complete.reset();
         self.heartbeat.reset();
         self.other.reset();
@@ -118,8 +148,7 @@ impl Backend for Timed {
         r
     }
     /// Forwarded, or the wrapper would replace the backend's one-round-trip override with the
-    /// trait's default (two calls) and time a worker unlike the one a user runs. Counted as a
-    /// claim call (its completions ride along).
+    /// trait's default (two calls) and time a worker unlike the one a user runs.
     async fn complete_and_claim(
         &self,
         worker: WorkerId,
@@ -128,13 +157,16 @@ impl Backend for Timed {
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         let t0 = Instant::now();
         let r = self.inner.complete_and_claim(worker, leases, req).await;
-        self.stats.claim.record(r.as_ref().map_or(0, |(_, jobs)| jobs.len()), t0);
+        self.stats.complete_and_claim.record(r.as_ref().map_or(0, |(_, jobs)| jobs.len()), t0);
+        if let Ok((out, _)) = &r {
+            self.stats.completed_in_claim.fetch_add(out.done.len() as u64, Ordering::Relaxed);
+        }
         r
     }
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         let t0 = Instant::now();
         let r = self.inner.start(worker, leases).await;
-        self.stats.other.record(leases.len(), t0);
+        self.stats.start.record(leases.len(), t0);
         r
     }
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {

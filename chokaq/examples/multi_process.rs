@@ -7,7 +7,9 @@
 //! ```
 //!
 //! `--database-url` defaults to `$DATABASE_URL`, then `postgres://postgres@127.0.0.1:5432/test`.
-//! The tables live in schema `chokaq_multi_process`.
+//! The tables live in schema `chokaq_multi_process` (`--schema` to choose another). Each
+//! worker process has 8 slots (`--concurrency`). The last line, `result {...}`, holds the
+//! figures as JSON (the benchmark, `chokaq-bench`, reads it).
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -43,15 +45,23 @@ fn database_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
+fn schema() -> String {
+    arg("--schema").unwrap_or_else(|| SCHEMA.to_string())
+}
+
+fn concurrency() -> u32 {
+    arg("--concurrency").and_then(|s| s.parse().ok()).unwrap_or(8)
+}
+
 async fn backend() -> chokaq::Result<Arc<dyn Backend>> {
-    Ok(Arc::new(PgBackend::connect(PgConfig::new(database_url()).schema(SCHEMA).max_connections(4)).await?))
+    Ok(Arc::new(PgBackend::connect(PgConfig::new(database_url()).schema(schema()).max_connections(4)).await?))
 }
 
 /// A worker process: runs until its stdin closes (or Ctrl-C), then prints its counts.
 async fn worker_process() -> chokaq::Result<()> {
     let worker = Worker::builder(backend().await?)
         .queue(Work::queue())
-        .concurrency(8)
+        .concurrency(concurrency())
         .register(|job: Work, _ctx: JobContext| async move {
             std::hint::black_box(job.n);
             Ok(())
@@ -88,6 +98,10 @@ async fn main() -> chokaq::Result<()> {
             .arg("--worker")
             .arg("--database-url")
             .arg(database_url())
+            .arg("--schema")
+            .arg(schema())
+            .arg("--concurrency")
+            .arg(concurrency().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -105,14 +119,15 @@ async fn main() -> chokaq::Result<()> {
     client.enqueue_many(&payloads).await?;
     println!("enqueued {jobs} jobs");
     let ctrl_c = chokaq::shutdown_token();
-    loop {
+    let (done, elapsed) = loop {
         let done = b.stats().await?.archived - before;
         if done >= u64::from(jobs) || ctrl_c.is_cancelled() {
-            println!("{done} jobs archived in {:?}", t0.elapsed());
-            break;
+            let elapsed = t0.elapsed();
+            println!("{done} jobs archived in {elapsed:?}");
+            break (done, elapsed);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
     for (child, _) in &mut children {
         drop(child.stdin.take());
     }
@@ -123,6 +138,10 @@ async fn main() -> chokaq::Result<()> {
         let _ = child.wait().await;
     }
     let s = b.stats().await?;
-    println!("totals in {SCHEMA}: {} archived, {} dead, {} live", s.archived, s.dead, s.hot());
+    println!("totals in {}: {} archived, {} dead, {} live", schema(), s.archived, s.dead, s.hot());
+    let secs = elapsed.as_secs_f64();
+    let result = serde_json::json!({ "processes": processes, "concurrency": concurrency(), "jobs": done,
+                                     "seconds": secs, "jobs_per_s": done as f64 / secs });
+    println!("result {result}");
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! The claim cost: `Backend::claim` of 10 jobs against a small and a large backlog.
+//! The claim cost: `Backend::claim` of 10 jobs against a small and a large backlog, and
+//! beside a million jobs that are not due yet.
 
 use std::time::Instant;
 
@@ -7,7 +8,7 @@ use chokaq::{Backend, JobKind, NewJob, QueueName, Result, WorkerId};
 use serde_json::json;
 
 use super::{Bench, NOOP_KIND};
-use crate::figures::{human, ClaimFigures, Latency, Results};
+use crate::figures::{human, ClaimFigures, Latency, Results, ScheduledFigures};
 use crate::other;
 
 impl Bench {
@@ -61,5 +62,53 @@ impl Bench {
         }
         pb.finish_with_message("done");
         Ok(ClaimFigures { backlog, all_queues: Latency::of(all_ms), one_queue: Latency::of(one_ms) })
+    }
+}
+
+impl Bench {
+    /// Claim-10 latency with --scheduled-jobs Pending jobs due tomorrow spread over the
+    /// `sched` queues and --scheduled-due due ones beside them: each sample is a timed claim
+    /// naming every queue (it returns the due ones), then an untimed complete and a refill of
+    /// as many due jobs in the same queues.
+    pub(super) async fn scheduled_claim(&self, res: &mut Results) -> Result<ScheduledFigures> {
+        let queues: Vec<QueueName> =
+            (0..self.args.claim_queues).map(|i| QueueName::new(format!("sched{i}"))).collect::<Result<_>>()?;
+        let scheduled = u64::from(self.args.scheduled_jobs);
+        let due = self.args.scheduled_due as usize;
+        let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+        self.fill_at(&format!("fill scheduled {}", human(scheduled)), &queues, scheduled, Some(tomorrow), res).await?;
+        let kind = JobKind::new(NOOP_KIND)?;
+        let refill = |jobs: Vec<QueueName>, i: usize| -> Vec<NewJob> {
+            jobs.into_iter().map(|q| NewJob::new(q, kind.clone()).json(json!({ "due": i }))).collect()
+        };
+        let first: Vec<QueueName> = (0..due).map(|i| queues[i % queues.len()].clone()).collect();
+        self.pg.enqueue_many(refill(first, 0)).await?;
+        self.vacuum_hot().await?;
+        let worker = WorkerId::random();
+        let samples = self.args.scheduled_samples as usize;
+        let warmup = 20usize;
+        let pb = self.bar(&format!("claim @ {} scheduled", human(scheduled)), (samples + warmup) as u64);
+        let mut ms = Vec::with_capacity(samples);
+        for i in 0..samples + warmup {
+            let req = ClaimParams::new(worker, queues.clone(), 10, ClaimMode::Start);
+            let t0 = Instant::now();
+            let jobs = self.pg.claim(&req).await?;
+            let took = t0.elapsed().as_secs_f64() * 1e3;
+            if jobs.len() != due {
+                return Err(other(format!("claim beside {scheduled} scheduled jobs returned {} of {due}", jobs.len())));
+            }
+            if i >= warmup {
+                ms.push(took);
+            }
+            let leases: Vec<LeaseRef> = jobs.iter().map(ClaimedJob::lease_ref).collect();
+            let out = self.pg.complete(worker, &leases).await?;
+            if out.done.len() != leases.len() {
+                return Err(other(format!("complete lost {} leases", out.lost.len())));
+            }
+            self.pg.enqueue_many(refill(jobs.into_iter().map(|j| j.queue).collect(), i + 1)).await?;
+            pb.inc(1);
+        }
+        pb.finish_with_message("done");
+        Ok(ScheduledFigures { scheduled, due: due as u32, all_queues: Latency::of(ms) })
     }
 }

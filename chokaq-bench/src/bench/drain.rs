@@ -1,26 +1,32 @@
-//! The drain: the worker runtime exactly as a user runs it (no-op handler) empties queue
-//! `bench`, uncapped or with `max_workers`, through the timed backend wrapper.
+//! The drain: the worker runtime exactly as a user runs it (a no-op handler, or one that
+//! sleeps) empties queue `bench`, uncapped or with `max_workers`, through the timed backend
+//! wrapper.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chokaq::core::QueueControl;
-use chokaq::{Backend, CancellationToken, JobContext, QueueName, Result, Worker};
+use chokaq::{Backend, CancellationToken, JobContext, JobError, QueueName, Result, Worker};
 
 use super::{Bench, NOOP_KIND, WAIT_LIMIT};
-use crate::figures::{DrainFigures, Rate, Results};
+use crate::figures::{Costs, DrainFigures, Rate, Results};
 use crate::other;
 
 impl Bench {
-    /// One drain of `n` jobs of queue `bench` by a worker with `concurrency` slots.
+    /// One drain of queue `bench` by a worker with `concurrency` slots whose handler takes
+    /// `handler_ms`: the backlog the enqueue left, else a fresh one of the drain's size.
     pub(super) async fn drain(
         &mut self,
         concurrency: u32,
         cap: Option<u32>,
+        handler_ms: u64,
         res: &mut Results,
     ) -> Result<DrainFigures> {
         let n = match cap {
+            Some(_) if handler_ms > 0 => self.args.capped_slow_jobs,
             Some(_) => self.args.capped_jobs,
-            None => self.args.jobs,
+            None => self.args.drain_jobs(concurrency),
         };
         let n = u64::from(n).max(self.bench_backlog);
         let queue = QueueName::new("bench")?;
@@ -41,19 +47,38 @@ impl Bench {
         }
         self.vacuum_hot().await?;
         let label = match cap {
-            Some(c) => format!("drain x{concurrency} cap {c}"),
+            Some(c) => format!("drain x{concurrency} cap {c} h {handler_ms}ms"),
             None => format!("drain x{concurrency}"),
         };
         let pb = self.bar(&label, n);
-        let mut builder = Worker::builder(self.timed.clone())
-            .queue("bench")
-            .concurrency(concurrency)
-            .register_raw(NOOP_KIND, |_payload, _ctx: JobContext| async { Ok(()) });
+        let work = Duration::from_millis(handler_ms);
+        // The handlers' time in all, measured (a sleep lasts a little longer than asked).
+        let worked = Arc::new(AtomicU64::new(0));
+        let worked_in = worked.clone();
+        let mut builder = Worker::builder(self.timed.clone()).queue("bench").concurrency(concurrency).register_raw(
+            NOOP_KIND,
+            move |_payload, _ctx: JobContext| {
+                let worked = worked_in.clone();
+                async move {
+                    if !work.is_zero() {
+                        // The handler's work, simulated by a thread's sleep: tokio's timer
+                        // rounds up to its next millisecond tick (5 ms took 6.15 ms on average,
+                        // which would count against the runtime).
+                        let t0 = Instant::now();
+                        tokio::task::spawn_blocking(move || std::thread::sleep(work))
+                            .await
+                            .map_err(|e| JobError::retry(format!("handler sleep failed: {e}")))?;
+                        worked.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    }
+                    Ok(())
+                }
+            },
+        );
         if let Some(ms) = self.args.min_poll_ms {
             builder = builder.min_poll_interval(Duration::from_millis(ms.max(1)));
         }
         let worker = builder.build()?;
-        let lsn = self.wal_lsn().await?;
+        let probe = self.probe(Some("jobs_hot")).await?;
         self.calls.reset();
         let token = CancellationToken::new();
         let t0 = Instant::now();
@@ -74,18 +99,31 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let secs = t0.elapsed().as_secs_f64();
-        let figures = DrainFigures {
-            concurrency,
-            capped: cap,
-            rate: Rate { jobs: n, secs, wal_bytes: 0 },
-            claim: self.calls.claim.snapshot(),
-            complete: self.calls.complete.snapshot(),
-            heartbeat: self.calls.heartbeat.snapshot(),
-            other: self.calls.other.snapshot(),
-        };
-        let wal = self.wal_since(&lsn).await?;
         token.cancel();
         let report = run.await.map_err(|e| other(format!("worker task failed: {e}")))??;
+        // The calls until the worker stopped (its last completions are written by then), and
+        // the WAL, index entries and counters of the same window.
+        let c = &self.calls;
+        let mut figures = DrainFigures {
+            concurrency,
+            capped: cap,
+            handler_ms,
+            handler_ms_measured: worked.load(Ordering::Relaxed) as f64 / 1e6 / n as f64,
+            rate: Rate { jobs: n, secs, wal_bytes: 0 },
+            claim: c.claim.snapshot(),
+            complete_and_claim: c.complete_and_claim.snapshot(),
+            completed_in_claim: c.completed_in_claim.load(Ordering::Relaxed),
+            start: c.start.snapshot(),
+            complete: c.complete.snapshot(),
+            heartbeat: c.heartbeat.snapshot(),
+            other: c.other.snapshot(),
+            costs: Costs::default(),
+        };
+        let p = self.probed(probe).await?;
+        figures.rate.wal_bytes = p.wal_bytes;
+        // One statement per call (see `timed`).
+        let calls = figures.calls();
+        figures.costs = Costs { index_entries: p.index_entries, round_trips: calls, statements: calls, table: p.table };
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
         if report.completed != n || report.failed != 0 || report.lease_lost != 0 {
             return Err(other(format!("drain x{concurrency}: unexpected worker report {report:?}")));
@@ -101,6 +139,6 @@ impl Bench {
         if cap.is_some() {
             self.pg.control_queue(&queue, QueueControl::SetMaxWorkers(None)).await?;
         }
-        Ok(DrainFigures { rate: Rate { wal_bytes: wal, ..figures.rate.clone() }, ..figures })
+        Ok(figures)
     }
 }

@@ -1,24 +1,30 @@
 //! The bench itself: the run in its fixed order, the helpers every workload shares (progress
-//! bars, WAL position, untimed fills, hot-table counts) and the enqueue workload. The other
-//! workloads each have a module: `drain`, `raw`, `claim`, `pickup`.
+//! bars, WAL position, index entries from the WAL, table counters, untimed fills, hot-table
+//! counts) and the enqueue workload. The other workloads each have a module: `single`,
+//! `drain`, `raw` (both raw loops), `capped`, `heartbeat`, `pickup`, `multi`, `claim` (with
+//! the scheduled claim).
 
+mod capped;
 mod claim;
 mod drain;
+mod heartbeat;
+mod multi;
 mod pickup;
 mod raw;
+mod single;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chokaq::core::MAX_ENQUEUE_BATCH;
+use chokaq::core::{Timestamp, MAX_ENQUEUE_BATCH};
 use chokaq::{Backend, Error, JobKind, NewJob, QueueName, Result};
 use chokaq_postgres::{map_sqlx_error, PgBackend};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::args::{Args, Workload};
-use crate::figures::{Rate, Results};
+use crate::figures::{Rate, Results, TableCounts};
 use crate::other;
 use crate::timed::CallStats;
 
@@ -34,9 +40,29 @@ pub(crate) struct Bench {
     pub(crate) calls: Arc<CallStats>,
     pub(crate) timed: Arc<dyn Backend>,
     pub(crate) schema: String,
+    /// The database URL (never printed; passed to the multi-process example's environment).
+    pub(crate) url: String,
     pub(crate) mp: MultiProgress,
     /// Pending jobs left in queue `bench` by the enqueue workload, for the first drain.
     pub(crate) bench_backlog: u64,
+    /// PostgreSQL 15 or later: table counters can be flushed on demand
+    /// (`pg_stat_force_next_flush`), so HOT shares are measured.
+    pub(crate) stats_flush: bool,
+    /// The schema of `pg_walinspect`, when it could be used: index entries are counted.
+    pub(crate) walinspect: Option<String>,
+}
+
+/// The start of a measured window: WAL position and, optionally, one table's counters.
+pub(crate) struct Probe {
+    lsn: String,
+    table: Option<(String, TableCounts)>,
+}
+
+/// What a window cost: WAL bytes, B-tree leaf entries (from the WAL) and the table's counters.
+pub(crate) struct Probed {
+    pub(crate) wal_bytes: i64,
+    pub(crate) index_entries: Option<i64>,
+    pub(crate) table: Option<TableCounts>,
 }
 
 impl fmt::Debug for Bench {
@@ -48,21 +74,43 @@ impl fmt::Debug for Bench {
 impl Bench {
     /// Runs the selected workloads in their fixed order, adding their figures to `res`.
     pub(crate) async fn run(&mut self, res: &mut Results) -> Result<()> {
+        self.probes().await?;
+        // Built (or found) first, so a build failure costs no run.
+        let mp_exe = if self.args.has(Workload::MultiProcess) { Some(self.multi_process_exe().await?) } else { None };
         if self.args.has(Workload::Enqueue) {
             self.enqueue_workload(res).await?;
         }
+        if self.args.has(Workload::EnqueueSingle) {
+            res.single = Some(self.single().await?);
+        }
         if self.args.has(Workload::Drain) {
-            for c in self.args.drain_concurrency.clone() {
-                let d = self.drain(c, None, res).await?;
+            // The drains of --jobs first: the first drain takes the enqueue's backlog whole,
+            // which a smaller drain (fewer than 8 slots) should not.
+            let mut order = self.args.drain_concurrency.clone();
+            order.sort_by_key(|&c| self.args.drain_jobs(c) < self.args.jobs);
+            for c in order {
+                let d = self.drain(c, None, 0, res).await?;
                 res.drains.push(d);
             }
+            res.drains.sort_by_key(|d| d.concurrency);
         }
         if self.args.has(Workload::Raw) {
             res.raw = Some(self.raw(res).await?);
         }
+        if self.args.has(Workload::RawMin) {
+            res.raw_min = Some(self.raw_min().await?);
+        }
         if self.args.has(Workload::Capped) {
-            let cap = self.args.cap;
-            res.capped = Some(self.drain(cap, Some(cap), res).await?);
+            self.capped(res).await?;
+        }
+        if self.args.has(Workload::Heartbeat) {
+            res.heartbeat = Some(self.heartbeat().await?);
+        }
+        if self.args.has(Workload::Pickup) {
+            res.pickup = Some(self.pickup().await?);
+        }
+        if let Some(exe) = mp_exe {
+            res.multi = Some(self.multi_process(&exe).await?);
         }
         if self.args.has(Workload::Claim) {
             let small = self.claim_cost(u64::from(self.args.backlog_small), res).await?;
@@ -70,10 +118,129 @@ impl Bench {
             let large = self.claim_cost(u64::from(self.args.backlog_large), res).await?;
             res.claims.push(large);
         }
-        if self.args.has(Workload::Pickup) {
-            res.pickup = Some(self.pickup().await?);
+        if self.args.has(Workload::Scheduled) {
+            res.scheduled = Some(self.scheduled_claim(res).await?);
         }
         Ok(())
+    }
+
+    /// What the server offers for the cost figures: table counters flushed on demand (15+),
+    /// and `pg_walinspect` (installed in the bench's schema unless the database has it).
+    async fn probes(&mut self) -> Result<()> {
+        let pool = self.pg.pool();
+        let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+            .fetch_one(pool)
+            .await
+            .map_err(map_sqlx_error)?;
+        self.stats_flush = version >= 150_000;
+        if !self.stats_flush {
+            eprintln!("chokaq-bench: PostgreSQL before 15: no HOT shares (pg_stat_force_next_flush is 15+)");
+        }
+        let installed: Option<String> = sqlx::query_scalar(
+            "SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+              WHERE e.extname = 'pg_walinspect'",
+        )
+        .fetch_optional(pool)
+        .await
+        .map_err(map_sqlx_error)?;
+        self.walinspect = match installed {
+            Some(s) => Some(s),
+            None => match self.exec(&format!("CREATE EXTENSION pg_walinspect SCHEMA {}", self.q())).await {
+                Ok(()) => Some(self.q()),
+                Err(e) => {
+                    eprintln!("chokaq-bench: no pg_walinspect ({e}): index entries are not counted");
+                    None
+                }
+            },
+        };
+        Ok(())
+    }
+
+    /// Makes every pooled session publish its table counters now (15+; a session otherwise
+    /// publishes them at most once a second). Holds every connection the pool may have (a
+    /// connection just released is returned to the pool by a task of its own, so waiting for
+    /// all of them is the only way to be sure of the last one). Call with nothing else
+    /// running; a session held elsewhere for seconds (a worker's listener) is given up on.
+    async fn flush_stats(&self) -> Result<()> {
+        if !self.stats_flush {
+            return Ok(());
+        }
+        let pool = self.pg.pool();
+        let mut held = Vec::new();
+        for _ in 0..pool.options().get_max_connections() {
+            match tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await {
+                Ok(c) => held.push(c.map_err(map_sqlx_error)?),
+                Err(_) => {
+                    eprintln!("chokaq-bench: a pooled session stayed busy; table counters may lag");
+                    break;
+                }
+            }
+        }
+        for c in &mut held {
+            // The flush happens before the server reports the statement done.
+            sqlx::query("SELECT pg_stat_force_next_flush()").execute(&mut **c).await.map_err(map_sqlx_error)?;
+        }
+        Ok(())
+    }
+
+    /// A table's counters as published (call `flush_stats` first).
+    async fn table_counts(&self, table: &str) -> Result<TableCounts> {
+        let (inserts, updates, hot_updates, deletes): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables WHERE relid = $1::regclass",
+        )
+        .bind(format!("{}.{table}", self.q()))
+        .fetch_one(self.pg.pool())
+        .await
+        .map_err(map_sqlx_error)?;
+        Ok(TableCounts { inserts, updates, hot_updates, deletes })
+    }
+
+    /// Starts a measured window (with nothing else running): the WAL position and `table`'s
+    /// counters.
+    pub(crate) async fn probe(&self, table: Option<&str>) -> Result<Probe> {
+        let table = match table {
+            Some(t) if self.stats_flush => {
+                self.flush_stats().await?;
+                Some((t.to_string(), self.table_counts(t).await?))
+            }
+            _ => None,
+        };
+        Ok(Probe { lsn: self.wal_lsn().await?, table })
+    }
+
+    /// Ends a measured window (once its sessions are idle or closed).
+    pub(crate) async fn probed(&self, p: Probe) -> Result<Probed> {
+        let wal_bytes = self.wal_since(&p.lsn).await?;
+        let table = match p.table {
+            Some((t, before)) => {
+                self.flush_stats().await?;
+                Some(self.table_counts(&t).await? - before)
+            }
+            None => None,
+        };
+        let index_entries = self.index_entries_since(&p.lsn).await;
+        Ok(Probed { wal_bytes, index_entries, table })
+    }
+
+    /// B-tree leaf entries written since `lsn`, server-wide: one `INSERT_LEAF` or
+    /// `INSERT_POST` record per entry, or the `SPLIT_L`/`SPLIT_R` record that carries it when
+    /// the insert split the page (an internal page's split, rare, counts one too many).
+    async fn index_entries_since(&self, lsn: &str) -> Option<i64> {
+        let ext = self.walinspect.as_ref()?;
+        let sql = format!(
+            "SELECT CASE WHEN pg_current_wal_flush_lsn() <= $1::pg_lsn THEN 0 ELSE (
+                 SELECT coalesce(sum(count), 0)::int8
+                   FROM {ext}.pg_get_wal_stats($1::pg_lsn, pg_current_wal_flush_lsn(), true)
+                  WHERE \"resource_manager/record_type\"
+                        IN ('Btree/INSERT_LEAF', 'Btree/INSERT_POST', 'Btree/SPLIT_L', 'Btree/SPLIT_R')) END"
+        );
+        match sqlx::query_scalar::<_, i64>(&sql).bind(lsn).fetch_one(self.pg.pool()).await {
+            Ok(n) => Some(n),
+            Err(e) => {
+                eprintln!("chokaq-bench: could not read the WAL since {lsn}: {}", map_sqlx_error(e));
+                None
+            }
+        }
     }
 
     fn q(&self) -> String {
@@ -117,7 +284,8 @@ impl Bench {
     }
 
     /// Enqueues `n` no-op jobs spread round-robin over `queues`, `batch` a call, from `tasks`
-    /// concurrent callers; returns the elapsed time.
+    /// concurrent callers, due now or at `at`; returns the elapsed time.
+    #[allow(clippy::too_many_arguments)]
     async fn enqueue_jobs(
         &self,
         queues: &[QueueName],
@@ -125,6 +293,7 @@ impl Bench {
         batch: usize,
         tasks: usize,
         prebuild: bool,
+        at: Option<Timestamp>,
         pb: &ProgressBar,
     ) -> Result<Duration> {
         let kind = JobKind::new(NOOP_KIND)?;
@@ -138,7 +307,11 @@ impl Bench {
                 (lo..hi)
                     .map(|i| {
                         let q = queues[(i % queues.len() as u64) as usize].clone();
-                        NewJob::new(q, kind.clone()).json(json!({ "n": i }))
+                        let job = NewJob::new(q, kind.clone()).json(json!({ "n": i }));
+                        match at {
+                            Some(t) => job.run_at(t),
+                            None => job,
+                        }
                     })
                     .collect()
             }
@@ -176,12 +349,24 @@ impl Bench {
 
     /// Untimed: puts `n` Pending no-op jobs into `queues` (10,000 a call, two callers).
     async fn fill(&self, label: &str, queues: &[QueueName], n: u64, res: &mut Results) -> Result<()> {
+        self.fill_at(label, queues, n, None, res).await
+    }
+
+    /// [`Bench::fill`] with the jobs due at `at` (None: now).
+    async fn fill_at(
+        &self,
+        label: &str,
+        queues: &[QueueName],
+        n: u64,
+        at: Option<Timestamp>,
+        res: &mut Results,
+    ) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
         let pb = self.bar(label, n);
         let lsn = self.wal_lsn().await?;
-        let el = self.enqueue_jobs(queues, n, MAX_ENQUEUE_BATCH, 2, false, &pb).await?;
+        let el = self.enqueue_jobs(queues, n, MAX_ENQUEUE_BATCH, 2, false, at, &pb).await?;
         let wal = self.wal_since(&lsn).await?;
         pb.finish_with_message("done");
         res.fill.push((label.to_string(), Rate { jobs: n, secs: el.as_secs_f64(), wal_bytes: wal }));
@@ -199,7 +384,15 @@ impl Bench {
         let pb = self.bar("enqueue", n);
         let lsn = self.wal_lsn().await?;
         let el = self
-            .enqueue_jobs(&[QueueName::new("bench")?], n, self.args.enqueue_batch, self.args.enqueue_tasks, true, &pb)
+            .enqueue_jobs(
+                &[QueueName::new("bench")?],
+                n,
+                self.args.enqueue_batch,
+                self.args.enqueue_tasks,
+                true,
+                None,
+                &pb,
+            )
             .await?;
         let wal = self.wal_since(&lsn).await?;
         pb.finish_with_message("done");

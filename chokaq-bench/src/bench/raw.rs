@@ -1,5 +1,7 @@
-//! The raw loop: the physical limit of the design, a bare copy of the hot table drained by
-//! concurrent skip-locked claim-and-delete loops on the same pool, no runtime, no leases.
+//! The raw loops. `raw`: the physical limit of the design, a bare copy of the hot table
+//! drained by concurrent skip-locked claim-and-delete loops on the same pool, no runtime, no
+//! leases. `raw_min`: the least a skip-locked queue can do, a six-column table with one
+//! partial index, claimed and marked done by loops on connections of their own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,9 +9,10 @@ use std::time::Instant;
 
 use chokaq::{Error, QueueName, Result, WorkerId};
 use chokaq_postgres::map_sqlx_error;
+use sqlx::Connection;
 
 use super::Bench;
-use crate::figures::{Rate, RawFigures, Results};
+use crate::figures::{Costs, Rate, RawFigures, Results};
 use crate::other;
 use crate::timed::CallStat;
 
@@ -65,7 +68,7 @@ impl Bench {
         let done = Arc::new(AtomicU64::new(0));
         let claim_stat = Arc::new(CallStat::default());
         let delete_stat = Arc::new(CallStat::default());
-        let lsn = self.wal_lsn().await?;
+        let probe = self.probe(Some("raw_jobs")).await?;
         let t0 = Instant::now();
         let mut handles = Vec::new();
         for _ in 0..loops {
@@ -105,7 +108,7 @@ impl Bench {
             h.await.map_err(|e| other(format!("raw loop failed: {e}")))??;
         }
         let secs = t0.elapsed().as_secs_f64();
-        let wal = self.wal_since(&lsn).await?;
+        let p = self.probed(probe).await?;
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
         let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.raw_jobs"))
             .fetch_one(self.pg.pool())
@@ -116,12 +119,141 @@ impl Bench {
             return Err(other(format!("raw: deleted {got} of {n}, {left} left")));
         }
         self.exec(&format!("DROP TABLE {s}.raw_jobs")).await?;
+        let (claim, finish) = (claim_stat.snapshot(), delete_stat.snapshot());
+        let statements = claim.calls + finish.calls;
         Ok(RawFigures {
             loops,
             batch: self.args.raw_batch,
-            rate: Rate { jobs: n, secs, wal_bytes: wal },
-            claim: claim_stat.snapshot(),
-            delete: delete_stat.snapshot(),
+            rate: Rate { jobs: n, secs, wal_bytes: p.wal_bytes },
+            claim,
+            finish,
+            costs: Costs { index_entries: p.index_entries, round_trips: statements, statements, table: p.table },
+        })
+    }
+}
+
+/// The raw_min claim: `$1` the batch.
+fn raw_min_claim(s: &str) -> String {
+    format!(
+        "WITH c AS (SELECT id FROM {s}.raw_min_jobs
+                     WHERE status = 0
+                     ORDER BY priority DESC, id
+                     LIMIT $1
+                       FOR UPDATE SKIP LOCKED)
+         UPDATE {s}.raw_min_jobs j SET status = 1 FROM c WHERE j.id = c.id
+         RETURNING j.id"
+    )
+}
+
+impl Bench {
+    /// The minimal loop: `(id bigserial primary key, queue, priority, status, payload,
+    /// created_at)` with only the partial index `(priority DESC, id) WHERE status = 0`, filled
+    /// with --jobs rows, drained by --raw-min-loops loops, each on a connection of its own, of
+    /// two autocommit statements: claim a batch (status 1), then mark it done (status 2).
+    pub(super) async fn raw_min(&mut self) -> Result<RawFigures> {
+        let n = u64::from(self.args.jobs);
+        let s = self.q();
+        self.exec(&format!(
+            "CREATE TABLE {s}.raw_min_jobs (
+                 id bigserial PRIMARY KEY,
+                 queue text NOT NULL,
+                 priority int NOT NULL DEFAULT 0,
+                 status smallint NOT NULL DEFAULT 0,
+                 payload jsonb NOT NULL,
+                 created_at timestamptz NOT NULL DEFAULT now());
+             CREATE INDEX raw_min_jobs_claim_idx ON {s}.raw_min_jobs (priority DESC, id) WHERE status = 0;"
+        ))
+        .await?;
+        let pb = self.bar("fill for raw_min", n);
+        sqlx::query(&format!(
+            "INSERT INTO {s}.raw_min_jobs (queue, payload)
+             SELECT 'rawmin', jsonb_build_object('n', g) FROM generate_series(0, $1 - 1) g"
+        ))
+        .bind(n as i64)
+        .execute(self.pg.pool())
+        .await
+        .map_err(map_sqlx_error)?;
+        pb.finish_with_message("done");
+        self.exec(&format!("VACUUM (ANALYZE) {s}.raw_min_jobs")).await?;
+
+        let loops = self.args.raw_min_loops;
+        let batch = i64::from(self.args.raw_batch);
+        let claim_sql = Arc::new(raw_min_claim(&s));
+        let done_sql = Arc::new(format!("UPDATE {s}.raw_min_jobs SET status = 2 WHERE id = ANY($1)"));
+        // Each loop on a connection of its own, opened before the clock starts.
+        let opts = self.pg.pool().connect_options();
+        let mut conns = Vec::new();
+        for _ in 0..loops {
+            conns.push(sqlx::PgConnection::connect_with(&opts).await.map_err(map_sqlx_error)?);
+        }
+        let pb = self.bar(&format!("raw_min x{loops} loops"), n);
+        let done = Arc::new(AtomicU64::new(0));
+        let claim_stat = Arc::new(CallStat::default());
+        let done_stat = Arc::new(CallStat::default());
+        let probe = self.probe(Some("raw_min_jobs")).await?;
+        let t0 = Instant::now();
+        let mut handles = Vec::new();
+        for mut conn in conns {
+            let (claim_sql, done_sql) = (claim_sql.clone(), done_sql.clone());
+            let (done, claim_stat, done_stat, pb) = (done.clone(), claim_stat.clone(), done_stat.clone(), pb.clone());
+            handles.push(tokio::spawn(async move {
+                loop {
+                    let t = Instant::now();
+                    let ids: Vec<i64> = sqlx::query_scalar(&claim_sql)
+                        .bind(batch)
+                        .fetch_all(&mut conn)
+                        .await
+                        .map_err(map_sqlx_error)?;
+                    claim_stat.record(ids.len(), t);
+                    if ids.is_empty() {
+                        break;
+                    }
+                    let t = Instant::now();
+                    let marked = sqlx::query(&done_sql)
+                        .bind(&ids)
+                        .execute(&mut conn)
+                        .await
+                        .map_err(map_sqlx_error)?
+                        .rows_affected();
+                    done_stat.record(marked as usize, t);
+                    done.fetch_add(marked, Ordering::Relaxed);
+                    pb.inc(marked);
+                }
+                Ok::<_, Error>(conn)
+            }));
+        }
+        let mut conns = Vec::new();
+        for h in handles {
+            conns.push(h.await.map_err(|e| other(format!("raw_min loop failed: {e}")))??);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        // These sessions are not the pool's: they publish their counters, then close.
+        for mut c in conns {
+            if self.stats_flush {
+                sqlx::query("SELECT pg_stat_force_next_flush()").execute(&mut c).await.map_err(map_sqlx_error)?;
+            }
+            c.close().await.map_err(map_sqlx_error)?;
+        }
+        let p = self.probed(probe).await?;
+        pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
+        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.raw_min_jobs WHERE status <> 2"))
+            .fetch_one(self.pg.pool())
+            .await
+            .map_err(map_sqlx_error)?;
+        let got = done.load(Ordering::Relaxed);
+        if got != n || left != 0 {
+            return Err(other(format!("raw_min: marked {got} of {n} done, {left} left")));
+        }
+        self.exec(&format!("DROP TABLE {s}.raw_min_jobs")).await?;
+        let (claim, finish) = (claim_stat.snapshot(), done_stat.snapshot());
+        let statements = claim.calls + finish.calls;
+        Ok(RawFigures {
+            loops,
+            batch: self.args.raw_batch,
+            rate: Rate { jobs: n, secs, wal_bytes: p.wal_bytes },
+            claim,
+            finish,
+            costs: Costs { index_entries: p.index_entries, round_trips: statements, statements, table: p.table },
         })
     }
 }
