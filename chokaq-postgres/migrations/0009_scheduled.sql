@@ -18,7 +18,7 @@ CREATE INDEX jobs_hot_scheduled_idx ON {schema}.jobs_hot (queue, due_at) WHERE s
 -- row; a capped queue's allowance is counted under its row lock in a new statement), plus:
 --
 -- 1. Promotion: the due Scheduled rows of the runnable queues become Pending, at most 1,000 per
---    call, skipping rows another session holds. A new statement of this function sees them.
+--    queue and call, skipping rows another session holds. A new statement of this function sees them.
 -- 2. Quotas: with more than one queue to take from, the rows are first chosen without locking
 --    (each queue's first `allow` rows in claim order, merged, the first `p_limit`), and each
 --    queue then locks, skipping locked rows, only as many as it had chosen. Version 1 locked
@@ -65,12 +65,19 @@ BEGIN
     END IF;
 
     -- Promotion (see the header). Never waits: a row another session holds is skipped.
+    -- Per queue, in due order, so the plan is the index range whatever the statistics say (a
+    -- bare LIMIT let the planner prefer a sequential scan that reads every row).
     UPDATE {schema}.jobs_hot h SET status = 0
-     WHERE h.id IN (SELECT s.id FROM {schema}.jobs_hot s
-                     WHERE s.status = 3 AND s.queue = ANY (v_names) AND s.due_at <= now()
-                     LIMIT 1000
-                       FOR UPDATE SKIP LOCKED)
-       AND h.status = 3;
+      FROM (SELECT s.id
+              FROM unnest(v_names) AS r(q)
+             CROSS JOIN LATERAL (
+                   SELECT x.id FROM {schema}.jobs_hot x
+                    WHERE x.status = 3 AND x.queue = r.q AND x.due_at <= now()
+                    ORDER BY x.due_at
+                    LIMIT 1000
+                      FOR UPDATE SKIP LOCKED
+             ) s) d
+     WHERE h.id = d.id AND h.status = 3;
 
     FOREACH v_q IN ARRAY v_capped LOOP
         SELECT c.max_workers, c.is_paused, c.is_active
