@@ -42,6 +42,7 @@ DECLARE
     v_busy   integer;
     v_qn     text[];
     v_qk     integer[];
+    v_ids    uuid[];
     v_left   integer := p_limit;
     v_want   integer;
     v_got    integer;
@@ -130,33 +131,32 @@ BEGIN
         v_want := coalesce((SELECT sum(k) FROM unnest(v_qk) k), 0);
         EXIT WHEN v_want = 0;
 
+        -- Lock first, into an array: the update then finds its rows by primary key. (One
+        -- statement joining the locked rows planned a hash join over a sequential scan of the
+        -- whole table: the planner cannot see how few rows the per-queue quotas allow.)
+        SELECT coalesce(array_agg(c.id), '{}')
+          INTO v_ids
+          FROM unnest(v_qn, v_qk) AS r(q, quota)
+         CROSS JOIN LATERAL (
+               SELECT h.id
+                 FROM {schema}.jobs_hot h
+                WHERE h.queue = r.q AND h.status = 0 AND h.due_at <= now()
+                ORDER BY h.priority DESC, h.due_at, h.id
+                LIMIT r.quota
+                  FOR UPDATE SKIP LOCKED
+         ) c;
+
         RETURN QUERY
-        WITH cand AS (
-            SELECT c.id
-              FROM unnest(v_qn, v_qk) AS r(q, quota)
-             CROSS JOIN LATERAL (
-                   SELECT h.id
-                     FROM {schema}.jobs_hot h
-                    WHERE h.queue = r.q AND h.status = 0 AND h.due_at <= now()
-                    ORDER BY h.priority DESC, h.due_at, h.id
-                    LIMIT r.quota
-                      FOR UPDATE SKIP LOCKED
-             ) c
-        ),
-        upd AS (
-            UPDATE {schema}.jobs_hot h
-               SET status       = CASE WHEN p_start THEN 2 ELSE 1 END,
-                   attempt      = CASE WHEN p_start THEN h.attempt + 1 ELSE h.attempt END,
-                   started_at   = CASE WHEN p_start THEN now() ELSE h.started_at END,
-                   heartbeat_at = CASE WHEN p_start THEN now() ELSE h.heartbeat_at END,
-                   lease        = nextval('{schema}.lease_seq'),
-                   worker_id    = p_worker,
-                   updated_at   = now()
-              FROM cand
-             WHERE h.id = cand.id
-            RETURNING h.*
-        )
-        SELECT * FROM upd;
+        UPDATE {schema}.jobs_hot h
+           SET status       = CASE WHEN p_start THEN 2 ELSE 1 END,
+               attempt      = CASE WHEN p_start THEN h.attempt + 1 ELSE h.attempt END,
+               started_at   = CASE WHEN p_start THEN now() ELSE h.started_at END,
+               heartbeat_at = CASE WHEN p_start THEN now() ELSE h.heartbeat_at END,
+               lease        = nextval('{schema}.lease_seq'),
+               worker_id    = p_worker,
+               updated_at   = now()
+         WHERE h.id = ANY (v_ids)
+        RETURNING h.*;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
 
