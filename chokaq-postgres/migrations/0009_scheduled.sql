@@ -43,6 +43,7 @@ DECLARE
     v_qn     text[];
     v_qk     integer[];
     v_ids    uuid[];
+    v_open   integer;
     v_left   integer := p_limit;
     v_want   integer;
     v_got    integer;
@@ -104,9 +105,17 @@ BEGIN
         EXIT WHEN v_left <= 0 OR NOT coalesce(0 < ANY (v_allow), false);
         v_round := v_round + 1;
 
-        IF (SELECT count(*) FROM unnest(v_allow) a WHERE a > 0) = 1 THEN
+        -- How many queues may still give rows, and the last of them (plain expressions, no
+        -- query: the claim path pays for every statement).
+        v_open := 0;
+        FOR j IN 1 .. cardinality(v_allow) LOOP
+            IF v_allow[j] > 0 THEN
+                v_open := v_open + 1;
+                i := j;
+            END IF;
+        END LOOP;
+        IF v_open = 1 THEN
             -- One queue: its skip-locked seek takes exactly what it returns.
-            i := (SELECT o FROM unnest(v_allow) WITH ORDINALITY AS u(a, o) WHERE a > 0);
             v_qn := ARRAY[v_names[i]];
             v_qk := ARRAY[least(v_allow[i], v_left)];
         ELSE
@@ -128,7 +137,10 @@ BEGIN
                              LIMIT v_left) p
                      GROUP BY p.q) t;
         END IF;
-        v_want := coalesce((SELECT sum(k) FROM unnest(v_qk) k), 0);
+        v_want := 0;
+        FOR j IN 1 .. coalesce(cardinality(v_qk), 0) LOOP
+            v_want := v_want + v_qk[j];
+        END LOOP;
         EXIT WHEN v_want = 0;
 
         -- Lock first, into an array: the update then finds its rows by primary key. (One

@@ -69,17 +69,18 @@ WITH input AS (
         WITH ORDINALITY AS t(id, queue, kind, payload, tags, idempotency_key, priority, scheduled_at, delay_us,
                              max_attempts, created_by, ord)
 ),
+due AS (
+    SELECT i.*, CASE WHEN i.delay_us IS NULL THEN i.scheduled_at
+                     ELSE now() + i.delay_us * interval '1 microsecond' END AS at
+      FROM input i
+),
 ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, max_attempts,
                                    scheduled_at, status, created_by)
     SELECT i.id, i.queue, i.kind, i.payload::jsonb, ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)),
-           i.idempotency_key, i.priority, i.max_attempts, s.at, CASE WHEN s.at > now() THEN 3 ELSE 0 END,
+           i.idempotency_key, i.priority, i.max_attempts, i.at, CASE WHEN i.at > now() THEN 3 ELSE 0 END,
            i.created_by
-      FROM input i
-     CROSS JOIN LATERAL (
-           SELECT CASE WHEN i.delay_us IS NULL THEN i.scheduled_at
-                       ELSE now() + i.delay_us * interval '1 microsecond' END AS at
-     ) s
+      FROM due i
      ORDER BY i.ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
