@@ -42,7 +42,7 @@ DECLARE
     v_busy   integer;
     v_qn     text[];
     v_qk     integer[];
-    v_ids    uuid[];
+    v_due    boolean;
     v_open   integer;
     v_left   integer := p_limit;
     v_want   integer;
@@ -56,8 +56,11 @@ BEGIN
                WHERE CASE WHEN c.max_workers IS NULL THEN false
                           ELSE c.max_workers > (SELECT count(*) FROM {schema}.jobs_hot h
                                                  WHERE h.queue = r.q AND h.status IN (1, 2))
-                     END), '{}')
-      INTO v_names, v_allow, v_capped
+                     END), '{}'),
+           -- The queue's earliest Scheduled due time: one descent of the Scheduled index.
+           coalesce(bool_or((SELECT min(s.due_at) FROM {schema}.jobs_hot s
+                              WHERE s.status = 3 AND s.queue = r.q) <= now()), false)
+      INTO v_names, v_allow, v_capped, v_due
       FROM (SELECT DISTINCT unnest(p_queues) AS q) r
       LEFT JOIN {schema}.queues c ON c.name = r.q
      WHERE c.name IS NULL OR (c.is_active AND NOT c.is_paused);
@@ -66,20 +69,24 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Promotion (see the header). Never waits: a row another session holds is skipped.
-    -- Per queue, in due order, so the plan is the index range whatever the statistics say (a
-    -- bare LIMIT let the planner prefer a sequential scan that reads every row).
-    UPDATE {schema}.jobs_hot h SET status = 0
-      FROM (SELECT s.id
-              FROM unnest(v_names) AS r(q)
-             CROSS JOIN LATERAL (
-                   SELECT x.id FROM {schema}.jobs_hot x
-                    WHERE x.status = 3 AND x.queue = r.q AND x.due_at <= now()
-                    ORDER BY x.due_at
-                    LIMIT 1000
-                      FOR UPDATE SKIP LOCKED
-             ) s) d
-     WHERE h.id = d.id AND h.status = 3;
+    -- Promotion (see the header), only when the first statement saw a due Scheduled row (one
+    -- index probe per queue there; no statement here otherwise). Never waits: a row another
+    -- session holds is skipped.
+    IF v_due THEN
+        -- Per queue, in due order, so the plan is the index range whatever the statistics say (a
+        -- bare LIMIT let the planner prefer a sequential scan that reads every row).
+        UPDATE {schema}.jobs_hot h SET status = 0
+          FROM (SELECT s.id
+                  FROM unnest(v_names) AS r(q)
+                 CROSS JOIN LATERAL (
+                       SELECT x.id FROM {schema}.jobs_hot x
+                        WHERE x.status = 3 AND x.queue = r.q AND x.due_at <= now()
+                        ORDER BY x.due_at
+                        LIMIT 1000
+                          FOR UPDATE SKIP LOCKED
+                 ) s) d
+         WHERE h.id = d.id AND h.status = 3;
+    END IF;
 
     FOREACH v_q IN ARRAY v_capped LOOP
         SELECT c.max_workers, c.is_paused, c.is_active
@@ -143,21 +150,9 @@ BEGIN
         END LOOP;
         EXIT WHEN v_want = 0;
 
-        -- Lock first, into an array: the update then finds its rows by primary key. (One
-        -- statement joining the locked rows planned a hash join over a sequential scan of the
-        -- whole table: the planner cannot see how few rows the per-queue quotas allow.)
-        SELECT coalesce(array_agg(c.id), '{}')
-          INTO v_ids
-          FROM unnest(v_qn, v_qk) AS r(q, quota)
-         CROSS JOIN LATERAL (
-               SELECT h.id
-                 FROM {schema}.jobs_hot h
-                WHERE h.queue = r.q AND h.status = 0 AND h.due_at <= now()
-                ORDER BY h.priority DESC, h.due_at, h.id
-                LIMIT r.quota
-                  FOR UPDATE SKIP LOCKED
-         ) c;
-
+        -- The rows are locked in a sub-select whose ids the update finds by primary key. (A
+        -- join of the update with the locked rows planned a hash join over a sequential scan
+        -- of the whole table: the planner cannot see how few rows the quotas allow.)
         RETURN QUERY
         UPDATE {schema}.jobs_hot h
            SET status       = CASE WHEN p_start THEN 2 ELSE 1 END,
@@ -167,7 +162,17 @@ BEGIN
                lease        = nextval('{schema}.lease_seq'),
                worker_id    = p_worker,
                updated_at   = now()
-         WHERE h.id = ANY (v_ids)
+         WHERE h.id = ANY (ARRAY(
+               SELECT c.id
+                 FROM unnest(v_qn, v_qk) AS r(q, quota)
+                CROSS JOIN LATERAL (
+                      SELECT x.id
+                        FROM {schema}.jobs_hot x
+                       WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
+                       ORDER BY x.priority DESC, x.due_at, x.id
+                       LIMIT r.quota
+                         FOR UPDATE SKIP LOCKED
+                ) c))
         RETURNING h.*;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
