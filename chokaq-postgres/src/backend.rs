@@ -99,9 +99,14 @@ impl PgBackend {
         if let Some(t) = config.statement_timeout {
             opts = opts.options([("statement_timeout", format!("{}ms", t.as_millis().max(1)))]);
         }
+        // No ping before each checkout (sqlx's default): it cost every statement a second
+        // round trip. A session the server ended answers its next statement with 57P01
+        // (retried by `with_retry`); a connection that broke fails that statement as
+        // `Unavailable`, like a break during it would, and is discarded.
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(config.connect_timeout)
+            .test_before_acquire(false)
             .connect_with(opts)
             .await
             .map_err(map_sqlx_error)?;
