@@ -70,15 +70,8 @@ pub(crate) async fn run(pool: PgPool, channel: String, sql: Sql, mut rx: mpsc::U
                 None => return,
             }
         }
-        while open {
-            match rx.try_recv() {
-                Ok(r) => {
-                    backoff = Duration::from_millis(1);
-                    take(r, &mut ready, &mut waiting);
-                }
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
-            }
+        if drain(&mut rx, &mut open, &mut ready, &mut waiting) {
+            backoff = Duration::from_millis(1);
         }
         if !waiting.is_empty() {
             let xids: Vec<i64> = waiting.keys().copied().collect();
@@ -114,13 +107,7 @@ pub(crate) async fn run(pool: PgPool, channel: String, sql: Sql, mut rx: mpsc::U
                 // Too soon after the last NOTIFY: wait out the gap, then send everything that
                 // arrived meanwhile in one statement.
                 tokio::time::sleep_until(due).await;
-                while open {
-                    match rx.try_recv() {
-                        Ok(r) => take(r, &mut ready, &mut waiting),
-                        Err(mpsc::error::TryRecvError::Empty) => break,
-                        Err(mpsc::error::TryRecvError::Disconnected) => open = false,
-                    }
-                }
+                drain(&mut rx, &mut open, &mut ready, &mut waiting);
             }
             last_sent = Some(Instant::now());
             let queues: Vec<String> = std::mem::take(&mut ready).into_iter().collect();
@@ -144,6 +131,28 @@ pub(crate) async fn run(pool: PgPool, channel: String, sql: Sql, mut rx: mpsc::U
             }
         }
     }
+}
+
+/// Takes every request already queued, without waiting; `open` turns false once every sender
+/// is gone. Returns whether any arrived.
+fn drain(
+    rx: &mut mpsc::UnboundedReceiver<Request>,
+    open: &mut bool,
+    ready: &mut BTreeSet<String>,
+    waiting: &mut HashMap<i64, (Vec<String>, Instant)>,
+) -> bool {
+    let mut any = false;
+    while *open {
+        match rx.try_recv() {
+            Ok(r) => {
+                any = true;
+                take(r, ready, waiting);
+            }
+            Err(mpsc::error::TryRecvError::Empty) => break,
+            Err(mpsc::error::TryRecvError::Disconnected) => *open = false,
+        }
+    }
+    any
 }
 
 fn take(r: Request, ready: &mut BTreeSet<String>, waiting: &mut HashMap<i64, (Vec<String>, Instant)>) {

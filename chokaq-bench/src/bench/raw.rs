@@ -108,28 +108,52 @@ impl Bench {
             h.await.map_err(|e| other(format!("raw loop failed: {e}")))??;
         }
         let secs = t0.elapsed().as_secs_f64();
-        let p = self.probed(probe).await?;
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
-        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.raw_jobs"))
-            .fetch_one(self.pg.pool())
-            .await
-            .map_err(map_sqlx_error)?;
-        let got = done.load(Ordering::Relaxed);
+        let left = format!("SELECT count(*) FROM {s}.raw_jobs");
+        let end = RawEnd { label: "raw: deleted", table: "raw_jobs", left_sql: &left, loops, n, secs };
+        self.raw_figures(end, probe, &done, &claim_stat, &delete_stat).await
+    }
+
+    /// The end of a raw loop: the window's costs, the exact-count check (every job handled,
+    /// none left), the table dropped, the figures.
+    async fn raw_figures(
+        &self,
+        end: RawEnd<'_>,
+        probe: super::Probe,
+        done: &AtomicU64,
+        claim_stat: &CallStat,
+        finish_stat: &CallStat,
+    ) -> Result<RawFigures> {
+        let p = self.probed(probe).await?;
+        let left: i64 = sqlx::query_scalar(end.left_sql).fetch_one(self.pg.pool()).await.map_err(map_sqlx_error)?;
+        let (n, got) = (end.n, done.load(Ordering::Relaxed));
         if got != n || left != 0 {
-            return Err(other(format!("raw: deleted {got} of {n}, {left} left")));
+            return Err(other(format!("{} {got} of {n}, {left} left", end.label)));
         }
-        self.exec(&format!("DROP TABLE {s}.raw_jobs")).await?;
-        let (claim, finish) = (claim_stat.snapshot(), delete_stat.snapshot());
+        self.exec(&format!("DROP TABLE {}.{}", self.q(), end.table)).await?;
+        let (claim, finish) = (claim_stat.snapshot(), finish_stat.snapshot());
         let statements = claim.calls + finish.calls;
         Ok(RawFigures {
-            loops,
+            loops: end.loops,
             batch: self.args.raw_batch,
-            rate: Rate { jobs: n, secs, wal_bytes: p.wal_bytes },
+            rate: Rate { jobs: n, secs: end.secs, wal_bytes: p.wal_bytes },
             claim,
             finish,
             costs: Costs { index_entries: p.index_entries, round_trips: statements, statements, table: p.table },
         })
     }
+}
+
+/// What [`Bench::raw_figures`] needs of a finished raw loop.
+struct RawEnd<'a> {
+    /// The start of the mismatch message (`raw: deleted`).
+    label: &'static str,
+    table: &'static str,
+    /// Counts the rows the loop should have handled and did not.
+    left_sql: &'a str,
+    loops: u32,
+    n: u64,
+    secs: f64,
 }
 
 /// The raw_min claim: `$1` the batch.
@@ -234,26 +258,9 @@ impl Bench {
             }
             c.close().await.map_err(map_sqlx_error)?;
         }
-        let p = self.probed(probe).await?;
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
-        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.raw_min_jobs WHERE status <> 2"))
-            .fetch_one(self.pg.pool())
-            .await
-            .map_err(map_sqlx_error)?;
-        let got = done.load(Ordering::Relaxed);
-        if got != n || left != 0 {
-            return Err(other(format!("raw_min: marked {got} of {n} done, {left} left")));
-        }
-        self.exec(&format!("DROP TABLE {s}.raw_min_jobs")).await?;
-        let (claim, finish) = (claim_stat.snapshot(), done_stat.snapshot());
-        let statements = claim.calls + finish.calls;
-        Ok(RawFigures {
-            loops,
-            batch: self.args.raw_batch,
-            rate: Rate { jobs: n, secs, wal_bytes: p.wal_bytes },
-            claim,
-            finish,
-            costs: Costs { index_entries: p.index_entries, round_trips: statements, statements, table: p.table },
-        })
+        let left = format!("SELECT count(*) FROM {s}.raw_min_jobs WHERE status <> 2");
+        let end = RawEnd { label: "raw_min: marked done", table: "raw_min_jobs", left_sql: &left, loops, n, secs };
+        self.raw_figures(end, probe, &done, &claim_stat, &done_stat).await
     }
 }
