@@ -242,6 +242,12 @@ pub(crate) struct SingleFigures {
     pub(crate) client_call: Latency,
     pub(crate) raw: Rate,
     pub(crate) raw_call: Latency,
+    /// The bare INSERT through the backend's pool.
+    pub(crate) pool: Rate,
+    pub(crate) pool_call: Latency,
+    /// The bare INSERT through the pool, with a NOTIFY every 3 ms beside it.
+    pub(crate) pool_notify: Rate,
+    pub(crate) pool_notify_call: Latency,
 }
 
 /// Heartbeats over jobs in Processing, and how many of their row updates were HOT.

@@ -185,6 +185,16 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
             &x.raw,
             format!("call p50 {:.2} ms, {}", x.raw_call.p50, wal(&x.raw)),
         );
+        row(
+            &format!("insert x1, {} tasks, pool", x.tasks),
+            &x.pool,
+            format!("call p50 {:.2} ms, {}", x.pool_call.p50, wal(&x.pool)),
+        );
+        row(
+            &format!("insert x1, {} tasks, pool, NOTIFY/3ms", x.tasks),
+            &x.pool_notify,
+            format!("call p50 {:.2} ms, {}", x.pool_notify_call.p50, wal(&x.pool_notify)),
+        );
     }
     for d in &r.drains {
         row(&format!("drain, runtime, {} slots", d.concurrency), &d.rate, drain_notes(d));
@@ -377,6 +387,8 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
             "tasks": s.tasks,
             "client": rate_json(&s.client), "client_call": s.client_call.json(),
             "raw": rate_json(&s.raw), "raw_call": s.raw_call.json(),
+            "raw_pool": rate_json(&s.pool), "raw_pool_call": s.pool_call.json(),
+            "raw_pool_notify": rate_json(&s.pool_notify), "raw_pool_notify_call": s.pool_notify_call.json(),
         }))),
     );
     o.insert(
