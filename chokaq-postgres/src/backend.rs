@@ -24,6 +24,7 @@ use uuid::Uuid;
 use crate::config::PgConfig;
 use crate::enqueue::Target;
 use crate::error::{map_sqlx_error, with_retry};
+use crate::kept::Kept;
 use crate::rows::{count, error_text, pairs, sorted_claims, split};
 use crate::sql::{self, Statements};
 use crate::{listen, migrate, rows};
@@ -38,6 +39,9 @@ const MAX_PURGE_BATCH: u32 = 100_000;
 #[derive(Clone)]
 pub struct PgBackend {
     pub(crate) pool: PgPool,
+    /// The executor every statement outside a transaction runs on: the pool's sessions, kept
+    /// checked out between statements (`kept.rs`).
+    pub(crate) kept: Kept,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -122,6 +126,7 @@ impl PgBackend {
     pub fn from_pool(pool: PgPool, config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;
         Ok(PgBackend {
+            kept: Kept::new(pool.clone()),
             pool,
             shared: Arc::new(Shared {
                 sql: Statements::new(&config.schema),
@@ -139,7 +144,7 @@ impl PgBackend {
     /// The same schema, statements and settings on another pool (test support).
     #[cfg(feature = "testing")]
     pub(crate) fn on_pool(&self, pool: PgPool) -> Self {
-        PgBackend { pool, shared: self.shared.clone() }
+        PgBackend { kept: Kept::new(pool.clone()), pool, shared: self.shared.clone() }
     }
 
     /// The pool.
@@ -221,7 +226,7 @@ impl PgBackend {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let sql =
             crate::notify::Sql { notify: self.sql().notify_queues.clone(), tx_status: self.sql().tx_status.clone() };
-        tokio::spawn(crate::notify::run(self.pool.clone(), self.shared.channel.clone(), sql, rx));
+        tokio::spawn(crate::notify::run(self.kept.clone(), self.shared.channel.clone(), sql, rx));
         let _ = tx.send(req);
         *guard = Some(tx);
     }
@@ -258,7 +263,7 @@ impl PgBackend {
             return Ok((ids, HashSet::new()));
         }
         let done: HashSet<Uuid> = with_retry(|| {
-            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
+            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.kept)
         })
         .await?
         .into_iter()
@@ -276,7 +281,7 @@ impl PgBackend {
         let (ids, lease_nums) = pairs(&rest);
         let sql = &self.sql().complete_standing;
         let found: Vec<Uuid> = with_retry(|| {
-            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
+            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.kept)
         })
         .await?;
         done.extend(found);
@@ -295,7 +300,7 @@ impl PgBackend {
                     .bind(b.id)
                     .bind(b.lease)
                     .bind(&b.reason)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&self.kept)
             })
             .await?;
         }
@@ -307,7 +312,7 @@ impl PgBackend {
         T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Sync + Clone,
     {
         let row =
-            with_retry(|| sqlx::query(sql).bind(queue.as_str()).bind(value.clone()).fetch_one(&self.pool)).await?;
+            with_retry(|| sqlx::query(sql).bind(queue.as_str()).bind(value.clone()).fetch_one(&self.kept)).await?;
         rows::queue_settings(&row)
     }
 }
@@ -331,7 +336,7 @@ impl PgBackend {
                 .connect_with(opts)
                 .await
                 .map_err(map_sqlx_error)?;
-            return Ok(PgBackend { pool, shared: b.shared }.with_faults(faults));
+            return Ok(PgBackend { kept: Kept::new(pool.clone()), pool, shared: b.shared }.with_faults(faults));
         }
         Ok(Self::connect_with(opts, config).await?.with_faults(faults))
     }
@@ -350,7 +355,7 @@ impl PgBackend {
             wake: tokio::sync::Mutex::new(None),
             notifier: std::sync::Mutex::new(None),
         };
-        PgBackend { pool: self.pool, shared: Arc::new(shared) }
+        PgBackend { pool: self.pool, kept: self.kept, shared: Arc::new(shared) }
     }
 }
 
@@ -376,7 +381,7 @@ impl Backend for PgBackend {
             if rows.is_empty() {
                 return Ok(Vec::new());
             }
-            self.enqueue_on(Target::Pool(&self.pool), &rows, &slots).await
+            self.enqueue_on(Target::Pool(&self.kept), &rows, &slots).await
         }
         .await
         .map_err(|e: Error| e.with_operation("enqueue_many"))
@@ -393,7 +398,7 @@ impl Backend for PgBackend {
                     .bind(&queues)
                     .bind(req.limit as i32)
                     .bind(start)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.kept)
             })
             .await?;
             let (jobs, bad) = sorted_claims(&rows)?;
@@ -424,7 +429,7 @@ impl Backend for PgBackend {
                     .bind(&queues)
                     .bind(req.limit as i32)
                     .bind(start)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.kept)
             })
             .await?;
             let mut done: HashSet<Uuid> = HashSet::new();
@@ -466,7 +471,7 @@ impl Backend for PgBackend {
             }
             let sql = &self.sql().heartbeat;
             let rows: Vec<(Uuid, bool)> = with_retry(|| {
-                sqlx::query_as::<_, (Uuid, bool)>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.pool)
+                sqlx::query_as::<_, (Uuid, bool)>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.kept)
             })
             .await?;
             let held: HashMap<Uuid, bool> = rows.into_iter().collect();
@@ -506,7 +511,7 @@ impl Backend for PgBackend {
                     .bind(rows::micros(delay))
                     .bind(error.as_deref())
                     .bind(reason.as_str())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&self.kept)
             })
             .await?;
             let missing = || Error::new(ErrorKind::Other, "fail: no due time returned");
@@ -517,7 +522,7 @@ impl Backend for PgBackend {
                         .bind(worker.0)
                         .bind(lease.id.0)
                         .bind(lease.lease.0)
-                        .fetch_optional(&self.pool)
+                        .fetch_optional(&self.kept)
                 })
                 .await?;
                 let Some(row) = row else { return Ok(Fenced::LeaseLost) };
@@ -598,7 +603,7 @@ impl Backend for PgBackend {
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
         async move {
             let (dead, requested): (i64, i64) =
-                with_retry(|| sqlx::query_as(&self.sql().cancel).bind(id.0).fetch_one(&self.pool)).await?;
+                with_retry(|| sqlx::query_as(&self.sql().cancel).bind(id.0).fetch_one(&self.kept)).await?;
             Ok(if dead > 0 {
                 CancelOutcome::Cancelled
             } else if requested > 0 {
@@ -652,7 +657,7 @@ impl Backend for PgBackend {
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
         async move {
             let row =
-                with_retry(|| sqlx::query(&self.sql().queue_settings).bind(queue.as_str()).fetch_optional(&self.pool))
+                with_retry(|| sqlx::query(&self.sql().queue_settings).bind(queue.as_str()).fetch_optional(&self.kept))
                     .await?;
             match row {
                 Some(row) => rows::queue_settings(&row),
@@ -666,7 +671,7 @@ impl Backend for PgBackend {
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
         async move {
             let (moved, _woke): (i64, i64) =
-                with_retry(|| sqlx::query_as(&self.sql().requeue).bind(id.0).fetch_one(&self.pool)).await.map_err(
+                with_retry(|| sqlx::query_as(&self.sql().requeue).bind(id.0).fetch_one(&self.kept)).await.map_err(
                     |e| {
                         if e.kind() == ErrorKind::Conflict {
                             Error::new(ErrorKind::Conflict, format!("a live job holds the idempotency key of {id}"))
@@ -690,7 +695,7 @@ impl Backend for PgBackend {
 
     async fn stats(&self) -> Result<StatsSnapshot> {
         async move {
-            let rows = with_retry(|| sqlx::query(&self.sql().stats).fetch_all(&self.pool)).await?;
+            let rows = with_retry(|| sqlx::query(&self.sql().stats).fetch_all(&self.kept)).await?;
             rows::stats(&rows)
         }
         .await
@@ -699,7 +704,7 @@ impl Backend for PgBackend {
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
         async move {
-            let row = with_retry(|| sqlx::query(&self.sql().get_job).bind(id.0).fetch_optional(&self.pool)).await?;
+            let row = with_retry(|| sqlx::query(&self.sql().get_job).bind(id.0).fetch_optional(&self.kept)).await?;
             row.as_ref().map(rows::record).transpose()
         }
         .await
@@ -732,7 +737,7 @@ impl Backend for PgBackend {
                     .bind(!filter.without_payloads);
                 // `$9` status: a parameter of the hot table's statement only.
                 let q = if filter.table == JobTable::Hot { q.bind(filter.status.map(|s| s.code())) } else { q };
-                q.fetch_all(&self.pool)
+                q.fetch_all(&self.kept)
             })
             .await?;
             let mut jobs = found.iter().map(rows::record).collect::<Result<Vec<_>>>()?;
@@ -759,7 +764,7 @@ impl Backend for PgBackend {
                     .bind(i64::from(reg.pid))
                     .bind(&queues)
                     .bind(i64::from(reg.concurrency))
-                    .execute(&self.pool)
+                    .execute(&self.kept)
             })
             .await?;
             Ok(())
@@ -770,7 +775,7 @@ impl Backend for PgBackend {
 
     async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
         async move {
-            let n = with_retry(|| sqlx::query(&self.sql().deregister_worker).bind(worker.0).execute(&self.pool))
+            let n = with_retry(|| sqlx::query(&self.sql().deregister_worker).bind(worker.0).execute(&self.kept))
                 .await?
                 .rows_affected();
             Ok(n > 0)
@@ -782,7 +787,7 @@ impl Backend for PgBackend {
     async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
         async move {
             type Row = (Uuid, String, i64, Vec<String>, i64, Timestamp, Timestamp);
-            let rows: Vec<Row> = with_retry(|| sqlx::query_as(&self.sql().list_workers).fetch_all(&self.pool)).await?;
+            let rows: Vec<Row> = with_retry(|| sqlx::query_as(&self.sql().list_workers).fetch_all(&self.kept)).await?;
             rows.into_iter()
                 .map(|(id, host, pid, queues, concurrency, started_at, last_seen_at)| {
                     Ok(WorkerProcess {
@@ -805,7 +810,7 @@ impl Backend for PgBackend {
     async fn prune_workers(&self, stale_after: Duration) -> Result<u64> {
         async move {
             let n = with_retry(|| {
-                sqlx::query(&self.sql().prune_workers).bind(rows::micros(stale_after)).execute(&self.pool)
+                sqlx::query(&self.sql().prune_workers).bind(rows::micros(stale_after)).execute(&self.kept)
             })
             .await?
             .rows_affected();
@@ -820,9 +825,9 @@ impl Backend for PgBackend {
             params.validate()?;
             let window = rows::micros(params.window);
             let rows: Vec<(String, Timestamp, i64)> = with_retry(|| match &params.queue {
-                None => sqlx::query_as(&self.sql().throughput_all).bind(window).fetch_all(&self.pool),
+                None => sqlx::query_as(&self.sql().throughput_all).bind(window).fetch_all(&self.kept),
                 Some(q) => {
-                    sqlx::query_as(&self.sql().throughput_queue).bind(window).bind(q.as_str()).fetch_all(&self.pool)
+                    sqlx::query_as(&self.sql().throughput_queue).bind(window).bind(q.as_str()).fetch_all(&self.kept)
                 }
             })
             .await?;

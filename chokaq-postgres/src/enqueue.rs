@@ -5,10 +5,11 @@
 use std::collections::{HashMap, HashSet};
 
 use chokaq_core::{validate, Enqueued, Error, ErrorKind, JobId, NewJob, Result, RunAt, Timestamp};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::error::{map_sqlx_error, with_retry};
+use crate::kept::Kept;
 use crate::rows;
 use crate::PgBackend;
 
@@ -30,7 +31,7 @@ pub(crate) struct NewRow {
 /// Where enqueue runs: on the backend's pool (each statement retried by [`with_retry`]) or on
 /// the caller's connection (never retried: the caller's transaction is theirs to retry).
 pub(crate) enum Target<'a> {
-    Pool(&'a PgPool),
+    Pool(&'a Kept),
     Conn(&'a mut PgConnection),
 }
 

@@ -29,6 +29,7 @@ mod backend;
 mod config;
 mod enqueue;
 mod error;
+mod kept;
 mod listen;
 mod migrate;
 mod notify;

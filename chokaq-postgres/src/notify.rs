@@ -27,9 +27,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+use crate::kept::Kept;
 
 /// How long a caller's transaction is waited for before its wake-up is dropped.
 pub(crate) const GIVE_UP: Duration = Duration::from_secs(60);
@@ -53,7 +54,7 @@ pub(crate) struct Sql {
 }
 
 /// Runs until every sender is gone and nothing is left to send.
-pub(crate) async fn run(pool: PgPool, channel: String, sql: Sql, mut rx: mpsc::UnboundedReceiver<Request>) {
+pub(crate) async fn run(pool: Kept, channel: String, sql: Sql, mut rx: mpsc::UnboundedReceiver<Request>) {
     let mut open = true;
     let mut ready: BTreeSet<String> = BTreeSet::new();
     // Caller transactions not known to be over: xid -> (queues, first seen).

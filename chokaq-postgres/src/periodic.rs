@@ -46,14 +46,14 @@ impl PgBackend {
                 .bind(&def.group)
                 .bind(def.next_tick)
                 .bind(def.replace)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.kept)
         })
         .await?;
         match row {
             Some(row) => schedule(&row),
             None => {
                 let existing =
-                    with_retry(|| sqlx::query(&self.sql().schedule_get).bind(&def.name).fetch_optional(&self.pool))
+                    with_retry(|| sqlx::query(&self.sql().schedule_get).bind(&def.name).fetch_optional(&self.kept))
                         .await?;
                 Err(match existing.as_ref().map(schedule).transpose()? {
                     Some(r) => def.conflict(&r),
@@ -105,14 +105,14 @@ impl PgBackend {
     }
 
     pub(crate) async fn list_schedules_impl(&self) -> Result<Vec<ScheduleRow>> {
-        let rows = with_retry(|| sqlx::query(&self.sql().schedule_list).fetch_all(&self.pool)).await?;
+        let rows = with_retry(|| sqlx::query(&self.sql().schedule_list).fetch_all(&self.kept)).await?;
         rows.iter().map(schedule).collect()
     }
 
     pub(crate) async fn set_schedule_enabled_impl(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
         chokaq_core::validate_schedule_name(name)?;
         let row = with_retry(|| {
-            sqlx::query(&self.sql().schedule_set_enabled).bind(name).bind(enabled).fetch_optional(&self.pool)
+            sqlx::query(&self.sql().schedule_set_enabled).bind(name).bind(enabled).fetch_optional(&self.kept)
         })
         .await?;
         let row = row.ok_or_else(|| Error::not_found(format!("no schedule named {name:?}")))?;
@@ -122,7 +122,7 @@ impl PgBackend {
     pub(crate) async fn mark_stale_schedules_impl(&self, group: &str, live: &[String]) -> Result<u64> {
         chokaq_core::validate_live_schedules(group, live)?;
         let done =
-            with_retry(|| sqlx::query(&self.sql().schedule_mark_stale).bind(group).bind(live).execute(&self.pool))
+            with_retry(|| sqlx::query(&self.sql().schedule_mark_stale).bind(group).bind(live).execute(&self.kept))
                 .await?;
         Ok(done.rows_affected())
     }

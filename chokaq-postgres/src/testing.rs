@@ -18,7 +18,7 @@ use crate::PgBackend;
 #[async_trait]
 impl TestSupport for PgBackend {
     async fn db_now(&self) -> Result<Timestamp> {
-        with_retry(|| sqlx::query_scalar(&self.sql().db_now).fetch_one(&self.pool)).await
+        with_retry(|| sqlx::query_scalar(&self.sql().db_now).fetch_one(&self.kept)).await
     }
 
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
@@ -34,7 +34,7 @@ impl TestSupport for PgBackend {
                 .bind(patch.updated_at)
                 .bind(patch.created_at)
                 .bind(patch.raw_payload.as_deref())
-                .execute(&self.pool)
+                .execute(&self.kept)
         })
         .await?
         .rows_affected();
@@ -43,7 +43,7 @@ impl TestSupport for PgBackend {
 
     async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {
         let n = with_retry(|| {
-            sqlx::query(&self.sql().force_worker_seen).bind(worker.0).bind(last_seen_at).execute(&self.pool)
+            sqlx::query(&self.sql().force_worker_seen).bind(worker.0).bind(last_seen_at).execute(&self.kept)
         })
         .await?
         .rows_affected();
@@ -52,7 +52,7 @@ impl TestSupport for PgBackend {
 
     async fn force_finished_at(&self, id: JobId, finished_at: Timestamp) -> Result<bool> {
         let n =
-            with_retry(|| sqlx::query(&self.sql().force_finished_at).bind(id.0).bind(finished_at).execute(&self.pool))
+            with_retry(|| sqlx::query(&self.sql().force_finished_at).bind(id.0).bind(finished_at).execute(&self.kept))
                 .await?
                 .rows_affected();
         Ok(n > 0)
@@ -65,7 +65,7 @@ impl TestSupport for PgBackend {
     async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
         let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
         let rows: Vec<(Uuid, i64, i64, i64)> =
-            with_retry(|| sqlx::query_as(&self.sql().presence_many).bind(&ids).fetch_all(&self.pool)).await?;
+            with_retry(|| sqlx::query_as(&self.sql().presence_many).bind(&ids).fetch_all(&self.kept)).await?;
         Ok(rows
             .into_iter()
             .map(|(id, h, a, d)| (JobId(id), Presence { hot: h as u32, archive: a as u32, dead: d as u32 }))
@@ -74,7 +74,7 @@ impl TestSupport for PgBackend {
 
     async fn kill_connections(&self) -> Result<u64> {
         let n: i64 = with_retry(|| {
-            sqlx::query_scalar(&self.sql().kill_connections).bind(&self.shared.application_name).fetch_one(&self.pool)
+            sqlx::query_scalar(&self.sql().kill_connections).bind(&self.shared.application_name).fetch_one(&self.kept)
         })
         .await?;
         Ok(count(n))
@@ -103,13 +103,13 @@ impl TestSupport for PgBackend {
 
     async fn session_isolation(&self) -> Result<Option<String>> {
         let level: String =
-            with_retry(|| sqlx::query_scalar(&self.sql().session_isolation).fetch_one(&self.pool)).await?;
+            with_retry(|| sqlx::query_scalar(&self.sql().session_isolation).fetch_one(&self.kept)).await?;
         Ok(Some(level))
     }
 
     async fn drop_schema(&self) -> Result<()> {
-        with_retry(|| sqlx::query(&self.sql().drop_schema).execute(&self.pool)).await?;
-        with_retry(|| sqlx::query(&self.sql().rr_role_drop).execute(&self.pool)).await?;
+        with_retry(|| sqlx::query(&self.sql().drop_schema).execute(&self.kept)).await?;
+        with_retry(|| sqlx::query(&self.sql().rr_role_drop).execute(&self.kept)).await?;
         Ok(())
     }
 }
