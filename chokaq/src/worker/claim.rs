@@ -2,12 +2,13 @@
 //! and the jobs held beyond the running ones.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, ClaimMode, ClaimParams, ClaimedJob, JobId, JobStatus, LeaseRef, QueueName, Wake, Wakeups, WorkerId,
-    MAX_CLAIM_LIMIT,
+    Backend, ClaimMode, ClaimParams, ClaimedJob, JobId, JobStatus, LeaseRef, QueueName, QueueSettings, Wake, Wakeups,
+    WorkerId, MAX_CLAIM_LIMIT,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
@@ -73,8 +74,13 @@ pub(super) struct Claimer {
     lookahead_max: usize,
     min_poll_interval: Duration,
     poll_interval: Duration,
-    /// How often the prefetched jobs' queues are checked for a pause.
+    /// How often the prefetched jobs' queues are checked for a pause, and the queues' caps
+    /// read again.
     pause_check: Duration,
+    /// Every queue of the worker is capped and the caps add up to at most `concurrency`: the
+    /// worker alone can fill them, so a full cap-bound claim leaves nothing to claim until a
+    /// slot frees (read at the start, then every `pause_check`).
+    caps_fill_slots: AtomicBool,
     claim_batch_window: Duration,
     completion_batch: usize,
     /// Back-pressure: outcomes not written yet plus jobs held never exceed this
@@ -102,7 +108,13 @@ pub(super) struct Parts {
 }
 
 impl Claimer {
-    pub(super) fn new(backend: Arc<dyn Backend>, worker: WorkerId, cfg: &WorkerConfig, parts: Parts) -> Self {
+    pub(super) fn new(
+        backend: Arc<dyn Backend>,
+        worker: WorkerId,
+        cfg: &WorkerConfig,
+        settings: &[QueueSettings],
+        parts: Parts,
+    ) -> Self {
         let Parts { wake, executor, leases, lookahead, completer, outcomes, counters } = parts;
         let lookahead_max = if cfg.prefetch == 0 {
             cfg.lookahead.unwrap_or(cfg.concurrency.saturating_mul(4)).min(MAX_CLAIM_LIMIT) as usize
@@ -119,6 +131,7 @@ impl Claimer {
             min_poll_interval: cfg.min_poll_interval,
             poll_interval: cfg.poll_interval,
             pause_check: cfg.heartbeat_interval,
+            caps_fill_slots: AtomicBool::new(caps_fill_slots(&cfg.queues, settings, cfg.concurrency as usize)),
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
             backlog_bound: backlog_bound(cfg.concurrency as usize, cfg.prefetch as usize, lookahead_max),
@@ -144,6 +157,7 @@ impl Claimer {
         let mut next_claim = Instant::now();
         let max_idle = self.poll_interval;
         let mut next_pause_check = Instant::now() + self.pause_check;
+        let mut next_caps_check = Instant::now() + self.pause_check;
         let mut gather_until: Option<Instant> = None;
         // The last claim came back short while outcomes of this worker were still unwritten:
         // the next claim waits for the next write (a queue cap counts unwritten jobs) instead
@@ -162,6 +176,11 @@ impl Claimer {
             if !buffer.is_empty() && Instant::now() >= next_pause_check {
                 next_pause_check = Instant::now() + self.pause_check;
                 self.release_paused(&mut buffer).await;
+            }
+            // 0b. The caps may have changed (an operator's `SetMaxWorkers`).
+            if Instant::now() >= next_caps_check {
+                next_caps_check = Instant::now() + self.pause_check;
+                self.read_caps().await;
             }
             // 1. Start buffered jobs on free slots (reserve mode).
             if !buffer.is_empty() {
@@ -249,7 +268,11 @@ impl Claimer {
                         } else {
                             buffer.extend(jobs);
                         }
-                        if got >= want {
+                        // A full cap-bound claim over caps this worker alone fills took the
+                        // caps' last places: it counts as short (a claim now, before a slot
+                        // frees, would find the caps reached and come back empty).
+                        let full = got >= want && !(cap_bound && self.caps_fill_slots.load(Ordering::Relaxed));
+                        if full {
                             // More may be waiting (rows skipped as locked by other claimers, or
                             // a full batch): claim again as soon as there is room.
                             backoff = self.min_poll_interval;
@@ -344,6 +367,21 @@ impl Claimer {
         }
     }
 
+    /// Reads the queues' caps again; a queue that cannot be read leaves the last answer.
+    async fn read_caps(&self) {
+        let mut settings = Vec::with_capacity(self.queues.len());
+        for q in &self.queues {
+            match self.backend.queue_settings(q).await {
+                Ok(s) => settings.push(s),
+                Err(e) => {
+                    tracing::debug!(error = %e, queue = %q, "could not read the queue's cap");
+                    return;
+                }
+            }
+        }
+        self.caps_fill_slots.store(caps_fill_slots(&self.queues, &settings, self.concurrency), Ordering::Relaxed);
+    }
+
     /// Releases the buffered jobs of queues that are now paused or inactive.
     async fn release_paused(&self, buffer: &mut VecDeque<ClaimedJob>) {
         let mut queues: Vec<QueueName> = Vec::new();
@@ -410,6 +448,19 @@ impl Claimer {
             }
         }
     }
+}
+
+/// Whether every one of `queues` has a cap (in `settings`) and the caps add up to at most
+/// `concurrency`: then this worker alone can fill them.
+pub(super) fn caps_fill_slots(queues: &[QueueName], settings: &[QueueSettings], concurrency: usize) -> bool {
+    let mut sum = 0usize;
+    for q in queues {
+        match settings.iter().find(|s| &s.name == q).and_then(|s| s.max_workers) {
+            Some(c) => sum = sum.saturating_add(c as usize),
+            None => return false,
+        }
+    }
+    !queues.is_empty() && sum <= concurrency
 }
 
 /// The back-pressure bound: unwritten outcomes plus held jobs (running, prefetched,

@@ -261,7 +261,7 @@ impl Worker {
             outcomes,
             counters: counters.clone(),
         };
-        let claimer = Claimer::new(backend.clone(), worker, &cfg, parts);
+        let claimer = Claimer::new(backend.clone(), worker, &cfg, &settings, parts);
         tracing::info!(
             worker = %worker,
             backend = backend.name(),

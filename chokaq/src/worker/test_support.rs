@@ -75,6 +75,9 @@ pub(super) struct Faulty {
     pub(super) registration_fails: std::sync::atomic::AtomicBool,
     /// `register_worker` calls so far.
     pub(super) register_calls: std::sync::atomic::AtomicU64,
+    /// Claims (`claim`, and the claim of `complete_and_claim`) that returned no job while
+    /// Pending jobs waited (in any queue).
+    pub(super) doomed_claims: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Faulty {
@@ -90,6 +93,7 @@ impl Default for Faulty {
             on_heartbeat: Default::default(),
             registration_fails: Default::default(),
             register_calls: Default::default(),
+            doomed_claims: Default::default(),
         }
     }
 }
@@ -112,6 +116,14 @@ impl Faulty {
     async fn alive(&self) {
         if self.dead.load(std::sync::atomic::Ordering::Acquire) {
             futures::future::pending::<()>().await;
+        }
+    }
+
+    /// A claim came back empty: counted as doomed when Pending jobs wait.
+    async fn count_doomed(&self) {
+        use chokaq_core::Backend;
+        if self.inner.stats().await.is_ok_and(|s| s.pending > 0) {
+            self.doomed_claims.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
 
@@ -152,7 +164,11 @@ impl chokaq_core::Backend for Faulty {
     }
     async fn claim(&self, req: &chokaq_core::ClaimParams) -> chokaq_core::Result<Vec<chokaq_core::ClaimedJob>> {
         self.alive().await;
-        self.inner.claim(req).await
+        let r = self.inner.claim(req).await;
+        if matches!(&r, Ok(jobs) if jobs.is_empty()) {
+            self.count_doomed().await;
+        }
+        r
     }
     async fn start(
         &self,
@@ -197,7 +213,11 @@ impl chokaq_core::Backend for Faulty {
                 "injected complete_and_claim error",
             ));
         }
-        self.inner.complete_and_claim(worker, leases, req).await
+        let r = self.inner.complete_and_claim(worker, leases, req).await;
+        if matches!(&r, Ok((_, jobs)) if jobs.is_empty()) {
+            self.count_doomed().await;
+        }
+        r
     }
     async fn fail(
         &self,
