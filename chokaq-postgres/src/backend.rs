@@ -184,7 +184,7 @@ impl PgBackend {
         let mut total = 0u64;
         for _ in 0..req.max_batches {
             let n = with_retry(|| async {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.kept.begin().await?;
                 if locked && sqlx::query(&self.sql().rescue_lock).fetch_optional(&mut *tx).await?.is_none() {
                     tx.rollback().await?;
                     return Ok(None);
@@ -560,7 +560,7 @@ impl Backend for PgBackend {
         async move {
             let limit = i64::from(params.limit);
             let report = with_retry(|| async {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.kept.begin().await?;
                 let got = sqlx::query(&self.sql().rescue_lock).fetch_optional(&mut *tx).await?.is_some();
                 if !got {
                     tx.rollback().await?;

@@ -21,7 +21,9 @@
 //! * the statement was dropped before it finished: the session is closed (its protocol state
 //!   is unknown).
 //!
-//! A session kept unused for [`IDLE_BACK`] goes back to the pool, so a backend that has gone
+//! The backend's own transactions begin through [`Kept::begin`], which hands a kept session
+//! back first when the pool is at its size with nothing idle. A session kept unused for
+//! [`IDLE_BACK`] goes back to the pool, so a backend that has gone
 //! quiet leaves every session to the pool's own users. Kept sessions are not subject to the
 //! pool's idle timeout or maximum lifetime.
 //!
@@ -54,6 +56,8 @@ struct Inner {
     /// The kept sessions, each with the time it was last used (most recent last).
     idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
     max_idle: usize,
+    /// [`IDLE_BACK`] (longer in a test that must tell the sweep apart from a hand-back).
+    idle_back: Duration,
     /// The task that hands unused sessions back (`sweep`) was started.
     sweeping: AtomicBool,
 }
@@ -78,10 +82,24 @@ impl std::fmt::Debug for Kept {
 
 impl Kept {
     pub(crate) fn new(pool: PgPool) -> Self {
+        Self::with_idle_back(pool, IDLE_BACK)
+    }
+
+    fn with_idle_back(pool: PgPool, idle_back: Duration) -> Self {
         let max_idle = (pool.options().get_max_connections() as usize).saturating_sub(1).max(1);
-        Kept {
-            inner: Arc::new(Inner { pool, idle: Mutex::new(Vec::new()), max_idle, sweeping: AtomicBool::new(false) }),
+        let idle = Mutex::new(Vec::new());
+        Kept { inner: Arc::new(Inner { pool, idle, max_idle, idle_back, sweeping: AtomicBool::new(false) }) }
+    }
+
+    /// A transaction on the pool. When the pool is at its size with nothing idle, a kept
+    /// session goes back to it first, so the transaction never waits for one the stack holds.
+    pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        let pool = &self.inner.pool;
+        if pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections() {
+            let back = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            drop(back);
         }
+        pool.begin().await
     }
 
     /// How many sessions are kept now.
@@ -121,13 +139,14 @@ impl Kept {
 /// Every [`IDLE_BACK`], hands the sessions kept unused that long back to the pool; ends with
 /// the last clone of the [`Kept`].
 async fn sweep(inner: Weak<Inner>) {
+    let Some(every) = inner.upgrade().map(|i| i.idle_back) else { return };
     loop {
-        tokio::time::sleep(IDLE_BACK).await;
+        tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else { return };
         let stale: Vec<_> = {
             let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
             // Oldest first: the unused ones are at the bottom of the stack.
-            let n = idle.iter().take_while(|(_, used)| used.elapsed() >= IDLE_BACK).count();
+            let n = idle.iter().take_while(|(_, used)| used.elapsed() >= every).count();
             idle.drain(..n).collect()
         };
         drop(stale);
@@ -290,6 +309,27 @@ mod tests {
         assert!(t0.elapsed() >= IDLE_BACK / 2, "it was kept until unused for a while");
         assert_eq!(kept.kept(), 0);
         drop(first);
+    }
+
+    /// A transaction begun while the pool is at its size with nothing idle takes a kept
+    /// session back (the sweep is an hour away here, so only the hand-back can serve it).
+    #[tokio::test]
+    async fn a_transaction_gets_a_kept_session_back_at_once() {
+        let p = pool(2).await;
+        let kept = Kept::with_idle_back(p.clone(), Duration::from_secs(3600));
+        let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&kept).await.unwrap();
+        assert_eq!((one, kept.kept()), (1, 1));
+        let held = p.acquire().await.unwrap();
+        assert_eq!((p.size(), p.num_idle()), (2, 0), "the pool is at its size, nothing idle");
+        let mut tx = tokio::time::timeout(Duration::from_secs(10), kept.begin())
+            .await
+            .expect("the kept session came back")
+            .unwrap();
+        assert_eq!(kept.kept(), 0);
+        let two: i32 = sqlx::query_scalar("SELECT 2").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(two, 2);
+        tx.commit().await.unwrap();
+        drop(held);
     }
 
     /// A refused statement (division by zero) hands its session back to the pool; a statement

@@ -64,7 +64,7 @@ impl PgBackend {
     }
 
     async fn tick_once(&self, req: &TickRequest) -> Result<TickOutcome> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx_error)?;
+        let mut tx = self.kept.begin().await.map_err(map_sqlx_error)?;
         let won: Option<bool> = sqlx::query_scalar(&self.sql().schedule_tick)
             .bind(&req.name)
             .bind(req.tick)
