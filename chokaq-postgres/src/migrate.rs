@@ -40,6 +40,7 @@ migrations! {
     7, "workers", "0007_workers";
     8, "fetched_timeout", "0008_fetched_timeout";
     9, "scheduled", "0009_scheduled";
+    10, "handoff", "0010_handoff";
 }
 
 /// Applies the missing migrations in one transaction under a schema-specific lock, so

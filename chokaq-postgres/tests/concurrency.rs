@@ -213,3 +213,57 @@ async fn stats_sums_add_up_while_jobs_move() {
     assert_eq!((s.hot(), s.archived + s.dead), (0, N));
     f.drop().await;
 }
+
+/// A completion in `complete_and_claim` hands its cap slot to the next job of its queue in
+/// the same transaction, even while another session holds the queue's control row (as a claim
+/// counting the cap does until its commit); it never waits for that row. The handoff still
+/// counts: with the cap lowered below what runs, a completion hands nothing on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_and_claim_hands_the_slot_on_while_the_queue_row_is_held() {
+    let f = fixture!();
+    let db = f.db.clone();
+    db.enqueue_many((0..10).map(|_| job("hand")).collect()).await.unwrap();
+    db.set_max_workers(&q("hand"), Some(2)).await.unwrap();
+    let w = WorkerId::random();
+    let req = |n| ClaimParams::new(w, vec![q("hand")], n, ClaimMode::Start);
+    let active_sql =
+        format!("SELECT count(*) FROM \"{}\".jobs_hot WHERE queue = 'hand' AND status IN (1, 2)", db.schema());
+    let hold_sql = format!("SELECT name FROM \"{}\".queues WHERE name = 'hand' FOR UPDATE", db.schema());
+    let first = db.claim(&req(2)).await.unwrap();
+    assert_eq!(first.len(), 2, "cap 2");
+
+    // Another session holds the queue row.
+    let mut holder = db.pool().begin().await.unwrap();
+    sqlx::query(&hold_sql).execute(&mut *holder).await.unwrap();
+    let (out, next) = in_time("handoff", db.complete_and_claim(w, &[first[0].lease_ref()], &req(1))).await;
+    assert_eq!((out.done.len(), next.len()), (1, 1), "the freed slot went to the next job");
+    // Asking for more than it freed: the handoff gives one; the held row gives no more.
+    let (out, next2) = in_time("more", db.complete_and_claim(w, &[next[0].lease_ref()], &req(3))).await;
+    assert_eq!((out.done.len(), next2.len()), (1, 1), "one freed, one handed on");
+    let active: i64 = sqlx::query_scalar(&active_sql).fetch_one(db.pool()).await.unwrap();
+    assert_eq!(active, 2, "cap 2 held");
+    holder.rollback().await.unwrap();
+
+    // The cap lowered to 1 with 2 running (first[1], next2[0]), the row held again.
+    db.set_max_workers(&q("hand"), Some(1)).await.unwrap();
+    let mut holder = db.pool().begin().await.unwrap();
+    sqlx::query(&hold_sql).execute(&mut *holder).await.unwrap();
+    let (out, none) = in_time("lowered", db.complete_and_claim(w, &[first[1].lease_ref()], &req(1))).await;
+    assert_eq!((out.done.len(), none.len()), (1, 0), "2 running under cap 1: nothing handed on");
+    let (out, last) = in_time("last", db.complete_and_claim(w, &[next2[0].lease_ref()], &req(1))).await;
+    assert_eq!((out.done.len(), last.len()), (1, 1), "1 running under cap 1: its slot handed on");
+    holder.rollback().await.unwrap();
+
+    let active: i64 = sqlx::query_scalar(&active_sql).fetch_one(db.pool()).await.unwrap();
+    let s = db.stats().await.unwrap();
+    assert_eq!((active, s.archived, s.pending), (1, 4, 5), "{s:?}");
+    f.drop().await;
+}
+
+/// The call's result, or a failure naming it when it waited 10 s (for a row lock).
+async fn in_time<T>(what: &str, call: impl std::future::Future<Output = chokaq_core::Result<T>>) -> T {
+    match tokio::time::timeout(Duration::from_secs(10), call).await {
+        Ok(r) => r.unwrap(),
+        Err(_) => panic!("{what}: waited for the held queue row"),
+    }
+}

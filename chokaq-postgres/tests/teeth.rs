@@ -66,6 +66,11 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { claim_repeatable_read: true, ..f },
             cases: &["isolation_cap_race_repeatable_read_default"],
         },
+        Tooth {
+            fault: "handoff_ignores_cap",
+            faults: Faults { handoff_ignores_cap: true, ..f },
+            cases: &["complete_and_claim_lowered_cap_hands_nothing_on"],
+        },
     ]
 }
 

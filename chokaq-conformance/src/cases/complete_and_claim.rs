@@ -22,6 +22,7 @@ super::cases!(complete_and_claim:
     completes_then_claims,
     stale_lease_is_lost,
     claim_sees_its_completions,
+    lowered_cap_hands_nothing_on,
     claim_respects_pause_schedule_order,
     bad_request_writes_nothing,
     race_cap,
@@ -157,6 +158,31 @@ pub async fn claim_sees_its_completions(cx: Ctx) -> CaseResult {
     ensure_eq!((out.done.len(), out.lost.len(), got.len()), (1, 1, 1), "(done, lost, claimed) with one forged lease");
     let s = cx.queue_stats(&q).await?;
     ensure_eq!((s.fetched + s.processing, s.archived), (2, 7), "(active, archived) at the end");
+    Ok(())
+}
+
+/// A completion hands its slot on only while the cap has room for it: with the cap lowered
+/// below what runs, the completions of `complete_and_claim` claim nothing until the count is
+/// under the new cap, then exactly the room there is. (PostgreSQL hands a freed slot on
+/// without the queue's row lock, so this checks that its handoff still counts: one that
+/// trusted its completions alone would run two jobs under a cap of 1.)
+pub async fn lowered_cap_hands_nothing_on(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    cx.enqueue_n(&q, 6).await?;
+    cx.backend.set_max_workers(&q, Some(3)).await?;
+    let w = WorkerId::random();
+    let held = cx.claim(w, &q, 3, ClaimMode::Start).await?;
+    ensure_eq!(held.len(), 3, "claim under cap 3");
+    cx.backend.set_max_workers(&q, Some(1)).await?;
+    for (i, (job, want)) in held.iter().zip([0, 0, 1]).enumerate() {
+        let (out, got) =
+            cx.backend.complete_and_claim(w, &[job.lease_ref()], &params(w, &[&q], 1, ClaimMode::Start)).await?;
+        ensure_eq!((out.done.len(), got.len()), (1, want), "completion {i} under the lowered cap 1: (done, claimed)");
+        let s = cx.queue_stats(&q).await?;
+        ensure_eq!(s.fetched + s.processing, (2 - i as u64).max(1), "completion {i}: active jobs ({s:?})");
+    }
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.fetched + s.processing, s.archived, s.pending), (1, 3, 2), "(active, archived, pending) at the end");
     Ok(())
 }
 

@@ -37,6 +37,10 @@ pub struct Faults {
     /// after the pin; only [`PgBackend::connect_with_faults`](crate::PgBackend::connect_with_faults)
     /// applies it): the claim's cap count reads a stale snapshot.
     pub claim_repeatable_read: bool,
+    /// `complete_and_claim` hands each completion's slot to the next job without counting
+    /// the cap (a handoff that trusts its completions alone): with the cap lowered below what
+    /// runs, every completion still claims one.
+    pub handoff_ignores_cap: bool,
 }
 
 /// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` start.
@@ -103,6 +107,25 @@ claimed AS (
            lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
       FROM p, pick
      WHERE h.id = pick.id
+    RETURNING h.*
+)";
+
+/// A handoff with no cap count: as many jobs as the same statement completed, in claim order.
+const CLAIM_HANDOFF_UNCOUNTED_PART: &str = "
+claimed AS (
+    UPDATE {schema}.jobs_hot h
+       SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
+           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
+           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
+           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
+           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
+      FROM p
+     WHERE h.id = ANY (ARRAY(
+           SELECT x.id FROM {schema}.jobs_hot x, p
+            WHERE x.queue = ANY (p.queues) AND x.status = 0 AND x.due_at <= now()
+            ORDER BY x.priority DESC, x.due_at, x.id
+            LIMIT (SELECT least(p2.lim, (SELECT count(*) FROM done)) FROM p p2)
+              FOR UPDATE OF x SKIP LOCKED))
     RETURNING h.*
 )";
 
@@ -177,8 +200,11 @@ impl Statements {
         if let Some(part) = complete {
             s.complete = render(&format!("WITH {part}\nSELECT id FROM done"), schema);
         }
-        if claim.is_some() || complete.is_some() {
-            let (claim, complete) = (claim.unwrap_or(CLAIM_PART), complete.unwrap_or(COMPLETE_PART));
+        // The handoff exists only in complete_and_claim: the claim statement stays correct.
+        let handoff = faults.handoff_ignores_cap.then_some(CLAIM_HANDOFF_UNCOUNTED_PART);
+        if claim.is_some() || complete.is_some() || handoff.is_some() {
+            let claim = handoff.or(claim).unwrap_or(CLAIM_PART);
+            let complete = complete.unwrap_or(COMPLETE_PART);
             s.complete_and_claim = render(
                 &format!(
                     "WITH {COMPLETE_AND_CLAIM_PARAMS},\n{complete},\n{claim}\n\
@@ -221,6 +247,7 @@ mod tests {
             (Faults { move_two_autocommits: true, ..f }, vec!["complete_and_claim", "complete"]),
             (Faults { heartbeat_ignores_lease: true, ..f }, vec!["heartbeat"]),
             (Faults { complete_standing_ignores_lease: true, ..f }, vec!["complete_standing"]),
+            (Faults { handoff_ignores_cap: true, ..f }, vec!["complete_and_claim"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");
