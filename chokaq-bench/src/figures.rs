@@ -141,6 +141,9 @@ impl PerJob {
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DrainFigures {
+    /// Worker runtimes on the backend (1 but in the spread capped drains).
+    pub(crate) workers: u32,
+    /// Slots of each.
     pub(crate) concurrency: u32,
     pub(crate) capped: Option<u32>,
     /// The handler's time (a sleep), ms; 0 for a no-op.
@@ -172,6 +175,7 @@ impl DrainFigures {
 
     pub(crate) fn json(&self) -> Value {
         json!({
+            "workers": self.workers,
             "concurrency": self.concurrency,
             "max_workers": self.capped,
             "handler_ms": self.handler_ms,
@@ -291,6 +295,9 @@ pub(crate) struct Results {
     /// The capped drains: handler time 0, then `--handler-ms`.
     pub(crate) capped: Option<DrainFigures>,
     pub(crate) capped_slow: Option<DrainFigures>,
+    /// The same two drains by C workers of one slot each (the cap shared across runtimes).
+    pub(crate) capped_spread: Option<DrainFigures>,
+    pub(crate) capped_spread_slow: Option<DrainFigures>,
     pub(crate) heartbeat: Option<HeartbeatFigures>,
     pub(crate) fill: Vec<(String, Rate)>,
     pub(crate) claims: Vec<ClaimFigures>,

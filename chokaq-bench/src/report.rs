@@ -205,9 +205,14 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
     if let Some(x) = &r.raw_min {
         row(&format!("raw_min loop, {} loops x claim {}", x.loops, x.batch), &x.rate, raw_notes(x, "update"));
     }
-    for d in [&r.capped, &r.capped_slow].into_iter().flatten() {
+    for d in [&r.capped, &r.capped_slow, &r.capped_spread, &r.capped_spread_slow].into_iter().flatten() {
+        let shape = if d.workers > 1 {
+            format!("{} workers x {} slot", d.workers, d.concurrency)
+        } else {
+            format!("{} slots", d.concurrency)
+        };
         row(
-            &format!("drain, {} slots, max_workers {}, h {} ms", d.concurrency, d.capped.unwrap_or(0), d.handler_ms),
+            &format!("drain, {shape}, max_workers {}, h {} ms", d.capped.unwrap_or(0), d.handler_ms),
             &d.rate,
             format!(
                 "efficiency {}, handler {:.2} ms measured, {}",
@@ -340,6 +345,13 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
     o.insert(format!("capped_drain_jobs_per_s_h{h}"), json!(f(r.capped_slow.as_ref().map(|x| x.rate.per_s()))));
     o.insert("capped_efficiency_h0".into(), json!(f3(r.capped_efficiency(r.capped.as_ref()))));
     o.insert(format!("capped_efficiency_h{h}"), json!(f3(r.capped_efficiency(r.capped_slow.as_ref()))));
+    o.insert("capped_spread_drain_jobs_per_s".into(), json!(f(r.capped_spread.as_ref().map(|x| x.rate.per_s()))));
+    o.insert(
+        format!("capped_spread_drain_jobs_per_s_h{h}"),
+        json!(f(r.capped_spread_slow.as_ref().map(|x| x.rate.per_s()))),
+    );
+    o.insert("capped_spread_efficiency_h0".into(), json!(f3(r.capped_efficiency(r.capped_spread.as_ref()))));
+    o.insert(format!("capped_spread_efficiency_h{h}"), json!(f3(r.capped_efficiency(r.capped_spread_slow.as_ref()))));
     o.insert(
         "heartbeat_hot_share".into(),
         json!(f3(r.heartbeat.as_ref().and_then(|x| x.table.and_then(|t| t.hot_share())))),
@@ -367,6 +379,8 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
     o.insert("drains".into(), Value::Array(r.drains.iter().map(DrainFigures::json).collect()));
     o.insert("capped".into(), json!(r.capped.as_ref().map(DrainFigures::json)));
     o.insert("capped_slow".into(), json!(r.capped_slow.as_ref().map(DrainFigures::json)));
+    o.insert("capped_spread".into(), json!(r.capped_spread.as_ref().map(DrainFigures::json)));
+    o.insert("capped_spread_slow".into(), json!(r.capped_spread_slow.as_ref().map(DrainFigures::json)));
     o.insert("commit_rtt".into(), json!(r.commit_rtt.map(|l| l.json())));
     o.insert("raw".into(), json!(r.raw.as_ref().map(|x| x.json("delete"))));
     o.insert("raw_min".into(), json!(r.raw_min.as_ref().map(|x| x.json("update"))));
@@ -492,7 +506,7 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
 
 /// The keys a full run puts at the top level of its JSON line (the default settings).
 #[cfg(test)]
-pub(crate) const HEADLINE_KEYS: [&str; 24] = [
+pub(crate) const HEADLINE_KEYS: [&str; 26] = [
     "enqueue_jobs_per_s",
     "enqueue_single_concurrent_jobs_per_s",
     "raw_insert_single_concurrent_per_s",
@@ -509,6 +523,8 @@ pub(crate) const HEADLINE_KEYS: [&str; 24] = [
     "capped_drain_jobs_per_s_h5",
     "capped_efficiency_h0",
     "capped_efficiency_h5",
+    "capped_spread_efficiency_h0",
+    "capped_spread_efficiency_h5",
     "heartbeat_hot_share",
     "claim_ms_p50_backlog_10k",
     "claim_ms_p50_backlog_1m",
@@ -538,8 +554,13 @@ mod tests {
     fn results() -> Results {
         let table = |upd: i64, hot: i64| Some(TableCounts { updates: upd, hot_updates: hot, ..Default::default() });
         let costs = Costs { index_entries: Some(8_000), round_trips: 100, statements: 100, table: table(2_000, 0) };
-        let drain =
-            |c: u32, per_s: u64| DrainFigures { concurrency: c, rate: rate(per_s, 1.0), costs, ..Default::default() };
+        let drain = |c: u32, per_s: u64| DrainFigures {
+            workers: 1,
+            concurrency: c,
+            rate: rate(per_s, 1.0),
+            costs,
+            ..Default::default()
+        };
         let capped = |h: u64, per_s: u64| DrainFigures { capped: Some(8), handler_ms: h, ..drain(8, per_s) };
         let raw = |per_s: u64| RawFigures { rate: rate(per_s, 1.0), costs, ..Default::default() };
         Results {
@@ -557,6 +578,8 @@ mod tests {
             // Ceilings: 8 / 2 ms = 4,000/s; 8 / 7 ms = 1,142.9/s.
             capped: Some(capped(0, 3000)),
             capped_slow: Some(capped(5, 1000)),
+            capped_spread: Some(DrainFigures { workers: 8, concurrency: 1, ..capped(0, 2000) }),
+            capped_spread_slow: Some(DrainFigures { workers: 8, concurrency: 1, ..capped(5, 800) }),
             heartbeat: Some(HeartbeatFigures { table: table(1000, 950), ..Default::default() }),
             claims: vec![
                 ClaimFigures { backlog: 10_000, all_queues: p50(2.0), ..Default::default() },
@@ -611,6 +634,10 @@ mod tests {
         assert_eq!(j["drain_jobs_per_s_4x8"], json!(1200.0));
         assert_eq!(j["drain_jobs_per_s_by_concurrency"]["1"], json!(100.0));
         assert_eq!(j["capped_efficiency_h5"], json!(0.875));
+        assert_eq!(
+            (j["capped_spread_efficiency_h0"].clone(), j["capped_spread_efficiency_h5"].clone()),
+            (json!(0.5), json!(0.7))
+        );
         assert_eq!(j["heartbeat_hot_share"], json!(0.95));
         assert_eq!(j["drain_hot_share"], json!(0.0));
         // 8,000 index entries over 900 jobs; 100 round trips; 1,000 B of WAL a job.

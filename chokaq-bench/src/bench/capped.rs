@@ -11,13 +11,15 @@ use crate::figures::{Latency, Results};
 
 impl Bench {
     /// `commit_rtt_ms_p50`, then the capped drain (cap and slots --cap) with handler time 0
-    /// and with --handler-ms.
+    /// and with --handler-ms, by one worker of C slots, then by C workers of one slot each.
     pub(super) async fn capped(&mut self, res: &mut Results) -> Result<()> {
         res.commit_rtt = Some(self.commit_rtt().await?);
         let cap = self.args.cap;
-        res.capped = Some(self.drain(cap, Some(cap), 0, res).await?);
         let h = self.args.handler_ms;
+        res.capped = Some(self.drain(cap, Some(cap), 0, res).await?);
         res.capped_slow = Some(self.drain(cap, Some(cap), h, res).await?);
+        res.capped_spread = Some(self.drain_by(cap, 1, Some(cap), 0, res).await?);
+        res.capped_spread_slow = Some(self.drain_by(cap, 1, Some(cap), h, res).await?);
         Ok(())
     }
 

@@ -23,6 +23,19 @@ impl Bench {
         handler_ms: u64,
         res: &mut Results,
     ) -> Result<DrainFigures> {
+        self.drain_by(1, concurrency, cap, handler_ms, res).await
+    }
+
+    /// One drain as [`drain`](Self::drain), by `workers` workers (one runtime each, on the
+    /// same backend) of `concurrency` slots each.
+    pub(super) async fn drain_by(
+        &mut self,
+        workers: u32,
+        concurrency: u32,
+        cap: Option<u32>,
+        handler_ms: u64,
+        res: &mut Results,
+    ) -> Result<DrainFigures> {
         let n = match cap {
             Some(_) if handler_ms > 0 => self.args.capped_slow_jobs,
             Some(_) => self.args.capped_jobs,
@@ -46,65 +59,81 @@ impl Bench {
             return Err(other(format!("the drain expects {n} pending jobs, the queue holds {hot0}")));
         }
         self.vacuum_hot().await?;
+        let shape = if workers > 1 { format!("{workers} workers x{concurrency}") } else { format!("x{concurrency}") };
         let label = match cap {
-            Some(c) => format!("drain x{concurrency} cap {c} h {handler_ms}ms"),
-            None => format!("drain x{concurrency}"),
+            Some(c) => format!("drain {shape} cap {c} h {handler_ms}ms"),
+            None => format!("drain {shape}"),
         };
         let pb = self.bar(&label, n);
         let work = Duration::from_millis(handler_ms);
         // The handlers' time in all, measured (a sleep lasts a little longer than asked).
         let worked = Arc::new(AtomicU64::new(0));
-        let worked_in = worked.clone();
-        let mut builder = Worker::builder(self.timed.clone()).queue("bench").concurrency(concurrency).register_raw(
-            NOOP_KIND,
-            move |_payload, _ctx: JobContext| {
-                let worked = worked_in.clone();
-                async move {
-                    if !work.is_zero() {
-                        // The handler's work, simulated by a thread's sleep: tokio's timer
-                        // rounds up to its next millisecond tick (5 ms took 6.15 ms on average,
-                        // which would count against the runtime).
-                        let t0 = Instant::now();
-                        tokio::task::spawn_blocking(move || std::thread::sleep(work))
-                            .await
-                            .map_err(|e| JobError::retry(format!("handler sleep failed: {e}")))?;
-                        worked.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let mut runtimes = Vec::with_capacity(workers as usize);
+        for _ in 0..workers {
+            let worked_in = worked.clone();
+            let mut builder = Worker::builder(self.timed.clone()).queue("bench").concurrency(concurrency).register_raw(
+                NOOP_KIND,
+                move |_payload, _ctx: JobContext| {
+                    let worked = worked_in.clone();
+                    async move {
+                        if !work.is_zero() {
+                            // The handler's work, simulated by a thread's sleep: tokio's timer
+                            // rounds up to its next millisecond tick (5 ms took 6.15 ms on
+                            // average, which would count against the runtime).
+                            let t0 = Instant::now();
+                            tokio::task::spawn_blocking(move || std::thread::sleep(work))
+                                .await
+                                .map_err(|e| JobError::retry(format!("handler sleep failed: {e}")))?;
+                            worked.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        }
+                        Ok(())
                     }
-                    Ok(())
-                }
-            },
-        );
-        if let Some(ms) = self.args.min_poll_ms {
-            builder = builder.min_poll_interval(Duration::from_millis(ms.max(1)));
+                },
+            );
+            if let Some(ms) = self.args.min_poll_ms {
+                builder = builder.min_poll_interval(Duration::from_millis(ms.max(1)));
+            }
+            runtimes.push(builder.build()?);
         }
-        let worker = builder.build()?;
         let probe = self.probe(Some("jobs_hot")).await?;
         self.calls.reset();
         let token = CancellationToken::new();
         let t0 = Instant::now();
-        let (stats, fut) = worker.run_with_handle(token.clone());
-        let run = tokio::spawn(fut);
-        // Watch the worker's own counter (reading the database would slow the drain down).
+        let mut stats = Vec::with_capacity(runtimes.len());
+        let mut runs = Vec::with_capacity(runtimes.len());
+        for worker in runtimes {
+            let (s, fut) = worker.run_with_handle(token.clone());
+            stats.push(s);
+            runs.push(tokio::spawn(fut));
+        }
+        // Watch the workers' own counters (reading the database would slow the drain down).
         let deadline = t0 + WAIT_LIMIT;
         loop {
-            let done = stats.report().completed;
+            let done: u64 = stats.iter().map(|s| s.report().completed).sum();
             pb.set_position(done);
             if done >= n {
                 break;
             }
-            if Instant::now() > deadline || run.is_finished() {
+            if Instant::now() > deadline || runs.iter().any(|r| r.is_finished()) {
                 token.cancel();
-                return Err(other(format!("drain x{concurrency}: only {done} of {n} jobs completed")));
+                return Err(other(format!("drain {shape}: only {done} of {n} jobs completed")));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let secs = t0.elapsed().as_secs_f64();
         token.cancel();
-        let report = run.await.map_err(|e| other(format!("worker task failed: {e}")))??;
+        let (mut completed, mut failed, mut lease_lost) = (0, 0, 0);
+        for run in runs {
+            let report = run.await.map_err(|e| other(format!("worker task failed: {e}")))??;
+            completed += report.completed;
+            failed += report.failed;
+            lease_lost += report.lease_lost;
+        }
         // The calls until the worker stopped (its last completions are written by then), and
         // the WAL, index entries and counters of the same window.
         let c = &self.calls;
         let mut figures = DrainFigures {
+            workers,
             concurrency,
             capped: cap,
             handler_ms,
@@ -125,13 +154,15 @@ impl Bench {
         let calls = figures.calls();
         figures.costs = Costs { index_entries: p.index_entries, round_trips: calls, statements: calls, table: p.table };
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
-        if report.completed != n || report.failed != 0 || report.lease_lost != 0 {
-            return Err(other(format!("drain x{concurrency}: unexpected worker report {report:?}")));
+        if (completed, failed, lease_lost) != (n, 0, 0) {
+            return Err(other(format!(
+                "drain {shape}: the workers reported {completed} completed, {failed} failed, {lease_lost} lost of {n}"
+            )));
         }
         let (hot1, archived1) = self.hot_counts("bench").await?;
         if hot1 != 0 || archived1 != archived0 + n {
             return Err(other(format!(
-                "drain x{concurrency}: {hot1} jobs left, archive grew by {}",
+                "drain {shape}: {hot1} jobs left, archive grew by {}",
                 archived1.saturating_sub(archived0)
             )));
         }
