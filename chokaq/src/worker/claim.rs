@@ -81,6 +81,9 @@ pub(super) struct Claimer {
     /// worker alone can fill them, so a full cap-bound claim leaves nothing to claim until a
     /// slot frees (read at the start, then every `pause_check`).
     caps_fill_slots: AtomicBool,
+    /// Every queue of the worker is capped (read with `caps_fill_slots`): a cap-bound claim
+    /// that got no more jobs than it completed was a handoff, and the caps are still full.
+    all_capped: AtomicBool,
     claim_batch_window: Duration,
     completion_batch: usize,
     /// Back-pressure: outcomes not written yet plus jobs held never exceed this
@@ -132,6 +135,7 @@ impl Claimer {
             poll_interval: cfg.poll_interval,
             pause_check: cfg.heartbeat_interval,
             caps_fill_slots: AtomicBool::new(caps_fill_slots(&cfg.queues, settings, cfg.concurrency as usize)),
+            all_capped: AtomicBool::new(caps_fill_slots(&cfg.queues, settings, usize::MAX)),
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
             backlog_bound: backlog_bound(cfg.concurrency as usize, cfg.prefetch as usize, lookahead_max),
@@ -246,6 +250,10 @@ impl Claimer {
                 let req = ClaimParams::new(self.worker, self.queues.clone(), limit as u32, mode);
                 let t0 = Instant::now();
                 let res = self.claim(&req, cap_bound).await;
+                let (res, completed) = match res {
+                    Ok((jobs, completed)) => (Ok(jobs), completed),
+                    Err(e) => (Err(e), 0),
+                };
                 add(&self.counters.claim_calls, 1);
                 let took = t0.elapsed();
                 rtt_us = ewma(rtt_us, took.as_micros() as u64);
@@ -270,8 +278,13 @@ impl Claimer {
                         }
                         // A full cap-bound claim over caps this worker alone fills took the
                         // caps' last places: it counts as short (a claim now, before a slot
-                        // frees, would find the caps reached and come back empty).
-                        let full = got >= want && !(cap_bound && self.caps_fill_slots.load(Ordering::Relaxed));
+                        // frees, would find the caps reached and come back empty). So does a
+                        // handoff over capped queues shared with other workers: no more jobs
+                        // than the call completed, so the caps are as full as before.
+                        let handoff =
+                            cap_bound && completed > 0 && got <= completed && self.all_capped.load(Ordering::Relaxed);
+                        let fills = cap_bound && self.caps_fill_slots.load(Ordering::Relaxed);
+                        let full = got >= want && !fills && !handoff;
                         if full {
                             // More may be waiting (rows skipped as locked by other claimers, or
                             // a full batch): claim again as soon as there is room.
@@ -346,16 +359,18 @@ impl Claimer {
 
     /// One claim round trip. Cap-bound, it takes the queued completions along, so the claim's
     /// cap count sees them (one round trip where the backend supports it).
-    async fn claim(&self, req: &ClaimParams, cap_bound: bool) -> chokaq_core::Result<Vec<ClaimedJob>> {
+    /// Returns the jobs and how many completions it wrote.
+    async fn claim(&self, req: &ClaimParams, cap_bound: bool) -> chokaq_core::Result<(Vec<ClaimedJob>, usize)> {
         let batch = if cap_bound { self.completer.take(self.completion_batch) } else { Vec::new() };
         if batch.is_empty() {
-            return self.backend.claim(req).await;
+            return self.backend.claim(req).await.map(|jobs| (jobs, 0));
         }
         let leases: Vec<LeaseRef> = batch.iter().map(|c| c.lease).collect();
         match self.backend.complete_and_claim(self.worker, &leases, req).await {
             Ok((out, jobs)) => {
+                let completed = out.done.len();
                 self.completer.written(&batch, Ok(out.lost));
-                Ok(jobs)
+                Ok((jobs, completed))
             }
             Err(e) => {
                 // Nothing is dropped: the completions go back to the queue, to be written by
@@ -380,6 +395,7 @@ impl Claimer {
             }
         }
         self.caps_fill_slots.store(caps_fill_slots(&self.queues, &settings, self.concurrency), Ordering::Relaxed);
+        self.all_capped.store(caps_fill_slots(&self.queues, &settings, usize::MAX), Ordering::Relaxed);
     }
 
     /// Releases the buffered jobs of queues that are now paused or inactive.

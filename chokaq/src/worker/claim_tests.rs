@@ -224,3 +224,53 @@ async fn pg_capped_drain_claims_after_completions() {
     eprintln!("capped drain of {n}: {took:?}, {report:?}");
     b.drop_schema().await.unwrap();
 }
+
+/// PostgreSQL: 4 workers of one slot each share a cap of 4. A finished job's completion rides
+/// on the claim that hands its slot to the next job (`complete_and_claim`); the worker then
+/// waits for that job to finish instead of claiming look-ahead from a cap it just found full:
+/// about one claim call a job, every job archived once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_shared_cap_claims_about_once_per_job() {
+    let Some(b) = pg().await else { return };
+    let q = QueueName::new("shared").unwrap();
+    b.control_queue(&q, QueueControl::SetMaxWorkers(Some(4))).await.unwrap();
+    let n = 200u64;
+    b.enqueue_many(jobs("shared", n as usize)).await.unwrap();
+    let token = CancellationToken::new();
+    let mut stats = Vec::new();
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let dynb: Arc<dyn Backend> = b.clone();
+        let w = Worker::builder(dynb)
+            .queue("shared")
+            .concurrency(1)
+            .maintenance(no_maintenance())
+            // The handler's work: 2 ms.
+            .register_raw("t", |_p, _c| async {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok(())
+            })
+            .build()
+            .unwrap();
+        let (s, fut) = w.run_with_handle(token.clone());
+        stats.push(s);
+        runs.push(tokio::spawn(fut));
+    }
+    let done = || stats.iter().map(|s| s.report().completed).sum::<u64>();
+    wait_for("all completed", Duration::from_secs(60), || async { done() >= n }).await;
+    token.cancel();
+    let (mut claimed, mut completed, mut claim_calls) = (0, 0, 0);
+    for run in runs {
+        let r = run.await.unwrap().unwrap();
+        assert_eq!((r.failed, r.lease_lost), (0, 0), "{r:?}");
+        claimed += r.claimed;
+        completed += r.completed;
+        claim_calls += r.claim_calls;
+    }
+    let s = b.stats().await.unwrap();
+    assert_eq!((s.archived, s.hot(), claimed, completed), (n, 0, n, n), "{s:?}");
+    // Before: a handoff claim, then an empty look-ahead claim against the full cap, per job.
+    assert!(claim_calls <= n * 5 / 4, "{claim_calls} claim calls for {n} jobs");
+    eprintln!("shared cap 4, 4 workers x 1 slot, {n} jobs: {claim_calls} claim calls");
+    b.drop_schema().await.unwrap();
+}
