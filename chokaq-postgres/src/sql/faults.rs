@@ -43,6 +43,19 @@ pub struct Faults {
     pub handoff_ignores_cap: bool,
 }
 
+/// The SET list of a broken claim's UPDATE of `jobs_hot h`, from the parameters `p`: what the
+/// correct claim writes.
+macro_rules! claim_set {
+    () => {
+        "SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
+           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
+           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
+           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
+           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
+"
+    };
+}
+
 /// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` start.
 const CLAIM_PARAMS: &str = "p AS (SELECT $1::uuid AS worker, $2::text[] AS queues, $3::int4 AS lim, $4::bool AS start)";
 
@@ -56,7 +69,8 @@ const CLAIM_PART: &str =
 
 /// Candidates read with no lock at all; the UPDATE takes them by id with no status check, so a
 /// claimer that waited for a row another claimer took re-checks only the id, and takes it too.
-const CLAIM_UNLOCKED_PART: &str = "
+const CLAIM_UNLOCKED_PART: &str = concat!(
+    "
 cand AS (
     SELECT h.id FROM p, {schema}.jobs_hot h LEFT JOIN {schema}.queues c ON c.name = h.queue
      WHERE h.queue = ANY(p.queues) AND h.status = 0 AND h.due_at <= now()
@@ -66,19 +80,18 @@ cand AS (
 ),
 claimed AS (
     UPDATE {schema}.jobs_hot h
-       SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
-           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
-           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
-           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
-           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
-      FROM p, cand
+       ",
+    claim_set!(),
+    "      FROM p, cand
      WHERE h.id = cand.id
     RETURNING h.*
-)";
+)"
+);
 
 /// The seed's committed-count cap: the count is taken in the claim statement's own snapshot,
 /// with no lock on the queue row, so racing claimers fill the same gap.
-const CLAIM_PLAIN_COUNT_PART: &str = "
+const CLAIM_PLAIN_COUNT_PART: &str = concat!(
+    "
 r AS (
     SELECT q.q,
            CASE WHEN c.max_workers IS NULL THEN (SELECT lim FROM p)
@@ -100,26 +113,22 @@ cand AS (
 pick AS (SELECT id FROM cand ORDER BY priority DESC, due_at, id LIMIT (SELECT lim FROM p)),
 claimed AS (
     UPDATE {schema}.jobs_hot h
-       SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
-           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
-           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
-           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
-           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
-      FROM p, pick
+       ",
+    claim_set!(),
+    "      FROM p, pick
      WHERE h.id = pick.id
     RETURNING h.*
-)";
+)"
+);
 
 /// A handoff with no cap count: as many jobs as the same statement completed, in claim order.
-const CLAIM_HANDOFF_UNCOUNTED_PART: &str = "
+const CLAIM_HANDOFF_UNCOUNTED_PART: &str = concat!(
+    "
 claimed AS (
     UPDATE {schema}.jobs_hot h
-       SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
-           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
-           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
-           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
-           lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
-      FROM p
+       ",
+    claim_set!(),
+    "      FROM p
      WHERE h.id = ANY (ARRAY(
            SELECT x.id FROM {schema}.jobs_hot x, p
             WHERE x.queue = ANY (p.queues) AND x.status = 0 AND x.due_at <= now()
@@ -127,7 +136,8 @@ claimed AS (
             LIMIT (SELECT least(p2.lim, (SELECT count(*) FROM done)) FROM p p2)
               FOR UPDATE OF x SKIP LOCKED))
     RETURNING h.*
-)";
+)"
+);
 
 /// The correct complete (`$1` worker, `$2` ids, `$3` leases), as CTEs.
 const COMPLETE_PART: &str = concat!(
