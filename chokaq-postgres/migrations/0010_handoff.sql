@@ -8,9 +8,10 @@
 -- its `complete_and_claim` freed a slot and claimed nothing, and the slot stayed empty until
 -- that worker's next claim.
 --
--- claim_freed() is claim() plus the slots the calling transaction has freed: per queue, how
+-- claim() gains two parameters, the slots the calling transaction has freed: per queue, how
 -- many of its Processing rows this same transaction moved out of the hot table (only
--- complete_and_claim() passes them, computed from the rows it archived). For a capped queue:
+-- complete_and_claim() passes them, computed from the rows it archived; they default to none,
+-- so the claim statement `claim($1, $2, $3, $4)` is unchanged). For a capped queue:
 --
 -- * when the freed slots cover the whole claim (`p_limit`), the row lock is not even tried;
 -- * else the row lock is tried as before; when held, the allowance is counted as before;
@@ -22,11 +23,14 @@
 -- the row lock counts in a snapshot that sees this transaction's removals and claims
 -- together or neither, so its own allowance stays right.
 --
--- claim() keeps its signature (the claim statement calls it): it is claim_freed() with
--- nothing freed.
+-- The four-parameter claim() of version 9 is dropped first: beside the new one, a call with
+-- four arguments would be ambiguous. (A wrapper with the old signature cost a second function
+-- call, about 45 us, on every claim.) plpgsql resolves functions by name when it runs, and
+-- cached plans of the claim statement are re-planned when pg_proc changes.
+DROP FUNCTION {schema}.claim(uuid, text[], integer, boolean);
 
-CREATE FUNCTION {schema}.claim_freed(p_worker uuid, p_queues text[], p_limit integer, p_start boolean,
-                                     p_freed_queues text[], p_freed integer[])
+CREATE FUNCTION {schema}.claim(p_worker uuid, p_queues text[], p_limit integer, p_start boolean,
+                               p_freed_queues text[] DEFAULT '{}', p_freed integer[] DEFAULT '{}')
 RETURNS SETOF {schema}.jobs_hot
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -206,15 +210,7 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {schema}.claim(p_worker uuid, p_queues text[], p_limit integer, p_start boolean)
-RETURNS SETOF {schema}.jobs_hot
-LANGUAGE sql VOLATILE
-AS $fn$
-    SELECT * FROM {schema}.claim_freed(p_worker, p_queues, p_limit, p_start, '{}', '{}')
-$fn$;
-
--- As in version 2, plus the freed slots per queue (from the archived rows) handed to
--- claim_freed().
+-- As in version 2, plus the freed slots per queue (from the archived rows) handed to claim().
 CREATE OR REPLACE FUNCTION {schema}.complete_and_claim(p_worker uuid, p_ids uuid[], p_leases bigint[],
                                                        p_queues text[], p_limit integer, p_start boolean)
 RETURNS TABLE (o_done uuid[], o_job {schema}.jobs_hot)
@@ -251,7 +247,7 @@ BEGIN
            coalesce((SELECT array_agg(per.n ORDER BY per.queue) FROM per), '{}')
       INTO v_done, v_fqueue, v_freed;
 
-    FOR v_row IN SELECT * FROM {schema}.claim_freed(p_worker, p_queues, p_limit, p_start, v_fqueue, v_freed) LOOP
+    FOR v_row IN SELECT * FROM {schema}.claim(p_worker, p_queues, p_limit, p_start, v_fqueue, v_freed) LOOP
         o_done := v_done;
         o_job := v_row;
         v_any := true;

@@ -2,7 +2,7 @@
 //! and the jobs held beyond the running ones.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -77,13 +77,12 @@ pub(super) struct Claimer {
     /// How often the prefetched jobs' queues are checked for a pause, and the queues' caps
     /// read again.
     pause_check: Duration,
-    /// Every queue of the worker is capped and the caps add up to at most `concurrency`: the
-    /// worker alone can fill them, so a full cap-bound claim leaves nothing to claim until a
-    /// slot frees (read at the start, then every `pause_check`).
-    caps_fill_slots: AtomicBool,
-    /// Every queue of the worker is capped (read with `caps_fill_slots`): a cap-bound claim
+    /// The caps of the worker's queues added up ([`caps_total`]; `NOT_ALL_CAPPED` when a queue
+    /// has none), read at the start, then every `pause_check`. Every queue capped, within
+    /// `concurrency`: the worker alone can fill them, so a full cap-bound claim leaves nothing
+    /// to claim until a slot frees. Every queue capped, whatever the sum: a cap-bound claim
     /// that got no more jobs than it completed was a handoff, and the caps are still full.
-    all_capped: AtomicBool,
+    caps_total: AtomicUsize,
     claim_batch_window: Duration,
     completion_batch: usize,
     /// Back-pressure: outcomes not written yet plus jobs held never exceed this
@@ -134,8 +133,7 @@ impl Claimer {
             min_poll_interval: cfg.min_poll_interval,
             poll_interval: cfg.poll_interval,
             pause_check: cfg.heartbeat_interval,
-            caps_fill_slots: AtomicBool::new(caps_fill_slots(&cfg.queues, settings, cfg.concurrency as usize)),
-            all_capped: AtomicBool::new(caps_fill_slots(&cfg.queues, settings, usize::MAX)),
+            caps_total: AtomicUsize::new(caps_total(&cfg.queues, settings).unwrap_or(NOT_ALL_CAPPED)),
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
             backlog_bound: backlog_bound(cfg.concurrency as usize, cfg.prefetch as usize, lookahead_max),
@@ -250,16 +248,12 @@ impl Claimer {
                 let req = ClaimParams::new(self.worker, self.queues.clone(), limit as u32, mode);
                 let t0 = Instant::now();
                 let res = self.claim(&req, cap_bound).await;
-                let (res, completed) = match res {
-                    Ok((jobs, completed)) => (Ok(jobs), completed),
-                    Err(e) => (Err(e), 0),
-                };
                 add(&self.counters.claim_calls, 1);
                 let took = t0.elapsed();
                 rtt_us = ewma(rtt_us, took.as_micros() as u64);
                 metrics::histogram!(m::CLAIM_LATENCY).record(took.as_secs_f64());
                 match res {
-                    Ok(jobs) => {
+                    Ok((jobs, completed)) => {
                         let got = jobs.len();
                         add(&self.counters.claimed, got as u64);
                         if let Some(permits) = slots.as_mut() {
@@ -281,9 +275,9 @@ impl Claimer {
                         // frees, would find the caps reached and come back empty). So does a
                         // handoff over capped queues shared with other workers: no more jobs
                         // than the call completed, so the caps are as full as before.
-                        let handoff =
-                            cap_bound && completed > 0 && got <= completed && self.all_capped.load(Ordering::Relaxed);
-                        let fills = cap_bound && self.caps_fill_slots.load(Ordering::Relaxed);
+                        let caps = self.caps_total.load(Ordering::Relaxed);
+                        let fills = cap_bound && caps <= concurrency;
+                        let handoff = cap_bound && completed > 0 && got <= completed && caps != NOT_ALL_CAPPED;
                         let full = got >= want && !fills && !handoff;
                         if full {
                             // More may be waiting (rows skipped as locked by other claimers, or
@@ -394,8 +388,7 @@ impl Claimer {
                 }
             }
         }
-        self.caps_fill_slots.store(caps_fill_slots(&self.queues, &settings, self.concurrency), Ordering::Relaxed);
-        self.all_capped.store(caps_fill_slots(&self.queues, &settings, usize::MAX), Ordering::Relaxed);
+        self.caps_total.store(caps_total(&self.queues, &settings).unwrap_or(NOT_ALL_CAPPED), Ordering::Relaxed);
     }
 
     /// Releases the buffered jobs of queues that are now paused or inactive.
@@ -466,17 +459,27 @@ impl Claimer {
     }
 }
 
-/// Whether every one of `queues` has a cap (in `settings`) and the caps add up to at most
-/// `concurrency`: then this worker alone can fill them.
-pub(super) fn caps_fill_slots(queues: &[QueueName], settings: &[QueueSettings], concurrency: usize) -> bool {
-    let mut sum = 0usize;
-    for q in queues {
-        match settings.iter().find(|s| &s.name == q).and_then(|s| s.max_workers) {
-            Some(c) => sum = sum.saturating_add(c as usize),
-            None => return false,
-        }
+/// [`Claimer::caps_total`] when a queue of the worker has no cap.
+const NOT_ALL_CAPPED: usize = usize::MAX;
+
+/// The caps of `queues` (from `settings`) added up; `None` when there are no queues or one of
+/// them has no cap (or no settings read).
+fn caps_total(queues: &[QueueName], settings: &[QueueSettings]) -> Option<usize> {
+    if queues.is_empty() {
+        return None;
     }
-    !queues.is_empty() && sum <= concurrency
+    queues.iter().try_fold(0usize, |sum, q| {
+        let cap = settings.iter().find(|s| &s.name == q)?.max_workers?;
+        Some(sum.saturating_add(cap as usize).min(NOT_ALL_CAPPED - 1))
+    })
+}
+
+/// Whether every one of `queues` has a cap (in `settings`) and the caps add up to at most
+/// `concurrency`: then this worker alone can fill them (the claim loop's test on
+/// [`caps_total`], spelled out for the unit tests).
+#[cfg(test)]
+pub(super) fn caps_fill_slots(queues: &[QueueName], settings: &[QueueSettings], concurrency: usize) -> bool {
+    caps_total(queues, settings).is_some_and(|total| total <= concurrency)
 }
 
 /// The back-pressure bound: unwritten outcomes plus held jobs (running, prefetched,
