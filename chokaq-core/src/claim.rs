@@ -6,6 +6,11 @@ use crate::{QueueName, Result, WorkerId};
 
 /// Largest `limit` accepted by [`Backend::claim`].
 pub const MAX_CLAIM_LIMIT: u32 = 1000;
+/// A held Fetched job ([`ClaimMode::Hold`]) that expires this many times (its worker stopped
+/// before the start was recorded, e.g. a handler that kills its process as soon as it begins)
+/// is dead-lettered as `zombie` by the rescue, so such a job runs at most
+/// `max_attempts + MAX_EXPIRED_HOLDS` times in all.
+pub const MAX_EXPIRED_HOLDS: i32 = 3;
 /// Most jobs accepted by one [`Backend::enqueue_many`] call.
 pub const MAX_ENQUEUE_BATCH: usize = 10_000;
 
@@ -19,6 +24,16 @@ pub enum ClaimMode {
     /// `heartbeat_at` set): for a worker that has that many free slots now. Saves the start
     /// round trip.
     Start,
+    /// Pending → Fetched **held**: `heartbeat_at` is set (the claim is its first heartbeat),
+    /// the attempt is not counted. The worker may begin a held job's handler before any
+    /// further write: the attempt is counted by [`Backend::start`] or, for a job that finishes
+    /// first, by its outcome (`complete` / `fail` on a held Fetched job count the attempt
+    /// as `start` then the outcome would, in one statement). A held job is heart-beaten like a
+    /// Processing one and expires only after its queue's zombie timeout without a heartbeat;
+    /// a cancel of it is a request (its worker may be running it), never final at once.
+    ///
+    /// [`Backend::start`]: crate::Backend::start
+    Hold,
 }
 
 /// Parameters of [`Backend::claim`].

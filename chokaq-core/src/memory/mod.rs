@@ -34,6 +34,8 @@ struct Store {
     workers: HashMap<WorkerId, WorkerProcess>,
     last_lease: i64,
     schedules: BTreeMap<String, ScheduleRow>,
+    /// The `expired_holds` column: how often a held Fetched job expired (absent: 0).
+    expired_holds: HashMap<JobId, i32>,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -78,11 +80,20 @@ impl MemoryBackend {
         let at = now();
         let mut report = RescueReport { ran: true, ..Default::default() };
         let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
+        let mut held_expired: Vec<JobId> = Vec::new();
         for r in s.hot.values() {
-            if todo.len() as u32 >= params.limit {
+            if (todo.len() + held_expired.len()) as u32 >= params.limit {
                 break;
             }
             match status_of(r) {
+                // Held (the claim set its heartbeat): its handler may be running, so the zombie
+                // timeout applies, from its last heartbeat.
+                Some(JobStatus::Fetched) if r.heartbeat_at.is_some() => {
+                    let timeout = Self::settings(&s, &r.queue).effective_zombie_timeout();
+                    if r.heartbeat_at.unwrap_or(r.updated_at) < minus(at, timeout) {
+                        held_expired.push(r.id);
+                    }
+                }
                 Some(JobStatus::Fetched) => {
                     let timeout = Self::settings(&s, &r.queue).effective_fetched_timeout();
                     if r.updated_at < minus(at, timeout) {
@@ -96,6 +107,25 @@ impl MemoryBackend {
                     }
                 }
                 _ => {}
+            }
+        }
+        for id in held_expired {
+            let cancelled = s.hot.get(&id).is_some_and(|r| r.cancel_requested);
+            let expired = s.expired_holds.get(&id).copied().unwrap_or(0) + 1;
+            if cancelled {
+                Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
+                report.zombies_dead += 1;
+            } else if expired >= crate::MAX_EXPIRED_HOLDS {
+                let msg = format!("held {expired} times by workers that stopped before its start was recorded");
+                Self::to_dead(&mut s, id, DeadReason::Zombie, Some(msg), at);
+                report.zombies_dead += 1;
+            } else {
+                s.expired_holds.insert(id, expired);
+                let r = s.hot.get_mut(&id).expect("listed above");
+                Self::to_pending(r, at);
+                r.lease = None;
+                r.heartbeat_at = None;
+                report.fetched_released += 1;
             }
         }
         for (id, zombie) in todo {
@@ -232,6 +262,27 @@ impl MemoryBackend {
         }
     }
 
+    /// The hot row held by `lease`, Fetched or Processing, if the lease still matches.
+    fn held_any(store: &mut Store, worker: WorkerId, lease: LeaseRef) -> Option<&mut JobRecord> {
+        store.hot.get_mut(&lease.id).filter(|r| {
+            r.lease == Some(lease.lease)
+                && r.worker_id == Some(worker)
+                && matches!(status_of(r), Some(JobStatus::Fetched | JobStatus::Processing))
+        })
+    }
+
+    /// Fetched → Processing (`attempt += 1`); a Processing row is left as it is. What `start`
+    /// does, and what `complete` and `fail` do first to a held Fetched row (its run counts).
+    fn start_row(r: &mut JobRecord, at: Timestamp) {
+        if status_of(r) == Some(JobStatus::Fetched) {
+            r.location = JobLocation::Hot(JobStatus::Processing);
+            r.attempt += 1;
+            r.started_at = Some(at);
+        }
+        r.heartbeat_at = Some(at);
+        r.updated_at = at;
+    }
+
     /// The hot row held by `lease` in status `status`, if the lease still matches.
     fn held(store: &mut Store, worker: WorkerId, lease: LeaseRef, status: JobStatus) -> Option<&mut JobRecord> {
         store
@@ -352,6 +403,11 @@ impl Backend for MemoryBackend {
                 match req.mode {
                     ClaimMode::Reserve => {
                         r.location = JobLocation::Hot(JobStatus::Fetched);
+                        r.heartbeat_at = None;
+                    }
+                    ClaimMode::Hold => {
+                        r.location = JobLocation::Hot(JobStatus::Fetched);
+                        r.heartbeat_at = Some(at);
                     }
                     ClaimMode::Start => {
                         r.location = JobLocation::Hot(JobStatus::Processing);
@@ -375,13 +431,10 @@ impl Backend for MemoryBackend {
             let at = now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
-                let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+                // Repeatable: a row this lease already started is done again.
+                let ok = match Self::held_any(&mut s, worker, *l) {
                     Some(r) => {
-                        r.location = JobLocation::Hot(JobStatus::Processing);
-                        r.attempt += 1;
-                        r.started_at = Some(at);
-                        r.heartbeat_at = Some(at);
-                        r.updated_at = at;
+                        Self::start_row(r, at);
                         true
                     }
                     None => false,
@@ -401,7 +454,7 @@ impl Backend for MemoryBackend {
             let at = now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
-                let held = Self::held(&mut s, worker, *l, JobStatus::Processing).map(|r| {
+                let held = Self::held_any(&mut s, worker, *l).map(|r| {
                     r.heartbeat_at = Some(at);
                     r.updated_at = at;
                     r.cancel_requested
@@ -421,7 +474,9 @@ impl Backend for MemoryBackend {
             let at = now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
-                let ok = if Self::held(&mut s, worker, *l, JobStatus::Processing).is_some() {
+                let ok = if let Some(r) = Self::held_any(&mut s, worker, *l) {
+                    // A held Fetched row's run counts here (no start was written).
+                    Self::start_row(r, at);
                     let mut r = s.hot.remove(&l.id).expect("held row exists");
                     r.location = JobLocation::Archived;
                     r.finished_at = Some(at);
@@ -446,9 +501,11 @@ impl Backend for MemoryBackend {
             outcome.validate()?;
             let mut s = self.lock();
             let at = now();
-            let Some(r) = Self::held(&mut s, worker, lease, JobStatus::Processing) else {
+            let Some(r) = Self::held_any(&mut s, worker, lease) else {
                 return Ok(Self::standing_fail(&s, worker, lease, &outcome));
             };
+            // A held Fetched row's run counts first, as `start` would have counted it.
+            Self::start_row(r, at);
             // An accepted cancel is final: no retry or snooze of the job.
             let cancelled = r.cancel_requested;
             let result = match outcome {
@@ -508,9 +565,15 @@ impl Backend for MemoryBackend {
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
                 let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
+                    // An accepted cancel is final: the job is not put back.
+                    Some(r) if r.cancel_requested => {
+                        Self::to_dead(&mut s, l.id, DeadReason::Cancelled, None, at);
+                        true
+                    }
                     Some(r) => {
                         Self::to_pending(r, at);
                         r.lease = None;
+                        r.heartbeat_at = None;
                         true
                     }
                     None => false,
@@ -544,7 +607,13 @@ impl Backend for MemoryBackend {
                 return Ok(CancelOutcome::NotLive);
             };
             match status_of(r) {
+                // Processing, or held (its worker may be running it): a request.
                 Some(JobStatus::Processing) => {
+                    r.cancel_requested = true;
+                    r.updated_at = at;
+                    Ok(CancelOutcome::Requested)
+                }
+                Some(JobStatus::Fetched) if r.heartbeat_at.is_some() => {
                     r.cancel_requested = true;
                     r.updated_at = at;
                     Ok(CancelOutcome::Requested)
@@ -608,6 +677,7 @@ impl Backend for MemoryBackend {
                 }
             }
             let mut r = s.dead.remove(&id).expect("checked above");
+            s.expired_holds.remove(&id);
             Self::to_pending(&mut r, at);
             r.lease = None;
             r.attempt = 0;
