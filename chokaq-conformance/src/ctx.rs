@@ -266,11 +266,14 @@ impl Ctx {
         Ok(())
     }
 
-    /// Puts a job's heartbeat and updated_at `ago` into the past (database clock).
+    /// Puts a job's heartbeat (when it has one) and updated_at `ago` into the past (database
+    /// clock).
     pub async fn age(&self, id: JobId, ago: Duration) -> Result<(), Failure> {
         let now = self.backend.db_now().await?;
         let past = now - chrono::Duration::from_std(ago).expect("small duration");
-        self.force(id, JobPatch { heartbeat_at: Some(Some(past)), updated_at: Some(past), ..Default::default() }).await
+        // A reserved Fetched job has no heartbeat (a held one has): keep it so.
+        let heartbeat_at = self.record(id).await?.heartbeat_at.map(|_| Some(past));
+        self.force(id, JobPatch { heartbeat_at, updated_at: Some(past), ..Default::default() }).await
     }
 
     /// Runs rescue (with [`rescue_params`]) until `cond` holds, within the poll deadline.

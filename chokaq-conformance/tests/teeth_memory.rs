@@ -48,6 +48,12 @@ enum Fault {
     PruneIgnoresAge,
     /// Throughput for one queue counts every queue.
     ThroughputIgnoresQueue,
+    /// `start` is not repeatable: a job its lease already started is reported lost (the guard
+    /// wants Fetched), so a start whose reply was lost after its commit drops a job that ran.
+    StartNotRepeatable,
+    /// A cancel of a held job is final at once (it is dead-lettered while its worker may run
+    /// it), as for a reserved one.
+    HeldCancelFinal,
     /// `enqueue_tick` skips the compare-and-set on the schedule row: it inserts the tick's job
     /// and leaves the uniqueness to the idempotency key (live jobs only).
     TickSkipsCas,
@@ -162,6 +168,20 @@ impl Backend for Broken {
         self.inner.claim(req).await
     }
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        if self.fault == Some(Fault::StartNotRepeatable) {
+            let mut fetched = Vec::new();
+            let mut lost = Vec::new();
+            for l in leases {
+                match self.inner.get_job(l.id).await? {
+                    Some(r) if r.location == JobLocation::Hot(JobStatus::Fetched) => fetched.push(*l),
+                    _ => lost.push(l.id),
+                }
+            }
+            let mut out = self.inner.start(worker, &fetched).await?;
+            out.lost.extend(lost.into_iter().filter(|id| !out.done.contains(id)));
+            out.done.retain(|id| !out.lost.contains(id));
+            return Ok(out);
+        }
         self.inner.start(worker, leases).await
     }
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
@@ -287,6 +307,14 @@ impl Backend for Broken {
         self.inner.rescue(params).await
     }
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        if self.fault == Some(Fault::HeldCancelFinal) {
+            if let Some(r) = self.inner.get_job(id).await? {
+                if r.location == JobLocation::Hot(JobStatus::Fetched) {
+                    // Seen as reserved: dead-lettered at once.
+                    self.inner.force(id, &JobPatch { heartbeat_at: Some(None), ..Default::default() }).await?;
+                }
+            }
+        }
         self.inner.cancel(id).await
     }
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
@@ -441,6 +469,16 @@ async fn complete_and_claim_presuming_completions_is_caught() {
         &["complete_and_claim_stale_lease_is_lost", "complete_and_claim_race_cap"],
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn start_not_repeatable_is_caught() {
+    assert_caught(Fault::StartNotRepeatable, &["outcome_repeated_start_is_done", "hold_start_counts_once"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn held_cancel_final_is_caught() {
+    assert_caught(Fault::HeldCancelFinal, &["hold_cancel_is_a_request"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -131,25 +131,32 @@ pub async fn same_worker_stale_copy(cx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Guards check the status: complete and heartbeat need Processing, start and release need
-/// Fetched.
+/// Guards check the status: release needs Fetched; start takes a Fetched job and reports a
+/// job it already started done again (repeatable, the attempt counted once); complete,
+/// heartbeat and fail take a held job either way (a Fetched one's run counts at its outcome).
 pub async fn status_guards(cx: Ctx) -> CaseResult {
     let q = cx.queue();
-    cx.enqueue_n(&q, 2).await?;
+    cx.enqueue_n(&q, 3).await?;
     let w = WorkerId::random();
     let fetched = cx.claim(w, &q, 1, ClaimMode::Reserve).await?.remove(0);
     let running = cx.claim_one_started(w, &q).await?;
-    ensure_eq!(cx.backend.complete_one(w, fetched.lease_ref()).await?, Fenced::LeaseLost, "complete of a Fetched job");
-    let hb = cx.backend.heartbeat(w, &[fetched.lease_ref()]).await?;
-    ensure_eq!(hb.lost, vec![fetched.id], "heartbeat of a Fetched job: lost");
-    let fail = FailAction::Retry { delay: std::time::Duration::ZERO, error: "x".into() };
-    ensure_eq!(cx.backend.fail(w, fetched.lease_ref(), fail).await?, Fenced::LeaseLost, "fail of a Fetched job");
-    ensure_eq!(cx.backend.start_one(w, running.lease_ref()).await?, Fenced::LeaseLost, "start of a Processing job");
+    ensure_eq!(cx.backend.start_one(w, running.lease_ref()).await?, Fenced::Done(()), "start of a Processing job");
     ensure_eq!(cx.backend.release_one(w, running.lease_ref()).await?, Fenced::LeaseLost, "release of a Processing job");
     let r = cx.record(running.id).await?;
     ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Processing), 1), "running job unchanged");
+    let hb = cx.backend.heartbeat(w, &[fetched.lease_ref()]).await?;
+    ensure_eq!(hb.held, vec![fetched.id], "heartbeat of a Fetched job: held");
     let r = cx.record(fetched.id).await?;
-    ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Fetched), 0), "fetched job unchanged");
+    ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Fetched), 0), "fetched job after a heartbeat");
+    ensure_eq!(cx.backend.complete_one(w, fetched.lease_ref()).await?, Fenced::Done(()), "complete of a Fetched job");
+    let r = cx.record(fetched.id).await?;
+    ensure_eq!((r.location, r.attempt), (JobLocation::Archived, 1), "a Fetched job's completion counts its run");
+    let third = cx.claim(w, &q, 1, ClaimMode::Reserve).await?.remove(0);
+    let fail = FailAction::Retry { delay: std::time::Duration::ZERO, error: "x".into() };
+    let out = cx.backend.fail(w, third.lease_ref(), fail).await?;
+    ensure!(matches!(out, Fenced::Done(chokaq_core::FailOutcome::Retried { .. })), "fail of a Fetched job: {out:?}");
+    let r = cx.record(third.id).await?;
+    ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Pending), 1), "a Fetched job's failure counts");
     Ok(())
 }
 

@@ -13,6 +13,7 @@ mod cancel;
 mod cap;
 mod claim;
 mod complete_and_claim;
+mod hold;
 mod hostile;
 mod idempotency;
 mod isolation;
@@ -164,6 +165,7 @@ groups!(
     claim,
     cap,
     lease,
+    hold,
     complete_and_claim,
     lifecycle,
     retry,

@@ -17,6 +17,7 @@ use crate::ctx::{CaseResult, Ctx, AGED};
 use crate::{ensure, ensure_eq};
 
 super::cases!(outcome:
+    repeated_start_is_done,
     repeated_complete_is_done,
     repeated_fail_reports_what_stands,
     stale_lease_after_outcome_is_lost,
@@ -24,6 +25,34 @@ super::cases!(outcome:
     batch_duplicate_ids_one_list,
     batch_stale_then_current,
 );
+
+/// `start` can be repeated: a start whose reply was lost after its commit is retried, and the
+/// same lease and worker starting again is done, with the attempt counted once (issue 24,
+/// scenario 1: the retry used to report the lease lost, and the worker dropped a job that ran).
+/// Another worker's start with the same lease, and a stale lease, stay lost.
+pub async fn repeated_start_is_done(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let id = cx.enqueue(cx.job(&q)).await?;
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, 1, ClaimMode::Reserve).await?;
+    ensure_eq!(got.len(), 1, "claim");
+    let l = got[0].lease_ref();
+    ensure_eq!(cx.backend.start_one(w, l).await?, Fenced::Done(()), "start");
+    ensure_eq!(cx.backend.start_one(w, l).await?, Fenced::Done(()), "the repeated start");
+    let out = cx.backend.start(w, &[l, l]).await?;
+    ensure!(out.done == vec![id] && out.lost.is_empty(), "a batch naming it twice: {out:?}");
+    let r = cx.record(id).await?;
+    ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Processing), 1), "counted once");
+    let other = WorkerId::random();
+    ensure_eq!(cx.backend.start_one(other, l).await?, Fenced::LeaseLost, "another worker's start");
+    let stale = LeaseRef { id, lease: Lease(l.lease.0 + 1_000_000) };
+    ensure_eq!(cx.backend.start_one(w, stale).await?, Fenced::LeaseLost, "a stale lease's start");
+    ensure_eq!(cx.backend.complete_one(w, l).await?, Fenced::Done(()), "complete");
+    ensure_eq!(cx.backend.start_one(w, l).await?, Fenced::LeaseLost, "start after the completion");
+    let r = cx.record(id).await?;
+    ensure_eq!((r.location, r.attempt), (JobLocation::Archived, 1), "archived after one run");
+    Ok(())
+}
 
 /// Every distinct input id in exactly one of the two lists, each list free of repeats.
 fn one_list_each(what: &str, input: &[LeaseRef], done: &[JobId], lost: &[JobId]) -> CaseResult {
