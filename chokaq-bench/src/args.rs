@@ -7,6 +7,9 @@ use chokaq::core::MAX_ENQUEUE_BATCH;
 use chokaq::{Error, Result};
 use clap::{Parser, ValueEnum};
 
+/// Jobs per claim of the `raw_b500` loop.
+pub(crate) const RAW_B500_BATCH: u32 = 500;
+
 // The workloads `--workloads` selects (they run in this order: the ones that fill a million
 // jobs come last, so their tables and WAL do not weigh on the others).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -17,6 +20,9 @@ pub(crate) enum Workload {
     EnqueueSingle,
     Drain,
     Raw,
+    /// The raw loop claiming [`RAW_B500_BATCH`] jobs at a time (same statements, server, jobs
+    /// and loops as `raw`).
+    RawB500,
     /// The minimal skip-locked loop: a six-column table with one partial index.
     RawMin,
     /// The commit round trip, then the capped drain with handler time 0 and `--handler-ms`.
@@ -45,8 +51,8 @@ pub(crate) struct Args {
     /// PostgreSQL URL (never printed). Default: $CHOKAQ_TEST_POSTGRES_URL, then the local test database.
     #[arg(long, env = "CHOKAQ_BENCH_URL", hide_env_values = true)]
     pub(crate) url: Option<String>,
-    /// Jobs of the enqueue workload, the drains of 8 slots or more, the raw and raw_min loops
-    /// and (by default) the multi-process drain.
+    /// Jobs of the enqueue workload, the drains of 8 slots or more, the raw, raw_b500 and
+    /// raw_min loops and (by default) the multi-process drain.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) jobs: u32,
     /// Jobs per enqueue_many call in the enqueue workload.
@@ -66,7 +72,7 @@ pub(crate) struct Args {
     /// Pool size of the backend (the raw loop uses the same pool).
     #[arg(long, default_value_t = 10)]
     pub(crate) connections: u32,
-    /// Concurrent raw loops (default: one per pool connection).
+    /// Concurrent raw loops, and raw_b500 loops (default: one per pool connection).
     #[arg(long)]
     pub(crate) raw_loops: Option<u32>,
     /// Jobs per raw claim (the raw loop and the raw_min loop).
@@ -150,7 +156,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,enqueue-single,drain,raw,raw-min,capped,heartbeat,pickup,multi-process,claim,scheduled"
+        default_value = "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,claim,scheduled"
     )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
@@ -284,7 +290,8 @@ mod tests {
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
         assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
         assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
-        assert_eq!(a.workloads.len(), 11);
+        assert_eq!(a.workloads.len(), 12);
+        assert!(a.has(Workload::RawB500) && Workload::RawB500.name() == "raw-b500");
         let mut sorted = a.workloads.clone();
         sorted.sort();
         assert_eq!(sorted, a.workloads, "the default list is in run order");

@@ -290,6 +290,8 @@ pub(crate) struct Results {
     pub(crate) single: Option<SingleFigures>,
     pub(crate) drains: Vec<DrainFigures>,
     pub(crate) raw: Option<RawFigures>,
+    /// The raw loop claiming 500 at a time.
+    pub(crate) raw_b500: Option<RawFigures>,
     pub(crate) raw_min: Option<RawFigures>,
     pub(crate) commit_rtt: Option<Latency>,
     /// The capped drains: handler time 0, then `--handler-ms`.

@@ -5,8 +5,8 @@
 //! ```
 //!
 //! It creates a fresh schema (`chokaq_bench_<hex>`), runs the workloads (batch and single-job
-//! enqueue, drains by the worker runtime at several concurrencies, the raw and the minimal raw
-//! skip-locked loops, the commit round trip and the capped drains, the heartbeat's HOT share,
+//! enqueue, drains by the worker runtime at several concurrencies, the raw skip-locked loop
+//! claiming 10 and 500 at a time and the minimal one, the commit round trip and the capped drains, the heartbeat's HOT share,
 //! pickup latency, the multi-process example, claim cost against a small and a large backlog
 //! and beside a million scheduled jobs), drops the schema and prints a table, then each
 //! target with its measured ratio. With `--json` the last line of stdout is one JSON object
@@ -14,11 +14,12 @@
 //!
 //! The modules: `args` (the flags and their checks), `bench` (the run, its shared helpers and
 //! the enqueue workload; `bench::single` the single-job enqueue, `bench::drain` by the
-//! runtime, `bench::raw` both bare skip-locked loops, `bench::capped` the commit round trip
+//! runtime, `bench::raw` the three bare skip-locked loops, `bench::capped` the commit round trip
 //! and the capped drains, `bench::heartbeat` the HOT share, `bench::pickup` the pickup
 //! latency, `bench::multi` the multi-process example, `bench::claim` the claim cost),
 //! `timed` (the backend wrapper that counts and times the runtime's calls), `figures` (what
-//! each workload measured) and `report` (the table, the targets and the `--json` line).
+//! each workload measured) and `report` (`report::table` the table, `report::targets` the
+//! targets, `report::json` the `--json` line).
 
 mod args;
 mod bench;
@@ -67,15 +68,24 @@ async fn environment(pg: &PgBackend) -> Result<Value> {
     }))
 }
 
-/// One run; returns its JSON object (printed with `--json`).
+/// A fresh schema name for one run, `chokaq_bench_<hex>`.
+fn new_schema() -> String {
+    format!("chokaq_bench_{:016x}", rand::random::<u64>())
+}
+
+/// One run in a fresh schema; returns its JSON object (printed with `--json`).
 async fn main_inner(args: Args) -> Result<Value> {
+    run_in(args, new_schema()).await
+}
+
+/// One run in `schema` (created, and dropped at the end unless --keep-schema).
+async fn run_in(args: Args, schema: String) -> Result<Value> {
     args.check()?;
     let url = args
         .url
         .clone()
         .or_else(|| std::env::var("CHOKAQ_TEST_POSTGRES_URL").ok())
         .unwrap_or_else(|| DEFAULT_URL.to_string());
-    let schema = format!("chokaq_bench_{:016x}", rand::random::<u64>());
     validate::schema_name(&schema)?;
     let pg = Arc::new(
         PgBackend::connect(PgConfig::new(url.clone()).schema(&schema).max_connections(args.connections)).await?,
@@ -144,11 +154,11 @@ mod tests {
     use crate::args::parse as args;
 
     /// The whole bench, tiny sizes, on the test database: every workload runs, its exact-count
-    /// checks hold, every headline figure is in the JSON, and the schema is gone afterwards.
+    /// checks hold, every headline figure is in the JSON, and the schema is gone afterwards
+    /// (this run's schema only: another run on the same server may have one of its own).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tiny_run_end_to_end() {
         let url = std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
-        let before = schemas(&url).await;
         let a = args(&[
             "--url",
             &url,
@@ -187,10 +197,11 @@ mod tests {
             // Every workload but the multi-process drain (it builds an example in release
             // mode; `bench::multi` tests how its output is read).
             "--workloads",
-            "enqueue,enqueue-single,drain,raw,raw-min,capped,heartbeat,pickup,claim,scheduled",
+            "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,claim,scheduled",
             "--json",
         ]);
-        let json = main_inner(a).await.unwrap();
+        let schema = new_schema();
+        let json = run_in(a, schema.clone()).await.unwrap();
         for key in crate::report::HEADLINE_KEYS {
             // The multi-process drain is not run here.
             if key != "drain_jobs_per_s_4x8" {
@@ -200,13 +211,16 @@ mod tests {
         for t in json["targets"].as_array().unwrap() {
             assert!(t["measured"].is_number(), "target not measured: {t}");
         }
-        let after = schemas(&url).await;
-        assert!(after.iter().all(|s| before.contains(s)), "bench schema left behind: {after:?}");
+        assert_eq!(json["raw_b500"]["batch"], json!(500));
+        let left = schemas_named(&url, &schema).await;
+        assert!(left.is_empty(), "bench schema left behind: {left:?}");
     }
 
-    async fn schemas(url: &str) -> Vec<String> {
+    /// Those of `schema` and its multi-process schema (`<schema>_mp`) that exist.
+    async fn schemas_named(url: &str, schema: &str) -> Vec<String> {
         let pool = sqlx::PgPool::connect(url).await.unwrap();
-        let v = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'chokaq_bench_%'")
+        let v = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname IN ($1, $1 || '_mp')")
+            .bind(schema)
             .fetch_all(&pool)
             .await
             .unwrap();

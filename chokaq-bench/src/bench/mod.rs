@@ -1,7 +1,7 @@
 //! The bench itself: the run in its fixed order, the helpers every workload shares (progress
 //! bars, WAL position, index entries from the WAL, table counters, untimed fills, hot-table
 //! counts) and the enqueue workload. The other workloads each have a module: `single`,
-//! `drain`, `raw` (both raw loops), `capped`, `heartbeat`, `pickup`, `multi`, `claim` (with
+//! `drain`, `raw` (the three raw loops), `capped`, `heartbeat`, `pickup`, `multi`, `claim` (with
 //! the scheduled claim).
 
 mod capped;
@@ -23,7 +23,7 @@ use chokaq_postgres::{map_sqlx_error, PgBackend};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::args::{Args, Workload};
+use crate::args::{Args, Workload, RAW_B500_BATCH};
 use crate::figures::{Rate, Results, TableCounts};
 use crate::other;
 use crate::timed::CallStats;
@@ -95,7 +95,10 @@ impl Bench {
             res.drains.sort_by_key(|d| d.concurrency);
         }
         if self.args.has(Workload::Raw) {
-            res.raw = Some(self.raw(res).await?);
+            res.raw = Some(self.raw("raw", self.args.raw_batch, res).await?);
+        }
+        if self.args.has(Workload::RawB500) {
+            res.raw_b500 = Some(self.raw("raw_b500", RAW_B500_BATCH, res).await?);
         }
         if self.args.has(Workload::RawMin) {
             res.raw_min = Some(self.raw_min().await?);

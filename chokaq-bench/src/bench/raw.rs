@@ -1,7 +1,8 @@
 //! The raw loops. `raw`: the physical limit of the design, a bare copy of the hot table
 //! drained by concurrent skip-locked claim-and-delete loops on the same pool, no runtime, no
-//! leases. `raw_min`: the least a skip-locked queue can do, a six-column table with one
-//! partial index, claimed and marked done by loops on connections of their own.
+//! leases. `raw_b500`: the same loops claiming 500 jobs at a time. `raw_min`: the least a
+//! skip-locked queue can do, a six-column table with one partial index, claimed and marked
+//! done by loops on connections of their own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,14 +18,16 @@ use crate::other;
 use crate::timed::CallStat;
 
 impl Bench {
-    /// The physical limit: a bare copy of the hot table drained by `loops` concurrent loops of
-    /// "claim `batch` with FOR UPDATE SKIP LOCKED, then DELETE them", no runtime, no leases.
-    pub(super) async fn raw(&mut self, res: &mut Results) -> Result<RawFigures> {
+    /// The physical limit: a bare copy of the hot table drained by --raw-loops concurrent
+    /// loops of "claim `batch` with FOR UPDATE SKIP LOCKED, then DELETE them", no runtime, no
+    /// leases. `name` is the loop's name in the figures (`raw`, `raw_b500`); every raw loop
+    /// runs the same statements on the same kind of table, only the batch differs.
+    pub(super) async fn raw(&mut self, name: &'static str, batch: u32, res: &mut Results) -> Result<RawFigures> {
         let n = u64::from(self.args.jobs);
         let s = self.q();
         // The same rows the enqueue path writes: enqueue them, then move them to the bare table.
         let fillq = QueueName::new("rawfill")?;
-        self.fill("fill for raw", std::slice::from_ref(&fillq), n, res).await?;
+        self.fill(&format!("fill for {name}"), std::slice::from_ref(&fillq), n, res).await?;
         self.exec(&format!("CREATE TABLE {s}.raw_jobs (LIKE {s}.jobs_hot INCLUDING ALL)")).await?;
         let cols: String = sqlx::query_scalar(
             "SELECT string_agg(quote_ident(column_name), ', ' ORDER BY ordinal_position)
@@ -45,7 +48,7 @@ impl Bench {
         .map_err(map_sqlx_error)?
         .rows_affected();
         if moved != n {
-            return Err(other(format!("raw: moved {moved} rows, expected {n}")));
+            return Err(other(format!("{name}: moved {moved} rows, expected {n}")));
         }
         self.exec(&format!("VACUUM (ANALYZE) {s}.raw_jobs")).await?;
         self.vacuum_hot().await?;
@@ -63,8 +66,7 @@ impl Bench {
         ));
         let delete_sql = Arc::new(format!("DELETE FROM {s}.raw_jobs WHERE id = ANY($1)"));
         let loops = self.args.raw_loops();
-        let batch = i64::from(self.args.raw_batch);
-        let pb = self.bar(&format!("raw x{loops} loops"), n);
+        let pb = self.bar(&format!("{name} x{loops} loops"), n);
         let done = Arc::new(AtomicU64::new(0));
         let claim_stat = Arc::new(CallStat::default());
         let delete_stat = Arc::new(CallStat::default());
@@ -83,7 +85,7 @@ impl Bench {
                     let ids: Vec<uuid::Uuid> = sqlx::query_scalar(&claim_sql)
                         .bind(worker)
                         .bind("rawfill")
-                        .bind(batch)
+                        .bind(i64::from(batch))
                         .fetch_all(&pool)
                         .await
                         .map_err(map_sqlx_error)?;
@@ -105,12 +107,13 @@ impl Bench {
             }));
         }
         for h in handles {
-            h.await.map_err(|e| other(format!("raw loop failed: {e}")))??;
+            h.await.map_err(|e| other(format!("{name} loop failed: {e}")))??;
         }
         let secs = t0.elapsed().as_secs_f64();
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
         let left = format!("SELECT count(*) FROM {s}.raw_jobs");
-        let end = RawEnd { label: "raw: deleted", table: "raw_jobs", left_sql: &left, loops, n, secs };
+        let label = format!("{name}: deleted");
+        let end = RawEnd { label: &label, table: "raw_jobs", left_sql: &left, loops, batch, n, secs };
         self.raw_figures(end, probe, &done, &claim_stat, &delete_stat).await
     }
 
@@ -135,7 +138,7 @@ impl Bench {
         let statements = claim.calls + finish.calls;
         Ok(RawFigures {
             loops: end.loops,
-            batch: self.args.raw_batch,
+            batch: end.batch,
             rate: Rate { jobs: n, secs: end.secs, wal_bytes: p.wal_bytes },
             claim,
             finish,
@@ -147,11 +150,12 @@ impl Bench {
 /// What [`Bench::raw_figures`] needs of a finished raw loop.
 struct RawEnd<'a> {
     /// The start of the mismatch message (`raw: deleted`).
-    label: &'static str,
+    label: &'a str,
     table: &'static str,
     /// Counts the rows the loop should have handled and did not.
     left_sql: &'a str,
     loops: u32,
+    batch: u32,
     n: u64,
     secs: f64,
 }
@@ -201,7 +205,7 @@ impl Bench {
         self.exec(&format!("VACUUM (ANALYZE) {s}.raw_min_jobs")).await?;
 
         let loops = self.args.raw_min_loops;
-        let batch = i64::from(self.args.raw_batch);
+        let batch = self.args.raw_batch;
         let claim_sql = Arc::new(raw_min_claim(&s));
         let done_sql = Arc::new(format!("UPDATE {s}.raw_min_jobs SET status = 2 WHERE id = ANY($1)"));
         // Each loop on a connection of its own, opened before the clock starts.
@@ -224,7 +228,7 @@ impl Bench {
                 loop {
                     let t = Instant::now();
                     let ids: Vec<i64> = sqlx::query_scalar(&claim_sql)
-                        .bind(batch)
+                        .bind(i64::from(batch))
                         .fetch_all(&mut conn)
                         .await
                         .map_err(map_sqlx_error)?;
@@ -260,7 +264,8 @@ impl Bench {
         }
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
         let left = format!("SELECT count(*) FROM {s}.raw_min_jobs WHERE status <> 2");
-        let end = RawEnd { label: "raw_min: marked done", table: "raw_min_jobs", left_sql: &left, loops, n, secs };
+        let label = "raw_min: marked done";
+        let end = RawEnd { label, table: "raw_min_jobs", left_sql: &left, loops, batch, n, secs };
         self.raw_figures(end, probe, &done, &claim_stat, &done_stat).await
     }
 }

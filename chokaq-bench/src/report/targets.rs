@@ -1,0 +1,163 @@
+//! The targets: each a ratio of two figures of the same run (or a figure against a fixed
+//! bound), with the value it measured and its verdict.
+
+use crate::args::Args;
+use crate::figures::{Rate, Results};
+
+use super::{ratio, vs_raw};
+
+pub(super) struct Target {
+    pub(super) name: String,
+    pub(super) rule: String,
+    /// The measured ratio (or value) and the threshold it is held to.
+    pub(super) measured: Option<f64>,
+    pub(super) threshold: f64,
+    pub(super) at_least: bool,
+}
+
+impl Target {
+    pub(super) fn met(&self) -> Option<bool> {
+        self.measured.map(|m| if self.at_least { m >= self.threshold } else { m <= self.threshold })
+    }
+
+    pub(super) fn verdict(&self) -> &'static str {
+        match self.met() {
+            Some(true) => "MET",
+            Some(false) => "NOT MET",
+            None => "n/a (not run)",
+        }
+    }
+}
+
+fn target(
+    name: impl Into<String>,
+    rule: impl Into<String>,
+    measured: Option<f64>,
+    threshold: f64,
+    at_least: bool,
+) -> Target {
+    Target { name: name.into(), rule: rule.into(), measured, threshold, at_least }
+}
+
+pub(super) fn targets(args: &Args, r: &Results) -> Vec<Target> {
+    let [vs_raw, vs_raw_min, vs_raw_b500] = vs_raw(r.main_drain(), r).map(|(_, v)| v);
+    let drain_wal = r.main_drain().map(|d| d.costs.per_job(&d.rate).wal_bytes);
+    let claim_small = r.claims.first().map(|c| c.all_queues.p50);
+    let claim_large = r.claims.get(1).map(|c| c.all_queues.p50);
+    let scheduled = r.scheduled.as_ref().map(|s| s.all_queues.p50);
+    let single = r.single.as_ref().map(|s| s.client.per_s());
+    let single_raw = r.single.as_ref().map(|s| s.raw.per_s());
+    let h = args.handler_ms;
+    vec![
+        target("drain_vs_raw", "drain_jobs_per_s >= 1.5 x raw_drain_jobs_per_s", vs_raw, 1.5, true),
+        target("drain_vs_raw_min", "drain_jobs_per_s >= 0.9 x raw_min_drain_jobs_per_s", vs_raw_min, 0.9, true),
+        target("drain_vs_raw_b500", "drain_jobs_per_s >= 0.45 x raw_b500_drain_jobs_per_s", vs_raw_b500, 0.45, true),
+        target("drain_wal_per_job", "per_job.chokaq_drain.wal_bytes <= 1000 B", drain_wal, 1000.0, false),
+        target(
+            "capped_efficiency_h0",
+            "capped_efficiency_h0 >= 0.8 (jobs/s over C / commit_rtt_ms_p50)",
+            r.capped_efficiency(r.capped.as_ref()),
+            0.8,
+            true,
+        ),
+        target(
+            format!("capped_efficiency_h{h}"),
+            format!("capped_efficiency_h{h} >= 0.8 (jobs/s over C / ({h} ms + rtt))"),
+            r.capped_efficiency(r.capped_slow.as_ref()),
+            0.8,
+            true,
+        ),
+        target(
+            format!("capped_spread_efficiency_h{h}"),
+            format!("capped_spread_efficiency_h{h} >= 0.7 (C workers x 1 slot, over C / ({h} ms + rtt))"),
+            r.capped_efficiency(r.capped_spread_slow.as_ref()),
+            0.7,
+            true,
+        ),
+        target(
+            "claim_1m_vs_10k",
+            "claim_ms_p50_backlog_1m <= 1.5 x claim_ms_p50_backlog_10k",
+            ratio(claim_large, claim_small),
+            1.5,
+            false,
+        ),
+        target(
+            "claim_scheduled",
+            "claim_ms_p50_scheduled_1m <= 1.5 x claim_ms_p50_backlog_10k",
+            ratio(scheduled, claim_small),
+            1.5,
+            false,
+        ),
+        target(
+            "enqueue_single",
+            "enqueue_single_concurrent_jobs_per_s >= 0.8 x raw_insert_single_concurrent_per_s",
+            ratio(single, single_raw),
+            0.8,
+            true,
+        ),
+        target(
+            "heartbeat_hot",
+            "heartbeat_hot_share >= 0.9",
+            r.heartbeat.as_ref().and_then(|h| h.table.and_then(|t| t.hot_share())),
+            0.9,
+            true,
+        ),
+        target("pickup_p50", "pickup_ms_p50 <= 5 ms", r.pickup.as_ref().map(|p| p.latency.p50), 5.0, false),
+        target("enqueue_rate", "enqueue_jobs_per_s >= 50,000", r.enqueue.as_ref().map(Rate::per_s), 50_000.0, true),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::parse as args;
+    use crate::figures::round3;
+    use crate::report::sample_results;
+
+    #[test]
+    fn targets_compare_the_right_figures() {
+        let r = sample_results();
+        let a = args(&[]);
+        let t: Vec<(String, f64, Option<bool>)> =
+            targets(&a, &r).iter().map(|t| (t.name.clone(), round3(t.measured.unwrap()), t.met())).collect();
+        let want = [
+            ("drain_vs_raw", 0.9, false),
+            ("drain_vs_raw_min", 0.818, false),
+            ("drain_vs_raw_b500", 0.4, false),
+            // 1,000 B a job: at the bound, which is met.
+            ("drain_wal_per_job", 1000.0, true),
+            ("capped_efficiency_h0", 0.75, false),
+            ("capped_efficiency_h5", 0.875, true),
+            ("capped_spread_efficiency_h5", 0.77, true),
+            ("claim_1m_vs_10k", 1.6, false),
+            ("claim_scheduled", 20.0, false),
+            ("enqueue_single", 0.7, false),
+            ("heartbeat_hot", 0.95, true),
+            ("pickup_p50", 4.0, true),
+            ("enqueue_rate", 60_000.0, true),
+        ];
+        let want: Vec<(String, f64, Option<bool>)> =
+            want.iter().map(|(n, m, ok)| (n.to_string(), *m, Some(*ok))).collect();
+        assert_eq!(t, want);
+        assert!(!t.iter().any(|(n, _, _)| n == "capped_vs_drain"), "retired");
+        assert!(targets(&a, &Results::default()).iter().all(|t| t.met().is_none() && t.verdict() == "n/a (not run)"));
+        // The thresholds the issue set, and the verdicts on either side of them.
+        let all = targets(&a, &r);
+        let threshold = |n: &str| all.iter().find(|t| t.name == n).map(|t| (t.threshold, t.at_least));
+        assert_eq!(threshold("drain_vs_raw"), Some((1.5, true)));
+        assert_eq!(threshold("drain_vs_raw_b500"), Some((0.45, true)));
+        assert_eq!(threshold("drain_wal_per_job"), Some((1000.0, false)));
+        assert_eq!(threshold("capped_spread_efficiency_h5"), Some((0.7, true)));
+        let mut faster = sample_results();
+        faster.drains[1].rate.jobs = 1500;
+        faster.drains[1].rate.wal_bytes = 1_501_500;
+        let got: Vec<(String, &str)> =
+            targets(&a, &faster).iter().take(4).map(|t| (t.name.clone(), t.verdict())).collect();
+        let want = [("drain_vs_raw", "MET"), ("drain_vs_raw_min", "MET"), ("drain_vs_raw_b500", "MET")];
+        assert_eq!(got[..3], want.map(|(n, v)| (n.to_string(), v)));
+        assert_eq!(got[3], ("drain_wal_per_job".to_string(), "NOT MET"), "1,001 B a job");
+        // The handler time names the capped targets.
+        let names: Vec<String> = targets(&args(&["--handler-ms", "10"]), &r).into_iter().map(|t| t.name).collect();
+        assert!(names.contains(&"capped_spread_efficiency_h10".to_string()), "{names:?}");
+    }
+}
