@@ -3,7 +3,7 @@
 use chokaq_core::{
     validate, CancelOutcome, DeadReason, Error, ErrorKind, JobId, PurgeParams, PurgeTarget, QueueControl, QueueName,
     QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
-    DEFAULT_ZOMBIE_TIMEOUT,
+    DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
 };
 use sqlx::Row;
 
@@ -40,7 +40,44 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
     for r in &released {
         queues.push(r.try_get("queue").map_err(map_err)?);
     }
-    let left = limit - released.len() as i64;
+    let mut left = limit - released.len() as i64;
+    // Held Fetched jobs (a heartbeat since the claim): their handler may be running, so the
+    // zombie timeout applies, from the last heartbeat, and the zombie policy does not. A held
+    // job whose cancel was accepted dies `cancelled`; one that expires for the
+    // MAX_EXPIRED_HOLDS-th time dies `zombie` (its holders keep stopping before its start is
+    // recorded); any other goes back to Pending with its attempt unspent.
+    if left > 0 {
+        let held = sqlx::query(&b.sql.find_expired_holds)
+            .bind(now)
+            .bind(zombie_us)
+            .bind(left)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        left -= held.len() as i64;
+        for h in held {
+            let id = JobId(h.try_get("id").map_err(map_err)?);
+            let cancelled: i64 = h.try_get("cancel_requested").map_err(map_err)?;
+            let expired = h.try_get::<i64, _>("expired_holds").map_err(map_err)? + 1;
+            if cancelled != 0 {
+                b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
+                report.zombies_dead += 1;
+            } else if expired >= i64::from(MAX_EXPIRED_HOLDS) {
+                let error = format!("held {expired} times by workers that stopped before its start was recorded");
+                b.dead_letter(&mut tx, now, id, DeadReason::Zombie, Some(&error)).await?;
+                report.zombies_dead += 1;
+            } else {
+                sqlx::query(&b.sql.release_expired_hold)
+                    .bind(now)
+                    .bind(id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                report.fetched_released += 1;
+                queues.push(h.try_get("queue").map_err(map_err)?);
+            }
+        }
+    }
     if left > 0 {
         let zombies = sqlx::query(&b.sql.find_zombies)
             .bind(now)
@@ -83,11 +120,18 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
 pub(crate) async fn cancel(b: &SqliteBackend, id: JobId) -> Result<CancelOutcome> {
     let mut tx = b.begin_write().await?;
     let now = now_us();
-    let status: Option<i64> =
-        sqlx::query_scalar(&b.sql.hot_status).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    let row = sqlx::query(&b.sql.hot_status).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    let status = match row {
+        Some(r) => {
+            Some((r.try_get::<i64, _>("status").map_err(map_err)?, r.try_get::<i64, _>("held").map_err(map_err)? != 0))
+        }
+        None => None,
+    };
+    // Pending, Scheduled and reserved Fetched jobs die at once; a Processing or held Fetched
+    // job's worker may be running it: a request, which its worker sees in the heartbeat.
     let out = match status {
         None => CancelOutcome::NotLive,
-        Some(0 | 1 | 3) => {
+        Some((0 | 3, _) | (1, false)) => {
             b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
             CancelOutcome::Cancelled
         }

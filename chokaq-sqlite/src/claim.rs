@@ -55,6 +55,8 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
     queues.dedup();
     let limit = i64::from(req.limit);
     let start = req.mode == ClaimMode::Start;
+    // Start and Hold set the heartbeat (the claim is the first one); Reserve clears it.
+    let beat = matches!(req.mode, ClaimMode::Start | ClaimMode::Hold);
 
     // Idle pollers should not queue for the write lock: look first in a read snapshot.
     // A stale "nothing to do" only delays the next poll; the decision that matters
@@ -123,6 +125,7 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
             .bind(now)
             .bind(i64::from(start))
             .bind(c.id)
+            .bind(i64::from(beat))
             .fetch_one(&mut *tx)
             .await
             .map_err(map_err)?;

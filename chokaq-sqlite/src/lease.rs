@@ -2,12 +2,17 @@
 //!
 //! Every write matches `id AND lease AND worker_id AND status` inside one `BEGIN IMMEDIATE`
 //! transaction; a write that matches no row reports the lease as lost, never a silent no-op,
-//! unless that very lease already wrote the outcome (a repeated complete or fail, whose first
-//! reply was lost), which is reported again. An id listed more than once in a batch is
+//! unless that very lease already wrote the outcome (a repeated start, complete or fail, whose
+//! first reply was lost), which is reported again. An id listed more than once in a batch is
 //! reported once, done when any of its entries was.
+//!
+//! A held job is Fetched or Processing: heartbeat, complete and fail take either (a job claimed
+//! with `ClaimMode::Hold` may run, and finish, before its start is recorded). A Fetched job's
+//! run counts at its outcome, as `start` would have counted it: `attempt + 1`.
 
 use chokaq_core::{
-    validate, BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, LeaseRef, Result, WorkerId,
+    validate, BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, JobStatus, LeaseRef, Result,
+    WorkerId,
 };
 use sqlx::Row;
 
@@ -34,7 +39,17 @@ pub(crate) async fn start(b: &SqliteBackend, worker: WorkerId, leases: &[LeaseRe
             .await
             .map_err(map_err)?
             .rows_affected();
-        entries.push((l.id, n == 1));
+        let done = n == 1
+            // Started before with this very lease (a repeat): done again, nothing written.
+            || sqlx::query(&b.sql.started_with)
+                .bind(l.id.0)
+                .bind(l.lease.0)
+                .bind(worker.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .is_some();
+        entries.push((l.id, done));
     }
     commit(tx).await?;
     Ok(BatchOutcome::merge(entries))
@@ -144,7 +159,20 @@ pub(crate) async fn fail(
             (None, _) => FailOutcome::Retried { at: ts(at.ok_or_else(missing)?)? },
         }));
     };
-    let attempt: i64 = held.try_get("attempt").map_err(map_err)?;
+    let mut attempt: i64 = held.try_get("attempt").map_err(map_err)?;
+    if held.try_get::<i64, _>("status").map_err(map_err)? == i64::from(JobStatus::Fetched.code()) {
+        // A held Fetched job: started first, in this transaction (its run counts), then the
+        // outcome applies to the effective attempt as to any Processing job's.
+        sqlx::query(&b.sql.start)
+            .bind(now)
+            .bind(lease.id.0)
+            .bind(lease.lease.0)
+            .bind(worker.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        attempt += 1;
+    }
     let max_attempts: i64 = held.try_get("max_attempts").map_err(map_err)?;
     // An accepted cancel is final: no retry or snooze of the job.
     let cancelled = held.try_get::<i64, _>("cancel_requested").map_err(map_err)? != 0;
@@ -219,8 +247,26 @@ pub(crate) async fn release(b: &SqliteBackend, worker: WorkerId, leases: &[Lease
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
-        entries.push((l.id, q.is_some()));
-        queues.extend(q);
+        let done = match q {
+            Some(q) => {
+                queues.push(q);
+                true
+            }
+            // An accepted cancel is final: a held job with a cancel request is dead-lettered
+            // `cancelled`, never put back.
+            None => {
+                let cancelled = sqlx::query(&b.sql.release_cancelled)
+                    .bind(l.id.0)
+                    .bind(l.lease.0)
+                    .bind(worker.0)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(map_err)?
+                    .is_some();
+                cancelled && b.dead_letter(&mut tx, now, l.id, DeadReason::Cancelled, None).await?
+            }
+        };
+        entries.push((l.id, done));
     }
     commit(tx).await?;
     b.notify(queues);

@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 6;
+pub(crate) const SCHEMA_VERSION: i64 = 7;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -165,6 +165,14 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_scheduled_rows",
         "UPDATE {schema}.jobs_hot SET status = 3 WHERE status = 0 \
          AND scheduled_at > CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
+    ),
+    // Version 7: how often a held Fetched job (`ClaimMode::Hold`: Fetched with a heartbeat)
+    // expired, its worker gone before its start was recorded. The rescue dead-letters it at
+    // `MAX_EXPIRED_HOLDS`; a requeue starts it again at 0. Only the hot table has it: the moves
+    // copy the shared columns, so it never reaches the archive or the dead letters.
+    (
+        "migrate_add_column_expired_holds",
+        "ALTER TABLE {schema}.jobs_hot ADD COLUMN expired_holds INTEGER NOT NULL DEFAULT 0",
     ),
 ];
 

@@ -231,32 +231,40 @@ statements! {
     /// Reserves `?1` leases; returns the last one.
     next_leases: "UPDATE {schema}.counters SET value = value + ?1 WHERE name = 'lease' RETURNING value",
     /// Claims one Pending job: `?1` status, `?2` worker, `?3` lease, `?4` now, `?5` 1 when
-    /// starting at once (else 0), `?6` id.
+    /// starting at once (else 0), `?6` id, `?7` 1 when the claim is the job's first heartbeat
+    /// (start and hold), else 0: a reserved job has none (set NULL, whatever an earlier run
+    /// left).
     claim_one: concat!(
         "UPDATE {schema}.jobs_hot SET status = ?1, worker_id = ?2, lease = ?3, updated_at = ?4, \
          attempt = attempt + ?5, \
          started_at = CASE WHEN ?5 = 1 THEN ?4 ELSE started_at END, \
-         heartbeat_at = CASE WHEN ?5 = 1 THEN ?4 ELSE heartbeat_at END \
+         heartbeat_at = CASE WHEN ?7 = 1 THEN ?4 ELSE NULL END \
          WHERE id = ?6 AND status = 0 RETURNING ",
         cols!()
     ),
 
     // --- guarded lease operations ----------------------------------------------------------
-    /// Fetched -> Processing: `?1` now, `?2` id, `?3` lease, `?4` worker.
+    /// Fetched -> Processing: `?1` now, `?2` id, `?3` lease, `?4` worker. Also what `fail` does
+    /// first to a held Fetched row (its run counts before the outcome).
     start: "UPDATE {schema}.jobs_hot SET status = 2, attempt = attempt + 1, started_at = ?1, heartbeat_at = ?1, \
          updated_at = ?1 WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1",
-    /// `?1` now, `?2` id, `?3` lease, `?4` worker.
+    /// Whether this lease already started the job (a repeated start is done again and writes
+    /// nothing): `?1` id, `?2` lease, `?3` worker.
+    started_with: "SELECT 1 FROM {schema}.jobs_hot WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status = 2",
+    /// A held Fetched or Processing job: `?1` now, `?2` id, `?3` lease, `?4` worker.
     heartbeat: "UPDATE {schema}.jobs_hot SET heartbeat_at = ?1, updated_at = ?1 \
-         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 2 RETURNING cancel_requested",
-    /// Hot -> archive for one held Processing lease: `?1` now, `?2` id, `?3` lease, `?4`
-    /// worker. The columns are the hot row's with `updated_at` set to the move time.
+         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status IN (1, 2) RETURNING cancel_requested",
+    /// Hot -> archive for one held Fetched or Processing lease: `?1` now, `?2` id, `?3` lease,
+    /// `?4` worker. The columns are the hot row's with `updated_at` set to the move time; a
+    /// Fetched row is archived as if started first (its run counts: `attempt + 1`, `started_at`
+    /// now when it has none, status Processing).
     archive_held: concat!(
         "INSERT INTO {schema}.jobs_archive (",
         cols!(),
-        ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
-         max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, last_error, \
-         cancel_requested, created_by, ?1 FROM {schema}.jobs_hot \
-         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 2"
+        ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
+         attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
+         coalesce(started_at, ?1), ?1, last_error, cancel_requested, created_by, ?1 FROM {schema}.jobs_hot \
+         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status IN (1, 2)"
     ),
     /// Whether this worker already completed the job with this lease (a repeated complete: the
     /// outcome stands): `?1` id, `?2` lease, `?3` worker.
@@ -271,9 +279,9 @@ statements! {
          WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND reason <> 'zombie'",
     /// Removes a moved hot row: `?1` id.
     delete_hot: "DELETE FROM {schema}.jobs_hot WHERE id = ?1",
-    /// The attempts of a held Processing lease: `?1` id, `?2` lease, `?3` worker.
-    held_attempts: "SELECT attempt, max_attempts, cancel_requested FROM {schema}.jobs_hot \
-         WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status = 2",
+    /// The state of a held Fetched or Processing lease: `?1` id, `?2` lease, `?3` worker.
+    held_attempts: "SELECT status, attempt, max_attempts, cancel_requested FROM {schema}.jobs_hot \
+         WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status IN (1, 2)",
     /// Back to Pending (retry, snooze): `?1` due at, `?2` now, `?3` error (NULL keeps the
     /// last one), `?4` attempts to give back, `?5` id.
     back_to_pending: "UPDATE {schema}.jobs_hot SET status = CASE WHEN ?1 > ?2 THEN 3 ELSE 0 END, \
@@ -289,19 +297,37 @@ statements! {
          max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, \
          coalesce(?4, last_error), cancel_requested, created_by, ?1, ?3 FROM {schema}.jobs_hot WHERE id = ?2"
     ),
-    /// Fetched -> Pending: `?1` now, `?2` id, `?3` lease, `?4` worker.
-    release: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, updated_at = ?1 \
-         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1 RETURNING queue",
+    /// Fetched -> Pending, unless a cancel was requested (see `release_cancelled`): `?1` now,
+    /// `?2` id, `?3` lease, `?4` worker.
+    release: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
+         updated_at = ?1 \
+         WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status = 1 AND cancel_requested = 0 RETURNING queue",
+    /// A held Fetched lease whose job has a cancel request (released: dead-lettered
+    /// `cancelled`, never put back): `?1` id, `?2` lease, `?3` worker.
+    release_cancelled: "SELECT 1 FROM {schema}.jobs_hot \
+         WHERE id = ?1 AND lease = ?2 AND worker_id = ?3 AND status = 1 AND cancel_requested = 1",
 
     // --- rescue ----------------------------------------------------------------------------
-    /// Releases expired Fetched jobs (each queue's fetched timeout, else the default): `?1`
-    /// now, `?2` default fetched timeout (µs), `?3` limit.
+    /// Releases expired reserved Fetched jobs (no heartbeat; each queue's fetched timeout, else
+    /// the default): `?1` now, `?2` default fetched timeout (µs), `?3` limit.
     rescue_fetched: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, updated_at = ?1 \
          WHERE id IN \
          (SELECT h.id FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues q ON q.name = h.queue \
-          WHERE h.status = 1 AND h.updated_at < ?1 - coalesce(q.fetched_timeout_us, ?2) \
+          WHERE h.status = 1 AND h.heartbeat_at IS NULL AND h.updated_at < ?1 - coalesce(q.fetched_timeout_us, ?2) \
           ORDER BY h.updated_at, h.id LIMIT ?3) \
          RETURNING queue",
+    /// Held Fetched jobs (a heartbeat) whose heartbeat expired by their queue's zombie timeout
+    /// (their handler may be running; the fetched timeout does not apply): `?1` now, `?2`
+    /// default zombie timeout (µs), `?3` limit.
+    find_expired_holds: "SELECT h.id, h.queue, h.cancel_requested, h.expired_holds \
+         FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues q ON q.name = h.queue \
+         WHERE h.status = 1 AND h.heartbeat_at IS NOT NULL \
+           AND h.heartbeat_at < ?1 - coalesce(q.zombie_timeout_us, ?2) \
+         ORDER BY h.heartbeat_at, h.id LIMIT ?3",
+    /// An expired hold back to Pending, its attempt unspent, the expiry counted: `?1` now,
+    /// `?2` id.
+    release_expired_hold: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, \
+         heartbeat_at = NULL, expired_holds = expired_holds + 1, updated_at = ?1 WHERE id = ?2 AND status = 1",
     /// Processing jobs whose heartbeat expired, with their queue's policy: `?1` now, `?2`
     /// default zombie timeout, `?3` limit.
     find_zombies: "SELECT h.id, h.queue, h.attempt, h.max_attempts, h.cancel_requested, \
@@ -315,8 +341,8 @@ statements! {
          cancel_requested = 0, updated_at = ?1 WHERE id = ?2",
 
     // --- cancel ----------------------------------------------------------------------------
-    /// `?1` id.
-    hot_status: "SELECT status FROM {schema}.jobs_hot WHERE id = ?1",
+    /// A live job's status and whether it is held (Fetched with a heartbeat): `?1` id.
+    hot_status: "SELECT status, heartbeat_at IS NOT NULL AS held FROM {schema}.jobs_hot WHERE id = ?1",
     /// `?1` now, `?2` id.
     request_cancel: "UPDATE {schema}.jobs_hot SET cancel_requested = 1, updated_at = ?1 WHERE id = ?2",
 
@@ -334,12 +360,13 @@ statements! {
     // --- requeue ---------------------------------------------------------------------------
     /// `?1` id.
     dead_key_and_queue: "SELECT idempotency_key, queue FROM {schema}.jobs_dlq WHERE id = ?1",
-    /// Dead-letter -> hot, Pending with attempt 0: `?1` now, `?2` id.
+    /// Dead-letter -> hot, Pending with attempt 0 and no expired holds (a fresh row): `?1` now,
+    /// `?2` id.
     requeue: concat!(
         "INSERT INTO {schema}.jobs_hot (",
         cols!(),
-        ") SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
-         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by \
+        ", expired_holds) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
+         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by, 0 \
          FROM {schema}.jobs_dlq WHERE id = ?2"
     ),
     /// `?1` id.
@@ -434,7 +461,15 @@ mod tests {
     fn moves_copy_every_column_in_order() {
         let st = Statements::new(MAIN).unwrap();
         let moved = cols!().replace("updated_at", "?1");
-        assert!(st.archive_held.contains(&format!("SELECT {moved}, ?1 FROM \"main\".jobs_hot")), "{}", st.archive_held);
+        // A held Fetched row is archived as if started first.
+        let archived = moved
+            .replace("status, attempt,", "2, attempt + (status = 1),")
+            .replace("started_at", "coalesce(started_at, ?1)");
+        assert!(
+            st.archive_held.contains(&format!("SELECT {archived}, ?1 FROM \"main\".jobs_hot")),
+            "{}",
+            st.archive_held
+        );
         let dead = moved.replace("last_error", "coalesce(?4, last_error)");
         assert!(
             st.dead_letter.contains(&format!("SELECT {dead}, ?1, ?3 FROM \"main\".jobs_hot")),

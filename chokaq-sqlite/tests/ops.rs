@@ -255,14 +255,13 @@ async fn reserve_start_complete_with_fencing() {
     assert!(got[0].lease < got[1].lease, "leases grow");
     let leases: Vec<_> = got.iter().map(|j| j.lease_ref()).collect();
 
-    // Complete before start: not Processing, so lost.
-    let out = b.complete(w, &leases).await.unwrap();
-    assert_eq!(out.lost.len(), 2);
-    assert!(out.done.is_empty());
+    // A reserved claim has no heartbeat.
+    assert!(got.iter().all(|j| j.heartbeat_at.is_none()));
 
-    // Another worker cannot start them.
+    // Another worker can neither start nor complete them.
     let other = WorkerId::random();
     assert!(b.start_one(other, leases[0]).await.unwrap().is_lost());
+    assert_eq!(b.complete(other, &leases).await.unwrap().lost.len(), 2);
 
     let out = b.start(w, &leases).await.unwrap();
     assert_eq!(out.done, vec![leases[0].id, leases[1].id]);
@@ -270,8 +269,9 @@ async fn reserve_start_complete_with_fencing() {
     assert_eq!(r.location, JobLocation::Hot(JobStatus::Processing));
     assert_eq!(r.attempt, 1);
     assert!(r.started_at.is_some() && r.heartbeat_at.is_some());
-    // Started twice: lost.
-    assert!(b.start_one(w, leases[0]).await.unwrap().is_lost());
+    // Started twice (a retry after a lost reply): done again, the attempt counted once.
+    assert_eq!(b.start_one(w, leases[0]).await.unwrap(), Fenced::Done(()));
+    assert_eq!(b.get_job(leases[0].id).await.unwrap().unwrap().attempt, 1);
 
     // Mixed batch: one held, one stale lease, one unknown id.
     let stale = chokaq_core::LeaseRef { id: leases[1].id, lease: chokaq_core::Lease(leases[1].lease.0 + 1000) };
@@ -308,7 +308,8 @@ async fn start_mode_claims_straight_into_processing() {
     assert_eq!(j.status, JobStatus::Processing);
     assert_eq!(j.attempt, 1);
     assert!(j.started_at.is_some() && j.heartbeat_at.is_some());
-    assert!(b.start_one(w, j.lease_ref()).await.unwrap().is_lost(), "already processing");
+    assert_eq!(b.start_one(w, j.lease_ref()).await.unwrap(), Fenced::Done(()), "already processing: a repeat");
+    assert_eq!(b.get_job(j.id).await.unwrap().unwrap().attempt, 1, "counted once");
     assert!(b.release_one(w, j.lease_ref()).await.unwrap().is_lost(), "release is for Fetched only");
     assert!(!b.complete_one(w, j.lease_ref()).await.unwrap().is_lost());
 }
@@ -803,4 +804,143 @@ async fn a_scheduled_backlog_stays_out_of_the_claim_range() {
     let got = claim(&b, WorkerId::random(), "later2", 10, ClaimMode::Reserve).await;
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![one]);
     conn.close().await.unwrap();
+}
+
+/// Version 7 adds `expired_holds` to a version-6 file (the column dropped again and the
+/// version row removed stand in for one): existing rows get 0, and a second run is a no-op.
+#[tokio::test]
+async fn migration_7_adds_expired_holds_to_an_older_file() {
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let id = b.enqueue(job("m7")).await.unwrap().id;
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    sqlx::query("ALTER TABLE jobs_hot DROP COLUMN expired_holds").execute(&mut raw).await.unwrap();
+    sqlx::query("DELETE FROM versions WHERE version = 7").execute(&mut raw).await.unwrap();
+    b.migrate().await.unwrap();
+    b.migrate().await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT expired_holds FROM jobs_hot WHERE id = ?1")
+        .bind(id.0)
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
+    assert_eq!(v, 7);
+}
+
+/// `ClaimMode::Hold`: Fetched with its first heartbeat; a Reserve claim of a row that carries
+/// an old heartbeat clears it (the rescue would otherwise take it for a held job).
+#[tokio::test]
+async fn hold_sets_the_heartbeat_and_reserve_clears_it() {
+    let (b, _db) = fresh().await;
+    let id = b.enqueue(job("hr")).await.unwrap().id;
+    let w = WorkerId::random();
+    let old = b.db_now().await.unwrap() - chrono::Duration::seconds(30);
+    b.force(id, &JobPatch { heartbeat_at: Some(Some(old)), ..JobPatch::default() }).await.unwrap();
+    let j = claim(&b, w, "hr", 1, ClaimMode::Reserve).await.remove(0);
+    assert_eq!((j.status, j.heartbeat_at), (JobStatus::Fetched, None));
+    assert_eq!(b.get_job(id).await.unwrap().unwrap().heartbeat_at, None);
+    assert!(!b.release_one(w, j.lease_ref()).await.unwrap().is_lost());
+    let h = claim(&b, w, "hr", 1, ClaimMode::Hold).await.remove(0);
+    assert_eq!((h.status, h.attempt), (JobStatus::Fetched, 0));
+    assert!(h.heartbeat_at.is_some_and(|t| t > old));
+    // A release clears the heartbeat again: the Pending row is no longer held.
+    assert!(!b.release_one(w, h.lease_ref()).await.unwrap().is_lost());
+    let r = b.get_job(id).await.unwrap().unwrap();
+    assert_eq!((r.location, r.heartbeat_at, r.worker_id), (JobLocation::Hot(JobStatus::Pending), None, None));
+}
+
+/// A held job completed, failed or dead-lettered without a start counts its run; a cancel of
+/// it is a request, and its release then dead-letters it.
+#[tokio::test]
+async fn held_outcomes_count_the_run_and_cancel_is_a_request() {
+    let (b, _db) = fresh().await;
+    let ids: Vec<JobId> = b.enqueue_many(vec![job("ho"); 4]).await.unwrap().iter().map(|e| e.id).collect();
+    let w = WorkerId::random();
+    let js = claim(&b, w, "ho", 4, ClaimMode::Hold).await;
+    assert_eq!(js.len(), 4);
+    // Complete: archived as if started (attempt 1, a start time, status Processing).
+    assert_eq!(b.complete_one(w, js[0].lease_ref()).await.unwrap(), Fenced::Done(()));
+    assert_eq!(b.complete_one(w, js[0].lease_ref()).await.unwrap(), Fenced::Done(()), "a repeat");
+    let r = b.get_job(ids[0]).await.unwrap().unwrap();
+    assert_eq!((r.location, r.attempt), (JobLocation::Archived, 1));
+    assert!(r.started_at.is_some());
+    // Dead letter: the dead row's attempt counts the run.
+    let dl = FailAction::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() };
+    let f = b.fail(w, js[1].lease_ref(), dl).await.unwrap();
+    assert_eq!(f, Fenced::Done(FailOutcome::DeadLettered(DeadReason::TimedOut)));
+    let r = b.get_job(ids[1]).await.unwrap().unwrap();
+    assert_eq!((r.location, r.attempt), (JobLocation::Dead(DeadReason::TimedOut), 1));
+    // Cancel: a request; the heartbeat reports it; the release dead-letters it.
+    assert_eq!(b.cancel(ids[2]).await.unwrap(), CancelOutcome::Requested);
+    assert_eq!(b.cancel(ids[2]).await.unwrap(), CancelOutcome::Requested);
+    let hb = b.heartbeat(w, &[js[2].lease_ref(), js[3].lease_ref()]).await.unwrap();
+    assert_eq!(hb.held, vec![ids[2], ids[3]]);
+    assert_eq!(hb.cancel_requested, vec![ids[2]]);
+    let out = b.release(w, &[js[2].lease_ref(), js[3].lease_ref()]).await.unwrap();
+    assert_eq!(out.done, vec![ids[2], ids[3]]);
+    let r = b.get_job(ids[2]).await.unwrap().unwrap();
+    assert_eq!((r.location, r.attempt), (JobLocation::Dead(DeadReason::Cancelled), 0));
+    assert_eq!(b.get_job(ids[3]).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Pending));
+    // A repeated release of the dead-lettered job is lost (nothing is held any more).
+    assert!(b.release_one(w, js[2].lease_ref()).await.unwrap().is_lost());
+}
+
+/// Held jobs expire by the zombie timeout from their last heartbeat: back to Pending (the
+/// attempt unspent, counted in `fetched_released`), dead-lettered `zombie` at the third
+/// expiry, or `cancelled` when a cancel was requested; a requeue starts the count again.
+#[tokio::test]
+async fn rescue_of_held_jobs_counts_expiries_and_requeue_resets_them() {
+    let (b, _db) = fresh().await;
+    let id = b.enqueue(job("hx")).await.unwrap().id;
+    let params = RescueParams { limit: 100, purge: Vec::new() };
+    let expire = |id: JobId, ago: i64| {
+        let b = b.clone();
+        async move {
+            let old = b.db_now().await.unwrap() - chrono::Duration::seconds(ago);
+            let patch = JobPatch { heartbeat_at: Some(Some(old)), updated_at: Some(old), ..JobPatch::default() };
+            assert!(b.force(id, &patch).await.unwrap());
+        }
+    };
+    // Past the fetched timeout (60 s), within the zombie timeout (300 s): kept.
+    let w = WorkerId::random();
+    let h = claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+    expire(id, 120).await;
+    let rep = b.rescue(&params).await.unwrap();
+    assert_eq!((rep.fetched_released, rep.zombies_retried, rep.zombies_dead), (0, 0, 0));
+    assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Fetched));
+    for round in 1..=chokaq_core::MAX_EXPIRED_HOLDS {
+        if round > 1 {
+            claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+        }
+        expire(id, 600).await;
+        let rep = b.rescue(&params).await.unwrap();
+        let r = b.get_job(id).await.unwrap().unwrap();
+        if round < chokaq_core::MAX_EXPIRED_HOLDS {
+            assert_eq!((rep.fetched_released, rep.zombies_dead), (1, 0), "round {round}");
+            assert_eq!((r.location, r.attempt, r.heartbeat_at), (JobLocation::Hot(JobStatus::Pending), 0, None));
+            assert_eq!((r.lease, r.worker_id), (None, None));
+        } else {
+            assert_eq!((rep.fetched_released, rep.zombies_dead), (0, 1), "round {round}");
+            assert_eq!(r.location, JobLocation::Dead(DeadReason::Zombie));
+            assert_eq!(
+                r.last_error.as_deref(),
+                Some("held 3 times by workers that stopped before its start was recorded")
+            );
+        }
+    }
+    assert!(b.complete_one(w, h.lease_ref()).await.unwrap().is_lost(), "the first holder is fenced out");
+    // Requeued: a fresh row, so one more expiry puts it back instead of killing it.
+    assert_eq!(b.requeue_dead(id).await.unwrap(), RequeueOutcome::Requeued);
+    claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+    expire(id, 600).await;
+    assert_eq!(b.rescue(&params).await.unwrap().fetched_released, 1);
+    assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Pending));
+    // A held job with a cancel request dies `cancelled`, whatever its count.
+    claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+    assert_eq!(b.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    expire(id, 600).await;
+    let rep = b.rescue(&params).await.unwrap();
+    assert_eq!((rep.fetched_released, rep.zombies_dead), (0, 1));
+    assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Cancelled));
 }
