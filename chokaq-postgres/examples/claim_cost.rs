@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use chokaq_core::testing::TestSupport;
 use chokaq_core::{Backend, ClaimMode, ClaimParams, QueueName, WorkerId};
-use chokaq_postgres::{PgBackend, PgConfig, MIGRATIONS};
+use chokaq_postgres::{PgBackend, PgConfig, FUNCTIONS};
 use sqlx::Row;
 
 const QUEUES: usize = 10;
@@ -95,20 +95,21 @@ async fn fill(db: &PgBackend, n: usize) -> chokaq_core::Result<()> {
 }
 
 /// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement that `<schema>.claim()` runs (taken from
-/// the migration text, its plpgsql variables bound as parameters), in a rolled-back
+/// the functions script, its plpgsql variables bound as parameters), in a rolled-back
 /// transaction.
 async fn explain(db: &PgBackend, queues: &[QueueName]) -> chokaq_core::Result<()> {
-    let migration = MIGRATIONS[0].sql;
+    let migration = FUNCTIONS;
     let start = migration.find("RETURN QUERY").expect("claim statement") + "RETURN QUERY".len();
-    let end = migration[start..].find("END\n$fn$").expect("end of function") + start;
+    let end =
+        migration[start..].find("RETURNING h.*").expect("end of the claim statement") + start + "RETURNING h.*".len();
     let stmt = migration[start..end]
         .trim()
         .trim_end_matches(';')
         .replace("{schema}", &format!("\"{}\"", db.schema()))
-        .replace("v_names", "$1::text[]")
-        .replace("v_allow", "$2::int[]")
+        .replace("v_qn", "$1::text[]")
+        .replace("v_qk", "$2::int[]")
         .replace("p_limit", "$3")
-        .replace("p_start", "$4")
+        .replace("p_mode", "$4")
         .replace("p_worker", "$5");
     let names: Vec<String> = queues.iter().map(|q| q.as_str().to_string()).collect();
     let allow: Vec<i32> = vec![10; names.len()];
@@ -117,7 +118,7 @@ async fn explain(db: &PgBackend, queues: &[QueueName]) -> chokaq_core::Result<()
         .bind(&names)
         .bind(&allow)
         .bind(10i32)
-        .bind(true)
+        .bind(2i16)
         .bind(uuid::Uuid::new_v4())
         .fetch_all(&mut *tx)
         .await

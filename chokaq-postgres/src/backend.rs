@@ -15,7 +15,7 @@ use chokaq_core::{
     LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
     RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams,
     TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
-    ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
+    ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -317,6 +317,15 @@ impl PgBackend {
     }
 }
 
+/// The claim functions' `p_mode`: 0 reserve, 1 hold, 2 start (`migrations/functions.sql`).
+fn mode_code(mode: ClaimMode) -> i16 {
+    match mode {
+        ClaimMode::Reserve => 0,
+        ClaimMode::Hold => 1,
+        ClaimMode::Start => 2,
+    }
+}
+
 /// Building a backend that runs deliberately broken statements (feature `fault-injection`,
 /// for the conformance suite's teeth test only).
 #[cfg(feature = "fault-injection")]
@@ -391,13 +400,13 @@ impl Backend for PgBackend {
         async move {
             req.validate()?;
             let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
-            let start = req.mode == ClaimMode::Start;
+            let mode = mode_code(req.mode);
             let rows = with_retry(|| {
                 sqlx::query(&self.sql().claim)
                     .bind(req.worker.0)
                     .bind(&queues)
                     .bind(req.limit as i32)
-                    .bind(start)
+                    .bind(mode)
                     .fetch_all(&self.kept)
             })
             .await?;
@@ -420,7 +429,7 @@ impl Backend for PgBackend {
             validate::lease_list("complete_and_claim", leases)?;
             let (ids, lease_nums) = pairs(leases);
             let queues: Vec<String> = req.queues.iter().map(|q| q.as_str().to_owned()).collect();
-            let start = req.mode == ClaimMode::Start;
+            let mode = mode_code(req.mode);
             let rows = with_retry(|| {
                 sqlx::query(&self.sql().complete_and_claim)
                     .bind(worker.0)
@@ -428,7 +437,7 @@ impl Backend for PgBackend {
                     .bind(&lease_nums)
                     .bind(&queues)
                     .bind(req.limit as i32)
-                    .bind(start)
+                    .bind(mode)
                     .fetch_all(&self.kept)
             })
             .await?;
@@ -566,12 +575,13 @@ impl Backend for PgBackend {
                     tx.rollback().await?;
                     return Ok(RescueReport::default());
                 }
-                let released = sqlx::query(&self.sql().rescue_fetched)
+                let (released, held_dead): (i64, i64) = sqlx::query_as(&self.sql().rescue_fetched)
                     .bind(rows::micros(DEFAULT_FETCHED_TIMEOUT))
                     .bind(limit)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                    .bind(rows::micros(DEFAULT_ZOMBIE_TIMEOUT))
+                    .bind(MAX_EXPIRED_HOLDS)
+                    .fetch_one(&mut *tx)
+                    .await?;
                 let (retried, dead): (i64, i64) = sqlx::query_as(&self.sql().rescue_zombies)
                     .bind(rows::micros(DEFAULT_ZOMBIE_TIMEOUT))
                     .bind(limit)
@@ -580,9 +590,9 @@ impl Backend for PgBackend {
                 tx.commit().await?;
                 Ok(RescueReport {
                     ran: true,
-                    fetched_released: released,
+                    fetched_released: count(released),
                     zombies_retried: count(retried),
-                    zombies_dead: count(dead),
+                    zombies_dead: count(dead) + count(held_dead),
                     purged: 0,
                 })
             })

@@ -42,7 +42,7 @@ mod testing;
 pub use backend::PgBackend;
 pub use config::PgConfig;
 pub use error::map_sqlx_error;
-pub use migrate::{Migration, MIGRATIONS};
+pub use migrate::{Migration, FUNCTIONS, MIGRATIONS};
 pub use sql::all_statements;
 #[cfg(feature = "fault-injection")]
 pub use sql::Faults;

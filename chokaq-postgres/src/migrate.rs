@@ -1,4 +1,5 @@
-//! Versioned migrations, embedded in the crate from `migrations/*.sql`.
+//! Versioned migrations, embedded in the crate from `migrations/*.sql`, and the one
+//! repeatable script, `migrations/functions.sql` (every plpgsql function of the schema).
 
 use futures::future::BoxFuture;
 use sqlx::PgPool;
@@ -41,10 +42,23 @@ migrations! {
     8, "fetched_timeout", "0008_fetched_timeout";
     9, "scheduled", "0009_scheduled";
     10, "handoff", "0010_handoff";
+    11, "hold", "0011_hold";
 }
+
+/// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the
+/// repeatable script [`migrate`] applies after the versioned ones whenever its checksum differs
+/// from the one the schema records. A function changes here, in one diff; a change of a
+/// signature also needs a versioned migration that drops the old one.
+pub const FUNCTIONS: &str = include_str!("../migrations/functions.sql");
+
+/// The name of [`FUNCTIONS`] in the schema's `repeatables` table.
+const FUNCTIONS_NAME: &str = "functions";
 
 /// Applies the missing migrations in one transaction under a schema-specific lock, so
 /// many processes may call it at once: the first creates, the others wait and find nothing to do.
+/// Then, under the same lock and in the same transaction, the functions script, when its
+/// checksum differs from the recorded one and this build knows every version the schema has
+/// applied (an older build, started beside a newer one, never puts its functions back).
 pub(crate) async fn migrate(pool: &PgPool, sql: &Statements, schema: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(&sql.migrate_lock_timeout).execute(&mut *tx).await?;
@@ -66,6 +80,22 @@ pub(crate) async fn migrate(pool: &PgPool, sql: &Statements, schema: &str) -> Re
         tracing::info!(schema, version = m.version, name = m.name, "applying migration");
         run_script(&mut tx, script).await?;
         sqlx::query(&sql.insert_version).bind(m.version).bind(m.name).execute(&mut *tx).await?;
+    }
+    let ours = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0);
+    if applied.iter().all(|v| *v <= ours) {
+        let checksum = crate::sql::short_hash(&sql.functions);
+        let stored: Option<String> =
+            sqlx::query_scalar(&sql.repeatable_checksum).bind(FUNCTIONS_NAME).fetch_optional(&mut *tx).await?;
+        if stored.as_deref() != Some(checksum.as_str()) {
+            tracing::info!(schema, checksum, "applying the functions script");
+            run_script(&mut tx, &sql.functions).await?;
+            sqlx::query(&sql.repeatable_record)
+                .bind(FUNCTIONS_NAME)
+                .bind(&checksum)
+                .bind(ours)
+                .execute(&mut *tx)
+                .await?;
+        }
     }
     tx.commit().await?;
     Ok(())

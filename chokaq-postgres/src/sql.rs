@@ -6,22 +6,13 @@
 
 use chokaq_core::{validate, Result};
 
-use crate::migrate::{MIGRATIONS, MIGRATION_NAMES};
+use crate::migrate::{FUNCTIONS, MIGRATIONS, MIGRATION_NAMES};
 
 /// Columns copied by a move from the hot table into the archive.
 macro_rules! archive_cols {
     () => {
         "id, queue, kind, payload, tags, idempotency_key, priority, attempt, max_attempts, lease, worker_id, \
          heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, created_by, finished_at"
-    };
-}
-
-/// Values for [`archive_cols`] from a deleted hot row `g`.
-macro_rules! archive_vals {
-    () => {
-        "g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, g.attempt, g.max_attempts, \
-         g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.last_error, \
-         g.created_by, now()"
     };
 }
 
@@ -41,17 +32,30 @@ macro_rules! dlq_vals {
     };
 }
 
-/// Locks the hot rows whose lease the caller still holds, in id order. `$1` worker,
-/// `$2` ids, `$3` leases; `$status` is the status the guard expects.
+/// Locks the hot rows whose lease the caller still holds, in id order, with their status and
+/// cancel flag (read by the lock: the latest committed version).
+/// `$1` worker, `$2` ids, `$3` leases; `$status` is the condition on the status the guard
+/// expects (`"= 1"`, `"IN (1, 2)"`).
 macro_rules! guard {
     ($status:literal) => {
         concat!(
-            "SELECT h.id FROM {schema}.jobs_hot h \
+            "SELECT h.id, h.status, h.cancel_requested FROM {schema}.jobs_hot h \
                JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id AND h.lease = u.lease \
-              WHERE h.worker_id = $1 AND h.status = ",
+              WHERE h.worker_id = $1 AND h.status ",
             $status,
             " ORDER BY h.id FOR UPDATE OF h"
         )
+    };
+}
+
+/// Values for [`archive_cols`] from a deleted hot row `g`, completed: a Fetched row is taken as
+/// if it was started first (its run counts: `attempt + 1`; `started_at` is kept, else now).
+macro_rules! archive_vals_started {
+    () => {
+        "g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, \
+         CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts, g.lease, g.worker_id, \
+         g.heartbeat_at, g.scheduled_at, g.created_at, coalesce(g.started_at, now()), now(), g.last_error, \
+         g.created_by, now()"
     };
 }
 
@@ -100,44 +104,63 @@ const LOOKUP_KEYS: &str = "SELECT h.queue, h.idempotency_key, h.id FROM {schema}
 
 const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
 
-/// `$1` worker, `$2` ids, `$3` leases (the completions), `$4` queues, `$5` limit, `$6` start:
+/// `$1` worker, `$2` ids, `$3` leases (the completions), `$4` queues, `$5` limit, `$6` mode:
 /// the completed ids (`o_done`, on every row) and the claimed rows (all NULL when none).
 const COMPLETE_AND_CLAIM: &str =
     "SELECT r.o_done, (r.o_job).* FROM {schema}.complete_and_claim($1, $2, $3, $4, $5, $6) r";
 
+/// Fetched → Processing (attempt + 1). Repeatable: a Processing row this lease and worker
+/// hold is reported done again and not written (its attempt is counted once).
 const START: &str = concat!(
     "WITH l AS (",
-    guard!("1"),
-    ") UPDATE {schema}.jobs_hot h
-        SET status = 2, attempt = h.attempt + 1, started_at = now(), heartbeat_at = now(), updated_at = now()
-       FROM l WHERE h.id = l.id
-     RETURNING h.id"
+    guard!("IN (1, 2)"),
+    "), up AS (
+        UPDATE {schema}.jobs_hot h
+           SET status = 2, attempt = h.attempt + 1, started_at = now(), heartbeat_at = now(), updated_at = now()
+          FROM l WHERE h.id = l.id AND l.status = 1
+     )
+     SELECT l.id FROM l"
 );
 
+/// Fetched (held or reserved: a heart-beaten reserved row is held from then on) or
+/// Processing.
 const HEARTBEAT: &str = concat!(
     "WITH l AS (",
-    guard!("2"),
+    guard!("IN (1, 2)"),
     ") UPDATE {schema}.jobs_hot h SET heartbeat_at = now()
        FROM l WHERE h.id = l.id
      RETURNING h.id, h.cancel_requested"
 );
 
+/// Fetched → Pending (lease, worker and heartbeat cleared, attempt unchanged); a row whose
+/// cancel was requested is dead-lettered `cancelled` instead (cancel is final). Both are done.
 const RELEASE: &str = concat!(
     "WITH l AS (",
-    guard!("1"),
-    ") UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
-       FROM l WHERE h.id = l.id
-     RETURNING h.id"
+    guard!("= 1"),
+    "), back AS (
+        UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL,
+                                       updated_at = now()
+          FROM l WHERE h.id = l.id AND NOT l.cancel_requested
+        RETURNING h.id
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.cancel_requested RETURNING h.*),
+     dead AS (INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id)
+     SELECT id FROM back UNION ALL SELECT id FROM dead"
 );
 
+/// Fetched or Processing → archived; a Fetched row's run counts ([`archive_vals_started`]).
 const COMPLETE: &str = concat!(
     "WITH l AS (",
-    guard!("2"),
+    guard!("IN (1, 2)"),
     "), g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*)
      INSERT INTO {schema}.jobs_archive (",
     archive_cols!(),
     ") SELECT ",
-    archive_vals!(),
+    archive_vals_started!(),
     " FROM g RETURNING id"
 );
 
@@ -160,25 +183,29 @@ SELECT NULL::timestamptz, d.reason FROM {schema}.jobs_dlq d
  WHERE d.id = $2 AND d.lease = $3 AND d.worker_id = $1 AND d.reason <> 'zombie'";
 
 /// `$1` worker, `$2` id, `$3` lease, `$4` action (`retry`, `snooze`, `dead`), `$5` delay in
-/// microseconds, `$6` error, `$7` dead-letter reason. A retry with no attempts left becomes a
-/// dead letter (`failed`); a retry or snooze of a job whose cancel was accepted becomes a dead
-/// letter (`cancelled`, act `cancelled`): cancel is final. One row when the lease was held,
-/// none when it was lost.
+/// microseconds, `$6` error, `$7` dead-letter reason. The row is Fetched or Processing; a
+/// Fetched row is taken as started first (its effective attempt `eff` is attempt + 1, and
+/// started_at is set), and the rules apply to `eff`: a retry with `eff` >= max_attempts becomes
+/// a dead letter (`failed`); a snooze leaves `eff - 1`; a retry or snooze of a job whose cancel
+/// was requested becomes a dead letter (`cancelled`, act `cancelled`): cancel is final. One row
+/// when the lease was held, none when it was lost.
 const FAIL: &str = concat!(
     "WITH l AS (
-        SELECT h.id,
+        SELECT h.id, h.status AS st, h.attempt + CASE WHEN h.status = 1 THEN 1 ELSE 0 END AS eff,
                CASE WHEN $4::text IN ('retry', 'snooze') AND h.cancel_requested THEN 'cancelled'
-                    WHEN $4::text = 'retry' AND h.attempt >= h.max_attempts THEN 'dead'
+                    WHEN $4::text = 'retry' AND h.attempt + CASE WHEN h.status = 1 THEN 1 ELSE 0 END >= h.max_attempts
+                         THEN 'dead'
                     ELSE $4::text END AS act
           FROM {schema}.jobs_hot h
-         WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status = 2
+         WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status IN (1, 2)
            FOR UPDATE
      ),
      back AS (
         UPDATE {schema}.jobs_hot h
            SET status = CASE WHEN $5::int8 > 0 THEN 3 ELSE 0 END, worker_id = NULL,
                scheduled_at = now() + $5::int8 * interval '1 microsecond',
-               attempt = CASE WHEN l.act = 'snooze' THEN greatest(h.attempt - 1, 0) ELSE h.attempt END,
+               attempt = CASE WHEN l.act = 'snooze' THEN greatest(l.eff - 1, 0) ELSE l.eff END,
+               started_at = CASE WHEN l.st = 1 THEN now() ELSE h.started_at END,
                last_error = CASE WHEN l.act = 'retry' THEN $6::text ELSE h.last_error END,
                updated_at = now()
           FROM l WHERE h.id = l.id AND l.act IN ('retry', 'snooze')
@@ -190,11 +217,13 @@ const FAIL: &str = concat!(
      dead AS (
         INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
-    ") SELECT ",
-    dlq_vals!(),
-    ", CASE WHEN (SELECT act FROM l) = 'cancelled' THEN 'cancelled' WHEN $4::text = 'retry' THEN 'failed'
-            ELSE $7::text END,
-          coalesce($6::text, g.last_error) FROM g
+    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, l.eff, g.max_attempts,
+               g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at,
+               CASE WHEN l.st = 1 THEN now() ELSE g.started_at END, now(), g.created_by, now(),
+               CASE WHEN l.act = 'cancelled' THEN 'cancelled' WHEN $4::text = 'retry' THEN 'failed'
+                    ELSE $7::text END,
+               coalesce($6::text, g.last_error)
+          FROM g JOIN l ON l.id = g.id
         RETURNING id
      )
      SELECT l.act, (SELECT scheduled_at FROM back) AS at, (SELECT count(*) FROM dead) AS dead FROM l"
@@ -215,10 +244,15 @@ const DEAD_UNDECODABLE: &str = concat!(
     ", 'failed', $4::text FROM g RETURNING id"
 );
 
-/// `$1` id. Pending/Fetched: moved to the dead-letter table; Processing: flagged.
+/// `$1` id. Pending, Scheduled and reserved Fetched (no heartbeat): moved to the dead-letter
+/// table. Processing and held Fetched (heart-beaten: its worker may be running it): flagged, a
+/// request.
 const CANCEL: &str = concat!(
-    "WITH l AS (SELECT h.id, h.status FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE),
-     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.status IN (0, 1, 3) RETURNING h.*),
+    "WITH l AS (
+        SELECT h.id, (h.status = 2 OR (h.status = 1 AND h.heartbeat_at IS NOT NULL)) AS running
+          FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND NOT l.running RETURNING h.*),
      dead AS (INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -226,7 +260,7 @@ const CANCEL: &str = concat!(
     ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id),
      req AS (
         UPDATE {schema}.jobs_hot h SET cancel_requested = true
-          FROM l WHERE h.id = l.id AND l.status = 2
+          FROM l WHERE h.id = l.id AND l.running
         RETURNING h.id
      )
      SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
@@ -237,21 +271,52 @@ const CANCEL: &str = concat!(
 /// take it. Returns a row when this transaction holds it.
 const RESCUE_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'rescue' FOR UPDATE SKIP LOCKED";
 
-/// `$1` default fetched timeout in microseconds (for a queue that sets none), `$2` limit.
-const RESCUE_FETCHED: &str = "
-WITH l AS (
-    SELECT h.id FROM {schema}.jobs_hot h
-      LEFT JOIN {schema}.queues q ON q.name = h.queue
-     WHERE h.status = 1
-       AND h.updated_at
-           < now() - coalesce(q.fetched_timeout_ms * interval '1 millisecond', $1::int8 * interval '1 microsecond')
-     ORDER BY h.updated_at
-     LIMIT $2
-       FOR UPDATE OF h SKIP LOCKED
-)
-UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
-  FROM l WHERE h.id = l.id
-RETURNING h.id";
+/// Expired Fetched rows. `$1` default fetched timeout in microseconds (for a queue that sets
+/// none), `$2` limit, `$3` default zombie timeout in microseconds, `$4` MAX_EXPIRED_HOLDS.
+/// A reserved row (no heartbeat) expires at updated_at + the fetched timeout → Pending. A held
+/// row (heart-beaten; its handler may be running) at heartbeat_at + the zombie timeout: a
+/// requested cancel dead-letters it `cancelled`; its `$4`-th expiry dead-letters it `zombie`;
+/// else → Pending with expired_holds + 1. Lease, worker and heartbeat cleared, attempt
+/// unchanged. Returns (released, dead).
+const RESCUE_FETCHED: &str = concat!(
+    "WITH f AS (
+        SELECT h.id,
+               CASE WHEN h.heartbeat_at IS NULL THEN 'release'
+                    WHEN h.cancel_requested THEN 'cancelled'
+                    WHEN h.expired_holds + 1 >= $4::int4 THEN 'zombie'
+                    ELSE 'expire' END AS act
+          FROM {schema}.jobs_hot h
+          LEFT JOIN {schema}.queues q ON q.name = h.queue
+         WHERE h.status = 1
+           AND CASE WHEN h.heartbeat_at IS NULL
+                    THEN h.updated_at < now() - coalesce(q.fetched_timeout_ms * interval '1 millisecond',
+                                                         $1::int8 * interval '1 microsecond')
+                    ELSE h.heartbeat_at < now() - coalesce(q.zombie_timeout_ms * interval '1 millisecond',
+                                                           $3::int8 * interval '1 microsecond')
+               END
+         ORDER BY h.updated_at
+         LIMIT $2
+           FOR UPDATE OF h SKIP LOCKED
+     ),
+     back AS (
+        UPDATE {schema}.jobs_hot h
+           SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, updated_at = now(),
+               expired_holds = h.expired_holds + CASE WHEN f.act = 'expire' THEN 1 ELSE 0 END
+          FROM f WHERE h.id = f.id AND f.act IN ('release', 'expire')
+        RETURNING h.id
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING f WHERE h.id = f.id AND f.act IN ('cancelled', 'zombie') RETURNING h.*),
+     dead AS (INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", CASE WHEN g.cancel_requested THEN 'cancelled' ELSE 'zombie' END,
+       CASE WHEN g.cancel_requested THEN coalesce(g.last_error, 'cancelled')
+            ELSE 'held ' || (g.expired_holds + 1) || ' times by workers that stopped before its start was recorded'
+       END
+       FROM g RETURNING id)
+     SELECT (SELECT count(*) FROM back) AS released, (SELECT count(*) FROM dead) AS dead"
+);
 
 /// `$1` default zombie timeout in microseconds, `$2` limit. A zombie whose cancel was accepted
 /// is dead-lettered as `cancelled`, whatever the policy (cancel is final).
@@ -318,15 +383,16 @@ const CONTROL_FETCHED_TIMEOUT: &str = control!("fetched_timeout_ms");
 
 const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM {schema}.queues WHERE name = $1");
 
-/// `$1` id. Moves a dead letter back to Pending, attempt 0; a live key conflict raises 23505.
+/// `$1` id. Moves a dead letter back to Pending, attempt 0, expired_holds 0 (a fresh row); a
+/// live key conflict raises 23505.
 const REQUEUE: &str = "
 WITH g AS (DELETE FROM {schema}.jobs_dlq d WHERE d.id = $1 RETURNING d.*),
 ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, attempt,
                                    max_attempts, lease, worker_id, scheduled_at, created_at, updated_at,
-                                   last_error, created_by)
+                                   last_error, created_by, expired_holds)
     SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, 0, 0, g.max_attempts, NULL,
-           NULL, NULL, g.created_at, now(), g.error, g.created_by
+           NULL, NULL, g.created_at, now(), g.error, g.created_by, 0
       FROM g
     RETURNING id, queue
 ),
@@ -631,6 +697,14 @@ const CURRENT_VERSION: &str = "SELECT coalesce(array_agg(version ORDER BY versio
 /// `$1` version, `$2` name.
 const INSERT_VERSION: &str = "INSERT INTO {schema}.versions (version, name) VALUES ($1, $2)";
 
+/// `$1` a repeatable script's name: the checksum recorded when it was last applied.
+const REPEATABLE_CHECKSUM: &str = "SELECT checksum FROM {schema}.repeatables WHERE name = $1";
+
+/// `$1` name, `$2` checksum, `$3` the highest migration version of the build that applied it.
+const REPEATABLE_RECORD: &str = "
+INSERT INTO {schema}.repeatables (name, checksum, version) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, version = excluded.version, applied_at = now()";
+
 // After the macros above, which it uses.
 #[cfg(feature = "fault-injection")]
 mod faults;
@@ -647,6 +721,8 @@ macro_rules! statements {
             $(pub(crate) $name: String,)*
             /// The migration scripts of [`MIGRATIONS`], in the same order.
             pub(crate) migrations: Vec<String>,
+            /// The repeatable functions script ([`FUNCTIONS`]).
+            pub(crate) functions: String,
         }
 
         impl Statements {
@@ -655,13 +731,16 @@ macro_rules! statements {
                 Statements {
                     $($name: render($template, schema),)*
                     migrations: MIGRATIONS.iter().map(|m| render(m.sql, schema)).collect(),
+                    functions: render(FUNCTIONS, schema),
                 }
             }
 
-            /// Every statement with its name, the migration scripts last (`migration_0001_init`, …).
+            /// Every statement with its name, the migration scripts last (`migration_0001_init`, …,
+            /// then `functions`).
             fn named(&self) -> Vec<(&'static str, String)> {
                 let mut all = vec![$((stringify!($name), self.$name.clone()),)*];
                 all.extend(MIGRATION_NAMES.iter().copied().zip(self.migrations.iter().cloned()));
+                all.push(("functions", self.functions.clone()));
                 all
             }
         }
@@ -718,6 +797,8 @@ statements! {
     create_versions = CREATE_VERSIONS;
     current_version = CURRENT_VERSION;
     insert_version = INSERT_VERSION;
+    repeatable_checksum = REPEATABLE_CHECKSUM;
+    repeatable_record = REPEATABLE_RECORD;
     db_now = DB_NOW;
     force = FORCE;
     presence_many = PRESENCE_MANY;

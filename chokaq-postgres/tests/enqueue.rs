@@ -257,6 +257,89 @@ async fn migrate_is_idempotent_and_safe_in_parallel() {
     f.drop().await;
 }
 
+/// A schema at version 10 (migrated by an earlier build, with a job in flight) upgrades to 11:
+/// the old claim functions are dropped, the functions script creates the new ones, the job keeps
+/// its state and gets `expired_holds` 0. The script is applied again only when its checksum
+/// differs from the recorded one, and never by a build older than the schema.
+#[tokio::test]
+async fn migrate_upgrades_version_10_and_applies_the_functions_on_a_changed_checksum() {
+    let Some(f) = common::Fixture::new().await else { return };
+    let schema = format!("up_{}", uuid::Uuid::new_v4().simple());
+    let quoted = format!("\"{schema}\"");
+    let pool = f.db.pool().clone();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {quoted}")).execute(&mut *tx).await.unwrap();
+    sqlx::query(&format!(
+        "CREATE TABLE {quoted}.versions (version integer PRIMARY KEY, name text NOT NULL, \
+         applied_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    for m in chokaq_postgres::MIGRATIONS.iter().filter(|m| m.version <= 10) {
+        sqlx::raw_sql(&m.sql.replace("{schema}", &quoted)).execute(&mut *tx).await.unwrap();
+        let insert = format!("INSERT INTO {quoted}.versions (version, name) VALUES ($1, $2)");
+        sqlx::query(&insert).bind(m.version).bind(m.name).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    // A job claimed (reserve) by the version-10 function.
+    let old = PgBackend::connect(PgConfig::new(common::url()).schema(schema.clone()).max_connections(2)).await.unwrap();
+    let id = old.enqueue(job("up")).await.unwrap().id;
+    let old_claim = format!("SELECT id FROM {quoted}.claim($1, ARRAY['up'], 1, false)");
+    let got: Vec<uuid::Uuid> =
+        sqlx::query_scalar(&old_claim).bind(uuid::Uuid::new_v4()).fetch_all(&pool).await.unwrap();
+    assert_eq!(got, vec![id.0]);
+
+    old.migrate().await.unwrap();
+    let versions: Vec<i32> = sqlx::query_scalar(&format!("SELECT version FROM {quoted}.versions ORDER BY version"))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(versions.last(), Some(&11));
+    let holds: i32 = sqlx::query_scalar(&format!("SELECT expired_holds FROM {quoted}.jobs_hot WHERE id = $1"))
+        .bind(id.0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(holds, 0);
+    let err = sqlx::query(&old_claim).bind(uuid::Uuid::new_v4()).fetch_all(&pool).await.unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "the boolean claim is gone: {err}");
+    let r = old.get_job(id).await.unwrap().unwrap();
+    assert_eq!(r.location, chokaq_core::JobLocation::Hot(chokaq_core::JobStatus::Fetched));
+    old.enqueue(job("up")).await.unwrap();
+    assert_eq!(claim(&old, WorkerId::random(), "up", 5, ClaimMode::Hold).await.len(), 1, "the new claim");
+
+    // The recorded checksum decides: a matching one leaves the functions alone (a dropped
+    // function stays dropped), a changed one applies the script again.
+    let count_fns = format!(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+          WHERE n.nspname = '{schema}' AND p.proname IN ('claim', 'complete_and_claim')"
+    );
+    let drop_cc =
+        format!("DROP FUNCTION {quoted}.complete_and_claim(uuid, uuid[], bigint[], text[], integer, smallint)");
+    sqlx::query(&drop_cc).execute(&pool).await.unwrap();
+    old.migrate().await.unwrap();
+    let n: i64 = sqlx::query_scalar(&count_fns).fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 1, "same checksum: not applied again");
+    let stale = format!("UPDATE {quoted}.repeatables SET checksum = 'stale' WHERE name = 'functions'");
+    sqlx::query(&stale).execute(&pool).await.unwrap();
+    old.migrate().await.unwrap();
+    let n: i64 = sqlx::query_scalar(&count_fns).fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 2, "changed checksum: applied again");
+    // A schema a newer build migrated (a version this build does not know): left alone.
+    sqlx::query(&drop_cc).execute(&pool).await.unwrap();
+    sqlx::query(&stale).execute(&pool).await.unwrap();
+    sqlx::query(&format!("INSERT INTO {quoted}.versions (version, name) VALUES (9999, 'future')"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    old.migrate().await.unwrap();
+    let n: i64 = sqlx::query_scalar(&count_fns).fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 1, "an older build does not put its functions back");
+    old.drop_schema().await.unwrap();
+    f.drop().await;
+}
+
 /// Issue 11 item 8 / issue 16 finding 5: with the longest schema name accepted, the NOTIFY
 /// channel `<schema>_jobs` stays within 63 bytes, so enqueue (which notifies) works and a
 /// wake-up arrives.

@@ -50,6 +50,7 @@ async fn enqueue_round_trips_every_field() {
 
 #[rstest]
 #[case::reserve(ClaimMode::Reserve)]
+#[case::hold(ClaimMode::Hold)]
 #[case::start(ClaimMode::Start)]
 #[tokio::test]
 async fn claim_modes(#[case] mode: ClaimMode) {
@@ -69,6 +70,10 @@ async fn claim_modes(#[case] mode: ClaimMode) {
                 assert_eq!((j.status, j.attempt), (JobStatus::Fetched, 0));
                 assert!(j.started_at.is_none() && j.heartbeat_at.is_none());
             }
+            ClaimMode::Hold => {
+                assert_eq!((j.status, j.attempt), (JobStatus::Fetched, 0));
+                assert!(j.started_at.is_none() && j.heartbeat_at.is_some());
+            }
             ClaimMode::Start => {
                 assert_eq!((j.status, j.attempt), (JobStatus::Processing, 1));
                 assert!(j.started_at.is_some() && j.heartbeat_at.is_some());
@@ -79,6 +84,28 @@ async fn claim_modes(#[case] mode: ClaimMode) {
     let rest = claim(db, WorkerId::random(), "modes", 10, mode).await;
     assert_eq!(rest.len(), 1);
     assert!(rest[0].lease.0 > jobs[1].lease.0.max(jobs[0].lease.0), "leases grow");
+    f.drop().await;
+}
+
+/// A Reserve claim writes `heartbeat_at = NULL` (a re-claimed row may carry the heartbeat of
+/// its previous run, which would make it held); Hold writes now().
+#[tokio::test]
+async fn reserve_clears_an_old_heartbeat_and_hold_sets_one() {
+    let f = fixture!();
+    let db = &f.db;
+    let id = db.enqueue(job("rehb")).await.unwrap().id;
+    let w = WorkerId::random();
+    let first = claim_one(db, w, "rehb", ClaimMode::Start).await;
+    let retry = FailAction::Retry { delay: Duration::ZERO, error: "again".into() };
+    assert!(db.fail(w, first.lease_ref(), retry).await.unwrap().done().is_some());
+    let r = db.get_job(id).await.unwrap().unwrap();
+    assert!(r.heartbeat_at.is_some(), "the retried row keeps its last heartbeat");
+    let again = claim_one(db, w, "rehb", ClaimMode::Reserve).await;
+    assert_eq!((again.status, again.heartbeat_at), (JobStatus::Fetched, None));
+    assert!(db.release_one(w, again.lease_ref()).await.unwrap().done().is_some());
+    let held = claim_one(db, w, "rehb", ClaimMode::Hold).await;
+    let now = db.db_now().await.unwrap();
+    assert!(held.heartbeat_at.is_some_and(|t| (now - t).num_seconds().abs() < 5), "{:?}", held.heartbeat_at);
     f.drop().await;
 }
 
@@ -241,7 +268,7 @@ async fn guards_reject_wrong_lease_worker_and_status(#[case] op: Op) {
     let db = &f.db;
     db.enqueue(job("guard")).await.unwrap();
     let w = WorkerId::random();
-    // Start and release expect Fetched; the others Processing.
+    // Start and release take Fetched (start also a job it started); the others Processing.
     let mode = if matches!(op, Op::Start | Op::Release) { ClaimMode::Reserve } else { ClaimMode::Start };
     let j = claim_one(db, w, "guard", mode).await;
     let before = db.get_job(j.id).await.unwrap().unwrap();
@@ -250,12 +277,12 @@ async fn guards_reject_wrong_lease_worker_and_status(#[case] op: Op) {
     assert!(apply(db, op, WorkerId::random(), j.lease_ref()).await, "wrong worker must be lost");
     assert!(apply(db, op, w, LeaseRef { id: JobId::new(), lease: j.lease }).await, "unknown id must be lost");
     assert_eq!(db.get_job(j.id).await.unwrap().unwrap(), before, "a lost write changed nothing");
-    // Wrong status: the other mode's operation.
-    let wrong_status = match op {
-        Op::Start | Op::Release => Op::Complete,
-        _ => Op::Start,
-    };
-    assert!(apply(db, wrong_status, w, j.lease_ref()).await, "wrong status must be lost");
+    // Wrong status: release of a Processing job (every other guard takes Fetched and
+    // Processing alike: start is repeatable, complete, heartbeat and fail count a Fetched run).
+    if matches!(op, Op::Heartbeat | Op::Complete | Op::Fail) {
+        assert!(apply(db, Op::Release, w, j.lease_ref()).await, "wrong status must be lost");
+        assert_eq!(db.get_job(j.id).await.unwrap().unwrap(), before, "a lost release changed nothing");
+    }
     // The right call passes.
     assert!(!apply(db, op, w, j.lease_ref()).await, "the holder's write must pass");
     f.drop().await;
@@ -363,6 +390,61 @@ async fn rescue_releases_old_fetched_and_dead_letters_spent_zombies() {
         tokio::task::yield_now().await;
     };
     assert_eq!(r.zombies_retried, 1);
+    f.drop().await;
+}
+
+/// A held job (ClaimMode::Hold) expires by the zombie timeout from its last heartbeat, never
+/// by the fetched timeout; each expiry counts in `expired_holds`, the third dead-letters it
+/// `zombie` with the reason in its error; a held job whose cancel was requested is
+/// dead-lettered `cancelled`; requeue_dead resets the count.
+#[tokio::test]
+async fn held_jobs_expire_by_the_zombie_timeout_and_die_after_three_expiries() {
+    let f = fixture!();
+    let db = &f.db;
+    let s = db.schema().to_string();
+    let id = db.enqueue(job("held")).await.unwrap().id;
+    let holds = |id: JobId| {
+        let sql = format!("SELECT expired_holds FROM \"{s}\".jobs_hot WHERE id = $1");
+        let pool = db.pool().clone();
+        async move { sqlx::query_scalar::<_, i32>(&sql).bind(id.0).fetch_optional(&pool).await.unwrap() }
+    };
+    for round in 1..=chokaq_core::MAX_EXPIRED_HOLDS {
+        let j = claim_one(db, WorkerId::random(), "held", ClaimMode::Hold).await;
+        assert_eq!(j.id, id);
+        // Past the fetched timeout (60 s), within the zombie timeout (300 s): held on.
+        let patch = JobPatch { heartbeat_at: Some(Some(ago(120))), updated_at: Some(ago(120)), ..Default::default() };
+        db.force(id, &patch).await.unwrap();
+        let r = db.rescue(&RescueParams::default()).await.unwrap();
+        assert_eq!((r.fetched_released, r.zombies_dead), (0, 0), "round {round}: {r:?}");
+        db.force(id, &JobPatch { heartbeat_at: Some(Some(ago(3600))), ..Default::default() }).await.unwrap();
+        let r = db.rescue(&RescueParams::default()).await.unwrap();
+        let rec = db.get_job(id).await.unwrap().unwrap();
+        if round < chokaq_core::MAX_EXPIRED_HOLDS {
+            assert_eq!((r.fetched_released, r.zombies_dead), (1, 0), "round {round}: {r:?}");
+            assert_eq!(
+                (rec.location, rec.attempt, rec.lease, rec.heartbeat_at),
+                (JobLocation::Hot(JobStatus::Pending), 0, None, None)
+            );
+            assert_eq!(holds(id).await, Some(round), "expired_holds after expiry {round}");
+        } else {
+            assert_eq!((r.fetched_released, r.zombies_dead), (0, 1), "round {round}: {r:?}");
+            assert_eq!(rec.location, JobLocation::Dead(DeadReason::Zombie));
+            assert_eq!(
+                rec.last_error.as_deref(),
+                Some("held 3 times by workers that stopped before its start was recorded")
+            );
+        }
+    }
+    assert_eq!(db.requeue_dead(id).await.unwrap(), RequeueOutcome::Requeued);
+    assert_eq!(holds(id).await, Some(0), "requeue resets expired_holds");
+
+    // A cancel of a held job is a request; the expiry then dead-letters it `cancelled`.
+    let j = claim_one(db, WorkerId::random(), "held", ClaimMode::Hold).await;
+    assert_eq!(db.cancel(j.id).await.unwrap(), CancelOutcome::Requested);
+    db.force(id, &JobPatch { heartbeat_at: Some(Some(ago(3600))), ..Default::default() }).await.unwrap();
+    let r = db.rescue(&RescueParams::default()).await.unwrap();
+    assert_eq!((r.fetched_released, r.zombies_dead), (0, 1), "{r:?}");
+    assert_eq!(db.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Cancelled));
     f.drop().await;
 }
 
@@ -766,7 +848,7 @@ async fn a_claim_over_many_queues_locks_only_what_it_returns() {
     // The first claim, in a transaction held open.
     let mut holder = sqlx::PgConnection::connect(&common::url()).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    let first: Vec<uuid::Uuid> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".claim($1, $2, 10, false)"))
+    let first: Vec<uuid::Uuid> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".claim($1, $2, 10, 0::int2)"))
         .bind(uuid::Uuid::new_v4())
         .bind(&queues)
         .fetch_all(&mut holder)
@@ -837,7 +919,7 @@ async fn a_scheduled_backlog_costs_the_claim_nothing() {
     let s = db.schema();
     let mut conn = sqlx::PgConnection::connect(&common::url()).await.unwrap();
     sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    let got: Vec<uuid::Uuid> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".claim($1, $2, 10, false)"))
+    let got: Vec<uuid::Uuid> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".claim($1, $2, 10, 0::int2)"))
         .bind(uuid::Uuid::new_v4())
         .bind(vec!["later".to_string()])
         .fetch_all(&mut conn)

@@ -47,25 +47,25 @@ pub struct Faults {
 /// correct claim writes.
 macro_rules! claim_set {
     () => {
-        "SET status = CASE WHEN p.start THEN 2 ELSE 1 END,
-           attempt = CASE WHEN p.start THEN h.attempt + 1 ELSE h.attempt END,
-           started_at = CASE WHEN p.start THEN now() ELSE h.started_at END,
-           heartbeat_at = CASE WHEN p.start THEN now() ELSE h.heartbeat_at END,
+        "SET status = CASE WHEN p.mode = 2 THEN 2 ELSE 1 END,
+           attempt = CASE WHEN p.mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
+           started_at = CASE WHEN p.mode = 2 THEN now() ELSE h.started_at END,
+           heartbeat_at = CASE WHEN p.mode = 0 THEN NULL ELSE now() END,
            lease = nextval('{schema}.lease_seq'), worker_id = p.worker, updated_at = now()
 "
     };
 }
 
-/// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` start.
-const CLAIM_PARAMS: &str = "p AS (SELECT $1::uuid AS worker, $2::text[] AS queues, $3::int4 AS lim, $4::bool AS start)";
+/// The claim's parameters under names: `$1` worker, `$2` queues, `$3` limit, `$4` mode.
+const CLAIM_PARAMS: &str = "p AS (SELECT $1::uuid AS worker, $2::text[] AS queues, $3::int4 AS lim, $4::int2 AS mode)";
 
-/// The same names for `complete_and_claim`'s parameters (`$4` queues, `$5` limit, `$6` start).
+/// The same names for `complete_and_claim`'s parameters (`$4` queues, `$5` limit, `$6` mode).
 const COMPLETE_AND_CLAIM_PARAMS: &str =
-    "p AS (SELECT $1::uuid AS worker, $4::text[] AS queues, $5::int4 AS lim, $6::bool AS start)";
+    "p AS (SELECT $1::uuid AS worker, $4::text[] AS queues, $5::int4 AS lim, $6::int2 AS mode)";
 
 /// The correct claim, as a CTE.
 const CLAIM_PART: &str =
-    "claimed AS (SELECT c.* FROM p CROSS JOIN LATERAL {schema}.claim(p.worker, p.queues, p.lim, p.start) c)";
+    "claimed AS (SELECT c.* FROM p CROSS JOIN LATERAL {schema}.claim(p.worker, p.queues, p.lim, p.mode) c)";
 
 /// Candidates read with no lock at all; the UPDATE takes them by id with no status check, so a
 /// claimer that waited for a row another claimer took re-checks only the id, and takes it too.
@@ -142,32 +142,32 @@ claimed AS (
 /// The correct complete (`$1` worker, `$2` ids, `$3` leases), as CTEs.
 const COMPLETE_PART: &str = concat!(
     "l AS (",
-    guard!("2"),
+    guard!("IN (1, 2)"),
     "),
 g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
 done AS (INSERT INTO {schema}.jobs_archive (",
     archive_cols!(),
     ") SELECT ",
-    archive_vals!(),
+    archive_vals_started!(),
     " FROM g RETURNING id)"
 );
 
 /// Complete with no `lease` condition.
 const COMPLETE_NO_LEASE_PART: &str = concat!(
     "l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id
-        WHERE h.worker_id = $1 AND h.status = 2 ORDER BY h.id FOR UPDATE OF h),
+        WHERE h.worker_id = $1 AND h.status IN (1, 2) ORDER BY h.id FOR UPDATE OF h),
 g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
 done AS (INSERT INTO {schema}.jobs_archive (",
     archive_cols!(),
     ") SELECT ",
-    archive_vals!(),
+    archive_vals_started!(),
     " FROM g RETURNING id)"
 );
 
 /// The first half of a move split into two autocommitted statements, with no second half.
 const COMPLETE_DELETE_ONLY_PART: &str = concat!(
     "l AS (",
-    guard!("2"),
+    guard!("IN (1, 2)"),
     "),
 done AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.id)"
 );
@@ -175,7 +175,7 @@ done AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.i
 /// Heartbeat with no `lease` condition.
 const HEARTBEAT_NO_LEASE: &str = "
 WITH l AS (SELECT h.id FROM {schema}.jobs_hot h JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON h.id = u.id
-            WHERE h.worker_id = $1 AND h.status = 2 ORDER BY h.id FOR UPDATE OF h)
+            WHERE h.worker_id = $1 AND h.status IN (1, 2) ORDER BY h.id FOR UPDATE OF h)
 UPDATE {schema}.jobs_hot h SET heartbeat_at = now() FROM l WHERE h.id = l.id
 RETURNING h.id, h.cancel_requested";
 
