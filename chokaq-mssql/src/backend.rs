@@ -273,9 +273,11 @@ impl Backend for MssqlBackend {
             req_.validate()?;
             let queues: Vec<&str> = req_.queues.iter().map(QueueName::as_str).collect();
             let queues = serde_json::to_string(&queues)?;
+            // The claim's `@Mode` (see `sql::claim::CLAIM`).
             let mode: i16 = match req_.mode {
-                ClaimMode::Reserve => JobStatus::Fetched.code(),
-                ClaimMode::Start => JobStatus::Processing.code(),
+                ClaimMode::Reserve => 1,
+                ClaimMode::Start => 2,
+                ClaimMode::Hold => 3,
             };
             let limit = i32::try_from(req_.limit).map_err(|_| Error::invalid("claim limit too large"))?;
             let sets = self.run("claim", &self.sql().claim, &[&queues, &req_.worker.0, &limit, &mode]).await?;
@@ -388,7 +390,8 @@ impl Backend for MssqlBackend {
             let fetched = millis("fetched_timeout", DEFAULT_FETCHED_TIMEOUT)?;
             let zombie = millis("zombie_timeout", DEFAULT_ZOMBIE_TIMEOUT)?;
             let limit = i32::try_from(params.limit).map_err(|_| Error::invalid("rescue limit too large"))?;
-            let row = first_row(op, self.run(op, &self.sql().rescue, &[&fetched, &zombie, &limit]).await?)?;
+            let max_holds = chokaq_core::MAX_EXPIRED_HOLDS;
+            let row = first_row(op, self.run(op, &self.sql().rescue, &[&fetched, &zombie, &limit, &max_holds]).await?)?;
             let mut report = decode_rescue(op, &row)?;
             if let Some(misses) = note_rescue(&self.inner.rescue_misses, report.ran) {
                 tracing::warn!(

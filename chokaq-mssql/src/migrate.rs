@@ -6,7 +6,8 @@
 //! once; the statements are `sql::migrate`'s `MIGRATE_SCHEMA`, `MIGRATE_LOCKS`,
 //! `MIGRATE_OBJECTS` and `MIGRATE_LOCK_ESCALATION`. Schema version 5 (the `Workers` table and
 //! the archive's `(FinishedAtUtc, Queue)` index) is a fifth batch of its own, `sql::workers`'s
-//! `MIGRATE_WORKERS`, under the same lock row.
+//! `MIGRATE_WORKERS`, under the same lock row. Schema version 7 (`JobsHot.ExpiredHolds` and the
+//! index `IX_JobsHot_Held`, for `ClaimMode::Hold`) is part of `MIGRATE_OBJECTS`.
 
 use chokaq_core::Result;
 

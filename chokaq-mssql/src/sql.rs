@@ -395,6 +395,37 @@ mod tests {
         assert!(st.requeue_dead.contains("INTO [chokaq].[JobsHot] ("));
     }
 
+    /// Issue 24: schema version 7 adds `ExpiredHolds` (NOT NULL, default 0, only where it is
+    /// missing) and the held jobs' index, and records version 7, in the migration's transaction.
+    #[test]
+    fn migration_version_7_adds_expired_holds_and_the_held_index() {
+        let st = Statements::new("chokaq").unwrap();
+        let o = &st.migrate_objects;
+        let add = at(
+            o,
+            "IF COL_LENGTH(N'[chokaq].[JobsHot]', N'ExpiredHolds') IS NULL\n    ALTER TABLE [chokaq].[JobsHot] ADD \
+             [ExpiredHolds] INT NOT NULL CONSTRAINT [DF_JobsHot_ExpiredHolds] DEFAULT (0);",
+        );
+        let index = at(
+            o,
+            "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE [name] = N'IX_JobsHot_Held' AND [object_id] = \
+             OBJECT_ID(N'[chokaq].[JobsHot]'))\n    CREATE NONCLUSTERED INDEX [IX_JobsHot_Held] ON [chokaq].[JobsHot] \
+             ([HeartbeatUtc]) INCLUDE ([Queue]) WHERE [Status] = 1 AND [HeartbeatUtc] IS NOT NULL;",
+        );
+        let v7 = at(
+            o,
+            "IF NOT EXISTS (SELECT 1 FROM [chokaq].[SchemaVersions] WHERE [Version] = 7)\n    \
+             INSERT INTO [chokaq].[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (7, SYSUTCDATETIME());",
+        );
+        assert!(at(o, "BEGIN TRANSACTION;") < add && add < v7 && index < v7 && v7 < at(o, "COMMIT TRANSACTION;"));
+        assert!(at(o, "CREATE TABLE [chokaq].[JobsHot] (") < add);
+        // Nothing else in the batch reads the new column (it compiles against a version-6 table).
+        assert_eq!(o.matches("ExpiredHolds").count(), 3);
+        // Every statement that reads or writes it comes after the migration: claim and enqueue
+        // leave it to its default.
+        assert!(!st.claim.contains("ExpiredHolds") && !st.enqueue.contains("ExpiredHolds"));
+    }
+
     /// Issue 16 finding 4: the migration and rescue locks are rows of `[schema].[Locks]`,
     /// which only roles with privileges on the schema can lock; no app lock named from the
     /// schema is left in either.
@@ -646,7 +677,7 @@ mod tests {
             ("fail", 8),
             ("release", 2),
             ("dead_letter_undecodable", 4),
-            ("rescue", 3),
+            ("rescue", 4),
             ("cancel", 1),
             ("control_queue", 5),
             ("queue_settings", 1),

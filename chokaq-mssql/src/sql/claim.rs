@@ -136,7 +136,10 @@ COMMIT TRANSACTION;";
 /// Pending jobs, behind the queue gate, in one transaction.
 ///
 /// Parameters: `@P1` JSON array of queue names, `@P2` worker id, `@P3` limit, `@P4` mode
-/// (1 = reserve into Fetched, 2 = start into Processing).
+/// (1 = reserve into Fetched, `HeartbeatUtc` NULL; 2 = start into Processing; 3 = hold: into
+/// Fetched with `HeartbeatUtc` now, the claim being the job's first heartbeat). Reserve sets
+/// `HeartbeatUtc` NULL explicitly: a job claimed again may carry an earlier run's value, and
+/// a Fetched row with a heartbeat is a held one to `cancel` and `rescue`.
 ///
 /// 0. Promotion (its own short autocommit statement, before the transaction): per requested
 ///    queue, a range seek on `IX_JobsHot_Scheduled (Queue, DueAtUtc) WHERE Status = 3` for
@@ -257,12 +260,12 @@ BEGIN
 END;
 UPDATE h
 SET
-    h.[Status] = @Mode,
+    h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,
     h.[WorkerId] = @WorkerId,
     h.[Lease] = @FirstLease + p.[Rn] - 1,
     h.[Attempt] = CASE WHEN @Mode = 2 THEN h.[Attempt] + 1 ELSE h.[Attempt] END,
     h.[StartedAtUtc] = CASE WHEN @Mode = 2 THEN @Now ELSE h.[StartedAtUtc] END,
-    h.[HeartbeatUtc] = CASE WHEN @Mode = 2 THEN @Now ELSE h.[HeartbeatUtc] END,
+    h.[HeartbeatUtc] = CASE WHEN @Mode = 1 THEN NULL ELSE @Now END,
     h.[UpdatedAtUtc] = @Now,
     h.[Outcome] = NULL
 OUTPUT INSERTED.[Id], INSERTED.[Queue], INSERTED.[Kind], INSERTED.[Payload], INSERTED.[Tags], \
@@ -311,6 +314,13 @@ mod tests {
         assert!(c.contains("FROM [chokaq].[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)"));
         assert!(c.contains("FROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)\nINNER JOIN ("));
         assert!(c.contains("h.[Outcome] = NULL"), "a claim clears what an earlier fail recorded");
+        // Issue 24: reserve (1) Fetched without a heartbeat, start (2) Processing, hold (3)
+        // Fetched with the claim as its first heartbeat.
+        assert!(c.contains("DECLARE @Mode SMALLINT = @P4;"));
+        assert!(c.contains("    h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,\n"));
+        assert!(c.contains("    h.[Attempt] = CASE WHEN @Mode = 2 THEN h.[Attempt] + 1 ELSE h.[Attempt] END,\n"));
+        assert!(c.contains("    h.[HeartbeatUtc] = CASE WHEN @Mode = 1 THEN NULL ELSE @Now END,\n"));
+        assert!(!c.contains("h.[Status] = @Mode"), "the mode is not a status any more");
         assert!(c.starts_with("SET XACT_ABORT ON;\nSET NOCOUNT ON;\nSET TRANSACTION ISOLATION LEVEL READ COMMITTED;"));
     }
 

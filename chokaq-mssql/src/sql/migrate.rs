@@ -18,7 +18,10 @@
 //! `UX_JobsHot_QueueIdempotencyKey (Queue, IdempotencyKey)` replaces
 //! `UX_JobsHot_IdempotencyKey (IdempotencyKey)`; the `Locks` table) upgrades version 2 in
 //! place. Keys unique over the schema are unique per queue, so the new index always builds;
-//! it is created before the old one is dropped, in the same transaction.
+//! it is created before the old one is dropped, in the same transaction. Version 7 (issue 24,
+//! `ClaimMode::Hold`) adds `JobsHot.ExpiredHolds` (`INT NOT NULL`, default 0) and the filtered
+//! index `IX_JobsHot_Held (HeartbeatUtc) WHERE Status = 1 AND HeartbeatUtc IS NOT NULL`, which
+//! the rescue seeks for held jobs whose heartbeat expired.
 
 /// Checks the database compatibility level (130 or higher, for `OPENJSON`: error 51001,
 /// `Unsupported`, with the level found), then creates the schema itself (`CREATE SCHEMA` must
@@ -74,8 +77,16 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.[Locks] AS l WITH (UPDLOCK, HOLDLOCK) W
 /// Under the `migrate` row of `Locks`: creates every table, index and the lease sequence if
 /// missing, upgrades a version-1 schema (adds `Outcome`, moves not-yet-due Pending rows to
 /// Scheduled) and a version-2 one (the per-queue idempotency index replaces the global one),
-/// creates the `Schedules` table of periodic jobs (version 4), and records versions 1 to 4 in
-/// `SchemaVersions`.
+/// creates the `Schedules` table of periodic jobs (version 4), adds `ExpiredHolds` and
+/// `IX_JobsHot_Held` (version 7), and records versions 1 to 4, 6 and 7 in `SchemaVersions`.
+///
+/// `ExpiredHolds` counts how often a held Fetched job (claimed with `ClaimMode::Hold`: Fetched
+/// with a heartbeat) expired, its worker gone before its start was recorded; the rescue
+/// dead-letters it at `MAX_EXPIRED_HOLDS`, `requeue_dead` starts it again at 0. Only the hot
+/// table has it (the moves copy the shared columns). On editions other than Enterprise (and
+/// Developer), adding a `NOT NULL` column with a default writes every existing row once; on
+/// Enterprise it is a metadata-only change. No statement of this batch reads the column, so the
+/// batch compiles against a version-6 table.
 ///
 /// The three job tables share their first 18 columns (`Id` … `CreatedBy`, in this order:
 /// the moves copy them with `OUTPUT DELETED.… INTO`). Indexes of the hot table are filtered
@@ -194,6 +205,9 @@ IF COL_LENGTH(N'{schema}.[JobsHot]', N'Outcome') IS NULL
     ALTER TABLE {schema}.[JobsHot] ADD [Outcome] SMALLINT NULL;
 IF COL_LENGTH(N'{schema}.[JobsDlq]', N'Outcome') IS NULL
     ALTER TABLE {schema}.[JobsDlq] ADD [Outcome] SMALLINT NULL;
+IF COL_LENGTH(N'{schema}.[JobsHot]', N'ExpiredHolds') IS NULL
+    ALTER TABLE {schema}.[JobsHot] ADD [ExpiredHolds] INT NOT NULL \
+    CONSTRAINT [DF_JobsHot_ExpiredHolds] DEFAULT (0);
 IF NOT EXISTS (SELECT 1 FROM sys.indexes \
     WHERE [name] = N'IX_JobsHot_Pending' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
     CREATE NONCLUSTERED INDEX [IX_JobsHot_Pending] \
@@ -210,6 +224,10 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes \
     WHERE [name] = N'IX_JobsHot_Processing' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
     CREATE NONCLUSTERED INDEX [IX_JobsHot_Processing] \
     ON {schema}.[JobsHot] ([HeartbeatUtc]) INCLUDE ([Queue], [Attempt], [MaxAttempts]) WHERE [Status] = 2;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes \
+    WHERE [name] = N'IX_JobsHot_Held' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
+    CREATE NONCLUSTERED INDEX [IX_JobsHot_Held] \
+    ON {schema}.[JobsHot] ([HeartbeatUtc]) INCLUDE ([Queue]) WHERE [Status] = 1 AND [HeartbeatUtc] IS NOT NULL;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes \
     WHERE [name] = N'IX_JobsHot_Active' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
     CREATE NONCLUSTERED INDEX [IX_JobsHot_Active] \
@@ -244,6 +262,8 @@ IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 3)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (3, SYSUTCDATETIME());
 IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 6)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (6, SYSUTCDATETIME());
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 7)
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (7, SYSUTCDATETIME());
 IF OBJECT_ID(N'{schema}.[Schedules]', N'U') IS NULL
     CREATE TABLE {schema}.[Schedules] (
         [Name] NVARCHAR(200) COLLATE Latin1_General_BIN2 NOT NULL CONSTRAINT [PK_Schedules] PRIMARY KEY CLUSTERED,

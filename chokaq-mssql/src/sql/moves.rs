@@ -7,22 +7,40 @@
 //! Every read of the hot table here is `FORCESEEK` (on the primary key, or on the index of
 //! the state it looks for): whatever the optimizer estimates for the JSON list, no plan can
 //! scan the table under update locks.
+//!
+//! Held jobs (issue 24): a job claimed with `ClaimMode::Hold` is Fetched with a heartbeat, and
+//! its worker may run it before its start is recorded. So `heartbeat`, `complete` and `fail`
+//! take a Fetched row as well as a Processing one, and count a Fetched row's run as `start`
+//! would have (`Attempt + 1`); `start` is repeatable; a cancel of a held job is a request; a
+//! held job expires by its queue's zombie timeout, and `ExpiredHolds` counts its expiries.
 
-/// Fetched → Processing (`Attempt + 1`). Returns the ids written.
-pub(super) const START: &str = "SET NOCOUNT ON;
+/// Fetched → Processing (`Attempt + 1`), then returns the ids Processing under these leases
+/// and this worker: the ones this call started and the ones a start with the same lease
+/// already had (a repeated `start`, whose first answer was lost, is done again and writes
+/// nothing: the attempt is counted once). One transaction, so a row this call started is
+/// still its own when the ids are read.
+pub(super) const START: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
 DECLARE @Leases NVARCHAR(MAX) = @P1;
 DECLARE @WorkerId UNIQUEIDENTIFIER = @P2;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+BEGIN TRANSACTION;
 UPDATE h
 SET h.[Status] = 2, h.[Attempt] = h.[Attempt] + 1, h.[StartedAtUtc] = @Now, h.[HeartbeatUtc] \
     = @Now, h.[UpdatedAtUtc] = @Now
-OUTPUT INSERTED.[Id]
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
-WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
+WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;
+SELECT h.[Id]
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
+    ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
+WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;
+COMMIT TRANSACTION;";
 
-/// Bumps `HeartbeatUtc` of Processing jobs still held. Returns `Id, CancelRequested`.
+/// Bumps `HeartbeatUtc` of Fetched or Processing jobs still held. Returns `Id,
+/// CancelRequested`.
 pub(super) const HEARTBEAT: &str = "SET NOCOUNT ON;
 DECLARE @Leases NVARCHAR(MAX) = @P1;
 DECLARE @WorkerId UNIQUEIDENTIFIER = @P2;
@@ -33,14 +51,16 @@ OUTPUT INSERTED.[Id], INSERTED.[CancelRequested]
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
-WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;";
+WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;";
 
-/// Processing → archive: `DELETE … OUTPUT DELETED … INTO JobsArchive`, one statement in one
-/// `XACT_ABORT` transaction. Then returns the ids now in the archive under these leases and
-/// this worker: a repeated `complete` with the lease that archived the job (a client retry
-/// after a lost answer, or two copies racing) reports it done again and writes nothing twice,
-/// while another or a stale lease matches no archive row and is lost. Only `complete` writes
-/// the archive, and every lease is unique, so (Id, Lease) names exactly one completion.
+/// Fetched or Processing → archive: `DELETE … OUTPUT DELETED … INTO JobsArchive`, one
+/// statement in one `XACT_ABORT` transaction. A Fetched row (held, its start not recorded) is
+/// archived as if started first: `Attempt + 1`, `StartedAtUtc` now when it has none. Then
+/// returns the ids now in the archive under these leases and this worker: a repeated
+/// `complete` with the lease that archived the job (a client retry after a lost answer, or two
+/// copies racing) reports it done again and writes nothing twice, while another or a stale
+/// lease matches no archive row and is lost. Only `complete` writes the archive, and every
+/// lease is unique, so (Id, Lease) names exactly one completion.
 pub(super) const COMPLETE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Leases NVARCHAR(MAX) = @P1;
@@ -49,16 +69,16 @@ DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 BEGIN TRANSACTION;
 DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
-    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
-    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
-    DELETED.[LastError], DELETED.[CreatedBy], @Now \
+    DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
+    DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], \
+    DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now \
     INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
-WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;
+WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;
 SELECT a.[Id]
 FROM {schema}.[JobsArchive] AS a
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
@@ -66,7 +86,11 @@ INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease
 WHERE a.[WorkerId] = @WorkerId;
 COMMIT TRANSACTION;";
 
-/// Ends a Processing attempt that did not succeed, in one transaction.
+/// Ends a Processing attempt that did not succeed, in one transaction. A held Fetched job (its
+/// start not recorded) is started first in the same transaction (`Attempt + 1`, as `start`
+/// would have counted its run), and the rules below then apply to that effective attempt: a
+/// retry dead-letters it `failed` when no attempt is left, a snooze leaves its attempt as it
+/// was, a dead letter files the counted attempt.
 ///
 /// Parameters: `@P1` id (BINARY(16)), `@P2` lease, `@P3` worker, `@P4` action
 /// (0 = retry, 1 = snooze, 2 = dead-letter), `@P5`/`@P6` delay seconds / nanoseconds,
@@ -106,6 +130,11 @@ DECLARE @Due DATETIME2(7) = DATEADD(NANOSECOND, @DelayNs, DATEADD(SECOND, @Delay
 DECLARE @Result INT = 0;
 DECLARE @Repeated BIT = 0;
 BEGIN TRANSACTION;
+UPDATE h
+SET h.[Status] = 2, h.[Attempt] = h.[Attempt] + 1, h.[StartedAtUtc] = @Now, h.[HeartbeatUtc] = @Now, \
+    h.[UpdatedAtUtc] = @Now
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 1;
 IF @Action IN (0, 1)
 BEGIN
     UPDATE h
@@ -161,18 +190,46 @@ END;
 COMMIT TRANSACTION;
 SELECT @Result AS [Result], @Due AS [DueAtUtc], @Reason AS [Reason], @Repeated AS [Repeated];";
 
-/// Fetched → Pending for leases still held; the attempt is unchanged. Returns the ids.
-pub(super) const RELEASE: &str = "SET NOCOUNT ON;
+/// Fetched → Pending for leases still held (`HeartbeatUtc` cleared: no longer held); the
+/// attempt is unchanged. An accepted cancel is final: a held job whose `CancelRequested` is
+/// set is not put back but moved to `JobsDlq` (reason `cancelled`), read first under an update
+/// lock so the flag cannot change before the move. One transaction. Returns the ids of both.
+pub(super) const RELEASE: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
 DECLARE @Leases NVARCHAR(MAX) = @P1;
 DECLARE @WorkerId UNIQUEIDENTIFIER = @P2;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Released TABLE ([Id] BINARY(16) NOT NULL);
+DECLARE @Cancelled TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY);
+BEGIN TRANSACTION;
 UPDATE h
-SET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now
-OUTPUT INSERTED.[Id]
+SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[UpdatedAtUtc] = @Now
+OUTPUT INSERTED.[Id] INTO @Released ([Id])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
-WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
+WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId AND h.[CancelRequested] = 0;
+INSERT INTO @Cancelled ([Id])
+SELECT DISTINCT h.[Id]
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK)
+INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
+    ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
+WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId AND h.[CancelRequested] = 1;
+DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
+    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled' \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @Cancelled AS c ON c.[Id] = h.[Id]
+WHERE h.[Status] = 1 AND h.[CancelRequested] = 1;
+COMMIT TRANSACTION;
+SELECT r.[Id] FROM @Released AS r
+UNION ALL
+SELECT c.[Id] FROM @Cancelled AS c;";
 
 /// Maintenance, one instance at a time: the `rescue` row of `[schema].[Locks]`, updated
 /// `WITH (ROWLOCK, READPAST)` (its `LastTakenAtUtc` records the run) and so held until the
@@ -185,24 +242,35 @@ WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;";
 /// Parameters: `@P1` default fetched timeout (ms), `@P2` default zombie timeout (ms) (each
 /// for queues whose `Queues` row sets none), `@P3` limit,
 /// capped at 4,000 rows of each kind per call, fewer row locks than lock escalation would
-/// ever consider, whatever `RescueParams::limit` says (the next call moves the rest).
-/// Expired Fetched jobs (older than their queue's `FetchedTimeoutMs` or the default) go back
-/// to Pending: a `FORCESEEK` range seek on `IX_JobsHot_Fetched (UpdatedAtUtc) WHERE Status = 1`
-/// up to the latest cutoff any queue can have, then checked against their own queue's. Zombies (Processing, heartbeat older
+/// ever consider, whatever `RescueParams::limit` says (the next call moves the rest), `@P4`
+/// `chokaq_core::MAX_EXPIRED_HOLDS`.
+/// Expired reserved Fetched jobs (no heartbeat; older than their queue's `FetchedTimeoutMs` or
+/// the default) go back to Pending: a `FORCESEEK` range seek on `IX_JobsHot_Fetched
+/// (UpdatedAtUtc) WHERE Status = 1` up to the latest cutoff any queue can have, then checked
+/// against their own queue's.
+/// Held Fetched jobs (a heartbeat: their handler may be running) expire by the zombie timeout
+/// instead, from their last heartbeat: a `FORCESEEK` range seek on `IX_JobsHot_Held
+/// (HeartbeatUtc) WHERE Status = 1 AND HeartbeatUtc IS NOT NULL`, as for zombies below. The
+/// zombie policy does not apply to them: one whose cancel was accepted goes to `JobsDlq` as
+/// `cancelled`, one expiring for the `@P4`-th time (`ExpiredHolds + 1`) as `zombie` with
+/// the error "held N times by workers that stopped before its start was recorded" (both
+/// counted in `ZombiesDead`); any other goes back to Pending with its attempt unspent and
+/// `ExpiredHolds + 1` (counted in `FetchedReleased`). Zombies (Processing, heartbeat older
 /// than their queue's `ZombieTimeoutMs` or the default) are found by a `FORCESEEK` range seek
 /// on `IX_JobsHot_Processing (HeartbeatUtc) WHERE Status = 2` up to the latest cutoff any
 /// queue can have (the smallest timeout), oldest heartbeat first, then checked against their
 /// own queue's cutoff; a row without a heartbeat falls back to `UpdatedAtUtc`. They go back to
 /// Pending when attempts remain, the queue's policy is Retry (0) and no cancel was accepted,
 /// else to `JobsDlq`: reason `cancelled` when `CancelRequested` is set (an accepted cancel is
-/// final), else `zombie`. Both reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim does: rows
-/// locked by others are skipped. Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
+/// final), else `zombie`. The three reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim
+/// does: rows locked by others are skipped. Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
 pub(super) const RESCUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @FetchedTimeoutMs BIGINT = @P1;
 DECLARE @DefaultZombieMs BIGINT = @P2;
 DECLARE @Limit INT = CASE WHEN @P3 > 4000 THEN 4000 ELSE @P3 END;
+DECLARE @MaxExpiredHolds INT = @P4;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @MinFetchedMs BIGINT;
 DECLARE @FetchedCutoff DATETIME2(7);
@@ -212,6 +280,7 @@ DECLARE @FetchedReleased INT = 0;
 DECLARE @ZombiesRetried INT = 0;
 DECLARE @ZombiesDead INT = 0;
 DECLARE @Z TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Retry] BIT NOT NULL);
+DECLARE @H TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Dead] BIT NOT NULL);
 BEGIN TRANSACTION;
 UPDATE l
 SET l.[LastTakenAtUtc] = @Now
@@ -240,7 +309,8 @@ WHERE h.[Status] = 1
         MILLISECOND,
         -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) % 1000),
         DATEADD(SECOND, -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) / 1000), @Now)
-    );
+    )
+    AND h.[HeartbeatUtc] IS NULL;
 SET @FetchedReleased = @@ROWCOUNT;
 SELECT @MinZombieMs = MIN(v.[Ms])
 FROM (
@@ -249,6 +319,42 @@ FROM (
     SELECT q.[ZombieTimeoutMs] FROM {schema}.[Queues] AS q WHERE q.[ZombieTimeoutMs] IS NOT NULL
 ) AS v;
 SET @ZombieCutoff = DATEADD(MILLISECOND, -(@MinZombieMs % 1000), DATEADD(SECOND, -(@MinZombieMs / 1000), @Now));
+INSERT INTO @H ([Id], [Dead])
+SELECT TOP (@Limit)
+    h.[Id],
+    CASE WHEN h.[CancelRequested] = 1 OR h.[ExpiredHolds] + 1 >= @MaxExpiredHolds THEN 1 ELSE 0 END
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
+WHERE h.[Status] = 1
+    AND h.[HeartbeatUtc] IS NOT NULL
+    AND h.[HeartbeatUtc] < @ZombieCutoff
+    AND h.[HeartbeatUtc] < DATEADD(
+        MILLISECOND,
+        -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) % 1000),
+        DATEADD(SECOND, -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) / 1000), @Now)
+    )
+ORDER BY h.[HeartbeatUtc] ASC;
+UPDATE h
+SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[ExpiredHolds] = h.[ExpiredHolds] + 1, \
+    h.[UpdatedAtUtc] = @Now
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @H AS x ON x.[Id] = h.[Id]
+WHERE x.[Dead] = 0 AND h.[Status] = 1 AND h.[CancelRequested] = 0;
+SET @FetchedReleased = @FetchedReleased + @@ROWCOUNT;
+DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
+    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
+    CASE WHEN DELETED.[CancelRequested] = 1 THEN DELETED.[LastError] ELSE CONCAT(N'held ', \
+    DELETED.[ExpiredHolds] + 1, N' times by workers that stopped before its start was recorded') END, \
+    DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' ELSE 'zombie' END \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @H AS x ON x.[Id] = h.[Id]
+WHERE x.[Dead] = 1 AND h.[Status] = 1;
+SET @ZombiesDead = @@ROWCOUNT;
 INSERT INTO @Z ([Id], [Retry])
 SELECT TOP (@Limit)
     h.[Id],
@@ -284,7 +390,7 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Z AS z ON z.[Id] = h.[Id]
 WHERE z.[Retry] = 0 AND h.[Status] = 2;
-SET @ZombiesDead = @@ROWCOUNT;
+SET @ZombiesDead = @ZombiesDead + @@ROWCOUNT;
 COMMIT TRANSACTION;
 SELECT CAST(1 AS BIT) AS [Ran], @FetchedReleased AS [FetchedReleased], @ZombiesRetried AS [ZombiesRetried], \
     @ZombiesDead AS [ZombiesDead];";
@@ -317,8 +423,10 @@ SET @Moved = @@ROWCOUNT;
 COMMIT TRANSACTION;
 SELECT @Moved AS [Moved];";
 
-/// Cancels a live job. `@P1` id. Pending, Scheduled or Fetched: moved to `JobsDlq` (reason
-/// `cancelled`) by `DELETE … OUTPUT DELETED … INTO`; Processing: `CancelRequested = 1`.
+/// Cancels a live job. `@P1` id. Pending, Scheduled or reserved Fetched (`HeartbeatUtc` NULL):
+/// moved to `JobsDlq` (reason `cancelled`) by `DELETE … OUTPUT DELETED … INTO`; Processing or
+/// held Fetched (a heartbeat: its worker may be running it): `CancelRequested = 1`, a request
+/// its worker sees in the heartbeat.
 /// Returns `Result` (0 = not live, 1 = cancelled, 2 = requested).
 ///
 /// Lock order: a claim (and the promotion) locks a job's entry in `IX_JobsHot_Pending` (or
@@ -359,14 +467,14 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
-WHERE h.[Id] = @Id AND h.[Status] IN (0, 1, 3);
+WHERE h.[Id] = @Id AND (h.[Status] IN (0, 3) OR (h.[Status] = 1 AND h.[HeartbeatUtc] IS NULL));
 IF @@ROWCOUNT = 1
     SET @Result = 1;
 IF @Result = 0
 BEGIN
     UPDATE {schema}.[JobsHot]
     SET [CancelRequested] = 1, [UpdatedAtUtc] = @Now
-    WHERE [Id] = @Id AND [Status] = 2;
+    WHERE [Id] = @Id AND ([Status] = 2 OR ([Status] = 1 AND [HeartbeatUtc] IS NOT NULL));
     IF @@ROWCOUNT = 1
         SET @Result = 2;
 END;
@@ -374,12 +482,12 @@ COMMIT TRANSACTION;
 SELECT @Result AS [Result];";
 
 /// Dead letter → Pending (due now: `Status` 0, `ScheduledAtUtc` cleared), same id, priority
-/// and key, attempt 0: `DELETE … OUTPUT DELETED … INTO JobsHot` in one transaction; `Outcome`
-/// stays NULL, so no `fail` of the old lease can report anything for the requeued job. A
-/// live job of the SAME QUEUE holding the key (keys are scoped per queue: the unique index is
-/// `UX_JobsHot_QueueIdempotencyKey (Queue, IdempotencyKey)`) makes the insert fail with 2601
-/// (→ Conflict) and the whole move rolls back; a job of another queue with that key does
-/// not. `@P1` id. Returns `Moved` (0 or 1).
+/// and key, attempt 0, `ExpiredHolds` 0 (a fresh row): `DELETE … OUTPUT DELETED … INTO
+/// JobsHot` in one transaction; `Outcome` stays NULL, so no `fail` of the old lease can report
+/// anything for the requeued job. A live job of the SAME QUEUE holding the key (keys are
+/// scoped per queue: the unique index is `UX_JobsHot_QueueIdempotencyKey (Queue,
+/// IdempotencyKey)`) makes the insert fail with 2601 (→ Conflict) and the whole move rolls
+/// back; a job of another queue with that key does not. `@P1` id. Returns `Moved` (0 or 1).
 pub(super) const REQUEUE_DEAD: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Id BINARY(16) = @P1;
@@ -391,11 +499,11 @@ OUTPUT
     DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey],
     DELETED.[Priority], 0, DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[CreatedAtUtc], @Now, \
     DELETED.[LastError],
-    DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0
+    DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0
 INTO {schema}.[JobsHot] (
     [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey],
     [Priority], [Attempt], [MaxAttempts], [Lease], [CreatedAtUtc], [UpdatedAtUtc], [LastError],
-    [CreatedBy], [Status], [DueAtUtc], [CancelRequested]
+    [CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds]
 )
 FROM {schema}.[JobsDlq] AS d WITH (FORCESEEK)
 WHERE d.[Id] = @Id;
@@ -577,7 +685,12 @@ mod tests {
         let delete = at(c, "DELETE h");
         assert!(read < pending && pending < scheduled && scheduled < delete);
         assert!(!c[read..pending].contains("WITH ("), "the first read takes no lock hint");
-        assert!(c.contains("WHERE h.[Id] = @Id AND h.[Status] IN (0, 1, 3);"), "Scheduled jobs are cancelled too");
+        assert!(
+            c.contains(
+                "WHERE h.[Id] = @Id AND (h.[Status] IN (0, 3) OR (h.[Status] = 1 AND h.[HeartbeatUtc] IS NULL));"
+            ),
+            "Scheduled and reserved Fetched jobs are cancelled too"
+        );
     }
 
     /// Items 6 and 11: rescue seeks by the indexed time columns, takes U locks like the claim,
@@ -598,8 +711,159 @@ mod tests {
         assert!(r.contains("AND (h.[HeartbeatUtc] IS NULL OR h.[HeartbeatUtc] < @ZombieCutoff)"));
         assert!(r.contains("ORDER BY h.[HeartbeatUtc] ASC;"));
         assert!(!r.contains("ORDER BY h.[Id]"));
-        assert_eq!(r.matches("WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)").count(), 2);
+        assert_eq!(r.matches("WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)").count(), 3);
         // The seek bound is the latest cutoff any queue can have: the smallest timeout.
         assert!(r.contains("SELECT @MinZombieMs = MIN(v.[Ms])"));
+    }
+
+    /// Issue 24: `start` is repeatable. The rows this call starts and the rows this lease and
+    /// worker already started are reported alike (read in the same transaction, after the
+    /// update); a repeat writes nothing, so the attempt is counted once.
+    #[test]
+    fn start_is_repeatable_and_counts_the_attempt_once() {
+        let st = Statements::new("chokaq").unwrap();
+        let s = &st.start;
+        assert!(s.starts_with("SET XACT_ABORT ON;\nSET NOCOUNT ON;"));
+        let update = at(s, "UPDATE h\nSET h.[Status] = 2, h.[Attempt] = h.[Attempt] + 1,");
+        assert!(s[update..].contains("WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId;\nSELECT h.[Id]\n"));
+        let select =
+            at(s, "SELECT h.[Id]\nFROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)\nINNER JOIN OPENJSON(@Leases)");
+        assert!(s[select..].contains("WHERE h.[Status] = 2 AND h.[WorkerId] = @WorkerId;\nCOMMIT TRANSACTION;"));
+        assert!(at(s, "BEGIN TRANSACTION;") < update && update < select);
+        assert!(!s.contains("OUTPUT"), "the ids come from the one SELECT, the last result set");
+        assert_eq!(s.matches("UPDATE ").count(), 1, "a repeat writes nothing");
+    }
+
+    /// Issue 24: heartbeat and complete take a held job in either status; a Fetched row is
+    /// archived as if started first (its run counted, a start time).
+    #[test]
+    fn heartbeat_and_complete_take_held_fetched_jobs() {
+        let st = Statements::new("chokaq").unwrap();
+        assert!(st.heartbeat.ends_with("WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;"));
+        let c = &st.complete;
+        assert!(c.contains("WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;\nSELECT a.[Id]"));
+        assert!(c.contains(
+            "DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
+             DELETED.[MaxAttempts],"
+        ));
+        assert!(c.contains("DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError],"));
+    }
+
+    /// Issue 24: `fail` of a held Fetched job starts it first, in its transaction, and only then
+    /// applies the outcome, so every rule sees the counted attempt (a retry with none left dies
+    /// `failed`, a snooze gives the attempt back, a dead letter files it).
+    #[test]
+    fn fail_of_a_held_fetched_job_starts_it_first() {
+        let st = Statements::new("chokaq").unwrap();
+        let f = &st.fail;
+        let start = at(
+            f,
+            "UPDATE h\nSET h.[Status] = 2, h.[Attempt] = h.[Attempt] + 1, h.[StartedAtUtc] = @Now, h.[HeartbeatUtc] = \
+             @Now, h.[UpdatedAtUtc] = @Now\nFROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)\nWHERE h.[Id] = @Id AND \
+             h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 1;\nIF @Action IN (0, 1)",
+        );
+        assert!(at(f, "BEGIN TRANSACTION;") < start && start < at(f, "h.[Outcome] = @Action + 1"));
+        assert_eq!(f.matches("h.[Status] = 1;").count(), 1, "only the start looks at Fetched rows");
+    }
+
+    /// Issue 24: a release puts back only jobs without a cancel request (clearing the
+    /// heartbeat); a held job whose cancel was accepted is dead-lettered `cancelled`, read
+    /// first under an update lock; both are reported done, in one transaction.
+    #[test]
+    fn release_dead_letters_a_cancel_requested_job() {
+        let st = Statements::new("chokaq").unwrap();
+        let r = &st.release;
+        assert!(r.starts_with("SET XACT_ABORT ON;\nSET NOCOUNT ON;"));
+        let back = at(r, "SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[UpdatedAtUtc] = @Now\n");
+        assert!(r.contains("WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId AND h.[CancelRequested] = 0;"));
+        let read = at(r, "SELECT DISTINCT h.[Id]\nFROM [chokaq].[JobsHot] AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK)");
+        assert!(r.contains("WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId AND h.[CancelRequested] = 1;"));
+        let delete = at(r, "DELETE h\n");
+        assert!(r.contains("DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled' INTO [chokaq].[JobsDlq]"));
+        assert!(r.contains(
+            "INNER JOIN @Cancelled AS c ON c.[Id] = h.[Id]\nWHERE h.[Status] = 1 AND h.[CancelRequested] = 1;"
+        ));
+        let commit = at(r, "COMMIT TRANSACTION;");
+        assert!(at(r, "BEGIN TRANSACTION;") < back && back < read && read < delete && delete < commit);
+        assert!(r.ends_with(
+            "COMMIT TRANSACTION;\nSELECT r.[Id] FROM @Released AS r\nUNION ALL\nSELECT c.[Id] FROM @Cancelled AS c;"
+        ));
+        assert!(!r.contains("[Outcome]"), "no fail of the old lease can report this move");
+    }
+
+    /// Issue 24: a cancel of a held job (Fetched with a heartbeat) is a request, like one of a
+    /// Processing job; a reserved Fetched job is still cancelled at once.
+    #[test]
+    fn cancel_of_a_held_job_is_a_request() {
+        let st = Statements::new("chokaq").unwrap();
+        let c = &st.cancel;
+        let delete =
+            at(c, "WHERE h.[Id] = @Id AND (h.[Status] IN (0, 3) OR (h.[Status] = 1 AND h.[HeartbeatUtc] IS NULL));");
+        let request = at(
+            c,
+            "SET [CancelRequested] = 1, [UpdatedAtUtc] = @Now\n    WHERE [Id] = @Id AND ([Status] = 2 OR ([Status] = 1 \
+             AND [HeartbeatUtc] IS NOT NULL));",
+        );
+        assert!(delete < request);
+    }
+
+    /// Issue 24: the rescue of held jobs. Reserved Fetched jobs only expire by the fetched
+    /// timeout; held ones by the zombie timeout from their heartbeat, sought on
+    /// `IX_JobsHot_Held`'s range, and then die (`cancelled`, or `zombie` at the
+    /// `MAX_EXPIRED_HOLDS`-th expiry, `@P4`) or go back to Pending with `ExpiredHolds + 1`.
+    #[test]
+    fn rescue_expires_held_jobs_by_the_zombie_timeout() {
+        let st = Statements::new("chokaq").unwrap();
+        let r = &st.rescue;
+        assert!(r.contains("DECLARE @MaxExpiredHolds INT = @P4;"));
+        assert!(r.contains(
+            "DATEADD(SECOND, -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) / 1000), @Now)\n    )\n    AND \
+             h.[HeartbeatUtc] IS NULL;\nSET @FetchedReleased = @@ROWCOUNT;"
+        ));
+        let pick = at(
+            r,
+            "INSERT INTO @H ([Id], [Dead])\nSELECT TOP (@Limit)\n    h.[Id],\n    CASE WHEN h.[CancelRequested] = 1 OR \
+             h.[ExpiredHolds] + 1 >= @MaxExpiredHolds THEN 1 ELSE 0 END\nFROM [chokaq].[JobsHot] AS h WITH (UPDLOCK, \
+             READPAST, ROWLOCK, FORCESEEK)\nLEFT JOIN [chokaq].[Queues] AS q ON q.[Name] = h.[Queue]\nWHERE h.[Status] \
+             = 1\n    AND h.[HeartbeatUtc] IS NOT NULL\n    AND h.[HeartbeatUtc] < @ZombieCutoff\n",
+        );
+        assert!(r[pick..].contains("-(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) % 1000),"));
+        assert!(at(r, "SET @ZombieCutoff =") < pick);
+        let back = at(
+            r,
+            "SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[ExpiredHolds] = \
+             h.[ExpiredHolds] + 1, h.[UpdatedAtUtc] = @Now\nFROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)\n\
+             INNER JOIN @H AS x ON x.[Id] = h.[Id]\nWHERE x.[Dead] = 0 AND h.[Status] = 1 AND h.[CancelRequested] = 0;\nSET @FetchedReleased = \
+             @FetchedReleased + @@ROWCOUNT;",
+        );
+        let dead = at(
+            r,
+            "INNER JOIN @H AS x ON x.[Id] = h.[Id]\nWHERE x.[Dead] = 1 AND h.[Status] = 1;\n\
+             SET @ZombiesDead = @@ROWCOUNT;",
+        );
+        assert!(r.contains(
+            "CASE WHEN DELETED.[CancelRequested] = 1 THEN DELETED.[LastError] ELSE CONCAT(N'held ', \
+             DELETED.[ExpiredHolds] + 1, N' times by workers that stopped before its start was recorded') END"
+        ));
+        // Held jobs first, then the zombies, whose dead add to the count.
+        let zombies = at(r, "INSERT INTO @Z ([Id], [Retry])");
+        assert!(pick < back && back < dead && dead < zombies);
+        assert!(r.contains("WHERE z.[Retry] = 0 AND h.[Status] = 2;\nSET @ZombiesDead = @ZombiesDead + @@ROWCOUNT;"));
+        // The zombie policy does not apply to held jobs.
+        assert!(!r[pick..zombies].contains("ZombiePolicy"));
+        // The seek's index: held rows only.
+        assert!(st.migrate_objects.contains(
+            "CREATE NONCLUSTERED INDEX [IX_JobsHot_Held] ON [chokaq].[JobsHot] ([HeartbeatUtc]) INCLUDE ([Queue]) \
+             WHERE [Status] = 1 AND [HeartbeatUtc] IS NOT NULL;"
+        ));
+    }
+
+    /// Issue 24: a requeued job is a fresh row, its expired holds forgotten.
+    #[test]
+    fn requeue_resets_expired_holds() {
+        let st = Statements::new("chokaq").unwrap();
+        let q = &st.requeue_dead;
+        assert!(q.contains("DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0\nINTO [chokaq].[JobsHot] ("));
+        assert!(q.contains("[CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds]\n)"));
     }
 }
