@@ -205,33 +205,32 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
     println!();
     println!("targets");
     println!("{}", "-".repeat(100));
-    for t in targets(args, r) {
+    let targets = targets(args, r);
+    let name_width = targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    let rule_width = targets.iter().map(|t| t.rule.len()).max().unwrap_or(0);
+    for t in targets {
         let m = t.measured.map_or("-".to_string(), |m| format!("{m:.3}"));
-        println!("{:<22} {:<72} measured {:>10}  {}", t.name, t.rule, m, t.verdict());
+        println!("{:<name_width$} {:<rule_width$} measured {:>10}  {}", t.name, t.rule, m, t.verdict());
     }
 }
 
 /// Each drain's jobs/s over each raw loop's, one row per drain (the uncapped ones, then the
 /// capped ones), when any raw loop ran.
 fn print_vs_raw(r: &Results) {
+    let capped = [&r.capped, &r.capped_slow, &r.capped_spread, &r.capped_spread_slow];
+    let drains: Vec<&DrainFigures> = r.drains.iter().chain(capped.into_iter().flatten()).collect();
     let loops = raw_loops(r);
-    if r.drains.is_empty() || loops.iter().all(|(_, x)| x.is_none()) {
+    if drains.is_empty() || loops.iter().all(|(_, x)| x.is_none()) {
         return;
     }
+    let width = drains.iter().map(|d| drain_name(d).len()).max().unwrap_or(0).max(36);
     println!();
-    let head = |name: &str| format!("vs {name}");
-    println!(
-        "{:<36} {:>14} {:>14} {:>14}",
-        "drain against the raw loops",
-        head("raw"),
-        head("raw_min"),
-        head("raw_b500")
-    );
+    let [a, b, c] = loops.map(|(name, _)| format!("vs {name}"));
+    println!("{:<width$} {a:>14} {b:>14} {c:>14}", "drain against the raw loops");
     println!("{}", "-".repeat(100));
-    let capped = [&r.capped, &r.capped_slow, &r.capped_spread, &r.capped_spread_slow];
-    for d in r.drains.iter().chain(capped.into_iter().flatten()) {
+    for d in drains {
         let [a, b, c] = vs_raw(Some(d), r).map(|(_, v)| opt(v, 3));
-        println!("{:<36} {:>14} {:>14} {:>14}", drain_name(d), a, b, c);
+        println!("{:<width$} {a:>14} {b:>14} {c:>14}", drain_name(d));
     }
 }
 
