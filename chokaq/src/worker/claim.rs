@@ -20,11 +20,11 @@ use super::heartbeat::Leases;
 use super::{add, broken, ewma, with_retries, Broken, Counters, WorkerConfig};
 use crate::metrics_names as m;
 
-/// The look-ahead buffer: jobs reserved (Reserve mode, Fetched: no attempt counted) beyond
-/// the free slots, in claim order. A finishing handler hands its slot to the first of them,
-/// which is started (`Backend::start`, coalesced with the other slots' starts) before its
-/// handler runs, so a job whose handler never started never loses an attempt, also after a
-/// crash.
+/// The look-ahead buffer: held jobs (Hold mode: Fetched, heart-beaten, no attempt counted)
+/// beyond the free slots, in claim order. A finishing handler hands its slot to the first of
+/// them, whose handler begins at once (`Executor::begin_held`); its attempt is counted by the
+/// deferred start or by its outcome, so a job whose handler never began never loses an
+/// attempt, also after a crash.
 #[derive(Default)]
 pub(super) struct Lookahead {
     inner: Mutex<Buffered>,
@@ -40,6 +40,11 @@ struct Buffered {
 impl Lookahead {
     fn extend(&self, jobs: Vec<ClaimedJob>) {
         self.inner.lock().unwrap().jobs.extend(jobs);
+    }
+
+    /// Whether nothing is buffered.
+    pub(super) fn is_empty(&self) -> bool {
+        self.inner.lock().unwrap().jobs.is_empty()
     }
 
     /// Takes the next look-ahead job (Fetched), unless shutting down.
@@ -233,7 +238,8 @@ impl Claimer {
                 // starts with its claim and no start round trip lengthens the time it holds a
                 // slot of the cap.
                 let slots = if prefetch == 0 && cap_bound {
-                    let n = ex.free_slots().min(want);
+                    // Each of them begins at once: within the unwritten-outcome gate.
+                    let n = ex.free_slots().min(want).min(ex.begin_room());
                     (n > 0).then(|| ex.slots.clone().try_acquire_many_owned(n as u32).ok()).flatten()
                 } else {
                     None
@@ -241,6 +247,9 @@ impl Claimer {
                 let (mode, limit) = match &slots {
                     Some(p) => (ClaimMode::Start, p.num_permits()),
                     None if prefetch == 0 && broken(self.worker, Broken::LookaheadStart) => (ClaimMode::Start, want),
+                    // The look-ahead is held: heart-beaten from its claim, its attempt counted
+                    // once its handler has run (see `Executor::begin_held`).
+                    None if prefetch == 0 => (ClaimMode::Hold, want),
                     None => (ClaimMode::Reserve, want),
                 };
                 let mut slots = slots;
@@ -265,6 +274,11 @@ impl Claimer {
                             // Slots taken for jobs that did not come are free again.
                             drop(slots.take());
                         } else if prefetch == 0 {
+                            for j in &jobs {
+                                if j.status == JobStatus::Fetched {
+                                    self.leases.hold(j.lease_ref(), t0);
+                                }
+                            }
                             self.lookahead.extend(jobs);
                             ex.fill_slots();
                         } else {
@@ -333,7 +347,8 @@ impl Claimer {
                         tokio::task::yield_now().await;
                     }
                 }
-                _ = self.outcomes.next_write(), if await_written || backpressured => {
+                // A write also reopens the gate of buffered jobs held back by unwritten outcomes.
+                _ = self.outcomes.next_write(), if await_written || backpressured || !self.lookahead.is_empty() => {
                     if await_written && self.outcomes.writes() != seen_writes {
                         await_written = false;
                         next_claim = Instant::now();
@@ -429,6 +444,13 @@ impl Claimer {
     /// Reserve mode: starts buffered jobs (one call for the batch) and spawns the ones still
     /// held.
     async fn start_and_spawn(&self, batch: Vec<ClaimedJob>, mut permits: OwnedSemaphorePermit) {
+        // One lease per job in a call, so a reply about an id is about that lease: an older
+        // lease of a job buffered twice (rescued and claimed again by this worker) is dropped.
+        let mut batch = batch;
+        batch.sort_by_key(|j| std::cmp::Reverse(j.lease));
+        let mut seen = HashSet::new();
+        let (batch, stale): (Vec<ClaimedJob>, Vec<ClaimedJob>) = batch.into_iter().partition(|j| seen.insert(j.id));
+        add(&self.counters.lease_lost, stale.len() as u64);
         let leases: Vec<LeaseRef> = batch.iter().map(ClaimedJob::lease_ref).collect();
         match with_retries(|| self.backend.start(self.worker, &leases)).await {
             Ok(out) => {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, ClaimedJob, DeadReason, FailAction, FailOutcome, Fenced, JobId, JobKind, JobStatus, LeaseRef, QueueName,
-    Result, RetryPolicy, WorkerId,
+    Backend, ClaimedJob, DeadReason, FailAction, FailOutcome, Fenced, JobKind, JobStatus, LeaseRef, QueueName,
+    RetryPolicy, WorkerId,
 };
 use futures::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -63,76 +63,19 @@ pub(super) struct Executor {
     pub(super) completer: Arc<Completer>,
     pub(super) outcomes: Arc<Outcomes>,
     pub(super) counters: Arc<Counters>,
-    /// Coalesces the starts of look-ahead jobs into one `Backend::start` per round trip.
-    pub(super) starter: Arc<Starter>,
-    /// Look-ahead jobs whose handler began and whose start is not confirmed yet: in flight
-    /// for the claim loop, though not yet among the tracked leases.
+    /// Look-ahead jobs whose lease is being confirmed (a `start` awaited before their handler
+    /// begins, after an outage let the last confirmation age): in flight for the claim loop.
     pub(super) starting: AtomicU64,
+    /// How long after its last confirmation a held job's handler may still begin without a
+    /// confirmed start: half the shortest zombie timeout of the worker's queues.
+    pub(super) hold_fresh: Duration,
+    /// Rule of issue 24: finished, unwritten outcomes plus running handlers stay at or below
+    /// this (2 x `concurrency`), so at most that many finished jobs are ever unwritten.
+    pub(super) unwritten_cap: usize,
+    pub(super) concurrency: usize,
     /// The worker's span (`chokaq.worker`): the parent of every job's span, whichever task
     /// starts the job (a finishing job hands its slot on from inside its own span).
     pub(super) span: tracing::Span,
-}
-
-/// Group start: a start asked for while another is in flight goes in the next call, so the
-/// slots that free up together start their look-ahead jobs in one round trip.
-pub(super) struct Starter {
-    backend: Arc<dyn Backend>,
-    worker: WorkerId,
-    state: std::sync::Mutex<StartQueue>,
-}
-
-#[derive(Default)]
-struct StartQueue {
-    waiting: Vec<(LeaseRef, tokio::sync::oneshot::Sender<Result<bool>>)>,
-    flushing: bool,
-}
-
-impl Starter {
-    pub(super) fn new(backend: Arc<dyn Backend>, worker: WorkerId) -> Arc<Self> {
-        Arc::new(Starter { backend, worker, state: Default::default() })
-    }
-
-    /// Fetched -> Processing for `lease`: whether it was still held.
-    pub(super) async fn start(self: &Arc<Self>, lease: LeaseRef) -> Result<bool> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let lead = {
-            let mut st = self.state.lock().unwrap();
-            st.waiting.push((lease, tx));
-            !std::mem::replace(&mut st.flushing, true)
-        };
-        if lead {
-            let this = self.clone();
-            tokio::spawn(async move { this.flush().await });
-        }
-        rx.await.unwrap_or_else(|_| Err(chokaq_core::Error::unsupported("start: the starter stopped")))
-    }
-
-    async fn flush(&self) {
-        loop {
-            let batch = {
-                let mut st = self.state.lock().unwrap();
-                if st.waiting.is_empty() {
-                    st.flushing = false;
-                    return;
-                }
-                std::mem::take(&mut st.waiting)
-            };
-            let leases: Vec<LeaseRef> = batch.iter().map(|(l, _)| *l).collect();
-            match super::with_retries(|| self.backend.start(self.worker, &leases)).await {
-                Ok(out) => {
-                    let done: std::collections::HashSet<JobId> = out.done.into_iter().collect();
-                    for (l, tx) in batch {
-                        let _ = tx.send(Ok(done.contains(&l.id)));
-                    }
-                }
-                Err(e) => {
-                    for (_, tx) in batch {
-                        let _ = tx.send(Err(chokaq_core::Error::new(e.kind(), e.message().to_string())));
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// What to do with a finished attempt.
@@ -153,83 +96,148 @@ impl Executor {
 
     /// Runs a tracked job on the slot `permit` holds.
     pub(super) fn spawn(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
-        self.spawn_with(job, permit, control, None);
-    }
-
-    /// [`Executor::spawn`]; `started`: the confirmation of a start still in flight (a
-    /// look-ahead job), awaited before the attempt's outcome is written.
-    fn spawn_with(
-        self: &Arc<Self>,
-        job: ClaimedJob,
-        permit: OwnedSemaphorePermit,
-        control: Arc<JobControl>,
-        started: Option<tokio::sync::oneshot::Receiver<bool>>,
-    ) {
         add(&self.counters.started, 1);
         let span = tracing::info_span!(parent: &self.span, "chokaq.job", queue = %job.queue, kind = %job.kind, id = %job.id,
             attempt = job.attempt);
-        self.tracker.spawn(self.clone().run_job(job, permit, control, started).instrument(span));
+        self.tracker.spawn(self.clone().run_job(job, permit, control).instrument(span));
     }
 
     /// Starts look-ahead jobs on every free slot.
     pub(super) fn fill_slots(self: &Arc<Self>) {
         loop {
+            if self.lookahead.is_empty() || !self.may_begin() {
+                return;
+            }
             let Ok(permit) = self.slots.clone().try_acquire_owned() else { return };
-            match self.lookahead.take() {
-                Some(job) => self.start_lookahead(job, permit),
-                None => return,
+            if let Some(p) = self.run_next(permit) {
+                drop(p);
+                return;
             }
         }
     }
 
-    /// Starts a look-ahead job (Fetched) on the slot `permit` holds. Its handler begins at once
-    /// (no round trip waited for) while `Backend::start` (coalesced with the other slots'
-    /// starts) moves it to Processing and counts the attempt; the attempt's outcome waits for
-    /// that confirmation, and a start that finds the lease gone fires the job's stop switch
-    /// (`LeaseLost`) and discards its outcome. So a job whose handler never began keeps its
-    /// attempt (it stays Fetched), after a crash too; one killed within the start's round trip
-    /// may run once more than its attempts count.
-    fn start_lookahead(self: &Arc<Self>, mut job: ClaimedJob, permit: OwnedSemaphorePermit) {
+    /// Whether one more handler may begin on a free slot: finished, unwritten outcomes plus
+    /// running handlers stay within [`Executor::unwritten_cap`] with it.
+    pub(super) fn may_begin(&self) -> bool {
+        self.outcomes.unwritten() + self.running_now() < self.unwritten_cap
+    }
+
+    /// How many more handlers may begin on free slots now (the gate of [`Executor::may_begin`]).
+    pub(super) fn begin_room(&self) -> usize {
+        self.unwritten_cap.saturating_sub(self.outcomes.unwritten() + self.running_now())
+    }
+
+    /// Gives the slot `permit` holds to the next buffered job that may run; the permit back
+    /// when none did (the buffer is empty).
+    fn run_next(self: &Arc<Self>, mut permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+        while let Some(job) = self.lookahead.take() {
+            match self.begin_held(job, permit) {
+                None => return None,
+                Some(p) => permit = p,
+            }
+        }
+        Some(permit)
+    }
+
+    /// A held look-ahead job (Fetched, heart-beaten since its claim) takes the slot `permit`
+    /// holds. Its handler begins at once, with no write: the database keeps a held job for this
+    /// worker as long as its heartbeats land (only the zombie timeout without one expires it),
+    /// and a cancel of it is a request, never final behind the worker's back. Its attempt is
+    /// counted by the deferred start ([`super::heartbeat::Starter`]) once it has run a moment,
+    /// or by its outcome if that comes first. The handler does not begin when the job was
+    /// stopped while it waited (lease lost, cancel requested: then it is released, which
+    /// dead-letters a cancelled job), or when its lease was last confirmed longer ago than
+    /// [`Executor::hold_fresh`] (an outage): then a `start` is awaited first. Returns the permit
+    /// when the job did not take it.
+    fn begin_held(self: &Arc<Self>, mut job: ClaimedJob, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         if job.status == JobStatus::Processing {
             // Claimed started (only the teeth's broken variant does that).
             self.spawn_new(job, permit);
-            return;
+            return None;
         }
         let lease = job.lease_ref();
-        let control = Arc::new(JobControl::new());
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let this = self.clone();
-        let c2 = control.clone();
-        self.starting.fetch_add(1, Ordering::AcqRel);
-        self.tracker.spawn(async move {
-            let held = match this.starter.start(lease).await {
-                Ok(true) => {
-                    this.leases.track_with(lease, c2.clone());
-                    true
-                }
-                Ok(false) => {
-                    // Counted as a lost lease when the attempt's outcome is discarded.
-                    tracing::debug!(id = %lease.id, "look-ahead lease lost at its start (rescued or cancelled)");
-                    false
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, id = %lease.id, "start failed; releasing the look-ahead job");
-                    if let Err(e) = this.backend.release(this.worker, &[lease]).await {
-                        tracing::warn!(error = %e, "release failed too; the rescuer will put it back");
-                    }
-                    false
-                }
-            };
-            if !held {
-                c2.stop(StopReason::LeaseLost);
+        let Some((control, confirmed)) = self.leases.begin(lease) else {
+            // Replaced by a newer lease of the same job, or forgotten: not ours any more.
+            add(&self.counters.lease_lost, 1);
+            return Some(permit);
+        };
+        match control.reason() {
+            None => {}
+            Some(StopReason::CancelRequested) => {
+                // Never began: released, which dead-letters it `cancelled` (cancel is final).
+                self.release_cancelled(lease);
+                return Some(permit);
             }
-            // Tracked (or lost) now: no longer counted here.
-            this.starting.fetch_sub(1, Ordering::AcqRel);
-            let _ = tx.send(held);
-        });
+            Some(_) => {
+                self.leases.untrack(lease);
+                add(&self.counters.lease_lost, 1);
+                tracing::debug!(id = %lease.id, "look-ahead lease lost while buffered");
+                return Some(permit);
+            }
+        }
         job.attempt += 1;
         job.status = JobStatus::Processing;
-        self.spawn_with(job, permit, control, Some(rx));
+        if confirmed.elapsed() < self.hold_fresh && !broken(self.worker, Broken::UnconfirmedLease) {
+            self.spawn(job, permit, control);
+            return None;
+        }
+        // The last confirmation is old (heartbeats failed for a while): confirm before running.
+        self.starting.fetch_add(1, Ordering::AcqRel);
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let at = Instant::now();
+            let one = [lease];
+            let res = write_with_retries(this.worker, "start", || this.backend.start(this.worker, &one)).await;
+            this.starting.fetch_sub(1, Ordering::AcqRel);
+            match res {
+                Ok(out) if out.done.contains(&lease.id) => {
+                    this.leases.started(&[lease], &out.done, &out.lost, at);
+                    this.spawn(job, permit, control);
+                }
+                Ok(_) => {
+                    this.leases.untrack(lease);
+                    add(&this.counters.lease_lost, 1);
+                    tracing::info!(id = %lease.id, "look-ahead lease lost during an outage; not run");
+                    drop(permit);
+                    this.slot_freed.notify_one();
+                }
+                Err(e) => {
+                    // Not retryable: never began, so leave it to the rescuer (attempt unspent).
+                    tracing::warn!(error = %e, id = %lease.id, "start failed; the job is left to the rescuer");
+                    this.leases.untrack(lease);
+                    drop(permit);
+                    this.slot_freed.notify_one();
+                }
+            }
+        });
+        None
+    }
+
+    /// A buffered job whose cancel was requested: released (the backend dead-letters it
+    /// `cancelled`), in the background; its handler never began.
+    fn release_cancelled(self: &Arc<Self>, lease: LeaseRef) {
+        self.outcomes.finished();
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let one = [lease];
+            let res = write_with_retries(this.worker, "release", || this.backend.release(this.worker, &one)).await;
+            this.leases.untrack(lease);
+            match res {
+                Ok(out) if out.done.contains(&lease.id) => {
+                    add(&this.counters.cancelled, 1);
+                    add(&this.counters.dead_lettered, 1);
+                    tracing::info!(id = %lease.id, "cancelled while buffered; never ran");
+                }
+                Ok(_) => add(&this.counters.lease_lost, 1),
+                Err(e) => tracing::warn!(error = %e, id = %lease.id, "could not release a cancelled job"),
+            }
+            this.outcomes.written(1);
+        });
+    }
+
+    /// Handlers running now (slots taken).
+    pub(super) fn running_now(&self) -> usize {
+        self.concurrency - self.free_slots().min(self.concurrency)
     }
 
     /// How many look-ahead jobs' starts are in flight (their handlers may be running).
@@ -247,13 +255,7 @@ impl Executor {
         self.job_us.load(Ordering::Relaxed)
     }
 
-    async fn run_job(
-        self: Arc<Self>,
-        job: ClaimedJob,
-        permit: OwnedSemaphorePermit,
-        control: Arc<JobControl>,
-        started: Option<tokio::sync::oneshot::Receiver<bool>>,
-    ) {
+    async fn run_job(self: Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, control: Arc<JobControl>) {
         let ClaimedJob {
             id,
             queue,
@@ -334,42 +336,18 @@ impl Executor {
                 }
             }
         };
-        // A look-ahead job's start was still in flight when its handler began: its slot goes
-        // on to the next job at once, and its outcome is written only once the start is
-        // confirmed (the guards want Processing); a start that found the lease gone (rescued,
-        // cancelled) or failed discards the outcome.
+        // The handler is done (or dropped): its outcome counts as unwritten from now, before
+        // the slot goes on (the claim loop's back-pressure and the gate see it). Until that
+        // write the job still counts against caps, and its lease stays held (heart-beaten)
+        // until the write lands or the lease is lost. Only this attempt's lease is touched (a
+        // newer lease of the same job may be buffered).
         let mut permit = Some(permit);
-        // Its outcome counts as unwritten from the moment the handler is done, before the slot
-        // goes on (the claim loop's back-pressure sees it); given back if the start fails.
-        let mut counted = false;
-        let held = match started {
-            Some(rx) => {
-                if !matches!(verdict, Verdict::Discard) {
-                    self.outcomes.finished();
-                    counted = true;
-                }
-                self.hand_on(permit.take());
-                let held = rx.await.unwrap_or(false);
-                if counted && !held {
-                    self.outcomes.written(1);
-                }
-                held
-            }
-            None => true,
-        };
-        let verdict = if held { verdict } else { Verdict::Discard };
-        // The handler is done (or dropped): hand the slot to the next look-ahead job, or free
-        // it, before the finishing write. Until that write the job still counts against caps,
-        // and its lease stays held (heart-beaten) until the write lands or the lease is lost.
-        // Only this attempt's lease is touched (a newer lease of the same job may be buffered).
         if matches!(verdict, Verdict::Discard) || broken(self.worker, Broken::UntrackBeforeWrite) {
             self.leases.untrack(lease);
         }
         if !matches!(verdict, Verdict::Discard) {
             self.leases.finish(lease);
-            if !counted {
-                self.outcomes.finished();
-            }
+            self.outcomes.finished();
         }
         // Queue the completion before the slot is seen free, so a claim loop that finds nothing
         // running finds every finished job's completion queued.
@@ -380,11 +358,6 @@ impl Executor {
             }
             other => Some(other),
         };
-        if permit.is_none() {
-            // The slot was handed on before the start was confirmed: a cap-bound claim loop
-            // waiting for "nothing running, completions queued" looks again now.
-            self.slot_freed.notify_one();
-        }
         self.hand_on(permit.take());
 
         match verdict {
@@ -402,9 +375,13 @@ impl Executor {
     /// on already).
     fn hand_on(self: &Arc<Self>, permit: Option<OwnedSemaphorePermit>) {
         let Some(permit) = permit else { return };
-        match self.lookahead.take() {
-            Some(next) => self.start_lookahead(next, permit),
-            None => drop(permit),
+        // The finishing job's own slot is counted as running until it is handed on.
+        if self.outcomes.unwritten() + self.running_now() <= self.unwritten_cap {
+            if let Some(p) = self.run_next(permit) {
+                drop(p);
+            }
+        } else {
+            drop(permit);
         }
         self.slot_freed.notify_one();
     }

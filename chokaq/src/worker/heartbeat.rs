@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chokaq_core::{Backend, ClaimedJob, ErrorKind, JobId, LeaseRef, WorkerId, WorkerRegistration, MAX_HOST_LEN};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{add, Counters};
@@ -16,6 +17,16 @@ struct Held {
     control: Arc<JobControl>,
     /// The handler is done; the lease is held until its outcome is written.
     finished: bool,
+    /// A held look-ahead job waiting in the buffer: its handler has not begun.
+    buffered: bool,
+    /// The database counted this attempt (claimed in Start mode, or `start` confirmed). A held
+    /// job whose handler began is started later ([`Leases::to_start`]) or by its outcome.
+    started: bool,
+    /// When its handler began (held jobs only, for the deferred start).
+    began: Option<Instant>,
+    /// When a request that found the lease held was sent (the claim, the last heartbeat or
+    /// start that held it): the database cannot have expired it before that plus its timeout.
+    confirmed: Instant,
 }
 
 /// The Processing leases this worker holds (running jobs, look-ahead ones, and finished ones
@@ -30,24 +41,74 @@ pub(super) struct Leases {
 }
 
 impl Leases {
-    /// Registers a Processing job for heartbeats, cancel requests and lease loss.
+    /// Registers a Processing job (its attempt counted) for heartbeats, cancel requests and
+    /// lease loss.
     pub(super) fn track(&self, job: &ClaimedJob) -> Arc<JobControl> {
         let control = Arc::new(JobControl::new());
-        self.track_with(job.lease_ref(), control.clone());
+        self.insert(job.lease_ref(), control.clone(), false, Instant::now());
         control
     }
 
-    /// [`Leases::track`] with the job's existing stop switch (a look-ahead job whose handler
-    /// started before its start was confirmed).
-    pub(super) fn track_with(&self, lease: LeaseRef, control: Arc<JobControl>) {
+    /// Registers a held look-ahead job (Fetched, attempt not counted) waiting in the buffer:
+    /// heart-beaten from now on, so the database keeps it for this worker however long it
+    /// waits; `sent`: when its claim was sent.
+    pub(super) fn hold(&self, lease: LeaseRef, sent: Instant) -> Arc<JobControl> {
+        let control = Arc::new(JobControl::new());
+        self.insert(lease, control.clone(), true, sent);
+        control
+    }
+
+    fn insert(&self, lease: LeaseRef, control: Arc<JobControl>, buffered: bool, confirmed: Instant) {
         if let Some(reason) = *self.stopped.lock().unwrap() {
             control.stop(reason);
         }
-        let old = self.held.lock().unwrap().insert(lease.id, Held { lease, control, finished: false });
+        let held = Held { lease, control, finished: false, buffered, started: !buffered, began: None, confirmed };
+        let old = self.held.lock().unwrap().insert(lease.id, held);
         if let Some(old) = old {
             // This worker still runs an earlier attempt of the same job, which was rescued and
             // granted anew: the earlier lease is lost, whatever the next heartbeat would say.
             old.control.stop(StopReason::LeaseLost);
+        }
+    }
+
+    /// A slot takes a held look-ahead job: its stop switch and when its lease was last
+    /// confirmed, or `None` when this lease is no longer tracked (replaced or forgotten). The
+    /// job counts as running from now on.
+    pub(super) fn begin(&self, lease: LeaseRef) -> Option<(Arc<JobControl>, Instant)> {
+        let mut held = self.held.lock().unwrap();
+        let r = held.get_mut(&lease.id).filter(|r| r.lease == lease)?;
+        r.buffered = false;
+        r.began = Some(Instant::now());
+        Some((r.control.clone(), r.confirmed))
+    }
+
+    /// The held jobs whose handler began at least `after` ago and whose start is not recorded
+    /// yet (their attempt is counted by the deferred start, or by their outcome if that comes
+    /// first).
+    pub(super) fn to_start(&self, after: std::time::Duration) -> Vec<LeaseRef> {
+        let now = Instant::now();
+        self.held
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|r| !r.started && !r.finished && r.control.reason().is_none())
+            .filter(|r| r.began.is_some_and(|b| now.duration_since(b) >= after))
+            .map(|r| r.lease)
+            .collect()
+    }
+
+    /// Applies a start's reply to exactly the leases sent (by id and lease): the done ones are
+    /// started, the lost ones' switches fire.
+    pub(super) fn started(&self, sent: &[LeaseRef], done: &[JobId], lost: &[JobId], at: Instant) {
+        let mut held = self.held.lock().unwrap();
+        for l in sent {
+            let Some(r) = held.get_mut(&l.id).filter(|r| r.lease == *l) else { continue };
+            if done.contains(&l.id) {
+                r.started = true;
+                r.confirmed = r.confirmed.max(at);
+            } else if lost.contains(&l.id) {
+                r.control.stop(StopReason::LeaseLost);
+            }
         }
     }
 
@@ -68,10 +129,10 @@ impl Leases {
         }
     }
 
-    /// Whether no job is running or waiting in the look-ahead buffer (finished jobs whose
-    /// outcome is not written yet do not count).
+    /// Whether no job is running (finished jobs whose outcome is not written yet and held
+    /// jobs waiting in the look-ahead buffer do not count).
     pub(super) fn none_running(&self) -> bool {
-        self.held.lock().unwrap().values().all(|r| r.finished)
+        self.held.lock().unwrap().values().all(|r| r.finished || r.buffered)
     }
 
     /// Fires every held job's switch with `reason`; returns how many.
@@ -102,9 +163,18 @@ impl Leases {
 
     /// Fires the switches of the jobs the heartbeat found lost or asked to cancel. The reply
     /// is about the leases `sent`: a job held now under another (newer) lease is left alone.
-    fn apply(&self, sent: &[LeaseRef], lost: &[JobId], cancel_requested: &[JobId], by_id: bool) {
+    fn apply(&self, sent: &[LeaseRef], lost: &[JobId], cancel_requested: &[JobId], by_id: bool, at: Instant) {
         let sent: HashMap<JobId, LeaseRef> = sent.iter().map(|l| (l.id, *l)).collect();
-        let held = self.held.lock().unwrap();
+        let mut held = self.held.lock().unwrap();
+        // Every lease sent and not reported lost is confirmed as of the send.
+        for (id, l) in &sent {
+            if lost.contains(id) {
+                continue;
+            }
+            if let Some(r) = held.get_mut(id).filter(|r| r.lease == *l) {
+                r.confirmed = r.confirmed.max(at);
+            }
+        }
         let about_sent = |id: &JobId| held.get(id).filter(|r| by_id || sent.get(id) == Some(&r.lease));
         for id in lost {
             if let Some(r) = about_sent(id) {
@@ -160,21 +230,44 @@ pub(super) fn host_name() -> String {
 }
 
 impl Heartbeat {
-    /// Registers this process at once, then one batched heartbeat (and one registration) per
-    /// interval until `stop` fires (the first beat after one interval).
+    /// One batched heartbeat per interval until `stop` fires (the first beat after one
+    /// interval). The registration of this process runs in a task of its own
+    /// ([`Heartbeat::register_loop`]): the heartbeat waits on nothing but its own statement.
     pub(super) async fn run(self, stop: CancellationToken) {
-        let mut warned = false;
-        self.register(&mut warned).await;
-        let mut tick = tokio::time::interval(self.interval);
+        let this = Arc::new(self);
+        let reg = tokio::spawn(this.clone().register_loop(stop.clone()));
+        let mut tick = tokio::time::interval(this.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            this.beat().await;
+        }
+        let _ = reg.await;
+    }
+
+    /// Registers this process at once, then once per interval, each call bounded by the
+    /// interval (a blocked workers table delays nothing else).
+    async fn register_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut warned = false;
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            self.register(&mut warned).await;
-            self.beat().await;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                r = tokio::time::timeout(self.interval, self.register(&mut warned)) => {
+                    if r.is_err() {
+                        tracing::debug!("worker registration took longer than the heartbeat interval; given up this time");
+                    }
+                }
+            }
         }
     }
 
@@ -199,15 +292,64 @@ impl Heartbeat {
             return;
         }
         add(&self.counters.heartbeat_calls, 1);
+        let at = Instant::now();
         match self.backend.heartbeat(self.worker, &leases).await {
             Ok(report) => {
-                if report.lost.is_empty() && report.cancel_requested.is_empty() {
-                    return;
-                }
                 let by_id = super::broken(self.worker, super::Broken::LostById);
-                self.leases.apply(&leases, &report.lost, &report.cancel_requested, by_id);
+                self.leases.apply(&leases, &report.lost, &report.cancel_requested, by_id, at);
             }
             Err(e) => tracing::warn!(error = %e, count = leases.len(), "heartbeat failed"),
+        }
+    }
+}
+
+/// How long a held job's handler runs before its start is written: jobs that finish sooner
+/// have their attempt counted by their outcome, with no write of its own.
+pub(super) const START_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The deferred start: every [`START_AFTER`], one `Backend::start` for the held jobs whose
+/// handler has run that long (their attempt is recorded, so a crash from then on counts the
+/// run). The reply is applied to exactly the leases sent; a lost one stops its handler. A
+/// failed start is tried again on the next tick, without limit: the handler already runs, and
+/// the heartbeats keep the lease meanwhile (a start is never given up into a release).
+pub(super) struct Starter {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) worker: WorkerId,
+    pub(super) leases: Arc<Leases>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Starter {
+    pub(super) async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(START_AFTER);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failures = 0u32;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let due = self.leases.to_start(START_AFTER);
+            if due.is_empty() {
+                continue;
+            }
+            for chunk in due.chunks(chokaq_core::validate::MAX_LEASES_PER_CALL) {
+                let at = Instant::now();
+                add(&self.counters.start_calls, 1);
+                match self.backend.start(self.worker, chunk).await {
+                    Ok(out) => {
+                        failures = 0;
+                        self.leases.started(chunk, &out.done, &out.lost, at);
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        if failures % 10 == 1 {
+                            tracing::warn!(error = %e, count = chunk.len(), "deferred start failed; trying again");
+                        }
+                        break;
+                    }
+                }
+            }
         }
     }
 }

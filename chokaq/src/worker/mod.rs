@@ -16,6 +16,8 @@
 mod claim;
 mod completer;
 mod config;
+#[cfg(test)]
+mod execution_tests;
 mod executor;
 mod heartbeat;
 mod maintenance;
@@ -90,6 +92,8 @@ pub struct WorkerReport {
     pub complete_calls: u64,
     /// Heartbeat round trips.
     pub heartbeat_calls: u64,
+    /// Deferred start round trips (held jobs whose handler ran longer than a moment).
+    pub start_calls: u64,
 }
 
 /// The live counters behind a [`WorkerReport`]; every part adds to its own.
@@ -111,6 +115,7 @@ struct Counters {
     claim_calls: AtomicU64,
     complete_calls: AtomicU64,
     heartbeat_calls: AtomicU64,
+    start_calls: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -137,6 +142,7 @@ impl Counters {
             claim_calls: g(&self.claim_calls),
             complete_calls: g(&self.complete_calls),
             heartbeat_calls: g(&self.heartbeat_calls),
+            start_calls: g(&self.start_calls),
         }
     }
 }
@@ -247,8 +253,10 @@ impl Worker {
             completer: completer.clone(),
             outcomes: outcomes.clone(),
             counters: counters.clone(),
-            starter: executor::Starter::new(backend.clone(), worker),
             starting: AtomicU64::new(0),
+            hold_fresh: hold_fresh(&cfg, &settings),
+            unwritten_cap: 2 * cfg.concurrency as usize,
+            concurrency: cfg.concurrency as usize,
             span: tracing::info_span!("chokaq.worker", worker = %worker),
         });
         let wake = Arc::new(Notify::new());
@@ -284,6 +292,9 @@ impl Worker {
             registration: Some(heartbeat::registration(worker, &cfg)),
         };
         bg.push(tokio::spawn(heartbeat.run(bg_stop.clone())));
+        let starter =
+            heartbeat::Starter { backend: backend.clone(), worker, leases: leases.clone(), counters: counters.clone() };
+        bg.push(tokio::spawn(starter.run(bg_stop.clone())));
         if cfg.maintenance.enabled {
             let maintenance = Maintenance::new(backend.clone(), cfg.maintenance.clone(), cfg.heartbeat_interval);
             bg.push(tokio::spawn(maintenance.run(bg_stop.clone())));
@@ -314,7 +325,11 @@ impl Worker {
         // attempt not counted.
         let held = lookahead.close();
         if !held.is_empty() {
+            let sent: Vec<LeaseRef> = held.iter().map(ClaimedJob::lease_ref).collect();
             release_prefetched(&backend, worker, &counters, held.into()).await;
+            for l in sent {
+                leases.untrack(l);
+            }
         }
         // Shutdown: release prefetched jobs at once.
         tracing::info!(worker = %worker, buffered = buffer.len(), "chokaq worker shutting down");
@@ -437,6 +452,9 @@ enum Broken {
     LostById,
     /// The look-ahead is claimed in Start mode (attempt counted before a slot takes it).
     LookaheadStart,
+    /// A held job's handler begins however long ago its lease was last confirmed (no
+    /// confirming start after an outage).
+    UnconfirmedLease,
 }
 
 #[cfg(test)]
@@ -451,6 +469,26 @@ fn broken(worker: WorkerId, what: Broken) -> bool {
 #[inline(always)]
 fn broken(_worker: WorkerId, _what: Broken) -> bool {
     false
+}
+
+/// How long after its last confirmation a held job's handler may begin without a confirmed
+/// start: half the shortest zombie timeout of the worker's queues (their settings as read at
+/// the start; the contract's default where a queue's could not be read), and never less than
+/// two heartbeat intervals short of it.
+fn hold_fresh(cfg: &WorkerConfig, settings: &[chokaq_core::QueueSettings]) -> Duration {
+    let shortest = cfg
+        .queues
+        .iter()
+        .map(|q| {
+            settings
+                .iter()
+                .find(|s| &s.name == q)
+                .map(|s| s.effective_zombie_timeout())
+                .unwrap_or(chokaq_core::DEFAULT_ZOMBIE_TIMEOUT)
+        })
+        .min()
+        .unwrap_or(chokaq_core::DEFAULT_ZOMBIE_TIMEOUT);
+    (shortest / 2).min(shortest.saturating_sub(2 * cfg.heartbeat_interval))
 }
 
 /// Calls `f` again on retryable errors, a few times with a short back-off.

@@ -78,6 +78,15 @@ pub(super) struct Faulty {
     /// Claims (`claim`, and the claim of `complete_and_claim`) that returned no job while
     /// Pending jobs waited (in any queue).
     pub(super) doomed_claims: std::sync::atomic::AtomicU64,
+    /// The next this many `start` calls fail with a transient error, writing nothing.
+    pub(super) start_failures: std::sync::atomic::AtomicU32,
+    /// The next this many `start` calls commit, then fail with a transient error (the reply
+    /// lost after the commit).
+    pub(super) start_replies_lost: std::sync::atomic::AtomicU32,
+    /// `start` calls so far.
+    pub(super) start_calls: std::sync::atomic::AtomicU64,
+    /// While true, `register_worker` never answers (a blocked workers table).
+    pub(super) registration_hangs: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Faulty {
@@ -94,6 +103,10 @@ impl Default for Faulty {
             registration_fails: Default::default(),
             register_calls: Default::default(),
             doomed_claims: Default::default(),
+            start_failures: Default::default(),
+            start_replies_lost: Default::default(),
+            start_calls: Default::default(),
+            registration_hangs: Default::default(),
         }
     }
 }
@@ -175,8 +188,23 @@ impl chokaq_core::Backend for Faulty {
         worker: chokaq_core::WorkerId,
         leases: &[chokaq_core::LeaseRef],
     ) -> chokaq_core::Result<chokaq_core::BatchOutcome> {
+        use std::sync::atomic::Ordering;
         self.alive().await;
-        self.inner.start(worker, leases).await
+        self.start_calls.fetch_add(1, Ordering::AcqRel);
+        let take = |n: &std::sync::atomic::AtomicU32| {
+            n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok()
+        };
+        if take(&self.start_failures) {
+            return Err(chokaq_core::Error::new(chokaq_core::ErrorKind::Transient, "injected start error"));
+        }
+        let out = self.inner.start(worker, leases).await?;
+        if take(&self.start_replies_lost) {
+            return Err(chokaq_core::Error::new(
+                chokaq_core::ErrorKind::Unavailable,
+                "injected: reply lost after commit",
+            ));
+        }
+        Ok(out)
     }
     async fn heartbeat(
         &self,
@@ -273,6 +301,9 @@ impl chokaq_core::Backend for Faulty {
     async fn register_worker(&self, reg: &chokaq_core::WorkerRegistration) -> chokaq_core::Result<()> {
         use std::sync::atomic::Ordering;
         self.register_calls.fetch_add(1, Ordering::AcqRel);
+        if self.registration_hangs.load(Ordering::Acquire) {
+            futures::future::pending::<()>().await;
+        }
         if self.registration_fails.load(Ordering::Acquire) {
             return Err(chokaq_core::Error::new(chokaq_core::ErrorKind::NotMigrated, "injected: no workers table"));
         }
