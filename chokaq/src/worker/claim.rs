@@ -404,6 +404,9 @@ impl Claimer {
             }
         }
         self.caps_total.store(caps_total(&self.queues, &settings).unwrap_or(NOT_ALL_CAPPED), Ordering::Relaxed);
+        // An operator may have changed a zombie timeout: how long a held job may wait unconfirmed.
+        let fresh = super::hold_fresh(&self.queues, self.pause_check, &settings);
+        self.executor.hold_fresh_us.store(fresh.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Releases the buffered jobs of queues that are now paused or inactive.

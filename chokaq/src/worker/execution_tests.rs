@@ -41,6 +41,62 @@ where
     Ok(())
 }
 
+/// Rule 1, a held job whose lease was last confirmed long ago: heartbeats fail for longer than
+/// the zombie timeout while the buffered job waits behind a long one; the rescue takes it and
+/// another worker claims it. When the slot frees, the worker must confirm before it runs the
+/// job (a `start`, which finds the lease lost), never run it on the stale lease.
+pub(super) async fn a_stale_held_job_is_confirmed_before_it_runs(worker: WorkerId) -> Res {
+    let b = Arc::new(Faulty::default());
+    let q = QueueName::new("default").unwrap();
+    b.control_queue(&q, QueueControl::SetZombieTimeout(Some(Duration::from_millis(600)))).await.unwrap();
+    let runs: Runs = Arc::default();
+    let w = recording(&b, runs.clone()).worker_id(worker).concurrency(1).lookahead(1).build().unwrap();
+    let long = b.enqueue(job_ms(1500)).await.unwrap().id;
+    let buffered = b.enqueue(job_ms(0)).await.unwrap().id;
+    let other = WorkerId::random();
+    run_until(w, || async {
+        wait_until("both held", Duration::from_secs(5), || async {
+            let s = b.inner.stats().await.unwrap();
+            s.fetched + s.processing == 2
+        })
+        .await?;
+        b.heartbeats_fail.store(true, Ordering::Release);
+        // The buffered job's heartbeat goes stale; the rescue puts it back; another worker
+        // takes it.
+        wait_until("the buffered job rescued", Duration::from_secs(5), || async {
+            b.inner.rescue(&RescueParams::default()).await.unwrap();
+            b.inner.get_job(buffered).await.unwrap().unwrap().location == JobLocation::Hot(chokaq_core::JobStatus::Pending)
+        })
+        .await?;
+        let got = b
+            .inner
+            .claim(&chokaq_core::ClaimParams::new(other, vec![q.clone()], 1, chokaq_core::ClaimMode::Start))
+            .await
+            .unwrap();
+        ensure!(got.len() == 1 && got[0].id == buffered, "the other worker's claim: {got:?}");
+        // The long job's slot frees while the heartbeats still fail (no reply has told the
+        // worker of the loss): the buffered job's lease was last confirmed 1.5 s ago.
+        wait_until("the long job's handler done", Duration::from_secs(10), || async {
+            runs.lock().unwrap().contains_key(&long)
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        b.heartbeats_fail.store(false, Ordering::Release);
+        Ok(())
+    })
+    .await?;
+    let ran = runs.lock().unwrap().get(&buffered).cloned();
+    ensure!(ran.is_none(), "the buffered job ran on a lease the database no longer held: {ran:?}");
+    let r = b.inner.get_job(buffered).await.unwrap().unwrap();
+    ensure!(r.worker_id == Some(other), "the other worker's claim stands: {r:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_held_job_is_confirmed_before_it_runs_test() {
+    a_stale_held_job_is_confirmed_before_it_runs(WorkerId::random()).await.unwrap();
+}
+
 /// A worker whose handler records (lease, token fired at the end) per run and sleeps the
 /// payload's `ms` (or until its token fires).
 fn recording(b: &Arc<Faulty>, runs: Runs) -> WorkerBuilder {

@@ -68,7 +68,7 @@ pub(super) struct Executor {
     pub(super) starting: AtomicU64,
     /// How long after its last confirmation a held job's handler may still begin without a
     /// confirmed start: half the shortest zombie timeout of the worker's queues.
-    pub(super) hold_fresh: Duration,
+    pub(super) hold_fresh_us: AtomicU64,
     /// Rule of issue 24: finished, unwritten outcomes plus running handlers stay at or below
     /// this (2 x `concurrency`), so at most that many finished jobs are ever unwritten.
     pub(super) unwritten_cap: usize,
@@ -147,7 +147,7 @@ impl Executor {
     /// or by its outcome if that comes first. The handler does not begin when the job was
     /// stopped while it waited (lease lost, cancel requested: then it is released, which
     /// dead-letters a cancelled job), or when its lease was last confirmed longer ago than
-    /// [`Executor::hold_fresh`] (an outage): then a `start` is awaited first. Returns the permit
+    /// [`Executor::hold_fresh_us`] (an outage): then a `start` is awaited first. Returns the permit
     /// when the job did not take it.
     fn begin_held(self: &Arc<Self>, mut job: ClaimedJob, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         if job.status == JobStatus::Processing {
@@ -177,7 +177,8 @@ impl Executor {
         }
         job.attempt += 1;
         job.status = JobStatus::Processing;
-        if confirmed.elapsed() < self.hold_fresh && !broken(self.worker, Broken::UnconfirmedLease) {
+        let fresh = Duration::from_micros(self.hold_fresh_us.load(Ordering::Relaxed));
+        if confirmed.elapsed() < fresh || broken(self.worker, Broken::UnconfirmedLease) {
             self.spawn(job, permit, control);
             return None;
         }

@@ -254,7 +254,7 @@ impl Worker {
             outcomes: outcomes.clone(),
             counters: counters.clone(),
             starting: AtomicU64::new(0),
-            hold_fresh: hold_fresh(&cfg, &settings),
+            hold_fresh_us: AtomicU64::new(hold_fresh(&cfg.queues, cfg.heartbeat_interval, &settings).as_micros() as u64),
             unwritten_cap: 2 * cfg.concurrency as usize,
             concurrency: cfg.concurrency as usize,
             span: tracing::info_span!("chokaq.worker", worker = %worker),
@@ -473,11 +473,10 @@ fn broken(_worker: WorkerId, _what: Broken) -> bool {
 
 /// How long after its last confirmation a held job's handler may begin without a confirmed
 /// start: half the shortest zombie timeout of the worker's queues (their settings as read at
-/// the start; the contract's default where a queue's could not be read), and never less than
-/// two heartbeat intervals short of it.
-fn hold_fresh(cfg: &WorkerConfig, settings: &[chokaq_core::QueueSettings]) -> Duration {
-    let shortest = cfg
-        .queues
+/// the start and again every heartbeat interval; the contract's default where a queue's could
+/// not be read at the start), and never less than two heartbeat intervals short of it.
+fn hold_fresh(queues: &[QueueName], heartbeat: Duration, settings: &[chokaq_core::QueueSettings]) -> Duration {
+    let shortest = queues
         .iter()
         .map(|q| {
             settings
@@ -488,7 +487,7 @@ fn hold_fresh(cfg: &WorkerConfig, settings: &[chokaq_core::QueueSettings]) -> Du
         })
         .min()
         .unwrap_or(chokaq_core::DEFAULT_ZOMBIE_TIMEOUT);
-    (shortest / 2).min(shortest.saturating_sub(2 * cfg.heartbeat_interval))
+    (shortest / 2).min(shortest.saturating_sub(2 * heartbeat))
 }
 
 /// Calls `f` again on retryable errors, a few times with a short back-off.

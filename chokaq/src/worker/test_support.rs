@@ -87,6 +87,8 @@ pub(super) struct Faulty {
     pub(super) start_calls: std::sync::atomic::AtomicU64,
     /// While true, `register_worker` never answers (a blocked workers table).
     pub(super) registration_hangs: std::sync::atomic::AtomicBool,
+    /// While true, `heartbeat` fails with a transient error (an outage of the heartbeats).
+    pub(super) heartbeats_fail: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Faulty {
@@ -107,6 +109,7 @@ impl Default for Faulty {
             start_replies_lost: Default::default(),
             start_calls: Default::default(),
             registration_hangs: Default::default(),
+            heartbeats_fail: Default::default(),
         }
     }
 }
@@ -212,6 +215,9 @@ impl chokaq_core::Backend for Faulty {
         leases: &[chokaq_core::LeaseRef],
     ) -> chokaq_core::Result<chokaq_core::HeartbeatReport> {
         self.alive().await;
+        if self.heartbeats_fail.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(chokaq_core::Error::new(chokaq_core::ErrorKind::Unavailable, "injected heartbeat failure"));
+        }
         let r = self.inner.heartbeat(worker, leases).await;
         let hook = self.on_heartbeat.lock().unwrap().take();
         if let Some(hook) = hook {

@@ -54,3 +54,10 @@ async fn teeth_claiming_the_lookahead_started_is_caught() {
     let e = caught(Broken::LookaheadStart, after_a_crash_lookahead_jobs_keep_their_attempt).await;
     assert!(e.contains("only the job that ran"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teeth_running_a_held_job_on_an_unconfirmed_lease_is_caught() {
+    let e = caught(Broken::UnconfirmedLease, crate::worker::execution_tests::a_stale_held_job_is_confirmed_before_it_runs)
+        .await;
+    assert!(e.contains("no longer held"), "{e}");
+}
