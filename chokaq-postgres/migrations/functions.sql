@@ -20,15 +20,24 @@
 --    which costs a slot for one call, never the cap). It also notes due Scheduled rows.
 -- 2. Promotion: the due Scheduled rows of the runnable queues become Pending, at most 1,000 per
 --    queue and call, skipping rows another session holds.
--- 3. Queues the first statement saw without a cap may take up to p_limit: no lock, no count.
--- 4. Capped queues, in name order: the control row FOR UPDATE SKIP LOCKED (a claimer that
---    finds it held skips the queue for this call, never waits), then the Fetched + Processing
---    count in a NEW statement (under READ COMMITTED every statement of a VOLATILE plpgsql
---    function takes a fresh snapshot, so it sees every claim committed by the previous holder
---    of the lock). The handoff: without the row (another claimer holds it, or the slots this
---    transaction freed cover the whole claim, so it is not tried), at most the freed slots and
---    at most the room the count shows: this transaction claims no more rows than it removed
---    from the count, so it cannot raise it.
+-- 3. Queues the first statement saw without a cap: their control rows are created when missing
+--    (`updated_at` '-infinity': no control has set anything, queue_settings reports none), then
+--    locked FOR KEY SHARE and re-read. A queue paused meanwhile gives nothing; one capped
+--    meanwhile is counted as in step 4. FOR KEY SHARE is compatible with every claimer's lock
+--    (this one and FOR NO KEY UPDATE); it waits only for control_queue, which takes FOR UPDATE
+--    before it changes a row. So a cap or a pause binds every claim that commits after the
+--    control returned: a claim that read the old settings holds the row until it commits, and
+--    the control waits for it; a claim that locks after the control committed reads the new
+--    settings (a locking read returns the latest committed version).
+-- 4. Capped queues, in name order: the control row FOR NO KEY UPDATE SKIP LOCKED (the counting
+--    claimers exclude each other; one that finds the row held skips the queue for this call,
+--    never waits), then the Fetched + Processing count in a NEW statement (under READ
+--    COMMITTED every statement of a VOLATILE plpgsql function takes a fresh snapshot, so it
+--    sees every claim committed by the previous holder of the lock). The handoff: without the
+--    row (another claimer holds it, or the slots this transaction freed cover the whole claim,
+--    so it is not tried), at most the freed slots and at most the room the count shows, with
+--    the settings re-read under FOR KEY SHARE: this transaction claims no more rows than it
+--    removed from the count, so it cannot raise it.
 -- 5. Quotas: with more than one queue to take from, the rows are chosen first without locking
 --    (each queue's first `allow` rows in claim order, merged, the first `p_limit`), and each
 --    queue then locks, skipping locked rows, only as many as it had chosen. A queue whose rows
@@ -113,10 +122,31 @@ BEGIN
          WHERE h.id = d.id AND h.status = 3;
     END IF;
 
-    -- Queues the first statement saw without a cap: up to p_limit, no lock, no count.
-    FOREACH v_q IN ARRAY v_open LOOP
-        v_allow[array_position(v_names, v_q)] := p_limit;
-    END LOOP;
+    -- Step 3: the queues seen without a cap, under FOR KEY SHARE, their settings re-read.
+    IF cardinality(v_open) > 0 THEN
+        IF cardinality(v_missing) > 0 THEN
+            INSERT INTO {schema}.queues (name, updated_at)
+            SELECT m.q, '-infinity' FROM unnest(v_missing) AS m(q) ORDER BY m.q
+                ON CONFLICT (name) DO NOTHING;
+        END IF;
+        FOR v_q, v_max, v_paused, v_active IN
+            SELECT c.name, c.max_workers, c.is_paused, c.is_active
+              FROM {schema}.queues c
+             WHERE c.name = ANY (v_open)
+             ORDER BY c.name
+               FOR KEY SHARE
+        LOOP
+            i := array_position(v_names, v_q);
+            IF v_paused OR NOT v_active THEN
+                v_allow[i] := 0;
+            ELSIF v_max IS NULL THEN
+                v_allow[i] := p_limit;
+            ELSE
+                -- Capped since the first statement: counted as a capped queue.
+                v_capped := v_capped || v_q;
+            END IF;
+        END LOOP;
+    END IF;
 
     -- Step 4: capped queues.
     FOREACH v_q IN ARRAY v_capped LOOP
@@ -128,16 +158,17 @@ BEGIN
               INTO v_max, v_paused, v_active
               FROM {schema}.queues c
              WHERE c.name = v_q
-               FOR UPDATE SKIP LOCKED;
+               FOR NO KEY UPDATE SKIP LOCKED;
             v_locked := FOUND;
         END IF;
         IF NOT v_locked THEN
-            -- The handoff: without the row, at most the freed slots.
+            -- The handoff: without the counting lock, at most the freed slots.
             CONTINUE WHEN v_freed = 0;
             SELECT c.max_workers, c.is_paused, c.is_active
               INTO v_max, v_paused, v_active
               FROM {schema}.queues c
-             WHERE c.name = v_q;
+             WHERE c.name = v_q
+               FOR KEY SHARE;
             CONTINUE WHEN NOT FOUND;
         END IF;
         IF v_paused OR NOT v_active THEN

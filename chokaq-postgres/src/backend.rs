@@ -311,8 +311,17 @@ impl PgBackend {
     where
         T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Sync + Clone,
     {
-        let row =
-            with_retry(|| sqlx::query(sql).bind(queue.as_str()).bind(value.clone()).fetch_one(&self.kept)).await?;
+        // One transaction: the row made sure of, locked FOR UPDATE (waits for the claims that
+        // read the old settings), then changed; see `CONTROL_LOCK`.
+        let row = with_retry(|| async {
+            let mut tx = self.kept.begin().await?;
+            sqlx::query(&self.sql().control_ensure).bind(queue.as_str()).execute(&mut *tx).await?;
+            sqlx::query(&self.sql().control_lock).bind(queue.as_str()).execute(&mut *tx).await?;
+            let row = sqlx::query(sql).bind(queue.as_str()).bind(value.clone()).fetch_one(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(row)
+        })
+        .await?;
         rows::queue_settings(&row)
     }
 }

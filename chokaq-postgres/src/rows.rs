@@ -96,7 +96,7 @@ pub(crate) fn queue_settings(row: &PgRow) -> Result<QueueSettings> {
         zombie_timeout: zt.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         zombie_policy: if policy == 1 { ZombiePolicy::DeadLetter } else { ZombiePolicy::Retry },
         fetched_timeout: ft.map(|ms| Duration::from_millis(ms.max(0) as u64)),
-        updated_at: Some(get(row, "updated_at")?),
+        updated_at: get(row, "updated_at")?,
     })
 }
 

@@ -59,10 +59,12 @@ macro_rules! archive_vals_started {
     };
 }
 
-/// Columns of a `queues` row.
+/// Columns of a `queues` row. `updated_at` '-infinity' marks a row a claim created (no control
+/// has set anything): it reads as none, as for a queue with no row.
 macro_rules! queue_cols {
     () => {
-        "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, fetched_timeout_ms, updated_at"
+        "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, fetched_timeout_ms, \
+         nullif(updated_at, '-infinity') AS updated_at"
     };
 }
 
@@ -349,8 +351,22 @@ const RESCUE_ZOMBIES: &str = concat!(
      SELECT (SELECT count(*) FROM back) AS retried, (SELECT count(*) FROM dead) AS dead"
 );
 
-/// The upsert of one control column (`$1` queue, `$2` value); the column is one of a fixed
-/// list, never input.
+/// control_queue, first: the queue's control row, created when missing (`$1` queue) with
+/// `updated_at` '-infinity' (what a claim creates: no control has set anything yet). Its own
+/// statement, so that the lock after it, in a new snapshot, sees a row a claim created and
+/// committed meanwhile (this insert waited for that claim).
+const CONTROL_ENSURE: &str =
+    "INSERT INTO {schema}.queues (name, updated_at) VALUES ($1, '-infinity') ON CONFLICT (name) DO NOTHING";
+
+/// control_queue, second: the row FOR UPDATE (`$1` queue), which waits for every claim that
+/// holds it (FOR KEY SHARE or FOR NO KEY UPDATE: each read the old settings) to commit; every
+/// claim that locks it after this transaction commits reads the new settings. (The upsert's own
+/// row lock would not wait for them: an update of columns outside any key takes FOR NO KEY
+/// UPDATE, which FOR KEY SHARE does not conflict with.)
+const CONTROL_LOCK: &str = "SELECT name FROM {schema}.queues WHERE name = $1 FOR UPDATE";
+
+/// control_queue, last: the upsert of one control column (`$1` queue, `$2` value); the column
+/// is one of a fixed list, never input.
 macro_rules! control {
     ($col:literal) => {
         concat!(
@@ -764,6 +780,8 @@ statements! {
     rescue_lock = RESCUE_LOCK;
     rescue_fetched = RESCUE_FETCHED;
     rescue_zombies = RESCUE_ZOMBIES;
+    control_ensure = CONTROL_ENSURE;
+    control_lock = CONTROL_LOCK;
     control_paused = CONTROL_PAUSED;
     control_active = CONTROL_ACTIVE;
     control_max_workers = CONTROL_MAX_WORKERS;

@@ -228,11 +228,13 @@ async fn complete_and_claim_hands_the_slot_on_while_the_queue_row_is_held() {
     let req = |n| ClaimParams::new(w, vec![q("hand")], n, ClaimMode::Start);
     let active_sql =
         format!("SELECT count(*) FROM \"{}\".jobs_hot WHERE queue = 'hand' AND status IN (1, 2)", db.schema());
-    let hold_sql = format!("SELECT name FROM \"{}\".queues WHERE name = 'hand' FOR UPDATE", db.schema());
+    // What a claimer counting the cap holds until its commit (FOR NO KEY UPDATE; the handoff
+    // takes FOR KEY SHARE, which waits only for control_queue's FOR UPDATE).
+    let hold_sql = format!("SELECT name FROM \"{}\".queues WHERE name = 'hand' FOR NO KEY UPDATE", db.schema());
     let first = db.claim(&req(2)).await.unwrap();
     assert_eq!(first.len(), 2, "cap 2");
 
-    // Another session holds the queue row.
+    // Another session holds the queue row, as a counting claimer does.
     let mut holder = db.pool().begin().await.unwrap();
     sqlx::query(&hold_sql).execute(&mut *holder).await.unwrap();
     let (out, next) = in_time("handoff", db.complete_and_claim(w, &[first[0].lease_ref()], &req(1))).await;
@@ -266,4 +268,33 @@ async fn in_time<T>(what: &str, call: impl std::future::Future<Output = chokaq_c
         Ok(r) => r.unwrap(),
         Err(_) => panic!("{what}: waited for the held queue row"),
     }
+}
+
+/// The cap binds every claim that commits after SetMaxWorkers returned (issue 24): a claim on
+/// an uncapped queue held after its first statement, or just before it takes rows, while the
+/// cap is set to 1 and another claimer claims (`common::cap_race`). Before the fix, both ended
+/// at 3 busy under cap 1.
+#[rstest::rstest]
+#[case::first("first")]
+#[case::take("take")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_cap_binds_an_uncapped_claim_in_flight(#[case] at: &str) {
+    let f = fixture!();
+    let what = common::cap_race::uncapped_claim_in_flight(&f.db, at).await.unwrap();
+    eprintln!("{what}");
+    f.drop().await;
+}
+
+/// The handoff reads the cap and the pause under the queue's row: a handoff held just before it
+/// takes rows while Pause or SetMaxWorkers(1) runs (`common::cap_race`). Before the fix it
+/// handed its slot on after the control returned.
+#[rstest::rstest]
+#[case::pause(true)]
+#[case::cap(false)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_binds_a_handoff_in_flight(#[case] pause: bool) {
+    let f = fixture!();
+    let what = common::cap_race::handoff_in_flight(&f.db, pause).await.unwrap();
+    eprintln!("{what}");
+    f.drop().await;
 }

@@ -842,6 +842,10 @@ async fn a_claim_over_many_queues_locks_only_what_it_returns() {
     let names = ["lk1", "lk2", "lk3", "lk4", "lk5"];
     for n in names {
         db.enqueue_many((0..10).map(|_| job(n)).collect()).await.unwrap();
+        // The queue's control row, made before: a claim creates a missing one, and the
+        // concurrent claimer below would wait for the held claim's uncommitted insert of it
+        // (once per queue; claims commit at once, this test holds one open).
+        db.resume(&q(n)).await.unwrap();
     }
     let queues: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let s = db.schema();

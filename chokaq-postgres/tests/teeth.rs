@@ -6,6 +6,8 @@
 //! `cargo test -p chokaq-postgres --test teeth` (URL from `CHOKAQ_TEST_POSTGRES_URL`;
 //! `CHOKAQ_TEST_REQUIRE=postgres` makes an unreachable server a failure).
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use chokaq_conformance::{fresh_schema_name, is_required, run_cases, TestBackend}
 use chokaq_core::testing::TestSupport;
 use chokaq_core::Backend;
 use chokaq_postgres::{Faults, PgBackend, PgConfig};
+use futures::future::BoxFuture;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -21,6 +24,21 @@ struct Tooth {
     fault: &'static str,
     faults: Faults,
     cases: &'static [&'static str],
+    /// PostgreSQL-only checks (`tests/common`) run after the cases, named as the cases are.
+    checks: &'static [(&'static str, Check)],
+}
+
+/// A PostgreSQL-only check on the backend: what it saw, or the failure.
+type Check = fn(Arc<PgBackend>) -> BoxFuture<'static, Result<String, String>>;
+
+/// `common::cap_race::uncapped_claim_in_flight`, the claim held just before it takes rows.
+fn first_cap_in_flight_take(b: Arc<PgBackend>) -> BoxFuture<'static, Result<String, String>> {
+    Box::pin(async move { common::cap_race::uncapped_claim_in_flight(&b, "take").await })
+}
+
+/// `common::cap_race::uncapped_claim_in_flight`, the claim held after its first statement.
+fn first_cap_in_flight_first(b: Arc<PgBackend>) -> BoxFuture<'static, Result<String, String>> {
+    Box::pin(async move { common::cap_race::uncapped_claim_in_flight(&b, "first").await })
 }
 
 fn teeth() -> Vec<Tooth> {
@@ -30,11 +48,13 @@ fn teeth() -> Vec<Tooth> {
             fault: "claim_two_statements",
             faults: Faults { claim_two_statements: true, ..f },
             cases: &["claim_race_tasks_no_duplicates", "stats_readers_see_consistent_sums"],
+            checks: &[],
         },
         Tooth {
             fault: "cap_plain_count",
             faults: Faults { cap_plain_count: true, ..f },
             cases: &["cap_race_strict", "cap_race_multi_queue"],
+            checks: &[],
         },
         Tooth {
             fault: "complete_without_lease_guard",
@@ -45,31 +65,52 @@ fn teeth() -> Vec<Tooth> {
                 "lease_wrong_lease_is_lost",
                 "lease_batch_complete_mixed",
             ],
+            checks: &[],
         },
         Tooth {
             fault: "move_two_autocommits",
             faults: Faults { move_two_autocommits: true, ..f },
             cases: &["stats_readers_see_consistent_sums", "stress_kill_connections_nothing_lost"],
+            checks: &[],
         },
         Tooth {
             fault: "heartbeat_ignores_lease",
             faults: Faults { heartbeat_ignores_lease: true, ..f },
             cases: &["lease_stale_heartbeat_is_lost", "lease_status_guards"],
+            checks: &[],
         },
         Tooth {
             fault: "complete_standing_ignores_lease",
             faults: Faults { complete_standing_ignores_lease: true, ..f },
             cases: &["outcome_stale_lease_after_outcome_is_lost"],
+            checks: &[],
         },
         Tooth {
             fault: "claim_repeatable_read",
             faults: Faults { claim_repeatable_read: true, ..f },
             cases: &["isolation_cap_race_repeatable_read_default"],
+            checks: &[],
         },
         Tooth {
             fault: "handoff_ignores_cap",
             faults: Faults { handoff_ignores_cap: true, ..f },
             cases: &["complete_and_claim_lowered_cap_hands_nothing_on"],
+            checks: &[],
+        },
+        Tooth {
+            fault: "first_cap_ignored",
+            faults: Faults { first_cap_ignored: true, ..f },
+            cases: &["cap_first_set_binds_racing_claimers"],
+            checks: &[
+                ("pg_first_cap_binds_a_claim_held_before_its_rows", first_cap_in_flight_take),
+                ("pg_first_cap_binds_a_claim_held_after_its_first_statement", first_cap_in_flight_first),
+            ],
+        },
+        Tooth {
+            fault: "start_not_repeatable",
+            faults: Faults { start_not_repeatable: true, ..f },
+            cases: &["outcome_repeated_start_is_done"],
+            checks: &[],
         },
     ]
 }
@@ -82,9 +123,17 @@ async fn open(url: &str, faults: Faults) -> chokaq_core::Result<Arc<PgBackend>> 
 }
 
 /// Runs `cases` on a fresh schema with `faults`; returns each case's outcome.
-async fn run(url: &str, faults: Faults, cases: &[&str]) -> Result<Vec<(String, Result<(), String>)>, String> {
+async fn run(
+    url: &str,
+    faults: Faults,
+    cases: &[&str],
+    checks: &[(&str, Check)],
+) -> Result<Vec<(String, Result<(), String>)>, String> {
     let b = open(url, faults).await.map_err(|e| format!("opening a fresh schema: {e}"))?;
-    let out = run_cases(b.clone() as Arc<dyn TestBackend>, cases, None).await;
+    let mut out = run_cases(b.clone() as Arc<dyn TestBackend>, cases, None).await;
+    for (name, check) in checks {
+        out.push((name.to_string(), check(b.clone()).await.map(|_| ())));
+    }
     if let Err(e) = b.drop_schema().await {
         eprintln!("teeth: dropping the schema failed: {e}");
     }
@@ -92,7 +141,7 @@ async fn run(url: &str, faults: Faults, cases: &[&str]) -> Result<Vec<(String, R
 }
 
 fn check(url: &str, tooth: &Tooth, rt: &tokio::runtime::Handle) -> Result<(), Failed> {
-    let faulty = rt.block_on(run(url, tooth.faults, tooth.cases))?;
+    let faulty = rt.block_on(run(url, tooth.faults, tooth.cases, tooth.checks))?;
     let caught: Vec<&(String, Result<(), String>)> =
         faulty.iter().filter(|(_, r)| r.as_ref().is_err_and(|e| !e.starts_with("skipped:"))).collect();
     if caught.is_empty() {
@@ -102,7 +151,7 @@ fn check(url: &str, tooth: &Tooth, rt: &tokio::runtime::Handle) -> Result<(), Fa
         let msg = r.as_ref().err().map(|e| e.lines().next().unwrap_or("").to_string()).unwrap_or_default();
         println!("teeth: fault {} caught by {name}: {msg}", tooth.fault);
     }
-    let clean = rt.block_on(run(url, Faults::default(), tooth.cases))?;
+    let clean = rt.block_on(run(url, Faults::default(), tooth.cases, tooth.checks))?;
     let failed: Vec<_> = clean.iter().filter(|(_, r)| r.is_err()).collect();
     if !failed.is_empty() {
         return Err(format!("the same cases fail with NO fault (so the catch proves nothing): {failed:?}").into());

@@ -11,6 +11,7 @@ use crate::ctx::{Ctx, Failure};
 mod bad_input;
 mod cancel;
 mod cap;
+mod cap_race;
 mod claim;
 mod complete_and_claim;
 mod hold;
@@ -164,6 +165,7 @@ macro_rules! groups {
 groups!(
     claim,
     cap,
+    cap_race,
     lease,
     hold,
     complete_and_claim,

@@ -41,6 +41,15 @@ pub struct Faults {
     /// the cap (a handoff that trusts its completions alone): with the cap lowered below what
     /// runs, every completion still claims one.
     pub handoff_ignores_cap: bool,
+    /// The claim function (the functions script `migrate` applies) as before issue 24: a queue
+    /// the first statement saw without a cap takes up to the limit with no lock on its control
+    /// row and no second look at its settings, so a cap set meanwhile does not bind it (its
+    /// rows commit after SetMaxWorkers returned, and a counting claimer did not see them).
+    /// Only a schema migrated by the faulty backend runs it.
+    pub first_cap_ignored: bool,
+    /// Start guarded by Fetched only, as before issue 24: a repeated start (its first reply
+    /// lost) of a job this lease already started reports the lease lost.
+    pub start_not_repeatable: bool,
 }
 
 /// The SET list of a broken claim's UPDATE of `jobs_hot h`, from the parameters `p`: what the
@@ -139,6 +148,36 @@ claimed AS (
 )"
 );
 
+/// Start with the guard of Fetched rows only.
+const START_FETCHED_ONLY: &str = concat!(
+    "WITH l AS (",
+    guard!("= 1"),
+    ") UPDATE {schema}.jobs_hot h
+        SET status = 2, attempt = h.attempt + 1, started_at = now(), heartbeat_at = now(), updated_at = now()
+       FROM l WHERE h.id = l.id
+     RETURNING h.id"
+);
+
+/// Where the claim function's step 3 (queues seen without a cap: control rows made sure of,
+/// locked FOR KEY SHARE, settings re-read) begins and ends in the functions script.
+const OPEN_STEP: (&str, &str) = ("    -- Step 3: the queues seen without a cap", "    -- Step 4: capped queues.");
+
+/// What [`Faults::first_cap_ignored`] puts in its place: the allowance with no lock.
+const OPEN_STEP_UNLOCKED: &str = "    -- Step 3 (fault first_cap_ignored): no lock, no second look.
+    FOREACH v_q IN ARRAY v_open LOOP
+        v_allow[array_position(v_names, v_q)] := p_limit;
+    END LOOP;
+
+";
+
+/// The functions script with [`OPEN_STEP_UNLOCKED`] in place of the claim's step 3.
+fn functions_first_cap_ignored() -> String {
+    let script = crate::migrate::FUNCTIONS;
+    let start = script.find(OPEN_STEP.0).expect("the claim's step 3 in the functions script");
+    let end = script[start..].find(OPEN_STEP.1).expect("the claim's step 4 in the functions script") + start;
+    format!("{}{OPEN_STEP_UNLOCKED}{}", &script[..start], &script[end..])
+}
+
 /// The correct complete (`$1` worker, `$2` ids, `$3` leases), as CTEs.
 const COMPLETE_PART: &str = concat!(
     "l AS (",
@@ -230,6 +269,12 @@ impl Statements {
         if faults.complete_standing_ignores_lease {
             s.complete_standing = render(COMPLETE_STANDING_NO_LEASE, schema);
         }
+        if faults.first_cap_ignored {
+            s.functions = render(&functions_first_cap_ignored(), schema);
+        }
+        if faults.start_not_repeatable {
+            s.start = render(START_FETCHED_ONLY, schema);
+        }
         s
     }
 }
@@ -258,6 +303,8 @@ mod tests {
             (Faults { heartbeat_ignores_lease: true, ..f }, vec!["heartbeat"]),
             (Faults { complete_standing_ignores_lease: true, ..f }, vec!["complete_standing"]),
             (Faults { handoff_ignores_cap: true, ..f }, vec!["complete_and_claim"]),
+            (Faults { first_cap_ignored: true, ..f }, vec!["functions"]),
+            (Faults { start_not_repeatable: true, ..f }, vec!["start"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");

@@ -1,6 +1,8 @@
 //! Shared helpers of this crate's tests: a fresh schema per test on the real PostgreSQL.
 #![allow(dead_code)]
 
+pub mod cap_race;
+
 use chokaq_core::testing::TestSupport;
 use chokaq_core::{Backend, ClaimMode, ClaimParams, ClaimedJob, NewJob, QueueName, WorkerId};
 use chokaq_postgres::{PgBackend, PgConfig};
