@@ -868,14 +868,22 @@ impl Backend for PgBackend {
                 return Ok(Some(Wakeups::new(tx.subscribe())));
             }
             let channel = self.shared.channel.clone();
+            // The listener's own connection, outside the pool (same options: the sessions'
+            // name, isolation pin and timeouts), so it never takes a connection the claims need:
+            // a pool of one serves them beside it.
+            let own = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(self.pool.options().get_acquire_timeout())
+                .test_before_acquire(false)
+                .connect_lazy_with((*self.pool.connect_options()).clone());
             let listener = with_retry(|| async {
-                let mut listener = PgListener::connect_with(&self.pool).await?;
+                let mut listener = PgListener::connect_with(&own).await?;
                 listener.listen(&channel).await?;
                 Ok(listener)
             })
             .await?;
             let (tx, rx) = tokio::sync::broadcast::channel(1024);
-            tokio::spawn(listen::run(self.pool.clone(), channel, tx.clone(), listener));
+            tokio::spawn(listen::run(self.pool.clone(), own, channel, tx.clone(), listener));
             *wake = Some(tx);
             Ok(Some(Wakeups::new(rx)))
         }

@@ -7,13 +7,24 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::broadcast;
 
-/// Feeds `tx` from a listener on `channel` until every receiver is gone. On a lost connection
+/// Feeds `tx` from a listener on `channel` until every receiver is gone or the backend's `pool`
+/// is closed. The listener runs on its own connection, from `own` (a pool of one outside the
+/// backend's pool, so a pool too small for it and the claims cannot exist). On a lost connection
 /// it sends [`Wake::Any`] (notifications may have been missed) and reconnects.
-pub(crate) async fn run(pool: PgPool, channel: String, tx: broadcast::Sender<Wake>, mut listener: PgListener) {
+pub(crate) async fn run(
+    pool: PgPool,
+    own: PgPool,
+    channel: String,
+    tx: broadcast::Sender<Wake>,
+    mut listener: PgListener,
+) {
     let mut backoff = Duration::from_millis(50);
+    let closed = pool.close_event();
+    tokio::pin!(closed);
     loop {
         let next = tokio::select! {
             _ = tx.closed() => return,
+            _ = &mut closed => return,
             n = listener.try_recv() => n,
         };
         match next {
@@ -43,7 +54,7 @@ pub(crate) async fn run(pool: PgPool, channel: String, tx: broadcast::Sender<Wak
                     return;
                 }
                 // A fresh listener when the old one gave up.
-                if let Ok(mut l) = PgListener::connect_with(&pool).await {
+                if let Ok(mut l) = PgListener::connect_with(&own).await {
                     if l.listen(&channel).await.is_ok() {
                         listener = l;
                     }

@@ -340,6 +340,31 @@ async fn migrate_upgrades_version_10_and_applies_the_functions_on_a_changed_chec
     f.drop().await;
 }
 
+/// Rule 8 of issue 24: the listener takes no connection of the pool. With a pool of one and a
+/// wake-up stream open, enqueue and a worker's claim still get the pool's connection (before,
+/// the listener held it and the claim timed out waiting), and the wake-up arrives.
+#[tokio::test]
+async fn a_pool_of_one_serves_the_claims_beside_the_listener() {
+    let f = fixture!(|c: PgConfig| c.max_connections(1).connect_timeout(Duration::from_secs(2)));
+    let db = &f.db;
+    let mut wake = db.wakeups().await.unwrap().expect("PostgreSQL pushes wake-ups");
+    let id = tokio::time::timeout(Duration::from_secs(10), db.enqueue(job("one")))
+        .await
+        .expect("enqueue waited 10 s")
+        .expect("enqueue beside the listener")
+        .id;
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        db.claim(&chokaq_core::ClaimParams::new(WorkerId::random(), vec![common::q("one")], 1, ClaimMode::Start)).await
+    })
+    .await
+    .expect("claim waited 10 s")
+    .expect("a claim beside the listener");
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+    let woke = tokio::time::timeout(Duration::from_secs(5), wake.recv()).await;
+    assert!(woke.is_ok(), "no wake-up within 5 s");
+    f.drop().await;
+}
+
 /// Issue 11 item 8 / issue 16 finding 5: with the longest schema name accepted, the NOTIFY
 /// channel `<schema>_jobs` stays within 63 bytes, so enqueue (which notifies) works and a
 /// wake-up arrives.
