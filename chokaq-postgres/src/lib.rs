@@ -1,8 +1,10 @@
 //! `chokaq-postgres`: the PostgreSQL backend of chokaq, on sqlx.
 //!
-//! * Claims are one call of a plpgsql function (`<schema>.claim`): one bounded, skip-locked
-//!   index seek per requested queue, and for capped queues a lock on the queue's control row
-//!   followed by a count in a fresh snapshot, so `max_workers` is a strict cap.
+//! * Claims are one call of a plpgsql function (`<schema>.claim`, in `migrations/functions.sql`,
+//!   the one file of every function): one bounded, skip-locked index seek per requested queue,
+//!   and for capped queues a lock on the queue's control row followed by a count in a fresh
+//!   snapshot, so `max_workers` is a strict cap; uncapped queues hold their row `FOR KEY SHARE`,
+//!   so a cap or a pause binds every claim that commits after the control returned.
 //! * Every guarded write names the lease (fencing token) and reports lost leases per id.
 //! * Every move between tables is one statement with data-modifying CTEs.
 //! * Enqueue wakes idle workers with `pg_notify` on channel `<schema>_jobs`.
@@ -21,7 +23,8 @@
 //! The source is laid out by concern: `backend.rs` ([`PgBackend`] and its `impl Backend`),
 //! `enqueue.rs`, `sql.rs` (every statement; the broken ones of the `fault-injection` feature in
 //! `sql/faults.rs`), `rows.rs`, `error.rs`, `config.rs`, `migrate.rs` (with `migrations/*.sql`),
-//! `listen.rs` (wake-ups) and `testing.rs` (`TestSupport`, feature `testing`).
+//! `listen.rs` (wake-ups, on a connection of their own) and `testing.rs` (`TestSupport`, feature
+//! `testing`).
 //!
 //! See `docs/postgres.md` for the schema and the reasoning behind each statement.
 
