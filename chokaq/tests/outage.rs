@@ -18,12 +18,21 @@
 //!    along in `complete_and_claim`),
 //! 4. restarts it with `pg_ctl restart -m fast` again (cap-bound),
 //! 5. stops it for 8 s, longer than the zombie timeout, then starts it again (at least 3 s
-//!    after the restart before, so a loss in that one is never put down to this one).
+//!    after the restart before, so a loss in that one is never put down to this one),
+//! 6. (issue 24, rule 5: an outage shorter than the zombie timeout re-runs nothing, whatever its
+//!    length) 3 s after outage 5, sets every queue's zombie timeout to 120 s through the backend
+//!    (`QueueControl::SetZombieTimeout`; the workers check theirs against it only at start, and
+//!    a longer one is fine), enqueues a new batch of `CHOKAQ_OUTAGE_JOBS`, and once a fifth of
+//!    its uncapped jobs is archived stops the server for 45 s, longer than every internal
+//!    budget of the runtime, then starts it again and calls `rescue` at once, before any
+//!    worker's heartbeat lands again (the worst order for the leases in hand: it must find
+//!    nothing expired). Across it no lease may be lost (the processes' `lease_lost` counters do
+//!    not move from its start to the end) and no job may run twice.
 //!
 //! After each outage it enqueues two jobs on each process's own queue, so every process has
 //! work whatever the others hold, and measures how long each takes to claim again.
-//! `CHOKAQ_OUTAGE_ROUNDS` (default 1) repeats the five outages, each round with a new batch of
-//! `CHOKAQ_OUTAGE_JOBS`, for a longer run outside CI.
+//! `CHOKAQ_OUTAGE_ROUNDS` (default 1) repeats the six outages, each round with a new batch of
+//! `CHOKAQ_OUTAGE_JOBS` (the zombie timeout back to 5 s), for a longer run outside CI.
 //!
 //! Every handler run appends `S <job> <lease> <attempt> <start>` when it starts and
 //! `E <job> <lease> <end> <token fired>` when it ends to its process's own file (one
@@ -34,9 +43,10 @@
 //!   dead-lettered, and it was archived under the newest lease any of its runs held;
 //! * no lease runs twice, and two runs of one job overlap in time only when the older one's
 //!   lease was lost: to an outage that outlasted the zombie timeout (rescued as a zombie);
-//! * every re-run of a job is explained the same way: across an outage shorter than the zombie
-//!   timeout no lease may be lost, because finished outcomes are kept and heart-beaten until
-//!   written (issue 11, item 2), so no job runs twice;
+//! * every re-run of a job is explained the same way, by the last outage the older run lived
+//!   into: across an outage shorter than the zombie timeout in force no lease may be lost,
+//!   because finished outcomes are kept and heart-beaten until written (issue 11, item 2) and
+//!   every write is retried without limit (issue 24), so no job runs twice;
 //! * the cap holds: never more than `max_workers` handlers of the capped queue run at once on
 //!   live leases, across the processes; and no database sample shows more Processing rows;
 //! * every worker process survives every outage (still running, and exits cleanly at the
@@ -92,6 +102,14 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 const SHORT_STOP: Duration = Duration::from_millis(1_500);
 /// The long stop: longer than the zombie timeout, so every lease in hand expires.
 const LONG_STOP: Duration = Duration::from_secs(8);
+/// The very long stop (issue 24, rule 5): longer than every internal budget of the runtime
+/// (its retries, back-offs, `cancel_wait`, `shutdown_grace`, the fetched timeout, the first
+/// zombie timeout), shorter than the zombie timeout in force for it, so nothing may re-run.
+const VERY_LONG_STOP: Duration = Duration::from_secs(45);
+/// The zombie timeout of every queue from the very long stop on (set through the backend
+/// before it; the workers check their heartbeat against the zombie timeout only at start, and
+/// a longer one is always fine).
+const LONG_ZOMBIE_TIMEOUT: Duration = Duration::from_secs(120);
 /// An outage can expire a lease only if it lasts about the zombie timeout: the last heartbeat
 /// is at most one interval old when the server goes, and the first one after it comes back
 /// may wait for a reconnection. Outages shorter than `ZOMBIE_TIMEOUT - EXPIRY_SLACK` cannot.
@@ -407,7 +425,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for &'static LogCounts
 }
 
 /// A worker process: claims from both queues until its stdin closes. Prints `WORKER <id>`
-/// first, `STAT <time> <claimed>` every 25 ms, and `REPORT ...` and `LOG ...` lines last;
+/// first, `STAT <time> <claimed> <lease lost>` every 25 ms, and `REPORT ...` and `LOG ...` lines last;
 /// writes each handler run's start and end to its runs file and its log (warnings, errors,
 /// chokaq's info events) to its log file.
 fn child_main() -> ExitCode {
@@ -496,7 +514,8 @@ fn child_main() -> ExitCode {
         let (stats, run) = worker.run_with_handle(token);
         tokio::spawn(async move {
             loop {
-                println!("STAT {} {}", now_us(), stats.report().claimed);
+                let r = stats.report();
+                println!("STAT {} {} {}", now_us(), r.claimed, r.lease_lost);
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         });
@@ -523,8 +542,8 @@ fn child_main() -> ExitCode {
 #[derive(Debug, Default)]
 struct ChildOut {
     worker_id: Option<String>,
-    /// (time, jobs claimed so far).
-    stats: Vec<(i64, u64)>,
+    /// (time, jobs claimed so far, leases lost so far).
+    stats: Vec<(i64, u64, u64)>,
     report: Option<String>,
     logs: Vec<String>,
     eof: bool,
@@ -568,7 +587,7 @@ impl Proc {
                 if let Some(rest) = line.strip_prefix("STAT ") {
                     let mut it = rest.split(' ').map(|s| s.parse::<i64>().unwrap_or_default());
                     let (t, n) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
-                    o.stats.push((t, n as u64));
+                    o.stats.push((t, n as u64, it.next().unwrap_or_default() as u64));
                 } else if let Some(rest) = line.strip_prefix("WORKER ") {
                     o.worker_id = Some(rest.to_string());
                 } else if let Some(rest) = line.strip_prefix("REPORT ") {
@@ -611,8 +630,14 @@ impl Proc {
     /// the last value sampled at or before `after`).
     fn claimed_again(&self, after: i64) -> Option<i64> {
         let o = self.out.lock().unwrap();
-        let base = o.stats.iter().take_while(|(t, _)| *t <= after).last().map(|s| s.1).unwrap_or(0);
-        o.stats.iter().find(|(t, n)| *t > after && *n > base).map(|s| s.0)
+        let base = o.stats.iter().take_while(|(t, _, _)| *t <= after).last().map(|s| s.1).unwrap_or(0);
+        o.stats.iter().find(|(t, n, _)| *t > after && *n > base).map(|s| s.0)
+    }
+
+    /// The leases this process had reported lost by `at` (its last sample at or before it).
+    fn lost_by(&self, at: i64) -> u64 {
+        let o = self.out.lock().unwrap();
+        o.stats.iter().take_while(|(t, _, _)| *t <= at).last().map(|s| s.2).unwrap_or(0)
     }
 }
 
@@ -625,6 +650,9 @@ enum Kind {
     RestartImmediate,
     ShortStop,
     LongStop,
+    /// Longer than every internal budget of the runtime, shorter than the zombie timeout in
+    /// force for it (`LONG_ZOMBIE_TIMEOUT`).
+    VeryLongStop,
 }
 
 /// When an outage of a round begins.
@@ -639,15 +667,20 @@ enum When {
     CappedMore,
     /// The same, and at least `LONG_STOP_GAP` after the last outage ended.
     CappedMoreAfterGap,
+    /// `LONG_STOP_GAP` after the last outage ended, the zombie timeout of every queue is set to
+    /// the outage's (`Kind::zombie_timeout`) and a new batch of the round's size is enqueued;
+    /// the outage begins once this share of its uncapped jobs is archived (both queues busy).
+    NewBatchShare(f64),
 }
 
 /// The outages of one round, in order.
-const PLAN: [(Kind, When); 5] = [
+const PLAN: [(Kind, When); 6] = [
     (Kind::RestartFast, When::FreeShare(0.2)),
     (Kind::RestartImmediate, When::FreeShare(0.55)),
     (Kind::ShortStop, When::FreeDrained),
     (Kind::RestartFast, When::CappedMore),
     (Kind::LongStop, When::CappedMoreAfterGap),
+    (Kind::VeryLongStop, When::NewBatchShare(0.2)),
 ];
 
 impl Kind {
@@ -657,6 +690,17 @@ impl Kind {
             Kind::RestartImmediate => "pg_ctl restart -m immediate".to_string(),
             Kind::ShortStop => format!("pg_ctl stop -m fast, {:.1} s down, pg_ctl start", SHORT_STOP.as_secs_f64()),
             Kind::LongStop => format!("pg_ctl stop -m fast, {:.1} s down, pg_ctl start", LONG_STOP.as_secs_f64()),
+            Kind::VeryLongStop => {
+                format!("pg_ctl stop -m fast, {:.1} s down, pg_ctl start", VERY_LONG_STOP.as_secs_f64())
+            }
+        }
+    }
+
+    /// The zombie timeout of every queue during this outage.
+    fn zombie_timeout(self) -> Duration {
+        match self {
+            Kind::VeryLongStop => LONG_ZOMBIE_TIMEOUT,
+            _ => ZOMBIE_TIMEOUT,
         }
     }
 }
@@ -668,7 +712,9 @@ struct Outage {
     /// When the stop began and when the server accepted connections again (pg_ctl -w).
     down: i64,
     up: i64,
-    /// Long enough to expire a lease (see `EXPIRY_SLACK`).
+    /// The zombie timeout of every queue during it.
+    zombie: Duration,
+    /// Long enough to expire a lease under `zombie` (see `EXPIRY_SLACK`).
     can_expire: bool,
     /// Per queue, Pending/Processing just before.
     before: String,
@@ -676,6 +722,8 @@ struct Outage {
     probes: i64,
     /// Per process: when it claimed again.
     resumed: Vec<Option<i64>>,
+    /// Per process: leases reported lost by `down`.
+    lost_before: Vec<u64>,
 }
 
 impl Outage {
@@ -748,6 +796,21 @@ async fn enqueue_retrying(b: &PgBackend, jobs: &[(String, Work)], enq: &mut Test
     }
 }
 
+/// One rescue that ran (held the maintenance lock), right after the server came back: the
+/// test's own pool may hand out a dead connection first, and a worker may hold the lock.
+async fn rescue_retrying(b: &PgBackend) -> Result<chokaq::core::RescueReport, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let params = RescueParams { limit: 1000, purge: Vec::new() };
+    loop {
+        match b.rescue(&params).await {
+            Ok(r) if r.ran => return Ok(r),
+            Ok(_) | Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(5)).await,
+            Ok(_) => return Err("no rescue could take the maintenance lock after the outage".to_string()),
+            Err(e) => return Err(format!("could not rescue after the outage: {e}")),
+        }
+    }
+}
+
 async fn queue_stats(b: &PgBackend, queue: &str) -> Result<chokaq::core::QueueStats, String> {
     let mut last = String::new();
     for _ in 0..100 {
@@ -758,6 +821,17 @@ async fn queue_stats(b: &PgBackend, queue: &str) -> Result<chokaq::core::QueueSt
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Err(format!("stats failed: {last}"))
+}
+
+/// Sets the zombie timeout of every queue the workers claim from (the rescue reads it from the
+/// database at each run; the workers checked theirs against it only at start).
+async fn set_zombie_timeouts(b: &PgBackend, zombie: Duration) -> Result<(), String> {
+    let queues = [FREE_QUEUE.to_string(), CAPPED_QUEUE.to_string()].into_iter().chain((0..PROCESSES).map(probe_queue));
+    for q in queues {
+        let q = QueueName::new(q).map_err(err)?;
+        b.control_queue(&q, QueueControl::SetZombieTimeout(Some(zombie))).await.map_err(err)?;
+    }
+    Ok(())
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes; errors are retried (the server
@@ -890,13 +964,35 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
     let mut outages: Vec<Outage> = Vec::new();
     let mut capped_after_last = 0u64;
     let mut last_up = 0i64;
+    let mut zombie_now = ZOMBIE_TIMEOUT;
     for round in 0..rounds as u32 {
         if round > 0 {
             enqueue(&b, &batch(round, jobs, false), &mut enq).await?;
         }
         let base_free = queue_stats(&b, FREE_QUEUE).await?.archived;
+        // The extra batch of `When::NewBatchShare`: uncapped jobs archived before it, its count.
+        let (mut extra_base, mut extra_free) = (0u64, 0u64);
         for (kind, when) in PLAN {
             let n = outages.len() + 1;
+            let zombie = kind.zombie_timeout();
+            if let When::NewBatchShare(_) = when {
+                // Leases lost in the outage before have been rescued and reported by now.
+                wait_until(&format!("{LONG_STOP_GAP:?} after outage {}", n - 1), Duration::from_secs(60), || async {
+                    Ok(now_us() >= last_up + us(LONG_STOP_GAP))
+                })
+                .await?;
+            }
+            if zombie != zombie_now {
+                set_zombie_timeouts(&b, zombie).await?;
+                println!("    zombie timeout of every queue set to {zombie:?} (for outage {n})");
+                zombie_now = zombie;
+            }
+            if let When::NewBatchShare(_) = when {
+                let extra = batch(rounds as u32 + round, jobs, false);
+                extra_free = split_counts(&extra).0;
+                extra_base = queue_stats(&b, FREE_QUEUE).await?.archived;
+                enqueue(&b, &extra, &mut enq).await?;
+            }
             let seen: Arc<Mutex<String>> = Arc::default();
             wait_until(&format!("the moment for outage {n} ({kind:?})"), Duration::from_secs(120), || {
                 let (b, seen) = (b.clone(), seen.clone());
@@ -911,26 +1007,65 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
                         When::FreeDrained => free.pending == 0,
                         When::CappedMore => capped_more,
                         When::CappedMoreAfterGap => capped_more && now_us() >= last_up + us(LONG_STOP_GAP),
+                        When::NewBatchShare(f) => free.archived >= extra_base + (extra_free as f64 * f) as u64,
                     })
                 }
             })
             .await?;
             let before = seen.lock().unwrap().clone();
             let down = now_us();
+            let lost_before: Vec<u64> = procs.iter().map(|p| p.lost_by(down)).collect();
             match kind {
                 Kind::RestartFast => cluster.pg_ctl(&["-m", "fast", "restart"]).await?,
                 Kind::RestartImmediate => cluster.pg_ctl(&["-m", "immediate", "restart"]).await?,
-                Kind::ShortStop | Kind::LongStop => {
+                Kind::ShortStop | Kind::LongStop | Kind::VeryLongStop => {
                     cluster.pg_ctl(&["-m", "fast", "stop"]).await?;
                     // The outage itself (not a synchronisation): the server stays down this long.
-                    tokio::time::sleep(if kind == Kind::ShortStop { SHORT_STOP } else { LONG_STOP }).await;
+                    tokio::time::sleep(match kind {
+                        Kind::ShortStop => SHORT_STOP,
+                        Kind::LongStop => LONG_STOP,
+                        _ => VERY_LONG_STOP,
+                    })
+                    .await;
                     cluster.pg_ctl(&["start"]).await?;
                 }
             }
             let up = now_us();
+            if kind == Kind::VeryLongStop {
+                // The worst order for the leases in hand: a rescue as soon as the server accepts
+                // connections, before any worker's heartbeat lands again (as the maintenance of
+                // any worker could). It must find nothing expired.
+                let r = rescue_retrying(&b).await?;
+                println!(
+                    "    rescue {:.2} s after the server came back from outage {n}: {} held jobs put back, {} \
+                     zombies retried, {} dead-lettered",
+                    secs(now_us() - up),
+                    r.fetched_released,
+                    r.zombies_retried,
+                    r.zombies_dead
+                );
+                if r.fetched_released + r.zombies_retried + r.zombies_dead > 0 {
+                    failures.push(format!(
+                        "the rescue right after outage {n} ({:.1} s down, zombie timeout {zombie:?}) expired leases: \
+                         {r:?}",
+                        secs(up - down)
+                    ));
+                }
+            }
             last_up = up;
-            let can_expire = up - down >= us(ZOMBIE_TIMEOUT) - us(EXPIRY_SLACK);
-            let mut o = Outage { n, kind, down, up, can_expire, before, probes: 0, resumed: vec![None; PROCESSES] };
+            let can_expire = up - down >= us(zombie) - us(EXPIRY_SLACK);
+            let mut o = Outage {
+                n,
+                kind,
+                down,
+                up,
+                zombie,
+                can_expire,
+                before,
+                probes: 0,
+                resumed: vec![None; PROCESSES],
+                lost_before,
+            };
             for p in &mut procs {
                 p.check_alive(&format!("during {}", o.name()))?;
             }
@@ -968,11 +1103,12 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
             }
             capped_after_last = queue_stats(&b, CAPPED_QUEUE).await?.archived;
             println!(
-                "    {}: down at +{:.2} s for {:.2} s{}; before: {}; probes enqueued after {:.2} s; claiming again \
-                 after {}",
+                "    {}: down at +{:.2} s for {:.2} s (zombie timeout {:?}){}; before: {}; probes enqueued after \
+                 {:.2} s; claiming again after {}",
                 o.name(),
                 rel(down),
                 secs(up - down),
+                o.zombie,
                 if can_expire { " (can expire leases)" } else { "" },
                 o.before,
                 secs(o.probes - up),
@@ -1011,6 +1147,11 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
     for p in &mut procs {
         p.check_alive("before the graceful stop")?;
     }
+    // Leases each process had reported lost once everything was drained.
+    let lost_end: Vec<u64> = {
+        let t = now_us();
+        procs.iter().map(|p| p.lost_by(t)).collect()
+    };
     sampler_stop.cancel();
     let _ = sampler.await;
 
@@ -1141,6 +1282,39 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
         let q = if capped_ids.contains(id) { CAPPED_QUEUE } else { FREE_QUEUE };
         println!("    held job {id} ({q}): {}", text.join("; "));
     }
+    // Outages shorter than their zombie timeout however long (issue 24, rule 5): no lease lost
+    // from the moment the server went until the next outage (or the end), no job run twice.
+    for (i, o) in outages.iter().enumerate() {
+        let until = outages.get(i + 1).map_or(&lost_end, |next| &next.lost_before);
+        let lost: Vec<u64> = o.lost_before.iter().zip(until).map(|(b, e)| e.saturating_sub(*b)).collect();
+        let reruns = a.reruns.iter().filter(|r| r.across == Some(o.n)).count();
+        println!(
+            "    {}: {reruns} re-runs across it; leases reported lost from its start to {}: {}",
+            o.name(),
+            if i + 1 < outages.len() { format!("outage {}", o.n + 1) } else { "the end".to_string() },
+            lost.iter().enumerate().map(|(p, n)| format!("p{p} {n}")).collect::<Vec<_>>().join(", ")
+        );
+        if o.kind == Kind::VeryLongStop {
+            if reruns > 0 {
+                failures.push(format!(
+                    "{reruns} jobs ran twice across {} ({:.1} s down, zombie timeout {:?}): an outage shorter \
+                     than the zombie timeout re-runs nothing, whatever its length",
+                    o.name(),
+                    secs(o.up - o.down),
+                    o.zombie
+                ));
+            }
+            if lost.iter().any(|n| *n > 0) {
+                failures.push(format!(
+                    "leases were lost from the start of {} ({:.1} s down, zombie timeout {:?}) on: {lost:?} per \
+                     process",
+                    o.name(),
+                    secs(o.up - o.down),
+                    o.zombie
+                ));
+            }
+        }
+    }
     println!(
         "    overlapping runs of one job: {} pairs ({} with the older lease lost to an outage)",
         a.overlaps, a.overlaps_explained
@@ -1258,6 +1432,8 @@ fn read_runs(procs: &[Proc], failures: &mut Vec<String>) -> Result<Vec<Run>, Str
 #[derive(Debug)]
 struct Rerun {
     explained: bool,
+    /// The last outage the earlier run lived into, whether it could expire a lease or not.
+    across: Option<usize>,
     cause: String,
     detail: String,
 }
@@ -1272,23 +1448,34 @@ struct Analysis {
     cap_all: usize,
 }
 
-/// The outage that explains why `older`'s lease was lost and `newer` got a new one: it was
-/// long enough to expire a lease, `older` was claimed before the server came back (it started
-/// before, or a lease at least as new ran before), its outcome may still have been unwritten
-/// when the server went (it could be written at most `OUTCOME_SLACK` before), and `newer`
-/// started after the server came back.
+/// The last outage `older`'s lease lived into before `newer` began: `older` was claimed
+/// before the server came back (it started before, or a lease at least as new ran before), its
+/// outcome may still have been unwritten when the server went (it could be written at most
+/// `OUTCOME_SLACK` before), and `newer` started after the server came back. The last one, not
+/// the first: a run that outlived an outage was not lost in it (a lost lease fires the token and
+/// the handler ends within a second of the server coming back).
+fn outage_across<'o>(
+    older: &Run,
+    newer: &Run,
+    outages: &'o [Outage],
+    newest_lease_started_before: &dyn Fn(i64) -> i64,
+) -> Option<&'o Outage> {
+    outages.iter().rev().find(|o| {
+        (older.start < o.up || older.lease <= newest_lease_started_before(o.up))
+            && writable_from(older, outages) >= o.down - us(OUTCOME_SLACK)
+            && newer.start >= o.up
+    })
+}
+
+/// The outage that explains why `older`'s lease was lost and `newer` got a new one: the last
+/// one `older` lived into ([`outage_across`]), when it was long enough to expire a lease.
 fn explaining_outage<'o>(
     older: &Run,
     newer: &Run,
     outages: &'o [Outage],
     newest_lease_started_before: &dyn Fn(i64) -> i64,
 ) -> Option<&'o Outage> {
-    outages.iter().find(|o| {
-        o.can_expire
-            && (older.start < o.up || older.lease <= newest_lease_started_before(o.up))
-            && writable_from(older, outages) >= o.down - us(OUTCOME_SLACK)
-            && newer.start >= o.up
-    })
+    outage_across(older, newer, outages, newest_lease_started_before).filter(|o| o.can_expire)
 }
 
 /// When `r`'s outcome could first be written: when it ended, or when the server came back if
@@ -1384,11 +1571,13 @@ fn analyse(
                     live_until.insert((*id, older.lease), older.end_or_max().min(o.up));
                     a.reruns.push(Rerun {
                         explained: true,
+                        across: Some(o.n),
                         cause: format!(
-                            "lease expired in {} ({:.1} s down; zombie timeout {ZOMBIE_TIMEOUT:?}), rescued as a \
-                             zombie: earlier run {}{}",
+                            "lease expired in {} ({:.1} s down; zombie timeout {:?}), rescued as a zombie: earlier \
+                             run {}{}",
                             o.name(),
                             secs(o.up - o.down),
+                            o.zombie,
                             phase(o),
                             if older.fired { ", its token fired" } else { "" }
                         ),
@@ -1398,12 +1587,25 @@ fn analyse(
                 None => {
                     live_until.insert((*id, older.lease), older.end_or_max().min(newer.start));
                     let end = older.end.map_or("never ended".to_string(), |e| placement(e, outages));
+                    let across = outage_across(older, newer, outages, &newest_before);
                     a.reruns.push(Rerun {
                         explained: false,
-                        cause: format!(
-                            "lease lost with no outage long enough to expire it: earlier run ended {}",
-                            older.end.map_or("never".to_string(), |e| coarse_placement(e, outages))
-                        ),
+                        across: across.map(|o| o.n),
+                        cause: match across {
+                            Some(o) => format!(
+                                "lease lost across {} ({:.1} s down, shorter than its zombie timeout {:?}): \
+                                 earlier run {}{}",
+                                o.name(),
+                                secs(o.up - o.down),
+                                o.zombie,
+                                phase(o),
+                                if older.fired { ", its token fired" } else { "" }
+                            ),
+                            None => format!(
+                                "lease lost with no outage long enough to expire it: earlier run ended {}",
+                                older.end.map_or("never".to_string(), |e| coarse_placement(e, outages))
+                            ),
+                        },
                         detail: format!(
                             "job {id}: lease {} (attempt {}, p{}) ran {:.3} s, ended {end}, token fired: {}; \
                              lease {} (attempt {}, p{}) started {}",

@@ -9,6 +9,8 @@
 //! The multi-process cases re-execute this test binary as worker processes (env
 //! `CHOKAQ_RT_CHILD` set): each handler run appends `<job id>\n` to the process's own file,
 //! outside the queue tables, so handler runs are counted independently of the database.
+//! `handler_aborting_the_process_is_dead_lettered` uses the same children with a handler that
+//! aborts its process as soon as it begins.
 
 #[macro_use]
 mod common;
@@ -20,8 +22,8 @@ use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chokaq::core::{JobTable, ListJobsParams, RescueParams};
-use chokaq::{Backend, CancellationToken, Client, JobContext, JobId, MaintenanceConfig, Worker};
+use chokaq::core::{DeadReason, JobLocation, JobTable, ListJobsParams, RescueParams, MAX_EXPIRED_HOLDS};
+use chokaq::{Backend, CancellationToken, Client, JobBuilder, JobContext, JobId, MaintenanceConfig, Worker};
 use chokaq_core::testing::TestSupport;
 use chokaq_postgres::{PgBackend, PgConfig};
 use common::{err, Count, TestResult};
@@ -30,6 +32,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const CHILD_ENV: &str = "CHOKAQ_RT_CHILD";
+/// Set in a child whose handler aborts the process as soon as it begins.
+const ABORT_ENV: &str = "CHOKAQ_RT_ABORT";
 
 fn url() -> String {
     std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         }),
         Trial::test("ten_thousand_jobs_four_processes", || on_fresh(|b| multi_process(b, false))),
         Trial::test("ten_thousand_jobs_one_process_sigkilled", || on_fresh(|b| multi_process(b, true))),
+        Trial::test("handler_aborting_the_process_is_dead_lettered", || on_fresh(aborting_handler)),
     ];
     if !reachable {
         if require {
@@ -204,11 +209,14 @@ const STALL_AFTER: usize = 300;
 
 /// A worker process: runs `Count` jobs until its stdin closes, appending each run's job id to
 /// its own file. Prints `WORKER <id>` first and `REPORT ...` last. With `CHOKAQ_RT_STALL_AFTER`
-/// set to `n`, every run after the `n`-th writes its line and then never returns.
+/// set to `n`, every run after the `n`-th writes its line and then never returns. With
+/// `CHOKAQ_RT_ABORT` set, every run writes its line and then aborts the process at once
+/// (`std::process::abort()`), and the worker runs no maintenance (the parent rescues).
 fn child_main() -> ExitCode {
     let schema = std::env::var("CHOKAQ_RT_SCHEMA").expect("schema");
     let runs_file = PathBuf::from(std::env::var("CHOKAQ_RT_RUNS").expect("runs file"));
     let stall_after: Option<usize> = std::env::var("CHOKAQ_RT_STALL_AFTER").ok().map(|v| v.parse().expect("a count"));
+    let abort = std::env::var_os(ABORT_ENV).is_some();
     let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let rt = runtime();
     let out = rt.block_on(async move {
@@ -224,6 +232,7 @@ fn child_main() -> ExitCode {
             dead_letter_retention: None,
             worker_stale_after: None,
         };
+        let maintenance = if abort { common::no_maintenance() } else { maintenance };
         let worker = Worker::builder(backend)
             .concurrency(CONCURRENCY)
             .heartbeat_interval(Duration::from_millis(300))
@@ -235,6 +244,10 @@ fn child_main() -> ExitCode {
                     // One write(2) per run, straight to the file: survives SIGKILL.
                     let line = format!("{}\n", ctx.id());
                     file.lock().unwrap().write_all(line.as_bytes()).map_err(chokaq::JobError::retry)?;
+                    if abort {
+                        // The handler kills its process as soon as it begins.
+                        std::process::abort();
+                    }
                     let n = ran.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
                     if stall_after.is_some_and(|limit| n > limit) {
                         // Stalled until the process is killed.
@@ -280,10 +293,17 @@ struct ChildProc {
 }
 
 async fn spawn_child(schema: &str, runs_file: &Path, stall_after: Option<usize>) -> Result<ChildProc, String> {
+    let extra: Vec<(&str, String)> =
+        stall_after.map(|n| ("CHOKAQ_RT_STALL_AFTER", n.to_string())).into_iter().collect();
+    spawn_child_env(schema, runs_file, &extra).await
+}
+
+/// [`spawn_child`] with more environment variables for the child.
+async fn spawn_child_env(schema: &str, runs_file: &Path, extra: &[(&str, String)]) -> Result<ChildProc, String> {
     let exe = std::env::current_exe().map_err(err)?;
     let mut command = tokio::process::Command::new(exe);
-    if let Some(n) = stall_after {
-        command.env("CHOKAQ_RT_STALL_AFTER", n.to_string());
+    for (k, v) in extra {
+        command.env(k, v);
     }
     let mut child = command
         .env(CHILD_ENV, "1")
@@ -466,6 +486,136 @@ async fn multi_process(b: Arc<PgBackend>, kill: bool) -> TestResult {
         );
         ensure!(twice.is_empty() && total_runs == JOBS, "{} jobs ran more than once", twice.len());
     }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// A handler that kills its process
+
+/// Attempts of the job whose handler aborts its process.
+const ABORT_MAX_ATTEMPTS: i32 = 2;
+/// The zombie timeout of its queue: a held job expires after this long without a heartbeat.
+const ABORT_ZOMBIE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The signal `std::process::abort()` ends a process with (6 on Linux), without a libc
+/// dependency.
+const SIGABRT: i32 = 6;
+
+/// Issue 24, rule 9: one job (`max_attempts` 2) whose handler appends its id to a run file
+/// (one `write`) and then calls `std::process::abort()` at once. Its queue's zombie timeout is
+/// 1 s, the parent calls `rescue` every 100 ms and starts a fresh worker process whenever the
+/// previous one died, until the job is in the dead-letter table (at most 60 s).
+///
+/// The bound: the job runs at most `max_attempts + MAX_EXPIRED_HOLDS` (2 + 3 = 5) times. A run
+/// is counted (attempt + 1) by its deferred start, 20 ms into the run, or by its outcome; a
+/// process that dies before either leaves the job held (Fetched, attempt not counted), and the
+/// rescue puts it back after the zombie timeout, counting the expiry; the `MAX_EXPIRED_HOLDS`-th
+/// (3rd) expiry dead-letters it `zombie`. So at most `MAX_EXPIRED_HOLDS` runs whose start was
+/// never written, plus at most `max_attempts` counted runs (after which the rescue of the
+/// Processing zombie dead-letters it). Asserted: dead-lettered `zombie`, runs (lines in the run
+/// file) at most that bound, the stored attempt at most `max_attempts`, every worker process
+/// ended by SIGABRT (the last one, started after the last death, is idle and stops cleanly).
+async fn aborting_handler(b: Arc<PgBackend>) -> TestResult {
+    use std::os::unix::process::ExitStatusExt;
+    let queue = chokaq::QueueName::new("default").map_err(err)?;
+    b.control_queue(&queue, chokaq::core::QueueControl::SetZombieTimeout(Some(ABORT_ZOMBIE_TIMEOUT)))
+        .await
+        .map_err(err)?;
+    b.control_queue(&queue, chokaq::core::QueueControl::SetFetchedTimeout(Some(ABORT_ZOMBIE_TIMEOUT)))
+        .await
+        .map_err(err)?;
+    let dynb: Arc<dyn Backend> = b.clone();
+    let id = Client::new(dynb)
+        .enqueue(JobBuilder::new(&Count { n: 0 }).max_attempts(ABORT_MAX_ATTEMPTS))
+        .await
+        .map_err(err)?
+        .id;
+    let dir = std::env::temp_dir().join(format!("chokaq_rt_{}", b.schema()));
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    let runs_file = dir.join("runs.txt");
+    let extra = [(ABORT_ENV, "1".to_string())];
+
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(60);
+    let params = RescueParams { limit: 100, purge: Vec::new() };
+    let (mut started, mut aborted) = (0u32, 0u32);
+    let (mut rescued_held, mut rescued_dead, mut rescued_zombies) = (0u64, 0u64, 0u64);
+    let mut child: Option<ChildProc> = None;
+    let record = loop {
+        let record = b.get_job(id).await.map_err(err)?.ok_or("the job is gone")?;
+        if matches!(record.location, JobLocation::Dead(_)) {
+            break record;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the job is not dead-lettered after 60 s: {:?}, attempt {}, {} worker processes started, {} runs",
+            record.location,
+            record.attempt,
+            started,
+            read_runs(&runs_file)?.len()
+        );
+        // A fresh worker process whenever the previous one died.
+        if let Some(c) = &mut child {
+            if let Some(status) = c.child.try_wait().map_err(err)? {
+                ensure!(status.signal() == Some(SIGABRT), "a worker process ended with {status}, not SIGABRT");
+                aborted += 1;
+                child = None;
+            }
+        }
+        if child.is_none() {
+            child = Some(spawn_child_env(b.schema(), &runs_file, &extra).await?);
+            started += 1;
+        }
+        let r = b.rescue(&params).await.map_err(err)?;
+        rescued_held += r.fetched_released;
+        rescued_dead += r.zombies_dead;
+        rescued_zombies += r.zombies_retried;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let elapsed = t0.elapsed();
+    // The last worker process: started after the last death, or dead itself.
+    if let Some(mut c) = child.take() {
+        drop(c.child.stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(30), c.child.wait())
+            .await
+            .map_err(|_| "the last worker process did not exit")?
+            .map_err(err)?;
+        if status.signal() == Some(SIGABRT) {
+            aborted += 1;
+        } else {
+            ensure!(status.success(), "the last worker process exited with {status}");
+        }
+    }
+    let runs = read_runs(&runs_file)?;
+    let bound = ABORT_MAX_ATTEMPTS + MAX_EXPIRED_HOLDS;
+    println!(
+        "    aborting handler: {} runs (bound max_attempts {ABORT_MAX_ATTEMPTS} + MAX_EXPIRED_HOLDS \
+         {MAX_EXPIRED_HOLDS} = {bound}), {started} worker processes started, {aborted} aborted; dead-lettered \
+         {:?} after {elapsed:.2?} with attempt {} (last error {:?}); the rescue calls put {rescued_held} held jobs \
+         back, dead-lettered {rescued_dead}, retried {rescued_zombies} zombies",
+        runs.len(),
+        record.location,
+        record.attempt,
+        record.last_error.as_deref().unwrap_or("")
+    );
+    ensure!(runs.iter().all(|r| *r == id), "a run for another job id");
+    ensure!(
+        record.location == JobLocation::Dead(DeadReason::Zombie),
+        "the job ended {:?}, not dead-lettered zombie",
+        record.location
+    );
+    ensure!(
+        runs.len() as i32 <= bound,
+        "the job ran {} times: more than max_attempts + MAX_EXPIRED_HOLDS = {bound}",
+        runs.len()
+    );
+    ensure!(!runs.is_empty(), "the job never ran");
+    ensure!(
+        record.attempt <= ABORT_MAX_ATTEMPTS,
+        "the job's stored attempt is {}, over max_attempts {ABORT_MAX_ATTEMPTS}",
+        record.attempt
+    );
+    ensure!(aborted as usize == runs.len(), "{aborted} worker processes aborted for {} runs", runs.len());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
