@@ -15,9 +15,11 @@
 -- queue (only complete_and_claim passes them, see "the handoff" below).
 --
 -- 1. The first statement reads the requested queues' control rows without locking: paused or
---    inactive queues are dropped, queues without a cap are noted for step 3, capped queues with
---    room by a count in this snapshot for step 4 (a stale count can only be too high here,
---    which costs a slot for one call, never the cap). It also notes due Scheduled rows.
+--    inactive queues are dropped, and so are queues with no work in this snapshot (no due
+--    Pending or Scheduled row: nothing to take, so no lock and no write, and an empty claim stays
+--    read-only); queues without a cap are noted for step 3, capped queues with room by a count in
+--    this snapshot for step 4 (a stale count can only be too high here, which costs a slot for
+--    one call, never the cap). It also notes due Scheduled rows.
 -- 2. Promotion: the due Scheduled rows of the runnable queues become Pending, at most 1,000 per
 --    queue and call, skipping rows another session holds.
 -- 3. Queues the first statement saw without a cap: their control rows are created when missing
@@ -82,18 +84,37 @@ BEGIN
             MESSAGE = 'claim mode must be 0 (reserve), 1 (hold) or 2 (start), got ' || coalesce(p_mode::text, 'NULL');
     END IF;
 
+    -- Only queues with work in this snapshot (a due Pending row, or a due Scheduled one that the
+    -- promotion below makes Pending) go on to the lock steps: a queue without gives nothing in
+    -- this call, so an empty claim locks nothing and writes nothing (a row lock is a write: the
+    -- commit would wait for its WAL flush, five times the cost of an empty claim).
     SELECT coalesce(array_agg(r.q ORDER BY r.q), '{}'),
-           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE c.max_workers IS NULL), '{}'),
-           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE c.name IS NULL), '{}'),
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE w.work AND c.max_workers IS NULL), '{}'),
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE w.work AND c.name IS NULL), '{}'),
+           -- Capped with room. The CASE keeps the count from running for uncapped queues (a
+           -- comparison with NULL would still run it: every Fetched and Processing row).
            coalesce(array_agg(r.q ORDER BY r.q) FILTER (
-               WHERE c.max_workers > (SELECT count(*) FROM {schema}.jobs_hot h
-                                       WHERE h.queue = r.q AND h.status IN (1, 2))), '{}'),
-           -- The queue's earliest Scheduled due time: one descent of the Scheduled index.
-           coalesce(bool_or((SELECT min(s.due_at) FROM {schema}.jobs_hot s
-                              WHERE s.status = 3 AND s.queue = r.q) <= now()), false)
+               WHERE w.work AND CASE WHEN c.max_workers IS NULL THEN false
+                                     ELSE c.max_workers > (SELECT count(*) FROM {schema}.jobs_hot h
+                                                            WHERE h.queue = r.q AND h.status IN (1, 2))
+                                END), '{}'),
+           coalesce(bool_or(w.due), false)
       INTO v_names, v_open, v_missing, v_capped, v_due
       FROM (SELECT DISTINCT unnest(p_queues) AS q) r
       LEFT JOIN {schema}.queues c ON c.name = r.q
+     CROSS JOIN LATERAL (
+           -- The queue's earliest Scheduled due time: one descent of the Scheduled index; its
+           -- first due Pending row: one descent of the claim index. (Not EXISTS: it drops the
+           -- ORDER BY, and the planner chose a sequential scan that read 220,000 rows.)
+           SELECT d.due, d.due OR (SELECT x.id FROM {schema}.jobs_hot x
+                                    WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
+                                    ORDER BY x.priority DESC, x.due_at, x.id
+                                    LIMIT 1) IS NOT NULL AS work
+             -- OFFSET 0: evaluated once (pulled up, the probe ran once per reference of `due`).
+             FROM (SELECT coalesce((SELECT min(s.due_at) FROM {schema}.jobs_hot s
+                                     WHERE s.status = 3 AND s.queue = r.q) <= now(), false) AS due
+                   OFFSET 0) d
+     ) w
      WHERE c.name IS NULL OR (c.is_active AND NOT c.is_paused);
 
     IF cardinality(v_names) = 0 OR p_limit <= 0 THEN
@@ -120,6 +141,10 @@ BEGIN
                           FOR UPDATE SKIP LOCKED
                  ) s) d
          WHERE h.id = d.id AND h.status = 3;
+    END IF;
+
+    IF cardinality(v_open) = 0 AND cardinality(v_capped) = 0 THEN
+        RETURN;
     END IF;
 
     -- Step 3: the queues seen without a cap, under FOR KEY SHARE, their settings re-read.
