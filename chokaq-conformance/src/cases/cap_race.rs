@@ -15,7 +15,7 @@ super::cases!(cap:
 );
 
 /// Rounds, racing claimers per round and their claim limit.
-const ROUNDS: usize = 12;
+const ROUNDS: usize = 20;
 const RACERS: usize = 6;
 const LIMIT: u32 = 20;
 /// Claims issued after `SetMaxWorkers(1)` returned, one after another.
