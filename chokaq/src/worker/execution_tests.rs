@@ -65,7 +65,8 @@ pub(super) async fn a_stale_held_job_is_confirmed_before_it_runs(worker: WorkerI
         // takes it.
         wait_until("the buffered job rescued", Duration::from_secs(5), || async {
             b.inner.rescue(&RescueParams::default()).await.unwrap();
-            b.inner.get_job(buffered).await.unwrap().unwrap().location == JobLocation::Hot(chokaq_core::JobStatus::Pending)
+            b.inner.get_job(buffered).await.unwrap().unwrap().location
+                == JobLocation::Hot(chokaq_core::JobStatus::Pending)
         })
         .await?;
         let got = b

@@ -604,6 +604,12 @@ pub async fn lease_lost_discards_outcome<B: TestSupport>(b: Arc<B>) -> TestResul
     let id = client.enqueue(&Block { n: 1 }).await.map_err(err)?.id;
     let (token, h) = spawn_worker(w);
     tokio::time::timeout(Duration::from_secs(10), started.notified()).await.map_err(|_| "handler never started")?;
+    // The job is held until its deferred start is written (20 ms into the run): wait for it
+    // to be Processing, its attempt counted.
+    wait_for("the run's start recorded", Duration::from_secs(10), || async {
+        Ok(location(&*b, id).await? == Some(JobLocation::Hot(chokaq::core::JobStatus::Processing)))
+    })
+    .await?;
     // Make it look like a zombie and rescue it (retry until the rescue lands between two
     // heartbeats).
     wait_for("zombie rescued", Duration::from_secs(10), || async {

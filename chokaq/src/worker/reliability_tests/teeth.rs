@@ -57,7 +57,8 @@ async fn teeth_claiming_the_lookahead_started_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn teeth_running_a_held_job_on_an_unconfirmed_lease_is_caught() {
-    let e = caught(Broken::UnconfirmedLease, crate::worker::execution_tests::a_stale_held_job_is_confirmed_before_it_runs)
-        .await;
+    let e =
+        caught(Broken::UnconfirmedLease, crate::worker::execution_tests::a_stale_held_job_is_confirmed_before_it_runs)
+            .await;
     assert!(e.contains("no longer held"), "{e}");
 }
