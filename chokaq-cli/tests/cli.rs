@@ -799,8 +799,11 @@ async fn web(db: Arc<Db>) -> TestResult {
     // A free port, then the dashboard on it with a bearer token.
     let port = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?.local_addr().map_err(err)?.port();
     let listen = format!("127.0.0.1:{port}");
-    let mut child =
-        db.cmd(&["web", "--listen", &listen]).env("CHOKAQ_WEB_TOKEN", "s3cret-token").spawn().map_err(err)?;
+    let mut child = db
+        .cmd(&["web", "--listen", &listen])
+        .env("CHOKAQ_WEB_TOKEN", "s3cret-token-0123456789")
+        .spawn()
+        .map_err(err)?;
     let get = |auth: Option<&str>| -> std::io::Result<String> {
         use std::io::{Read, Write};
         let mut c = std::net::TcpStream::connect(&listen)?;
@@ -812,7 +815,7 @@ async fn web(db: Arc<Db>) -> TestResult {
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let page = loop {
-        match get(Some("s3cret-token")) {
+        match get(Some("s3cret-token-0123456789")) {
             Ok(s) => break s,
             Err(_) if std::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(e) => {
@@ -829,7 +832,10 @@ async fn web(db: Arc<Db>) -> TestResult {
     ensure!(page.contains("Overview"), "the overview page: {}", &page[..page.len().min(400)]);
     ensure!(anon.starts_with("HTTP/1.1 401"), "without a token: {}", &anon[..anon.len().min(200)]);
     ensure!(wrong.starts_with("HTTP/1.1 401"), "with a wrong token: {}", &wrong[..wrong.len().min(200)]);
-    ensure!(!page.contains(&db.url) && !page.contains("s3cret-token"), "the page shows the URL or the token");
+    ensure!(
+        !page.contains(&db.url) && !page.contains("s3cret-token-0123456789"),
+        "the page shows the URL or the token"
+    );
     Ok(())
 }
 

@@ -34,8 +34,8 @@ type TestResult = Result<(), String>;
 type Case = fn(Arc<dyn Backend>) -> Pin<Box<dyn Future<Output = TestResult> + Send>>;
 
 const PREFIX: &str = "/ops/jobs";
-const TOKEN: &str = "test-token-7f3a";
-const BEARER: &str = "Bearer test-token-7f3a";
+const TOKEN: &str = "test-token-7f3a-0c41";
+const BEARER: &str = "Bearer test-token-7f3a-0c41";
 
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)+) => {
