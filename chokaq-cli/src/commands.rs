@@ -80,7 +80,7 @@ impl Cx {
                     .hint("--no-auth is accepted only with a loopback --listen address"))
             }
         };
-        let options = chokaq_web::WebOptions::new(auth).read_only(args.read_only);
+        let options = chokaq_web::WebOptions::new(auth).read_only(args.read_only).secure_cookie(args.secure_cookie);
         chokaq_web::check_listen(args.listen, &options)?;
         eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
         chokaq_web::serve(self.backend.clone(), args.listen, options).await?;

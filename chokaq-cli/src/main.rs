@@ -188,6 +188,10 @@ pub struct WebArgs {
     /// Hide every action and refuse every POST.
     #[arg(long)]
     pub read_only: bool,
+    /// Mark the CSRF cookie `Secure`: the browser reaches the dashboard over HTTPS (a TLS proxy
+    /// in front).
+    #[arg(long)]
+    pub secure_cookie: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -796,6 +796,12 @@ async fn web(db: Arc<Db>) -> TestResult {
     let out = db.run(&["web", "--no-auth", "--listen", "0.0.0.0:18080"])?;
     ensure_eq!(out.code, 2, "--no-auth on 0.0.0.0 (stderr {})", out.stderr);
     ensure!(out.stderr.contains("loopback"), "{}", out.stderr);
+    // Issue 26: a blank or short token is refused before anything listens.
+    for (token, needle) in [("   ", "blank"), ("short-token", "at least 16")] {
+        let out = db.run(&["web", "--token", token])?;
+        ensure_eq!(out.code, 2, "--token {token:?} (stderr {})", out.stderr);
+        ensure!(out.stderr.contains(needle) && !out.stderr.contains("short-token"), "{}", out.stderr);
+    }
     // A free port, then the dashboard on it with a bearer token.
     let port = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?.local_addr().map_err(err)?.port();
     let listen = format!("127.0.0.1:{port}");
