@@ -16,8 +16,11 @@
 //! refreshes the overview every 1.5 s and asks for confirmation before irreversible actions.
 //! Every action is a POST that needs the CSRF token (double-submit: the `chokaq_csrf` cookie,
 //! `SameSite=Strict`, and the same value in the form field `csrf` or the `x-csrf-token`
-//! header); read-only mode hides every action and refuses every POST with 403. Nothing is
-//! loaded from outside the binary.
+//! header; tokens expire after 12 h), and a POST whose `Origin` or `Sec-Fetch-Site` says
+//! cross-origin is refused; read-only mode hides every action and refuses every POST with 403.
+//! Without authentication only a local `Host` is answered (DNS rebinding). [`serve`] holds
+//! header-read, body and request timeouts and a connection cap before authentication. Nothing
+//! is loaded from outside the binary.
 
 use std::future::Future;
 use std::net::SocketAddr;
