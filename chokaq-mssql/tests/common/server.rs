@@ -90,7 +90,16 @@ pub async fn session(url: &str) -> Result<Session, String> {
     config.database(RCSI_OFF.database);
     let tcp = TcpStream::connect(config.get_addr()).await.map_err(|e| format!("tcp: {e}"))?;
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    tiberius::Client::connect(config, tcp.compat_write()).await.map_err(|e| format!("login: {e}"))
+    let mut s = tiberius::Client::connect(config, tcp.compat_write()).await.map_err(|e| format!("login: {e}"))?;
+    // The session options every pooled connection of the backend sets (and every earlier
+    // version's did): filtered indexes need them.
+    exec(
+        &mut s,
+        "SET ANSI_NULLS ON; SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; \
+         SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;",
+    )
+    .await?;
+    Ok(s)
 }
 
 /// Runs one batch on a raw session, all its results read.
