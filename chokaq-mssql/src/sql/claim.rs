@@ -248,9 +248,12 @@ mod tests {
         ));
         assert!(c.contains("    SELECT TOP (2147483647) t.[Name]\n    FROM @Q AS t\n    ORDER BY t.[Name]\n) AS g"));
         assert!(c.contains(
-            "        FROM [chokaq].[QueueLocks] AS l WITH (ROWLOCK, READPAST)\n        \
-             WHERE l.[Queue] = @Name AND l.[Kind] = 1;\n        SET @Got = @@ROWCOUNT;"
+            "        SELECT @Got = COUNT_BIG(*)\n        FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)\n        \
+             WHERE l.[Queue] = @Name AND l.[Kind] = 1;\n        IF @Got = 1\n            UPDATE l\n"
         ));
+        // Not an UPDATE with READPAST: its update lock is compatible with a handoff's shared
+        // lock, so it would not skip the row but wait to convert.
+        assert!(!c.contains("[QueueLocks] AS l WITH (ROWLOCK, READPAST)"));
         assert!(c.contains("    ELSE\n        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;"));
         // Name order: the cap loop walks MIN(Name) upwards.
         assert!(

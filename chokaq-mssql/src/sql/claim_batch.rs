@@ -31,8 +31,11 @@
 //! 5. The settings: paused and inactive queues leave `@Q`; `MaxWorkers` is read.
 //! 6. Capped queues, in name order:
 //!    - unless the slots this call freed cover the whole claim (`Freed >= @Limit`), the cap
-//!      row is updated `WITH (ROWLOCK, READPAST)`: the counting lock, exclusive, never waited
-//!      for. Taken: the active jobs (Fetched + Processing) are counted
+//!      row is read `WITH (XLOCK, ROWLOCK, READPAST)`: the counting lock, exclusive, never
+//!      waited for (a row another transaction holds in any mode, a handoff's shared lock
+//!      included, is skipped; an `UPDATE … WITH (READPAST)` would not skip a shared lock: its
+//!      update lock is compatible with it, and it would then wait to convert), then stamped
+//!      (`LastTakenAtUtc`) under that lock. Taken: the active jobs (Fetched + Processing) are counted
 //!      `WITH (READCOMMITTEDLOCK)`, a locking read of committed rows even under
 //!      READ_COMMITTED_SNAPSHOT, and `Slots = MaxWorkers - (Active - Freed)`;
 //!    - not taken (another counting claimer holds it) and nothing freed: `Slots = 0`, the
@@ -188,11 +191,14 @@ BEGIN
     SET @Got = 0;
     IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit
     BEGIN
-        UPDATE l
-        SET l.[LastTakenAtUtc] = @Now
-        FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK, READPAST)
+        SELECT @Got = COUNT_BIG(*)
+        FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)
         WHERE l.[Queue] = @Name AND l.[Kind] = 1;
-        SET @Got = @@ROWCOUNT;
+        IF @Got = 1
+            UPDATE l
+            SET l.[LastTakenAtUtc] = @Now
+            FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK)
+            WHERE l.[Queue] = @Name AND l.[Kind] = 1;
     END;
     IF @Got = 1
         UPDATE t

@@ -104,8 +104,11 @@ fn complete_and_claim_is_one_transaction_in_the_handoff_order() {
 fn the_cap_step_counts_under_the_lock_or_hands_on_at_most_the_freed_slots() {
     let st = Statements::new("chokaq").unwrap();
     let h = &st.complete_and_claim;
-    let try_count =
-        at(h, "    IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit\n    BEGIN\n        UPDATE l");
+    let try_count = at(
+        h,
+        "    IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit\n    BEGIN\n        SELECT @Got = \
+         COUNT_BIG(*)\n        FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)",
+    );
     let counting = at(h, "    IF @Got = 1\n        UPDATE t\n");
     let shared = at(
         h,
