@@ -53,6 +53,9 @@ if ! [ -x "$DENY" ] || ! "$DENY" --version 2>/dev/null | grep -qx "cargo-deny $C
     trap 'rm -rf "$build_dir"' EXIT
     CARGO_TARGET_DIR="$build_dir" cargo install --locked --quiet cargo-deny --version "$CARGO_DENY_VERSION" \
         --root "$TOOL_ROOT"
+    # `exec` below runs no EXIT trap: remove the build directory (over a gigabyte) now.
+    rm -rf "$build_dir"
+    trap - EXIT
 fi
 
 if [ "${1:-}" = advisories ]; then
