@@ -9,9 +9,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chokaq_core::uuid::Uuid;
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, Enqueued, Error,
-    ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, JobTable,
-    LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, ErrorKind,
+    FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, JobTable, LeaseRef,
+    ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
     RescueParams, RescueReport, Result, StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision,
     WorkerId, WorkerProcess, WorkerRegistration, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
@@ -22,9 +22,9 @@ use crate::error::{connect_error, map_error, timeout};
 use crate::migrate;
 use crate::pool::{Manager, Pool};
 use crate::rows::{
-    check_ts, col, control_params, count, dead_reason_text, decode_cancel, decode_claimed, decode_enqueued,
-    decode_fail, decode_queue, decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row,
-    heartbeat_report, id_bytes, ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req, req_ts,
+    check_ts, col, control_params, count, dead_reason_text, decode_cancel, decode_enqueued, decode_fail, decode_queue,
+    decode_record, decode_rescue, decode_stats, delay_parts, fail_action, first_row, heartbeat_report, id_bytes,
+    ids_of, job_id, job_json, last_set, leases_json, millis, outcome, req, req_ts,
 };
 use crate::sql::{self, Statements};
 
@@ -186,11 +186,11 @@ impl MssqlBackend {
         &self.inner.sql
     }
 
-    /// Dead-letters one claimed row that [`decode_claimed`] refused (reason `failed`, the
+    /// Dead-letters one claimed row that `rows::decode_claimed` refused (reason `failed`, the
     /// decoding error as its last error), fenced by the id and lease this claim gave it. A
     /// row whose id or lease cannot be read, or a failed move, is logged and left to rescue
     /// (its lease expires like any other): the good rows of the claim are returned either way.
-    async fn dead_letter_undecodable(&self, worker: WorkerId, row: &Row, error: &Error) {
+    pub(crate) async fn dead_letter_undecodable(&self, worker: WorkerId, row: &Row, error: &Error) {
         let op = "claim";
         let (id, lease) = match (job_id(op, row, "Id"), col::<i64>(op, row, "Lease")) {
             (Ok(id), Ok(Some(lease))) => (id, lease),
@@ -271,33 +271,23 @@ impl Backend for MssqlBackend {
     async fn claim(&self, req_: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         async move {
             req_.validate()?;
-            let queues: Vec<&str> = req_.queues.iter().map(QueueName::as_str).collect();
-            let queues = serde_json::to_string(&queues)?;
-            // The claim's `@Mode` (see `sql::claim::CLAIM`).
-            let mode: i16 = match req_.mode {
-                ClaimMode::Reserve => 1,
-                ClaimMode::Start => 2,
-                ClaimMode::Hold => 3,
-            };
-            let limit = i32::try_from(req_.limit).map_err(|_| Error::invalid("claim limit too large"))?;
+            let (queues, limit, mode) = crate::handoff::claim_args(req_)?;
             let sets = self.run("claim", &self.sql().claim, &[&queues, &req_.worker.0, &limit, &mode]).await?;
-            let rows = last_set(sets);
-            // Each row on its own: a row that cannot be decoded is dead-lettered, never fails its
-            // neighbours, and never stays leased to a worker that does not know it holds it.
-            let (mut jobs, bad) = split_decoded(&rows, decode_claimed);
-            for (row, error) in bad {
-                self.dead_letter_undecodable(req_.worker, row, &error).await;
-            }
-            jobs.sort_by(|a, b| {
-                b.priority
-                    .cmp(&a.priority)
-                    .then_with(|| a.scheduled_at.unwrap_or(a.created_at).cmp(&b.scheduled_at.unwrap_or(b.created_at)))
-                    .then_with(|| a.id.cmp(&b.id))
-            });
-            Ok(jobs)
+            Ok(self.finish_claim(req_.worker, last_set(sets)).await)
         }
         .await
         .map_err(|e: chokaq_core::Error| e.with_operation("claim"))
+    }
+
+    /// One batch and one transaction: the completions, then the claim, which hands the slots
+    /// the completions freed on (`handoff.rs`, `docs/sqlserver.md`).
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        self.complete_and_claim_impl(worker, leases, req).await.map_err(|e| e.with_operation("complete_and_claim"))
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {

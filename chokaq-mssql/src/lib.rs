@@ -16,6 +16,7 @@ mod backend;
 mod config;
 mod connstr;
 mod error;
+mod handoff;
 mod migrate;
 mod periodic;
 mod pool;

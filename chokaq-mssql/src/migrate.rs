@@ -7,7 +7,10 @@
 //! `MIGRATE_OBJECTS` and `MIGRATE_LOCK_ESCALATION`. Schema version 5 (the `Workers` table and
 //! the archive's `(FinishedAtUtc, Queue)` index) is a fifth batch of its own, `sql::workers`'s
 //! `MIGRATE_WORKERS`, under the same lock row. Schema version 7 (`JobsHot.ExpiredHolds` and the
-//! index `IX_JobsHot_Held`, for `ClaimMode::Hold`) is part of `MIGRATE_OBJECTS`.
+//! index `IX_JobsHot_Held`, for `ClaimMode::Hold`) and schema version 8 (the `QueueLocks`
+//! table: the claim's per-queue gate and cap rows) are part of `MIGRATE_OBJECTS`. Every
+//! earlier version's batches are kept in `tests/upgrade/` and the upgrade from each is tested
+//! (`tests/upgrade.rs`).
 
 use chokaq_core::Result;
 

@@ -25,6 +25,17 @@ use crate::sql;
 /// atomic, so a retry is safe.
 const MAX_TRANSIENT_RETRIES: u32 = 4;
 
+/// The TDS encryption level for `Encrypt=`: `Required` (TLS for everything; the certificate
+/// is checked through the platform's TLS library unless `TrustServerCertificate=true`),
+/// `Off` (TLS for the login packet only), `NotSupported` (no TLS at all).
+pub(crate) fn encryption_level(e: Encrypt) -> EncryptionLevel {
+    match e {
+        Encrypt::Required => EncryptionLevel::Required,
+        Encrypt::LoginOnly => EncryptionLevel::Off,
+        Encrypt::Disabled => EncryptionLevel::NotSupported,
+    }
+}
+
 /// One pooled connection.
 pub(crate) struct Conn {
     pub client: Client<Compat<TcpStream>>,
@@ -91,11 +102,7 @@ impl Manager {
             p.user.as_deref().unwrap_or_default(),
             p.password.as_deref().unwrap_or_default(),
         ));
-        c.encryption(match p.encrypt {
-            Encrypt::Required => EncryptionLevel::Required,
-            Encrypt::LoginOnly => EncryptionLevel::Off,
-            Encrypt::Disabled => EncryptionLevel::NotSupported,
-        });
+        c.encryption(encryption_level(p.encrypt));
         if p.trust_server_certificate {
             c.trust_cert();
         }
@@ -212,5 +219,45 @@ impl Pool {
                 Err(map_error(op, e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+    use crate::connstr::{mssql_url_to_ado, parse_ado};
+
+    /// Issue 27 item 6: `Encrypt=true`, `strict` and `false` in both string forms reach the
+    /// TLS setup as the level they name (TLS itself is the platform library's, through
+    /// tiberius' native-tls: no rustls in the build).
+    #[test]
+    fn encrypt_true_strict_and_false_set_the_tls_level() {
+        let level = |s: &str| encryption_level(parse_ado(s).unwrap().encrypt) as u8;
+        let url = |s: &str| encryption_level(parse_ado(&mssql_url_to_ado(s).unwrap()).unwrap().encrypt) as u8;
+        let required = EncryptionLevel::Required as u8;
+        let off = EncryptionLevel::Off as u8;
+        for v in ["true", "True", "yes", "mandatory", "strict", "Strict"] {
+            assert_eq!(level(&format!("server=h;user=u;password=p;Encrypt={v}")), required, "Encrypt={v}");
+            assert_eq!(url(&format!("mssql://u:p@h/db?encrypt={v}")), required, "?encrypt={v}");
+        }
+        for v in ["false", "no", "optional"] {
+            assert_eq!(level(&format!("server=h;user=u;password=p;Encrypt={v}")), off, "Encrypt={v}");
+            assert_eq!(url(&format!("mssql://u:p@h/db?encrypt={v}")), off, "?encrypt={v}");
+        }
+        // The default is TLS for everything; `disabled` is no TLS at all.
+        assert_eq!(level("server=h;user=u;password=p"), required);
+        assert_eq!(level("server=h;user=u;password=p;Encrypt=disabled"), EncryptionLevel::NotSupported as u8);
+        // A value that is none of these is refused, never read as "off".
+        for v in ["maybe", "1", ""] {
+            let e = parse_ado(&format!("server=h;user=u;password=p;Encrypt={v}")).unwrap_err();
+            assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput, "Encrypt={v}: {e}");
+        }
+        // TrustServerCertificate is read as given, and only then skips the certificate check.
+        assert!(
+            parse_ado("server=h;user=u;password=p;Encrypt=strict;TrustServerCertificate=true")
+                .unwrap()
+                .trust_server_certificate
+        );
+        assert!(!parse_ado("server=h;user=u;password=p;Encrypt=strict").unwrap().trust_server_certificate);
     }
 }

@@ -1,7 +1,8 @@
 //! Every T-SQL statement of the SQL Server backend; nothing else in the crate builds SQL text.
 //!
 //! The statements are `const` templates in the submodules, grouped by what they do:
-//! [`migrate`] (the schema objects), [`claim`] (enqueue and the claim), [`moves`] (the guarded
+//! [`migrate`] (the schema objects), [`claim`] (enqueue), [`claim_batch`] (the claim and
+//! `complete_and_claim`), [`moves`] (the guarded
 //! writes of a claimed job, rescue, cancel, requeue), [`admin`] (queue controls, purge, stats,
 //! `get_job`, `list_jobs`) and [`support`] (test support and the conformance harness's database
 //! setup). [`render`] is the one function that puts names into a template; [`Statements`] is
@@ -28,6 +29,7 @@ use chokaq_core::{validate, Result};
 
 mod admin;
 mod claim;
+mod claim_batch;
 mod migrate;
 mod moves;
 mod periodic;
@@ -88,6 +90,7 @@ pub(crate) struct Statements {
     pub(crate) migrate_lock_escalation: String,
     pub(crate) enqueue: String,
     pub(crate) claim: String,
+    pub(crate) complete_and_claim: String,
     pub(crate) start: String,
     pub(crate) heartbeat: String,
     pub(crate) complete: String,
@@ -138,7 +141,8 @@ impl Statements {
             migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
             migrate_lock_escalation: r(migrate::MIGRATE_LOCK_ESCALATION)?,
             enqueue: r(claim::ENQUEUE)?,
-            claim: r(claim::CLAIM)?,
+            claim: r(&claim_batch::claim())?,
+            complete_and_claim: r(&claim_batch::complete_and_claim())?,
             start: r(moves::START)?,
             heartbeat: r(moves::HEARTBEAT)?,
             complete: r(moves::COMPLETE)?,
@@ -191,6 +195,7 @@ impl Statements {
             ("migrate_lock_escalation", self.migrate_lock_escalation.clone()),
             ("enqueue", self.enqueue.clone()),
             ("claim", self.claim.clone()),
+            ("complete_and_claim", self.complete_and_claim.clone()),
             ("start", self.start.clone()),
             ("heartbeat", self.heartbeat.clone()),
             ("complete", self.complete.clone()),
@@ -266,7 +271,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 47);
+        assert_eq!(all.len(), 48);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -671,6 +676,7 @@ mod tests {
             ("migrate_lock_escalation", 0),
             ("enqueue", 1),
             ("claim", 4),
+            ("complete_and_claim", 5),
             ("start", 2),
             ("heartbeat", 2),
             ("complete", 2),

@@ -2,8 +2,9 @@
 //! or foreign lease in the list is lost and writes nothing), its claiming half follows every
 //! rule of `claim` (pause, schedule, order), the claim's cap count already sees the
 //! completions of the same call, and a cap holds strictly while completions ride on claims.
-//! PostgreSQL overrides the operation with one function call; the other backends use the
-//! trait's default (the two calls in turn): the same cases run on both.
+//! PostgreSQL overrides the operation with one function call and SQL Server with one batch
+//! (both hand a freed cap slot on without the counting lock); the other backends use the
+//! trait's default (the two calls in turn): the same cases run on all of them.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -8,14 +8,16 @@
 //! `CancelRequested`, `FinishedAtUtc` and `Reason`, typed NULLs (or 0) where a table has no
 //! such column.
 
-/// Queue control as an upsert, behind the queue's app lock: a transaction-owned
-/// `sp_getapplock` in `Exclusive` mode on `chokaq:queue:<schema>:<queue>`, the resource every
-/// claim naming the queue holds `Shared` (see the claim). It waits for in-flight claims of the
-/// queue, and claims that start later wait for it, so every claim sees the settings from
-/// before or from after the change, never both. Under that lock: update the row, insert it if
-/// nothing was updated (no MERGE, no key-range lock: two controls of one queue take turns on
-/// the app lock, controls of different queues do not touch each other). A wait longer than
-/// the session's lock timeout is error 51002 (retried).
+/// Queue control as an upsert, behind the queue's gate row: the `Kind` 0 row of
+/// `[schema].[QueueLocks]` (inserted first if missing, autocommit), updated in the transaction
+/// (an exclusive row lock), the row every claim naming the queue holds `Shared` (see the claim
+/// batch, `sql/claim_batch.rs`). It waits for in-flight claims of the queue, and claims that
+/// start later wait for it, so every claim sees the settings from before or from after the
+/// change, never both. Only a principal with rights on the table can lock the row (schema
+/// version 8; it was an app lock any login could hold). Under that lock: update the row,
+/// insert it if nothing was updated (no MERGE, no key-range lock: two controls of one queue
+/// take turns on the gate row, controls of different queues do not touch each other). A wait
+/// longer than the session's lock timeout is error 1222 (retried).
 ///
 /// Parameters: `@P1` queue, `@P2` op (1 pause, 2 resume, 3 activate, 4 deactivate,
 /// 5 set max workers, 6 set zombie timeout, 7 set zombie policy, 8 set fetched timeout),
@@ -29,12 +31,22 @@ DECLARE @MaxWorkers INT = @P3;
 DECLARE @ZombieTimeoutMs BIGINT = @P4;
 DECLARE @ZombiePolicy SMALLINT = @P5;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
-DECLARE @Resource NVARCHAR(255) = CONCAT(N'chokaq:queue:{schema_text}:', @Name);
-DECLARE @LockResult INT;
+IF NOT EXISTS (SELECT 1 FROM {schema}.[QueueLocks] AS l WITH (NOLOCK) WHERE l.[Queue] = @Name AND l.[Kind] = 0)
+    INSERT INTO {schema}.[QueueLocks] ([Queue], [Kind])
+    SELECT @Name, k.[Kind]
+    FROM (VALUES (0), (1)) AS k ([Kind])
+    WHERE NOT EXISTS (
+        SELECT 1
+        FROM {schema}.[QueueLocks] AS l WITH (UPDLOCK, HOLDLOCK)
+        WHERE l.[Queue] = @Name AND l.[Kind] = k.[Kind]
+    );
 BEGIN TRANSACTION;
-EXEC @LockResult = sp_getapplock @Resource = @Resource, @LockMode = N'Exclusive', @LockOwner = N'Transaction';
-IF @LockResult < 0
-    THROW 51002, N'chokaq: a queue lock was not granted within the lock timeout', 1;
+UPDATE l
+SET l.[LastTakenAtUtc] = @Now
+FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK)
+WHERE l.[Queue] = @Name AND l.[Kind] = 0;
+IF @@ROWCOUNT = 0
+    THROW 51002, N'chokaq: a queue lock row is missing; retried', 1;
 UPDATE q
 SET
     q.[IsPaused] = CASE @Op WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE q.[IsPaused] END,

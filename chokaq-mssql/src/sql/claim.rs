@@ -132,163 +132,7 @@ LEFT JOIN {schema}.[JobsHot] AS h WITH (FORCESEEK)
 ORDER BY i.[Ord];
 COMMIT TRANSACTION;";
 
-/// The claim: due Scheduled jobs are promoted, then ONE `UPDATE … OUTPUT INSERTED` takes due
-/// Pending jobs, behind the queue gate, in one transaction.
-///
-/// Parameters: `@P1` JSON array of queue names, `@P2` worker id, `@P3` limit, `@P4` mode
-/// (1 = reserve into Fetched, `HeartbeatUtc` NULL; 2 = start into Processing; 3 = hold: into
-/// Fetched with `HeartbeatUtc` now, the claim being the job's first heartbeat). Reserve sets
-/// `HeartbeatUtc` NULL explicitly: a job claimed again may carry an earlier run's value, and
-/// a Fetched row with a heartbeat is a held one to `cancel` and `rescue`.
-///
-/// 0. Promotion (its own short autocommit statement, before the transaction): per requested
-///    queue, a range seek on `IX_JobsHot_Scheduled (Queue, DueAtUtc) WHERE Status = 3` for
-///    `DueAtUtc <= @Now`, oldest first, at most 1,000 rows in all (`@Promote`: a burst of
-///    jobs falling due at once costs each claim a bounded amount), turns Scheduled (3) into
-///    Pending (0). Rows another claimer is promoting are skipped (`READPAST`). So a
-///    not-yet-due job costs the claim nothing: it is in neither the claim index nor the seek.
-/// 1. Queue locks: a transaction-owned `sp_getapplock` in `Shared` mode on
-///    `chokaq:queue:<schema>:<queue>` for every requested queue, in name order. `control_queue`
-///    takes the same resource `Exclusive` before it changes the queue's row, so the settings
-///    read next cannot change before this claim commits: a pause or a cap never lands in the
-///    middle of a claim that decided the queue runs uncapped. Claims share these locks, and
-///    nobody takes a row lock on `Queues` in the claim, so claims and `control_queue` cannot
-///    deadlock (control takes one app lock, then its row; claims take app locks in one global
-///    order). A wait longer than the session's lock timeout is error 51002 (retried).
-/// 2. The settings: paused and inactive queues leave `@Q`; `MaxWorkers` is read.
-/// 3. Capped queues only, in name order: `sp_getapplock` in `Exclusive` mode on
-///    `chokaq:cap:<schema>:<queue>` with `@LockTimeout = 0`. A claimer that does not get it at
-///    once skips that queue for this call (`Slots = 0`), like PostgreSQL's `SKIP LOCKED` on the
-///    queue row: claims of one capped queue never wait for each other. The holder counts the
-///    active jobs (Fetched + Processing) `WITH (READCOMMITTEDLOCK)`, a locking read of committed
-///    rows even when READ_COMMITTED_SNAPSHOT is ON. Every transition that raises a queue's
-///    active count is a claim, and claims of a capped queue hold its cap lock until they
-///    commit, so `Slots = MaxWorkers - Active` is exact and the cap is strict with RCSI ON or
-///    OFF.
-/// 4. Leases: `sys.sp_sequence_get_range` reserves `@Limit` consecutive values of `LeaseSeq`
-///    (`NEXT VALUE FOR` is not allowed in a statement with `TOP`); the k-th claimed row, in
-///    claim order, gets `@FirstLease + k - 1`. Every claimed job has its own lease, unique
-///    across claims, sessions and restarts (a sequence never hands a value out twice, and a
-///    restart only skips cached values).
-/// 5. The UPDATE: for each queue, a bounded `FORCESEEK` (`TOP` inside `CROSS APPLY`, on
-///    `IX_JobsHot_Pending`: Queue, Priority DESC, DueAtUtc, Id) reads at most
-///    `min(limit, Slots)` rows `WITH (UPDLOCK, READPAST, ROWLOCK)`, skipping rows other
-///    claimers hold; the outer `TOP (@Limit)` keeps the best across queues and numbers them
-///    (`ROW_NUMBER` over those few rows only, never over the backlog). Cost grows with the
-///    number of requested queues and the limit, never with the backlog; the claim clears
-///    `Outcome`.
-pub(super) const CLAIM: &str = "SET XACT_ABORT ON;
-SET NOCOUNT ON;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-DECLARE @Queues NVARCHAR(MAX) = @P1;
-DECLARE @WorkerId UNIQUEIDENTIFIER = @P2;
-DECLARE @Limit INT = @P3;
-DECLARE @Mode SMALLINT = @P4;
-DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
-DECLARE @Promote INT = 1000;
-DECLARE @Name VARCHAR(128);
-DECLARE @Resource NVARCHAR(255);
-DECLARE @LockResult INT;
-DECLARE @RangeFirst SQL_VARIANT;
-DECLARE @FirstLease BIGINT;
-DECLARE @Q TABLE (
-    [Name] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL PRIMARY KEY,
-    [MaxWorkers] INT NULL,
-    [Slots] INT NULL
-);
-INSERT INTO @Q ([Name])
-SELECT DISTINCT CAST(j.[value] AS VARCHAR(128)) COLLATE Latin1_General_BIN2 FROM OPENJSON(@Queues) AS j;
-UPDATE s
-SET s.[Status] = 0
-FROM {schema}.[JobsHot] AS s WITH (FORCESEEK)
-INNER JOIN (
-    SELECT TOP (@Promote) d.[Id], d.[DueAtUtc]
-    FROM @Q AS t
-    CROSS APPLY (
-        SELECT TOP (@Promote) r.[Id], r.[DueAtUtc]
-        FROM {schema}.[JobsHot] AS r WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-        WHERE r.[Queue] = t.[Name] AND r.[Status] = 3 AND r.[DueAtUtc] <= @Now
-        ORDER BY r.[DueAtUtc] ASC
-    ) AS d
-    ORDER BY d.[DueAtUtc] ASC
-) AS p ON p.[Id] = s.[Id]
-WHERE s.[Status] = 3;
-IF EXISTS (SELECT 1 FROM @Q)
-BEGIN
-    EXEC sys.sp_sequence_get_range @sequence_name = N'{schema}.[LeaseSeq]', @range_size = @Limit, \
-    @range_first_value = @RangeFirst OUTPUT;
-    SET @FirstLease = CAST(@RangeFirst AS BIGINT);
-END;
-BEGIN TRANSACTION;
-SET @Name = (SELECT MIN([Name]) FROM @Q);
-WHILE @Name IS NOT NULL
-BEGIN
-    SET @Resource = CONCAT(N'chokaq:queue:{schema_text}:', @Name);
-    EXEC @LockResult = sp_getapplock @Resource = @Resource, @LockMode = N'Shared', @LockOwner = N'Transaction';
-    IF @LockResult < 0
-        THROW 51002, N'chokaq: a queue lock was not granted within the lock timeout', 1;
-    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Name] > @Name);
-END;
-DELETE t
-FROM @Q AS t
-INNER JOIN {schema}.[Queues] AS q WITH (FORCESEEK) ON q.[Name] = t.[Name]
-WHERE q.[IsPaused] = 1 OR q.[IsActive] = 0;
-UPDATE t
-SET t.[MaxWorkers] = q.[MaxWorkers]
-FROM @Q AS t
-INNER JOIN {schema}.[Queues] AS q WITH (FORCESEEK) ON q.[Name] = t.[Name]
-WHERE q.[MaxWorkers] IS NOT NULL;
-SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL);
-WHILE @Name IS NOT NULL
-BEGIN
-    SET @Resource = CONCAT(N'chokaq:cap:{schema_text}:', @Name);
-    EXEC @LockResult = sp_getapplock @Resource = @Resource, @LockMode = N'Exclusive', @LockOwner = N'Transaction', \
-    @LockTimeout = 0;
-    IF @LockResult < 0
-        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;
-    ELSE
-        UPDATE t
-        SET t.[Slots] = CASE WHEN t.[MaxWorkers] > a.[Active] THEN t.[MaxWorkers] - a.[Active] ELSE 0 END
-        FROM @Q AS t
-        CROSS APPLY (
-            SELECT COUNT_BIG(*) AS [Active]
-            FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
-            WHERE h.[Queue] = t.[Name] AND h.[Status] IN (1, 2)
-        ) AS a
-        WHERE t.[Name] = @Name;
-    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL AND [Name] > @Name);
-END;
-UPDATE h
-SET
-    h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,
-    h.[WorkerId] = @WorkerId,
-    h.[Lease] = @FirstLease + p.[Rn] - 1,
-    h.[Attempt] = CASE WHEN @Mode = 2 THEN h.[Attempt] + 1 ELSE h.[Attempt] END,
-    h.[StartedAtUtc] = CASE WHEN @Mode = 2 THEN @Now ELSE h.[StartedAtUtc] END,
-    h.[HeartbeatUtc] = CASE WHEN @Mode = 1 THEN NULL ELSE @Now END,
-    h.[UpdatedAtUtc] = @Now,
-    h.[Outcome] = NULL
-OUTPUT INSERTED.[Id], INSERTED.[Queue], INSERTED.[Kind], INSERTED.[Payload], INSERTED.[Tags], \
-    INSERTED.[IdempotencyKey], INSERTED.[Priority], INSERTED.[Attempt], INSERTED.[MaxAttempts], INSERTED.[Lease], \
-    INSERTED.[WorkerId], INSERTED.[HeartbeatUtc], INSERTED.[ScheduledAtUtc], INSERTED.[CreatedAtUtc], \
-    INSERTED.[StartedAtUtc], INSERTED.[UpdatedAtUtc], INSERTED.[LastError], INSERTED.[CreatedBy], INSERTED.[Status]
-FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
-INNER JOIN (
-    SELECT TOP (@Limit)
-        c.[Id],
-        ROW_NUMBER() OVER (ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, c.[Id] ASC) AS [Rn]
-    FROM @Q AS t
-    CROSS APPLY (
-        SELECT TOP (CASE WHEN t.[Slots] IS NULL OR t.[Slots] > @Limit THEN @Limit ELSE t.[Slots] END)
-            j.[Id], j.[Priority], j.[DueAtUtc]
-        FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-        WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now
-        ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC
-    ) AS c
-    ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, c.[Id] ASC
-) AS p ON p.[Id] = h.[Id]
-WHERE h.[Status] = 0;
-COMMIT TRANSACTION;";
+// The claim batch itself is built in `claim_batch.rs`, with `complete_and_claim` from the same parts.
 
 #[cfg(test)]
 mod tests {
@@ -387,34 +231,49 @@ mod tests {
         assert!(st.enqueue.contains("CASE WHEN ISNULL(i.[ScheduledAtUtc], @Now) > @Now THEN 3 ELSE 0 END"));
     }
 
-    /// Item 9: the queue gate is app locks, never row locks on `Queues`: shared per queue in
-    /// name order (control takes the same resource exclusive), and an exclusive cap lock taken
-    /// without waiting (a busy capped queue is skipped for this call).
+    /// Item 9 (issue 13), moved to rows by issue 27 item 2: the queue gate is the queue's
+    /// `Kind` 0 row of `QueueLocks`, shared in name order (control updates the same row), and
+    /// the cap is its `Kind` 1 row, updated without waiting (a busy capped queue is skipped for
+    /// this call). No app lock is left in the claim or the control, and no row lock is held
+    /// on `Queues`.
     #[test]
-    fn claim_gates_queues_with_app_locks_that_cannot_deadlock_with_control() {
+    fn claim_gates_queues_with_lock_rows_that_cannot_deadlock_with_control() {
         let st = Statements::new("chokaq").unwrap();
         let c = &st.claim;
-        assert!(!c.contains("HOLDLOCK") && !c.contains("[Queues] AS q WITH (UPDLOCK"), "no row locks held on Queues");
-        assert!(c.contains("SET @Resource = CONCAT(N'chokaq:queue:chokaq:', @Name);"));
+        assert!(!c.contains("[Queues] AS q WITH (UPDLOCK") && !c.contains("[Queues] AS q WITH (HOLDLOCK"));
+        assert!(!c.contains("sp_getapplock") && !st.control_queue.contains("sp_getapplock"));
         assert!(c.contains(
-            "EXEC @LockResult = sp_getapplock @Resource = @Resource, @LockMode = N'Shared', @LockOwner = N'Transaction';"
+            "INNER LOOP JOIN [chokaq].[QueueLocks] AS l WITH (REPEATABLEREAD, ROWLOCK, FORCESEEK)\n    \
+             ON l.[Queue] = g.[Name] AND l.[Kind] = 0\nOPTION (FORCE ORDER);"
         ));
-        assert!(c.contains("SET @Resource = CONCAT(N'chokaq:cap:chokaq:', @Name);"));
-        assert!(c.contains("@LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 0;"));
-        assert!(c.contains("IF @LockResult < 0\n        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;"));
-        // Name order: each loop walks MIN(Name) upwards.
-        assert!(c.contains("SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Name] > @Name);"));
-        // Shared queue locks, then settings, then cap locks, then the claim.
-        let shared = at(c, "N'Shared'");
+        assert!(c.contains("    SELECT TOP (2147483647) t.[Name]\n    FROM @Q AS t\n    ORDER BY t.[Name]\n) AS g"));
+        assert!(c.contains(
+            "        SELECT @Got = COUNT_BIG(*)\n        FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)\n        \
+             WHERE l.[Queue] = @Name AND l.[Kind] = 1;\n        IF @Got = 1\n            UPDATE l\n"
+        ));
+        // Not an UPDATE with READPAST: its update lock is compatible with a handoff's shared
+        // lock, so it would not skip the row but wait to convert.
+        assert!(!c.contains("[QueueLocks] AS l WITH (ROWLOCK, READPAST)"));
+        assert!(c.contains("    ELSE\n        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;"));
+        // Name order: the cap loop walks MIN(Name) upwards.
+        assert!(
+            c.contains("SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL AND [Name] > @Name);")
+        );
+        // Shared queue gates, then settings, then cap rows, then the claim.
+        let shared = at(c, "AND l.[Kind] = 0");
         let settings = at(c, "WHERE q.[IsPaused] = 1 OR q.[IsActive] = 0;");
-        let cap = at(c, "N'chokaq:cap:");
+        let cap = at(c, "AND l.[Kind] = 1;");
         let update = at(c, "UPDATE h\nSET");
         assert!(shared < settings && settings < cap && cap < update);
         let control = &st.control_queue;
-        assert!(control.contains("DECLARE @Resource NVARCHAR(255) = CONCAT(N'chokaq:queue:chokaq:', @Name);"));
-        assert!(control.contains("@LockMode = N'Exclusive', @LockOwner = N'Transaction';"));
-        assert!(at(control, "sp_getapplock") < at(control, "UPDATE q"));
-        assert!(!control.contains("HOLDLOCK"), "the app lock serialises controls of a queue; no key-range locks");
+        let lock = at(
+            control,
+            "UPDATE l\nSET l.[LastTakenAtUtc] = @Now\nFROM [chokaq].[QueueLocks] AS l WITH (ROWLOCK)\n\
+             WHERE l.[Queue] = @Name AND l.[Kind] = 0;\nIF @@ROWCOUNT = 0\n    THROW 51002,",
+        );
+        assert!(at(control, "BEGIN TRANSACTION;") < lock && lock < at(control, "UPDATE q"));
+        assert!(!control.contains("READPAST"), "a control waits for the claims in flight");
+        assert!(!control[at(control, "BEGIN TRANSACTION;")..].contains("HOLDLOCK"), "no key-range locks held");
     }
 
     /// Items 5 and 13: the idempotency probe can only seek the filtered unique index, and the

@@ -78,7 +78,9 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.[Locks] AS l WITH (UPDLOCK, HOLDLOCK) W
 /// missing, upgrades a version-1 schema (adds `Outcome`, moves not-yet-due Pending rows to
 /// Scheduled) and a version-2 one (the per-queue idempotency index replaces the global one),
 /// creates the `Schedules` table of periodic jobs (version 4), adds `ExpiredHolds` and
-/// `IX_JobsHot_Held` (version 7), and records versions 1 to 4, 6 and 7 in `SchemaVersions`.
+/// `IX_JobsHot_Held` (version 7), creates `QueueLocks` (version 8: the claim's per-queue gate
+/// and cap locks, rows `Kind` 0 and 1 of each queue, inserted on first use), and records
+/// versions 1 to 4 and 6 to 8 in `SchemaVersions`.
 ///
 /// `ExpiredHolds` counts how often a held Fetched job (claimed with `ClaimMode::Hold`: Fetched
 /// with a heartbeat) expired, its worker gone before its start was recorded; the rescue
@@ -279,6 +281,15 @@ IF OBJECT_ID(N'{schema}.[Schedules]', N'U') IS NULL
     );
 IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 4)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (4, SYSUTCDATETIME());
+IF OBJECT_ID(N'{schema}.[QueueLocks]', N'U') IS NULL
+    CREATE TABLE {schema}.[QueueLocks] (
+        [Queue] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL,
+        [Kind] SMALLINT NOT NULL,
+        [LastTakenAtUtc] DATETIME2(7) NULL,
+        CONSTRAINT [PK_QueueLocks] PRIMARY KEY CLUSTERED ([Queue], [Kind])
+    );
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 8)
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (8, SYSUTCDATETIME());
 COMMIT TRANSACTION;";
 
 /// Disables lock escalation on the three job tables (only where it is not disabled yet, so a

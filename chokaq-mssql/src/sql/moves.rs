@@ -538,7 +538,7 @@ mod tests {
         assert!(st.migrate_objects.contains("SET LOCK_TIMEOUT 30000"));
         assert!(st.purge_archive.contains("DELETE TOP (@Chunk)"));
         assert!(st.enqueue.contains("WITH (UPDLOCK, HOLDLOCK, FORCESEEK)"));
-        assert!(st.control_queue.contains("sp_getapplock"));
+        assert!(st.control_queue.contains("FROM [chokaq].[QueueLocks] AS l WITH (ROWLOCK)"));
     }
 
     /// Item 2: a repeated `complete` with the lease that archived the job reports it done; the

@@ -11,7 +11,11 @@
 //! schema `chokaq_t_<hex>` that is dropped at the end. `CHOKAQ_TEST_REQUIRE=mssql` turns
 //! "not available" into failures.
 
+// Each test binary uses part of this module.
+#![allow(dead_code)]
+
 mod docker;
+pub mod server;
 pub mod source;
 
 use std::sync::Arc;
