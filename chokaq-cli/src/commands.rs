@@ -1,19 +1,14 @@
 //! The subcommands, each through `chokaq::connect` and the `Backend` trait only.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use chokaq::core::{
-    JobLocation, JobStatus, JobTable, ListJobsParams, PurgeParams, PurgeTarget, QueueControl, QueueSettings,
-    RequeueOutcome, Timestamp,
-};
+use chokaq::core::{JobLocation, JobStatus, JobTable, ListJobsParams, QueueControl, QueueSettings, Timestamp};
 use chokaq::{Backend, ConnectOptions, ErrorKind, JobId, JobKind, JobRecord, QueueName};
 use serde::Serialize;
 
 use crate::output::{self, age, clip, opt_time, since, time, Table};
 use crate::{
-    Cli, CliResult, Command, DeadAction, Exit, Failure, JobAction, ListArgs, PurgeArgs, PurgeTable, QueueAction,
-    StatusArg, TableArg,
+    Cli, CliResult, Command, DeadAction, Exit, Failure, JobAction, ListArgs, QueueAction, StatusArg, TableArg,
 };
 
 /// Runs the command; `Ok` carries the exit code of a command that printed its result.
@@ -24,12 +19,18 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
              string)",
         ));
     };
-    let opts = ConnectOptions::new(url).schema(&cli.schema).max_connections(4).connect_timeout(cli.connect_timeout);
-    if let Err(e) = opts.check() {
-        return Err(Failure::from(e));
-    }
     let migrate = matches!(cli.command, Command::Migrate);
-    let backend = opts.migrate(migrate).connect().await?;
+    // Only `migrate` creates a SQLite file: a command that reads a file that does not exist
+    // says so (a mistyped path must not leave an empty database behind). A refused
+    // connection is reported at once, not after the pool's connect timeout.
+    let opts = ConnectOptions::new(url)
+        .schema(&cli.schema)
+        .max_connections(4)
+        .connect_timeout(cli.connect_timeout)
+        .create_if_missing(migrate)
+        .fail_fast(true);
+    let kind = opts.check().map_err(Failure::from)?;
+    let backend = opts.migrate(migrate).connect().await.map_err(|e| connect_failure(kind, e))?;
     let cx = Cx { backend, json: cli.json(), schema: cli.schema.clone() };
     match cli.command {
         Command::Migrate => cx.migrated(),
@@ -42,8 +43,10 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
         },
         Command::Dead { action } => match action {
             DeadAction::List { filter } => cx.list(TableArg::Dead, None, &filter).await,
-            DeadAction::Retry { id: Some(id), .. } => cx.retry_one(&id).await,
-            DeadAction::Retry { id: None, queue: Some(queue), all: true } => cx.retry_all(&queue).await,
+            DeadAction::Retry { id: Some(id), dry_run, .. } => cx.retry_one(&id, dry_run).await,
+            DeadAction::Retry { id: None, queue: Some(queue), all: true, yes, dry_run } => {
+                cx.retry_all(&queue, yes, dry_run).await
+            }
             DeadAction::Retry { .. } => Err(Failure::new(Exit::Usage, "dead retry needs an ID, or --queue Q --all")),
         },
         Command::Purge(args) => cx.purge(&args).await,
@@ -57,10 +60,24 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
     }
 }
 
-struct Cx {
-    backend: Arc<dyn Backend>,
-    json: bool,
+pub(crate) struct Cx {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) json: bool,
     schema: String,
+}
+
+/// A failed connect: configuration errors (no such database, role or SQLite file, a refused
+/// login) get a hint about the URL.
+fn connect_failure(kind: chokaq::BackendKind, e: chokaq::Error) -> Failure {
+    let invalid = e.kind() == ErrorKind::InvalidInput;
+    let f = Failure::from(e);
+    match (invalid, kind) {
+        (true, chokaq::BackendKind::Sqlite) => {
+            f.hint("check the path in --url / DATABASE_URL; `chokaq migrate` creates the file and its tables")
+        }
+        (true, _) => f.hint("check the database name, the role and the password in --url / DATABASE_URL"),
+        (false, _) => f,
+    }
 }
 
 impl Cx {
@@ -84,15 +101,16 @@ impl Cx {
         chokaq_web::check_listen(args.listen, &options)?;
         eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
         chokaq_web::serve(self.backend.clone(), args.listen, options).await?;
+        eprintln!("chokaq web: stopped");
         Ok(Exit::Ok)
     }
 }
 
-fn queue_name(s: &str) -> CliResult<QueueName> {
+pub(crate) fn queue_name(s: &str) -> CliResult<QueueName> {
     QueueName::new(s).map_err(Failure::from)
 }
 
-fn job_id(s: &str) -> CliResult<JobId> {
+pub(crate) fn job_id(s: &str) -> CliResult<JobId> {
     s.trim().parse::<JobId>().map_err(|_| Failure::new(Exit::Usage, format!("{s:?} is not a job id (expected a UUID)")))
 }
 
@@ -386,7 +404,7 @@ impl Cx {
             return Ok(Exit::Ok);
         }
         if page.jobs.is_empty() {
-            println!("no jobs");
+            println!("{}", if t == JobTable::DeadLetter { "no dead letters" } else { "no jobs" });
             return Ok(Exit::Ok);
         }
         let mut out = match t {
@@ -494,133 +512,6 @@ impl Cx {
             println!("{text}");
         }
         Ok(Exit::Ok)
-    }
-
-    async fn retry_one(&self, id: &str) -> CliResult<Exit> {
-        let id = job_id(id)?;
-        match self.backend.requeue_dead(id).await {
-            Ok(RequeueOutcome::Requeued) => {
-                if self.json {
-                    output::json(&serde_json::json!({ "id": id.to_string(), "outcome": "requeued" }));
-                } else {
-                    println!("job {id} requeued (pending, attempt 0)");
-                }
-                Ok(Exit::Ok)
-            }
-            Ok(RequeueOutcome::NotFound) => Err(Failure::new(
-                Exit::NotFound,
-                format!("no dead letter {id} (unknown, or already requeued by someone else)"),
-            )),
-            Err(e) if e.kind() == ErrorKind::Conflict => Err(Failure::from(e)
-                .hint("a live job of the queue holds the same idempotency key: let it finish, then retry")),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Every dead letter of `queue`, page by page: requeued, skipped (gone meanwhile: another
-    /// retry took it), or a conflict (a live job holds its key).
-    async fn retry_all(&self, queue: &str) -> CliResult<Exit> {
-        let q = queue_name(queue)?;
-        let mut p = ListJobsParams::new(JobTable::DeadLetter);
-        p.queue = Some(q.clone());
-        p.limit = 500;
-        p.without_payloads = true;
-        let (mut requeued, mut skipped, mut conflicts) = (0u64, 0u64, Vec::new());
-        loop {
-            let page = self.backend.list_jobs(&p).await?;
-            for r in &page.jobs {
-                match self.backend.requeue_dead(r.id).await {
-                    Ok(RequeueOutcome::Requeued) => requeued += 1,
-                    Ok(RequeueOutcome::NotFound) => skipped += 1,
-                    Err(e) if e.kind() == ErrorKind::Conflict => conflicts.push(r.id.to_string()),
-                    Err(e) => {
-                        let f = Failure::from(e);
-                        return Err(Failure {
-                            message: format!("{} (after requeuing {requeued} of queue {q})", f.message),
-                            ..f
-                        });
-                    }
-                }
-            }
-            match page.next {
-                Some(n) => p.after = Some(n),
-                None => break,
-            }
-        }
-        if self.json {
-            output::json(&serde_json::json!({
-                "queue": q.as_str(), "requeued": requeued, "skipped": skipped,
-                "conflicts": conflicts.len(), "conflict_ids": conflicts,
-            }));
-        } else {
-            println!(
-                "queue {q}: requeued {requeued}, skipped {skipped} (already requeued by another retry), \
-                 conflicts {} (a live job holds the idempotency key)",
-                conflicts.len()
-            );
-            for id in conflicts.iter().take(20) {
-                println!("conflict: {id}");
-            }
-        }
-        Ok(if conflicts.is_empty() { Exit::Ok } else { Exit::Conflict })
-    }
-
-    async fn purge(&self, a: &PurgeArgs) -> CliResult<Exit> {
-        let queue = a.queue.as_deref().map(queue_name).transpose()?;
-        let (target, table, name) = match a.table {
-            PurgeTable::Archive => (PurgeTarget::Archive, JobTable::Archive, "archive"),
-            PurgeTable::Dead => (PurgeTarget::DeadLetter, JobTable::DeadLetter, "dead"),
-        };
-        let count = if a.dry_run {
-            self.count_older(table, queue.clone(), a.older_than).await?
-        } else {
-            let mut params = PurgeParams::new(target, a.older_than);
-            params.queue = queue.clone();
-            let budget = u64::from(params.batch_size) * u64::from(params.max_batches);
-            let mut total = 0;
-            loop {
-                let n = self.backend.purge(&params).await?;
-                total += n;
-                if n < budget {
-                    break total;
-                }
-            }
-        };
-        if self.json {
-            output::json(&serde_json::json!({
-                "table": name, "older_than_seconds": a.older_than.as_secs_f64(),
-                "queue": queue.as_ref().map(QueueName::as_str), "dry_run": a.dry_run,
-                if a.dry_run { "would_purge" } else { "purged" }: count,
-            }));
-        } else {
-            let scope = queue.map_or_else(String::new, |q| format!(" of queue {q}"));
-            let verb = if a.dry_run { "would purge" } else { "purged" };
-            println!("{verb} {count} jobs{scope} from the {name} table, finished more than {} ago", age(a.older_than));
-        }
-        Ok(Exit::Ok)
-    }
-
-    /// How many rows of `table` (one queue, or all) finished more than `older_than` before the
-    /// database's now: read page by page, nothing deleted.
-    async fn count_older(&self, table: JobTable, queue: Option<QueueName>, older_than: Duration) -> CliResult<u64> {
-        let now = self.backend.stats().await?.taken_at.unwrap_or_else(chrono::Utc::now);
-        let cutoff = chrono::Duration::from_std(older_than)
-            .ok()
-            .and_then(|d| now.checked_sub_signed(d))
-            .unwrap_or(Timestamp::MIN_UTC);
-        let mut p = ListJobsParams::new(table);
-        p.queue = queue;
-        p.limit = 1000;
-        p.without_payloads = true;
-        let mut n = 0;
-        loop {
-            let page = self.backend.list_jobs(&p).await?;
-            n += page.jobs.iter().filter(|r| r.finished_at.is_some_and(|f| f < cutoff)).count() as u64;
-            match page.next {
-                Some(next) => p.after = Some(next),
-                None => return Ok(n),
-            }
-        }
     }
 
     async fn workers(&self) -> CliResult<Exit> {

@@ -6,6 +6,7 @@
 //! ([`Exit`]). No output ever contains the database URL or its password.
 
 mod commands;
+mod dead;
 mod output;
 mod parse;
 
@@ -23,7 +24,9 @@ pub enum Exit {
     Ok = 0,
     /// Any other error.
     Other = 1,
-    /// A usage error: unknown flag, bad value, bad or missing URL (clap uses 2 too).
+    /// A usage or configuration error: unknown flag, bad value, bad or missing URL, a
+    /// database or role the server does not have, a refused login, a SQLite file that does
+    /// not exist (clap uses 2 too). Trying again cannot fix it.
     Usage = 2,
     /// The job, dead letter or queue named does not exist (or is no longer where the command
     /// expects it: a dead letter another process already requeued).
@@ -86,6 +89,11 @@ impl From<Error> for Failure {
             ErrorKind::NotMigrated => {
                 "schema not migrated: run `chokaq migrate` (with the same --url and --schema)".into()
             }
+            // The kind of `Other` reads "error": the line starts with "error: " already.
+            ErrorKind::Other => match e.operation() {
+                Some(op) => format!("{op}: {}", e.message()),
+                None => e.message().to_string(),
+            },
             _ => e.to_string(),
         };
         Failure { exit, message, hint }
@@ -100,8 +108,9 @@ pub type CliResult<T = ()> = Result<T, Failure>;
 /// The database comes from --url or DATABASE_URL: postgres://…, sqlite:… (or a *.db path),
 /// or a SQL Server connection string (server=…;… or mssql://…).
 ///
-/// Exit codes: 0 ok, 1 other error, 2 usage (bad flag or value, bad or missing URL),
-/// 3 not found, 4 conflict, 5 database unavailable, 6 schema not migrated.
+/// Exit codes: 0 ok, 1 other error, 2 usage or configuration (bad flag or value, bad or
+/// missing URL, no such database, role or SQLite file), 3 not found, 4 conflict, 5 database
+/// unavailable, 6 schema not migrated.
 #[derive(Debug, Parser)]
 #[command(name = "chokaq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -307,9 +316,15 @@ pub enum DeadAction {
         /// The queue whose dead letters to retry (with --all).
         #[arg(long, requires = "all")]
         queue: Option<String>,
-        /// Retry every dead letter of --queue, in pages of 500.
+        /// Retry every dead letter of --queue, in pages of 500 (asks first: --yes).
         #[arg(long, requires = "queue")]
         all: bool,
+        /// With --all: go ahead without asking (needed when stdin is not a terminal).
+        #[arg(long, short = 'y', requires = "all")]
+        yes: bool,
+        /// Say what would be requeued, requeue nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -335,6 +350,9 @@ pub struct PurgeArgs {
     /// Count what would be deleted, delete nothing (reads the table page by page).
     #[arg(long)]
     pub dry_run: bool,
+    /// Delete without asking (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 fn main() -> ExitCode {

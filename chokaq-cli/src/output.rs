@@ -28,8 +28,11 @@ impl Table {
         }
     }
 
+    /// Adds a row. Every cell is passed through [`escape`]: text from the database (tags,
+    /// idempotency keys, `created_by`, a worker's host, errors) cannot move, hide or break
+    /// the columns.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(|c| escape(&c)).collect());
     }
 
     /// The table as text, one line per row, no trailing spaces.
@@ -71,6 +74,45 @@ impl Table {
     pub fn print(&self) {
         print!("{}", self.render());
     }
+}
+
+/// Whether `c` would move, hide or break text on a terminal: control characters (Unicode
+/// `Cc`), line and paragraph separators, bidi controls and marks, zero-width and other
+/// invisible format characters (Unicode `Cf`: soft hyphen, word joiner, invisible operators,
+/// interlinear annotation marks, tag characters).
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || chokaq::core::validate::is_bidi_control(c)
+        || chokaq::core::validate::is_zero_width(c)
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{180E}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{206A}'..='\u{206F}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0001}'
+                | '\u{E0020}'..='\u{E007F}'
+        )
+}
+
+/// `s` with every character that could move, hide or break text ([`is_unsafe`]) written as
+/// its escape, `\u{202e}`, so that a table cell shows what is stored and keeps its width.
+pub fn escape(s: &str) -> String {
+    if !s.chars().any(is_unsafe) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_unsafe(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Prints one JSON document on stdout.
@@ -162,5 +204,25 @@ mod tests {
         assert_eq!(age(Duration::from_secs(3 * 86_400 + 3600)), "3d 1h");
         assert_eq!(age(Duration::from_secs(7 * 86_400)), "7d");
         assert_eq!(clip("a\nbcdef", 4), "a b…");
+    }
+
+    /// Issue 26 item 6: bidi, zero-width and control characters are shown as escapes in
+    /// every cell, and the columns stay aligned.
+    #[test]
+    fn unsafe_characters_are_escaped_and_columns_align() {
+        let mut t = Table::new(&["HOST", ">PID", "KEY"]);
+        t.row(vec!["h\u{202e}x".into(), "1".into(), "a\u{200b}b\u{2066}c".into()]);
+        t.row(vec!["plain".into(), "42".into(), "t\u{feff}\u{00ad}\u{2028}\n\u{1b}[31m".into()]);
+        let out = t.render();
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(!lines.iter().any(|l| l.chars().any(is_unsafe)), "{out:?}");
+        assert_eq!(lines[1], "h\\u{202e}x    1  a\\u{200b}b\\u{2066}c", "{out}");
+        assert_eq!(lines[2], "plain        42  t\\u{feff}\\u{ad}\\u{2028}\\u{a}\\u{1b}[31m", "{out}");
+        // Every row's PID column ends where the header's does.
+        let end = lines[0].find("PID").unwrap() + 3;
+        for l in &lines[1..] {
+            assert!(l[..end].ends_with(|c: char| c.is_ascii_digit()), "{l:?} in\n{out}");
+        }
+        assert_eq!(escape("ünïcödé 日本 🚀"), "ünïcödé 日本 🚀");
     }
 }

@@ -39,6 +39,9 @@ macro_rules! ensure_eq {
     };
 }
 
+#[path = "cases/operator.rs"]
+mod operator;
+
 const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// Put into every URL the tests pass (PostgreSQL's trust authentication ignores it): no
 /// output may contain it.
@@ -131,7 +134,7 @@ impl Db {
 
     /// Starts the binary with its output captured (for processes that race).
     fn spawn(&self, args: &[&str]) -> std::io::Result<std::process::Child> {
-        self.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
+        self.cmd(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
     }
 
     /// Runs the binary; checks that no output holds the password or the URL.
@@ -368,6 +371,13 @@ fn bad_url() -> TestResult {
     out.check_secret(&refused, &["stats"])?;
     ensure_eq!(out.code, 5, "exit code of a refused connection (stderr {})", out.stderr);
     ensure!(out.stderr.contains("hint: check that the database is running"), "{}", out.stderr);
+    // Reported at once, not after the connect timeout (the pool tries a refused connection
+    // again until then).
+    let t0 = std::time::Instant::now();
+    let out = bin(&["--url", &refused, "--connect-timeout", "30s", "workers"])?;
+    ensure_eq!(out.code, 5, "exit code of a refused connection, 30 s timeout (stderr {})", out.stderr);
+    ensure!(t0.elapsed() < Duration::from_secs(5), "refused connection reported after {:?}", t0.elapsed());
+    ensure!(out.stderr.to_lowercase().contains("refused"), "the refusal is named: {}", out.stderr);
     let out = bin(&["--url", &refused, "--connect-timeout", "2s", "--json", "workers"])?;
     out.check_secret(&refused, &["workers"])?;
     ensure_eq!(out.json_error()?["error"]["exit_code"].as_u64(), Some(5), "JSON exit code of a refused connection");
@@ -618,12 +628,12 @@ async fn dead(db: Arc<Db>) -> TestResult {
     ensure_eq!(out.code, 3, "a second retry (stderr {})", out.stderr);
     ensure!(out.stderr.contains("already requeued"), "{}", out.stderr);
 
-    let t = db.ok_table(&["dead", "retry", "--queue", q.as_str(), "--all"])?;
+    let t = db.ok_table(&["dead", "retry", "--queue", q.as_str(), "--all", "--yes"])?;
     ensure!(t.contains(&format!("queue {q}: requeued 4, skipped 0")), "{t}");
     let left = db.ok_json(&["dead", "list", "--queue", q.as_str()])?;
     ensure_eq!(ids_of(&left).len(), 0, "no dead letters left in {q}");
     ensure_eq!(ids_of(&db.ok_json(&["dead", "list", "--queue", other.as_str()])?).len(), 1, "the other queue's");
-    let v = db.ok_json(&["dead", "retry", "--queue", q.as_str(), "--all"])?;
+    let v = db.ok_json(&["dead", "retry", "--queue", q.as_str(), "--all", "--yes"])?;
     ensure_eq!(
         (v["requeued"].as_u64(), v["skipped"].as_u64(), v["conflicts"].as_u64()),
         (Some(0), Some(0), Some(0)),
@@ -641,7 +651,7 @@ async fn dead(db: Arc<Db>) -> TestResult {
     let out = db.run(&["dead", "retry", &j.id.to_string()])?;
     ensure_eq!(out.code, 4, "retry of a conflicting dead letter (stderr {})", out.stderr);
     ensure!(out.stderr.contains("idempotency key"), "{}", out.stderr);
-    let (code, v) = db.json(&["dead", "retry", "--queue", c.as_str(), "--all"])?;
+    let (code, v) = db.json(&["dead", "retry", "--queue", c.as_str(), "--all", "--yes"])?;
     ensure_eq!(code, 4, "--all with a conflict");
     ensure_eq!((v["requeued"].as_u64(), v["conflicts"].as_u64()), (Some(0), Some(1)), "--all counts");
     ensure_eq!(strs(&v["conflict_ids"]), vec![j.id.to_string()], "conflict ids");
@@ -674,7 +684,7 @@ async fn retry_race(db: Arc<Db>) -> TestResult {
     let n = 60;
     let ids = db.dead(&all, n).await?;
     let children: Vec<_> =
-        (0..2).map(|_| db.spawn(&["--json", "dead", "retry", "--queue", all.as_str(), "--all"])).collect();
+        (0..2).map(|_| db.spawn(&["--json", "dead", "retry", "--queue", all.as_str(), "--all", "-y"])).collect();
     let mut requeued = 0;
     for c in children {
         let out = Out::of(c.map_err(err)?.wait_with_output().map_err(err)?);
@@ -724,10 +734,10 @@ async fn purge(db: Arc<Db>) -> TestResult {
     ensure_eq!(count("archive", &q)?, 3, "nothing deleted by the dry run");
     let t = db.ok_table(&["purge", "--table", "archive", "--older-than", "0s", "--dry-run"])?;
     ensure!(t.starts_with("would purge 5 jobs from the archive table"), "{t}");
-    let t = db.ok_table(&["purge", "--table", "archive", "--older-than", "0s", "--queue", q.as_str()])?;
+    let t = db.ok_table(&["purge", "--table", "archive", "--older-than", "0s", "--queue", q.as_str(), "--yes"])?;
     ensure!(t.starts_with(&format!("purged 3 jobs of queue {q} from the archive table")), "{t}");
     ensure_eq!((count("archive", &q)?, count("archive", &other)?), (0, 2), "archive after the purge");
-    let v = db.ok_json(&["purge", "--table", "dead", "--older-than", "0s", "--queue", q.as_str()])?;
+    let v = db.ok_json(&["purge", "--table", "dead", "--older-than", "0s", "--queue", q.as_str(), "-y"])?;
     ensure_eq!((v["purged"].as_u64(), v["table"].as_str()), (Some(2), Some("dead")), "dead purge");
     ensure_eq!(count("dead", &q)?, 0, "dead letters after the purge");
     Ok(())
@@ -876,7 +886,10 @@ fn main() -> ExitCode {
     let mut trials = vec![
         Trial::test("help_and_usage", || help_and_usage().map_err(Failed::from)),
         Trial::test("bad_url", || bad_url().map_err(Failed::from)),
+        Trial::test("sqlite::missing_file", || operator::sqlite_missing_file().map_err(Failed::from)),
     ];
+    #[cfg(unix)]
+    trials.push(Trial::test("sqlite::file_is_private", || operator::sqlite_file_is_private().map_err(Failed::from)));
     let pg_ok = runtime().block_on(async { chokaq::connect(&pg_url(), "chokaq_probe").await.is_ok() });
     for kind in [Kind::Sqlite, Kind::Postgres] {
         let label = if kind == Kind::Postgres { "postgres" } else { "sqlite" };
@@ -894,7 +907,19 @@ fn main() -> ExitCode {
             trial("workers", kind, workers),
             trial("web", kind, web),
             trial("schedules", kind, schedules),
+            trial("hostile_text", kind, operator::hostile_text),
+            trial("confirmations", kind, operator::confirmations),
         ];
+        #[cfg(unix)]
+        these.push(trial("web_says_it_stopped", kind, operator::web_says_it_stopped));
+        if kind == Kind::Postgres {
+            these.push(
+                Trial::test("postgres::missing_database_and_role", || {
+                    operator::missing_database_and_role().map_err(Failed::from)
+                })
+                .with_kind("postgres"),
+            );
+        }
         if kind == Kind::Postgres && !pg_ok {
             if required("postgres") {
                 these = these

@@ -744,6 +744,11 @@ impl Backend for PgBackend {
             if filter.status.is_some() && filter.table != JobTable::Hot {
                 return Err(Error::invalid("a status filter applies to the hot table only"));
             }
+            // As stored tags are checked at enqueue: a NUL would otherwise reach the server
+            // and come back as its raw error 22021.
+            if let Some(tag) = &filter.tag {
+                validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
+            }
             let found = with_retry(|| {
                 let q = sqlx::query(sql)
                     .bind(filter.queue.as_ref().map(|q| q.as_str()))

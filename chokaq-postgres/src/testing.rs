@@ -81,18 +81,35 @@ impl TestSupport for PgBackend {
     }
 
     async fn with_repeatable_read_default(&self) -> Result<Option<Arc<dyn TestSupport>>> {
-        let mut conn = self.pool.acquire().await.map_err(map_sqlx_error)?;
-        if let Err(e) = sqlx::Executor::execute(&mut *conn, self.sql().rr_role_create.as_str()).await {
-            // Not allowed to create roles here: nothing to test with.
-            if let sqlx::Error::Database(db) = &e {
-                if db.code().as_deref() == Some("42501") {
-                    return Ok(None);
+        let role = sql::rr_role(&self.shared.schema);
+        // The cases of one run share the schema, and so the role, and may ask for it at once.
+        // Its creation and grants run under an advisory lock on the role's name (the
+        // migration's lock statement, another key): two sessions creating it at once would
+        // fail with "role already exists" (or "tuple concurrently updated" on the grants).
+        // Whoever comes second finds the role complete, committed by the first.
+        let mut tx = self.pool.begin().await.map_err(map_sqlx_error)?;
+        sqlx::query(&self.sql().migrate_lock)
+            .bind(format!("chokaq:rr_role:{role}"))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx_error)?;
+        match sqlx::Executor::execute(&mut *tx, self.sql().rr_role_create.as_str()).await {
+            Ok(_) => tx.commit().await.map_err(map_sqlx_error)?,
+            Err(e) => {
+                let code = match &e {
+                    sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+                    _ => None,
+                };
+                match code.as_deref() {
+                    // Not allowed to create roles here: nothing to test with.
+                    Some("42501") => return Ok(None),
+                    // duplicate_object: the role exists (the transaction rolls back on drop).
+                    Some("42710") => drop(tx),
+                    _ => return Err(map_sqlx_error(e)),
                 }
             }
-            return Err(map_sqlx_error(e));
         }
-        drop(conn);
-        let opts = (*self.pool.connect_options()).clone().username(&sql::rr_role(&self.shared.schema));
+        let opts = (*self.pool.connect_options()).clone().username(&role);
         let pool = PgPoolOptions::new()
             .max_connections(self.pool.options().get_max_connections())
             .connect_with(opts)

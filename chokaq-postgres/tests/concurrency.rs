@@ -298,3 +298,40 @@ async fn a_control_binds_a_handoff_in_flight(#[case] pause: bool) {
     eprintln!("{what}");
     f.drop().await;
 }
+
+/// Issue 26 item 19: cases of one run share a schema, and so the REPEATABLE READ test role;
+/// several asking for it at once all get it (none fails with "role already exists"), and
+/// every handle works: it reads the schema's tables (the grants are there) and its sessions
+/// run at READ COMMITTED (the backend's pin wins over the role's default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeatable_read_default_called_at_once() {
+    let f = fixture!(|c: chokaq_postgres::PgConfig| c.max_connections(8));
+    let db = f.db.clone();
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let db = db.clone();
+            tokio::spawn(async move { db.with_repeatable_read_default().await })
+        })
+        .collect();
+    let mut handles = Vec::new();
+    for (i, c) in calls.into_iter().enumerate() {
+        match c.await.unwrap() {
+            Ok(h) => handles.push(h),
+            Err(e) => panic!("call {i} of 6 at once: {e}"),
+        }
+    }
+    // Not allowed to create roles: every call says so (None), none fails.
+    if handles.iter().all(Option::is_none) {
+        eprintln!("repeatable_read_default_called_at_once: no CREATEROLE here, nothing more to check");
+    } else {
+        for (i, h) in handles.iter().enumerate() {
+            let h = h.as_ref().unwrap_or_else(|| panic!("call {i}: None while others got a handle"));
+            let level = h.session_isolation().await.unwrap();
+            assert_eq!(level.as_deref(), Some("read committed"), "call {i}");
+            let seen = h.presence(JobId::new()).await.unwrap();
+            assert_eq!((seen.hot, seen.archive, seen.dead), (0, 0, 0), "call {i}");
+        }
+    }
+    drop(handles);
+    f.drop().await;
+}

@@ -52,10 +52,12 @@ impl fmt::Debug for SqliteBackend {
 }
 
 impl SqliteBackend {
-    /// Opens (creating if missing) the database file in WAL mode with a busy timeout: one
-    /// writer connection and a small pool of readers. Call [`Backend::migrate`] before use.
+    /// Opens (creating if missing, owner-only: [`SqliteConfig::create_if_missing`]) the
+    /// database file in WAL mode with a busy timeout: one writer connection and a small pool
+    /// of readers. Call [`Backend::migrate`] before use.
     pub async fn connect(cfg: SqliteConfig) -> Result<Self> {
         let opts = cfg.connect_options()?;
+        crate::file::prepare(opts.get_filename(), cfg.create_if_missing)?;
         let sql = Arc::new(Statements::new(MAIN)?);
         let writer = SqlitePoolOptions::new()
             .max_connections(1)

@@ -23,6 +23,7 @@ pub struct SqliteConfig {
     pub(crate) max_readers: u32,
     pub(crate) acquire_timeout: Duration,
     pub(crate) synchronous_full: bool,
+    pub(crate) create_if_missing: bool,
 }
 
 impl fmt::Debug for SqliteConfig {
@@ -34,14 +35,16 @@ impl fmt::Debug for SqliteConfig {
             .field("max_readers", &self.max_readers)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("synchronous_full", &self.synchronous_full)
+            .field("create_if_missing", &self.create_if_missing)
             .finish()
     }
 }
 
 impl SqliteConfig {
     /// A database file, as a `sqlite:` URL (`sqlite:///tmp/jobs.db`, `sqlite://jobs.db?mode=rwc`)
-    /// or a plain path. The file is created if missing. In-memory databases are rejected at
-    /// connect time: the backend uses several connections, which must share one file.
+    /// or a plain path. The file is created if missing (owner-only, `0600` on Unix, whatever
+    /// the umask; see [`SqliteConfig::create_if_missing`]). In-memory databases are rejected
+    /// at connect time: the backend uses several connections, which must share one file.
     pub fn new(url_or_path: impl Into<String>) -> Self {
         SqliteConfig {
             target: url_or_path.into(),
@@ -50,7 +53,19 @@ impl SqliteConfig {
             max_readers: 4,
             acquire_timeout: Duration::from_secs(30),
             synchronous_full: true,
+            create_if_missing: true,
         }
+    }
+
+    /// Whether connecting creates the database file when it does not exist (default `true`).
+    /// A new file is created owner-only (`0600` on Unix, whatever the umask), and SQLite gives
+    /// its `-wal` and `-shm` files the same mode: the jobs' payloads are not for other users
+    /// of the machine. With `false`, connecting to a missing file is an `InvalidInput` error
+    /// that says so (a tool that only reads should not leave an empty database behind a
+    /// mistyped path).
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
     }
 
     /// The largest serialized payload accepted (default 1 MiB).
@@ -107,7 +122,7 @@ impl SqliteConfig {
             SqliteConnectOptions::new().filename(t)
         };
         Ok(opts
-            .create_if_missing(true)
+            .create_if_missing(self.create_if_missing)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(if self.synchronous_full { SqliteSynchronous::Full } else { SqliteSynchronous::Normal })
             .busy_timeout(self.busy_timeout)

@@ -33,7 +33,8 @@
 //!   ([`all_statements`] lists them for the grammar check); `migrate.rs`: the DDL and the
 //!   migration routine;
 //! - `rows.rs`: rows to core types and back; `error.rs`: driver errors to
-//!   [`chokaq_core::ErrorKind`]; `config.rs`: [`SqliteConfig`];
+//!   [`chokaq_core::ErrorKind`]; `config.rs`: [`SqliteConfig`]; `file.rs`: the database file
+//!   created owner-only, or required to exist;
 //! - `testing.rs`: `impl chokaq_core::testing::TestSupport` (feature `testing`).
 
 mod admin;
@@ -41,6 +42,7 @@ mod backend;
 mod claim;
 mod config;
 mod error;
+mod file;
 mod inspect;
 mod lease;
 mod migrate;

@@ -123,7 +123,8 @@ async fn main() -> chokaq::Result<()> {
         let done = b.stats().await?.archived - before;
         if done >= u64::from(jobs) || ctrl_c.is_cancelled() {
             let elapsed = t0.elapsed();
-            println!("{done} jobs archived in {elapsed:?}");
+            let secs = elapsed.as_secs_f64();
+            println!("{done} jobs archived in {secs:.2} s ({:.0} jobs/s)", done as f64 / secs.max(1e-9));
             break (done, elapsed);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

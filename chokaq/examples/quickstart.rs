@@ -7,13 +7,16 @@
 //! ```
 //!
 //! With no `$DATABASE_URL` (and no `--database-url`) it needs no server: the jobs live in a
-//! SQLite file in a fresh temporary directory, removed at the end. Any URL
-//! [`chokaq::connect`] understands works (`postgres://…`, `sqlite:…`, a `*.db` path); the
-//! tables go to schema `chokaq_quickstart` (`--schema`), whose finished jobs are purged at
-//! start so the counts printed are this run's. Prefer `DATABASE_URL` to `--database-url`:
+//! SQLite file in a fresh temporary directory, removed at the end (`--keep` leaves it, and
+//! prints the `chokaq` commands that open it). Any URL [`chokaq::connect`] understands works
+//! (`postgres://…`, `sqlite:…`, a `*.db` path); the tables go to schema `chokaq_quickstart`
+//! (`--schema`; a SQLite file has no schemas). It works in its own queues (`quickstart.*`)
+//! and never deletes anything from a database it is pointed at: the counts of earlier runs
+//! stay, and what this run did is printed apart. Prefer `DATABASE_URL` to `--database-url`:
 //! `cargo run` echoes its command line, password included. Ctrl-C stops it cleanly at any
 //! point: while enqueueing it stops there, while processing running jobs finish (or are
-//! handed back); nothing is lost, and the temporary directory is removed either way.
+//! handed back); nothing is lost, and the temporary directory is removed either way (unless
+//! `--keep`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -21,7 +24,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chokaq::core::{PurgeParams, PurgeTarget};
 use chokaq::{Backend, CancellationToken, Client, Job, JobContext, JobError, RetryPolicy, Worker, WorkerReport};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
@@ -44,6 +46,10 @@ struct Args {
     /// Schema of the tables (PostgreSQL).
     #[arg(long, default_value = "chokaq_quickstart")]
     schema: String,
+    /// Keep the temporary SQLite database (no URL given) and print the commands that open it
+    /// with the `chokaq` command line and dashboard.
+    #[arg(long)]
+    keep: bool,
 }
 
 /// A typed job: the kind is stored with the job, the struct is its JSON payload.
@@ -56,7 +62,7 @@ struct SendEmail {
 impl Job for SendEmail {
     const KIND: &'static str = "email.send.v1";
     fn queue() -> &'static str {
-        "email"
+        "quickstart.email"
     }
 }
 
@@ -71,7 +77,7 @@ struct ResizeImage {
 impl Job for ResizeImage {
     const KIND: &'static str = "image.resize.v1";
     fn queue() -> &'static str {
-        "images"
+        "quickstart.images"
     }
     fn max_attempts() -> i32 {
         3
@@ -87,11 +93,12 @@ struct BuildReport {
 impl Job for BuildReport {
     const KIND: &'static str = "report.build.v1";
     fn queue() -> &'static str {
-        "reports"
+        "quickstart.reports"
     }
 }
 
-const QUEUES: [&str; 3] = ["email", "images", "reports"];
+/// The quickstart's own queues: on a database it is pointed at, it claims from these only.
+const QUEUES: [&str; 3] = ["quickstart.email", "quickstart.images", "quickstart.reports"];
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -120,7 +127,29 @@ async fn main() -> ExitCode {
     };
     let result = run(&args, &url, temp_dir.as_ref(), shutdown).await;
     if let Some(dir) = temp_dir {
-        let _ = std::fs::remove_dir_all(&dir);
+        if args.keep {
+            println!();
+            println!("kept the database: {}", dir.join("jobs.db").display());
+            print_look_commands(&format!("DATABASE_URL={url} "), "");
+            println!("remove it with: rm -r {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    } else if result.is_ok() {
+        // The user's database: the next `chokaq stats` needs this run's schema (PostgreSQL,
+        // SQL Server; SQLite has none) and the same URL, which is never printed.
+        println!();
+        let how = if args.database_url_from_env() {
+            "with the same DATABASE_URL"
+        } else {
+            "with DATABASE_URL set to the URL given"
+        };
+        println!("look at it {how}:");
+        let schema = match chokaq::backend_kind(&url) {
+            Ok(chokaq::BackendKind::Sqlite) => String::new(),
+            _ => format!("--schema {} ", args.schema),
+        };
+        print_look_commands("", &schema);
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -132,12 +161,26 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The two commands that open the database: the command line and the dashboard.
+fn print_look_commands(env: &str, schema: &str) {
+    println!("  {env}chokaq {schema}stats");
+    println!("  {env}chokaq {schema}web --no-auth --listen 127.0.0.1:8080");
+    println!("  (the chokaq binary: cargo install --locked --path chokaq-cli)");
+}
+
+impl Args {
+    /// Whether the URL came from `$DATABASE_URL` rather than `--database-url`.
+    fn database_url_from_env(&self) -> bool {
+        !std::env::args().any(|a| a == "--database-url" || a.starts_with("--database-url="))
+    }
+}
+
 async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>, shutdown: CancellationToken) -> chokaq::Result<()> {
     // 1-2. Connect and enqueue, unless interrupted first.
     let prepared = tokio::select! {
         r = prepare(args, url, temp_dir) => r?,
         _ = shutdown.cancelled() => {
-            let fate = if temp_dir.is_some() {
+            let fate = if temp_dir.is_some() && !args.keep {
                 "the temporary database is removed"
             } else {
                 "jobs enqueued so far stay queued; the next run or any worker runs them"
@@ -205,14 +248,14 @@ async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>, shutdown: Cance
     let elapsed = started.elapsed();
     progress.finish(report.completed + report.dead_lettered, interrupted);
 
-    // 5. What the database holds now, and what this run did.
+    // 5. What the database holds now (earlier runs' jobs included), and what this run did.
     let s = backend.stats().await?;
     println!();
-    println!("{:<10} {:>9} {:>11} {:>9} {:>6}", "queue", "pending", "processing", "archived", "dead");
+    println!("{:<18} {:>9} {:>11} {:>9} {:>6}", "queue", "pending", "processing", "archived", "dead");
     for q in QUEUES {
         let (p, r, a, d) =
             s.queue(q).map_or((0, 0, 0, 0), |q| (q.pending + q.fetched, q.processing, q.archived, q.dead));
-        println!("{q:<10} {p:>9} {r:>11} {a:>9} {d:>6}");
+        println!("{q:<18} {p:>9} {r:>11} {a:>9} {d:>6}");
     }
     println!();
     println!("enqueued      {n}");
@@ -232,7 +275,7 @@ async fn run(args: &Args, url: &str, temp_dir: Option<&PathBuf>, shutdown: Cance
         report.complete_calls
     );
     if interrupted {
-        let fate = if temp_dir.is_some() {
+        let fate = if temp_dir.is_some() && !args.keep {
             "the temporary database is removed with them"
         } else {
             "they stay queued; the next run or any worker runs them"
@@ -260,7 +303,8 @@ async fn prepare(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::
         None => println!("database: {kind}, schema {}", args.schema),
     }
     let backend = chokaq::connect_and_migrate(url, &args.schema).await?;
-    let leftover = clean_start(&backend).await?;
+    // Nothing is purged: earlier runs' finished jobs stay where they are.
+    let leftover = queues_hot(&backend.stats().await?);
     if leftover > 0 {
         println!("{leftover} live jobs left by an earlier, interrupted run will be processed too");
     }
@@ -293,15 +337,6 @@ async fn prepare(args: &Args, url: &str, temp_dir: Option<&PathBuf>) -> chokaq::
     );
 
     Ok(Prepared { backend, leftover })
-}
-
-/// Purges this schema's finished jobs, so that the counts printed are this run's; returns the
-/// live jobs (an interrupted earlier run's) that will be processed with this run's.
-async fn clean_start(backend: &Arc<dyn Backend>) -> chokaq::Result<u64> {
-    for target in [PurgeTarget::Archive, PurgeTarget::DeadLetter] {
-        while backend.purge(&PurgeParams::new(target, Duration::ZERO)).await? > 0 {}
-    }
-    Ok(queues_hot(&backend.stats().await?))
 }
 
 fn queues_hot(s: &chokaq::core::StatsSnapshot) -> u64 {

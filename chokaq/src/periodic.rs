@@ -59,7 +59,8 @@ impl fmt::Debug for Cron {
 }
 
 impl Cron {
-    /// Parses a cron expression; a bad one is [`ErrorKind::InvalidInput`].
+    /// Parses a cron expression; a bad one is
+    /// [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind::InvalidInput).
     pub fn parse(expr: &str) -> Result<Cron> {
         let text = expr.split_whitespace().collect::<Vec<_>>().join(" ");
         let cron = croner::parser::CronParser::new()
@@ -320,9 +321,9 @@ impl Scheduler {
     }
 
     /// Registers every schedule (a name another process holds with another spec fails here
-    /// with [`ErrorKind::Conflict`], before anything else is written), marks this group's
-    /// undeclared rows stale, applies each schedule's missed-tick policy, then starts one loop
-    /// per schedule that runs until `shutdown` is cancelled.
+    /// with [`ErrorKind::Conflict`](chokaq_core::ErrorKind::Conflict), before anything else is
+    /// written), marks this group's undeclared rows stale, applies each schedule's missed-tick
+    /// policy, then starts one loop per schedule that runs until `shutdown` is cancelled.
     pub async fn start(self, shutdown: CancellationToken) -> Result<RunningScheduler> {
         let Scheduler { backend, schedules, group, mark_stale, catch_up_after } = self;
         let now = Utc::now();

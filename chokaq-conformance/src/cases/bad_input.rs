@@ -195,6 +195,24 @@ pub async fn invalid_claim_and_list(cx: Ctx) -> CaseResult {
         Err(e) => ensure_eq!(e.kind(), ErrorKind::InvalidInput, "list with limit 1001 ({e})"),
         Ok(p) => return Err(format!("list with limit 1001 returned {} rows", p.jobs.len()).into()),
     }
+    // A tag filter no stored tag can equal (`validate::text_field`, as at enqueue) is
+    // refused as bad input on every table, never passed on to the database.
+    for table in [JobTable::Hot, JobTable::Archive, JobTable::DeadLetter] {
+        for tag in ["a\0b", "", "a\nb", &"t".repeat(chokaq_core::validate::MAX_TAG_LEN + 1)] {
+            let mut f = ListJobsParams::new(table);
+            f.queue = Some(q.clone());
+            f.tag = Some(tag.to_string());
+            match cx.backend.list_jobs(&f).await {
+                Err(e) => {
+                    ensure_eq!(e.kind(), ErrorKind::InvalidInput, "list {table:?} with tag {tag:.20?} ({e})");
+                    ensure!(e.message().contains("tag"), "the error of tag {tag:.20?} names the tag: {e}");
+                }
+                Ok(p) => {
+                    return Err(format!("list {table:?} with tag {tag:.20?} returned {} rows", p.jobs.len()).into())
+                }
+            }
+        }
+    }
     Ok(())
 }
 

@@ -780,6 +780,9 @@ impl Backend for MemoryBackend {
             if filter.limit == 0 || filter.limit > 1000 {
                 return Err(Error::invalid(format!("list limit must be 1 to 1000, got {}", filter.limit)));
             }
+            if let Some(tag) = &filter.tag {
+                crate::validate::text_field("tag", tag, crate::validate::MAX_TAG_LEN)?;
+            }
             let s = self.lock();
             let table = match filter.table {
                 JobTable::Hot => &s.hot,
