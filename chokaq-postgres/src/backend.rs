@@ -721,6 +721,17 @@ impl Backend for PgBackend {
         .map_err(|e: Error| e.with_operation("stats"))
     }
 
+    async fn stats_estimated(&self) -> Result<StatsSnapshot> {
+        async move {
+            let rows =
+                with_retry(|| sqlx::query(&self.sql().stats_estimated).bind(self.schema()).fetch_all(&self.kept))
+                    .await?;
+            rows::stats(&rows)
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("stats_estimated"))
+    }
+
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
         async move {
             let row = with_retry(|| sqlx::query(&self.sql().get_job).bind(id.0).fetch_optional(&self.kept)).await?;
@@ -843,7 +854,7 @@ impl Backend for PgBackend {
         async move {
             params.validate()?;
             let window = rows::micros(params.window);
-            let rows: Vec<(String, Timestamp, i64)> = with_retry(|| match &params.queue {
+            let rows: Vec<(String, Timestamp, i64, i64, i64)> = with_retry(|| match &params.queue {
                 None => sqlx::query_as(&self.sql().throughput_all).bind(window).fetch_all(&self.kept),
                 Some(q) => {
                     sqlx::query_as(&self.sql().throughput_queue).bind(window).bind(q.as_str()).fetch_all(&self.kept)
@@ -852,7 +863,13 @@ impl Backend for PgBackend {
             .await?;
             Ok(rows
                 .into_iter()
-                .map(|(queue, minute, n)| ThroughputBucket { queue, minute, finished: n.max(0) as u64 })
+                .map(|(queue, minute, finished, failed, retried)| ThroughputBucket {
+                    queue,
+                    minute,
+                    finished: finished.max(0) as u64,
+                    failed: failed.max(0) as u64,
+                    retried: retried.max(0) as u64,
+                })
                 .collect())
         }
         .await

@@ -790,8 +790,8 @@ async fn a_cancel_request_survives_a_retry() {
     f.drop().await;
 }
 
-/// Throughput reads one range of the archive's `(finished_at, queue)` index and nothing else:
-/// an index-only scan, never a scan of the table, for every queue and for one.
+/// Throughput reads the archive through one range of its `(finished_at, queue)` index: an
+/// index-only scan, never a scan of the table, for every queue and for one.
 #[tokio::test]
 async fn throughput_reads_an_index_range_only() {
     let f = fixture!();
@@ -822,7 +822,12 @@ async fn throughput_reads_an_index_range_only() {
     for (name, queue) in [("throughput_all", None), ("throughput_queue", Some("q3"))] {
         let p = plan(stmt(name), queue).await;
         assert!(p.contains("Index Only Scan using jobs_archive_finished_queue_idx"), "{name}:\n{p}");
-        assert!(!p.contains("Seq Scan") && !p.contains("Bitmap Heap Scan"), "{name}:\n{p}");
+        // The archive is only ever read through that range (the hot table's retry branch and
+        // the dead-letter branch read tables that stay small).
+        assert!(
+            !p.contains("Seq Scan on jobs_archive") && !p.contains("Bitmap Heap Scan on jobs_archive"),
+            "{name}:\n{p}"
+        );
     }
     let buckets = db.throughput(&chokaq_core::ThroughputParams::last_hour()).await.unwrap();
     let counted: u64 = buckets.iter().map(|b| b.finished).sum();
