@@ -33,6 +33,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use chokaq_core::{Backend, Error, ErrorKind};
 
+mod chart;
 mod csrf;
 mod data;
 mod html;

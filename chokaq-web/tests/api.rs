@@ -504,9 +504,19 @@ async fn overview_counts(b: Arc<dyn Backend>) -> TestResult {
         "id=\"total-dead\">2<",
         "<tr data-queue=\"web-o3\">",
         "data-state=\"paused\"",
-        "web-o2</a>: <a href=\"/ops/jobs/dead?queue=web-o2\">2 dead letters</a>",
+        "web-o2</a>: <a href=\"/ops/jobs/dead?queue=web-o2\">2 failed dead letters</a>",
     ] {
         ensure!(html.contains(needle), "overview lacks {needle}");
+    }
+    if d["throughput_available"].as_bool() == Some(true) {
+        // The chart: 3 done and 2 failed in the last hour, every queue and web-o2's own page.
+        ensure!(
+            html.contains("id=\"chart-total\" data-done=\"3\" data-failed=\"2\" data-retried=\"0\""),
+            "total chart"
+        );
+        let qp = s.get("/queues/web-o2").await?.body;
+        ensure!(qp.contains("id=\"chart-queue\" data-done=\"3\" data-failed=\"2\""), "queue chart");
+        ensure!(qp.contains("id=\"count-dead\">2<") && qp.contains("id=\"count-cancelled\">0<"), "queue counts");
     }
     let frag = s.get("?fragment=live").await?.body;
     ensure!(
@@ -514,6 +524,36 @@ async fn overview_counts(b: Arc<dyn Backend>) -> TestResult {
         "fragment: {}",
         &frag[..frag.len().min(200)]
     );
+    Ok(())
+}
+
+/// Issue 26, items 9 and 11: a deliberate cancel is counted apart and raises no dead-letter
+/// alarm (a failure does); a paused queue with no job is listed, with its state.
+async fn cancels_and_empty_queues(b: Arc<dyn Backend>) -> TestResult {
+    let id = enqueue(&b, "web-c1", "web.ok.v1", 1).await?[0];
+    ensure_eq!(b.cancel(id).await.map_err(err)?, chokaq_core::CancelOutcome::Cancelled, "cancel");
+    b.pause(&q("web-p1")).await.map_err(err)?;
+    let s = session(&b).await?;
+    let html = s.get("").await?.body;
+    ensure!(!html.contains("class=\"card bad\" href=\"/ops/jobs/dead\""), "a cancel raised the dead-letter alarm");
+    for needle in
+        ["id=\"total-dead\">0<", "id=\"total-cancelled\">1<", "<tr data-queue=\"web-p1\">", "web-p1</a>: paused</li>"]
+    {
+        ensure!(html.contains(needle), "overview lacks {needle}");
+    }
+    let d = s.get("/api/overview").await?.json()?;
+    let t = &d["totals"];
+    ensure_eq!(
+        (t["dead"].as_u64(), t["cancelled"].as_u64(), t["failed"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "totals"
+    );
+    let p1 = d["queues"].as_array().and_then(|a| a.iter().find(|q| q["queue"] == "web-p1").cloned()).ok_or("web-p1")?;
+    ensure_eq!((p1["is_paused"].as_bool(), p1["controlled"].as_bool()), (Some(true), Some(true)), "web-p1 {p1}");
+    make_dead(&b, "web-c1", 1, "boom").await?;
+    let html = s.get("").await?.body;
+    ensure!(html.contains("class=\"card bad\" href=\"/ops/jobs/dead\""), "a failure raised no alarm");
+    ensure!(html.contains("id=\"total-dead\">1<"), "failed dead letters after a failure");
     Ok(())
 }
 
@@ -993,6 +1033,7 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("read_only_refuses_and_hides", |b| Box::pin(read_only_refuses_and_hides(b))),
         ("overview_counts", |b| Box::pin(overview_counts(b))),
         ("overview_snapshot", |b| Box::pin(overview_snapshot(b))),
+        ("cancels_and_empty_queues", |b| Box::pin(cancels_and_empty_queues(b))),
         ("user_data_is_escaped", |b| Box::pin(user_data_is_escaped(b))),
         ("filters_and_paging", |b| Box::pin(filters_and_paging(b))),
         ("actions_take_effect", |b| Box::pin(actions_take_effect(b))),
