@@ -957,3 +957,34 @@ async fn a_scheduled_backlog_costs_the_claim_nothing() {
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![one]);
     f.drop().await;
 }
+
+/// `stats_estimated` (the dashboard's): exact and equal to `stats` while each queue's archive
+/// holds at most 1,000 jobs; beyond that an estimate from the planner's statistics, marked as
+/// one, near the exact count once the table is analyzed; every other field exact.
+#[tokio::test]
+async fn stats_estimated_is_exact_when_small_and_marked_when_estimated() {
+    let f = fixture!();
+    let db = &f.db;
+    let s = db.schema();
+    let small = q("est-small");
+    db.enqueue(job(small.as_str())).await.unwrap();
+    assert_eq!(db.stats_estimated().await.unwrap().queues, db.stats().await.unwrap().queues, "small tables: the same");
+    sqlx::query(&format!(
+        "INSERT INTO \"{s}\".jobs_archive (id, queue, kind, payload, priority, attempt, max_attempts, created_at, \
+         updated_at, finished_at) SELECT gen_random_uuid(), 'est-big', 'k', '{{}}'::jsonb, 0, 1, 25, now(), now(), \
+         now() FROM generate_series(1, 5000)"
+    ))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    sqlx::query(&format!("ANALYZE \"{s}\".jobs_archive")).execute(db.pool()).await.unwrap();
+    let exact = db.stats().await.unwrap();
+    let est = db.stats_estimated().await.unwrap();
+    let big = est.queue("est-big").expect("the big queue is listed");
+    assert!(big.archived_estimated && est.archived_estimated, "marked as an estimate: {big:?}");
+    assert!((4000..=6000).contains(&big.archived), "estimate near 5,000: {}", big.archived);
+    assert_eq!(exact.queue("est-big").unwrap().archived, 5000);
+    assert!(!exact.archived_estimated, "stats() is exact");
+    let sm = est.queue(small.as_str()).unwrap();
+    assert_eq!((sm.pending, sm.archived, sm.archived_estimated), (1, 0, false), "the small queue");
+}
