@@ -101,6 +101,7 @@ pub async fn script() -> Response {
 // ---- overview (pages/overview.rs) ----------------------------------------------------------
 
 mod overview;
+mod paging;
 pub use overview::{api_overview, overview};
 use overview::{lag_class, state_badges};
 
@@ -493,7 +494,7 @@ fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) ->
             "<td class=\"mono\"><a href=\"{b}/jobs/{id}\" title=\"{id}\">{}</a></td><td><a href=\"{b}/queues/{}\">{}</a></td>\
              <td class=\"mono\">{}</td><td>{}</td><td class=\"n\">{}/{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
              <td class=\"err\" title=\"{}\"><span>{}{}</span></td></tr>",
-            &id[id.len().saturating_sub(12)..],
+            id,
             enc(j.queue.as_str()),
             esc(j.queue.as_str()),
             esc(j.kind.as_str()),
@@ -512,22 +513,18 @@ fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) ->
     s
 }
 
-fn pager(ctx: &Ctx, path: &str, l: &ListJobsParams, page: &JobPage, with_table: bool) -> String {
-    let q = list_query(l, with_table);
-    let sep = if q.is_empty() { "" } else { "&amp;" };
-    let mut s = String::from("<nav class=\"pager\">");
-    if l.after.is_some() {
-        let _ = write!(s, "<a href=\"{}{path}?{q}\" id=\"first-page\">« First page</a>", esc(&ctx.base));
-    }
-    if let Some(n) = page.next {
-        let _ = write!(
-            s,
-            "<a href=\"{}{path}?{q}{sep}after={n}\" id=\"next-page\" rel=\"next\">Next page »</a>",
-            esc(&ctx.base)
-        );
-    }
-    s.push_str("</nav>");
-    s
+/// The pager of a list page, with its position and total (one capped count).
+async fn pager(
+    st: &Shared,
+    ctx: &Ctx,
+    path: &str,
+    p: &Params,
+    l: &ListJobsParams,
+    page: &JobPage,
+    with_table: bool,
+) -> Result<String, Response> {
+    let total = paging::total(&*st.backend, l).await.map_err(|e| backend_fail(ctx, e))?;
+    Ok(paging::pager(ctx, path, &list_query(l, with_table), l, page, &paging::Trail::parse(p), total))
 }
 
 pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
@@ -543,7 +540,7 @@ pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
     let mut s = format!("<div class=\"head\"><h1>{}</h1></div>", esc(&title));
     s.push_str(&filter_form(&ctx, &l, "/jobs", true));
     s.push_str(&job_table(&ctx, &page_.jobs, now, false));
-    s.push_str(&pager(&ctx, "/jobs", &l, &page_, true));
+    s.push_str(&pager(&st, &ctx, "/jobs", &p, &l, &page_, true).await?);
     Ok(Html(page(&ctx, &title, Nav::Jobs, "jobs", &s)).into_response())
 }
 
@@ -587,7 +584,7 @@ pub async fn job(
         }
         s.push_str("</div>");
     }
-    let opt = |o: Option<String>| o.map(|v| esc(&v)).unwrap_or_else(|| "<span class=\"muted\">—</span>".into());
+    let opt = |o: Option<String>| o.map(|v| esc(&v)).unwrap_or_else(html::empty);
     let _ = write!(
         s,
         "<div class=\"cols\"><section><h2>Job</h2><table class=\"kv\" id=\"job-fields\">\
@@ -602,7 +599,7 @@ pub async fn job(
         j.attempt,
         j.max_attempts,
         if j.tags.is_empty() {
-            "<span class=\"muted\">—</span>".to_string()
+            html::empty()
         } else {
             j.tags.iter().map(|t| format!("<span class=\"tag\">{}</span>", esc(t))).collect::<Vec<_>>().join(" ")
         },
@@ -625,6 +622,27 @@ pub async fn job(
         ts_ago(Some(j.updated_at), now),
         ts_ago(j.finished_at, now),
     );
+    if let JobLocation::Dead(reason) = j.location {
+        // Every dead letter says why it is one, error text or not.
+        let why = match reason {
+            DeadReason::Failed => "it failed with no attempt left, or with a fatal error",
+            DeadReason::Cancelled => "it was cancelled on purpose (by an operator or its handler); not a failure",
+            DeadReason::TimedOut => "its attempt timed out and was not retried",
+            DeadReason::Zombie => {
+                "its worker stopped heart-beating and the queue's policy (or its attempts) said not to retry"
+            }
+            DeadReason::Expired => "it expired before it ran",
+        };
+        let _ = write!(
+            s,
+            "<h2>Reason</h2><p id=\"dead-reason\"><span class=\"badge {}\">{}</span> {why}.</p>",
+            if reason == DeadReason::Cancelled { "" } else { "bad" },
+            esc(reason.as_str())
+        );
+        if j.last_error.is_none() {
+            s.push_str("<p class=\"muted\" id=\"last-error\">No error text was recorded.</p>");
+        }
+    }
     if let Some(e) = &j.last_error {
         let _ = write!(s, "<h2>Last error</h2><pre class=\"error-text\" id=\"last-error\">{}</pre>", esc(e));
     }
@@ -717,7 +735,7 @@ pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
         s.push_str("</div>");
     }
     s.push_str(&job_table(&ctx, &page_.jobs, now, !ctx.read_only));
-    s.push_str(&pager(&ctx, "/dead", &l, &page_, false));
+    s.push_str(&pager(&st, &ctx, "/dead", &p, &l, &page_, false).await?);
     Ok(Html(page(&ctx, "Dead letters", Nav::Dead, "dead", &s)).into_response())
 }
 
@@ -850,13 +868,7 @@ pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>,
         s.push_str("<tr><td colspan=\"8\" class=\"muted\">No schedules registered.</td></tr>");
     }
     for r in &rows {
-        let (badge, class) = if r.stale {
-            ("<span class=\"badge bad\">stale</span>", "bad")
-        } else if r.enabled {
-            ("<span class=\"badge ok\">active</span>", "")
-        } else {
-            ("<span class=\"badge warn\">paused</span>", "warn")
-        };
+        let (badge, class) = schedule_state(r, now);
         let action = if ctx.read_only || r.stale {
             String::new()
         } else {
@@ -880,6 +892,25 @@ pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>,
     Ok(Html(page(&ctx, "Schedules", Nav::Schedules, "schedules", &s)).into_response())
 }
 
+/// A schedule's badge and row class. An enabled schedule whose next tick is more than a
+/// minute past due is flagged `overdue` (no process holding it enqueues its ticks), not green.
+fn schedule_state(r: &chokaq_core::ScheduleRow, now: Timestamp) -> (&'static str, &'static str) {
+    let overdue = r.next_tick.is_some_and(|t| now.signed_duration_since(t) > chrono::Duration::minutes(1));
+    if r.stale {
+        ("<span class=\"badge bad\">stale</span>", "bad")
+    } else if r.enabled && overdue {
+        (
+            "<span class=\"badge warn\" data-state=\"overdue\" title=\"the next tick is past due: is a process with \
+             this schedule running?\">overdue</span>",
+            "warn",
+        )
+    } else if r.enabled {
+        ("<span class=\"badge ok\">active</span>", "")
+    } else {
+        ("<span class=\"badge warn\">paused</span>", "warn")
+    }
+}
+
 pub async fn schedule_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
@@ -900,4 +931,30 @@ pub async fn schedule_action(
 pub async fn api_schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
     let rows = st.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
     Ok(Json(json!({ "schedules": rows })).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overdue_schedule_is_flagged_not_green() {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let row = |next: i64, enabled: bool| chokaq_core::ScheduleRow {
+            name: "s".into(),
+            spec: "every:60s".into(),
+            time_zone: "UTC".into(),
+            group: "default".into(),
+            next_tick: Some(now + chrono::Duration::seconds(next)),
+            last_enqueued_tick: None,
+            enabled,
+            stale: false,
+            created_at: now,
+            updated_at: now,
+        };
+        assert!(schedule_state(&row(-3600, true), now).0.contains("overdue"));
+        assert!(schedule_state(&row(-30, true), now).0.contains("active"), "a tick being enqueued now");
+        assert!(schedule_state(&row(60, true), now).0.contains("active"));
+        assert!(schedule_state(&row(-3600, false), now).0.contains("paused"), "a paused one is paused");
+    }
 }

@@ -550,6 +550,12 @@ async fn cancels_and_empty_queues(b: Arc<dyn Backend>) -> TestResult {
     );
     let p1 = d["queues"].as_array().and_then(|a| a.iter().find(|q| q["queue"] == "web-p1").cloned()).ok_or("web-p1")?;
     ensure_eq!((p1["is_paused"].as_bool(), p1["controlled"].as_bool()), (Some(true), Some(true)), "web-p1 {p1}");
+    // Every dead letter has a reason section, error text or not (issue 26, item 13).
+    let jp = s.get(&format!("/jobs/{id}")).await?.body;
+    ensure!(
+        jp.contains("<p id=\"dead-reason\"><span class=\"badge \">cancelled</span> it was cancelled"),
+        "reason: {jp}"
+    );
     make_dead(&b, "web-c1", 1, "boom").await?;
     let html = s.get("").await?.body;
     ensure!(html.contains("class=\"card bad\" href=\"/ops/jobs/dead\""), "a failure raised no alarm");
@@ -658,14 +664,29 @@ async fn filters_and_paging(b: Arc<dyn Backend>) -> TestResult {
         ensure_eq!(r.status, StatusCode::BAD_REQUEST, "GET /api/jobs?{bad}: {}", r.body);
         ensure!(r.json()?["error"].is_string(), "JSON error for {bad}");
     }
-    // The HTML pager keeps the filters and carries the cursor.
+    // The HTML pager keeps the filters, carries the cursor and the trail back, and says where
+    // the page is (issue 26, item 13).
     let html = s.get("/jobs?queue=web-p&limit=3").await?.body;
-    let link = format!("href=\"/ops/jobs/jobs?table=hot&amp;queue=web-p&amp;limit=3&amp;after={n1}\" id=\"next-page\"");
+    let link = format!(
+        "href=\"/ops/jobs/jobs?table=hot&amp;queue=web-p&amp;limit=3&amp;after={n1}&amp;trail=start\" id=\"next-page\""
+    );
     ensure!(html.contains(&link), "next link {link}");
-    ensure!(!html.contains("id=\"first-page\""), "no first-page link on page 1");
-    let html = s.get(&format!("/jobs?queue=web-p&limit=3&after={n2}")).await?.body;
+    ensure!(!html.contains("id=\"first-page\"") && !html.contains("id=\"prev-page\""), "no way back on page 1");
+    ensure!(html.contains("id=\"page-info\">1–3 of 7<"), "position on page 1");
+    let html = s.get(&format!("/jobs?queue=web-p&limit=3&after={n1}&trail=start")).await?.body;
+    ensure!(html.contains("id=\"page-info\">4–6 of 7<"), "position on page 2");
+    let prev = "href=\"/ops/jobs/jobs?table=hot&amp;queue=web-p&amp;limit=3\" id=\"prev-page\"";
+    ensure!(html.contains(prev), "previous link to page 1: {prev}");
+    let next = format!("after={n2}&amp;trail=start,{n1}\" id=\"next-page\"");
+    ensure!(html.contains(&next), "next link from page 2: {next}");
+    let html = s.get(&format!("/jobs?queue=web-p&limit=3&after={n2}&trail=start,{n1}")).await?.body;
     ensure!(!html.contains("id=\"next-page\"") && html.contains("id=\"first-page\""), "last page links");
+    ensure!(html.contains("id=\"page-info\">7–7 of 7<"), "position on page 3");
+    let prev = format!("limit=3&amp;after={n1}&amp;trail=start\" id=\"prev-page\"");
+    ensure!(html.contains(&prev), "previous link to page 2: {prev}");
     ensure_eq!(html.matches("<tr><td class=\"mono\">").count(), 1, "rows on the last page");
+    // The same id form as the CLI: the whole id.
+    ensure!(html.contains(&format!("title=\"{}\">{}</a>", ids[6], ids[6])), "the whole id in the list");
     Ok(())
 }
 

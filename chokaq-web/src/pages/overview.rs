@@ -155,6 +155,10 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
             s.push_str("<h2>Throughput, every queue</h2>");
             s.push_str(&chart::chart("chart-total", series, now));
         }
+        _ if d.throughput_pending => s.push_str(
+            "<h2>Throughput, every queue</h2><p class=\"muted\" id=\"chart-total\">Computing the last hour; shown at \
+             the next refresh.</p>",
+        ),
         _ => s.push_str("<p class=\"muted\" id=\"chart-total\">Throughput: not available from this backend yet.</p>"),
     }
 
