@@ -106,6 +106,18 @@ impl Cx {
     }
 }
 
+/// The subcommand that printed `done` ("paused" -> "pause"), for a hint.
+fn action_word(done: &str) -> &'static str {
+    match done {
+        "paused" => "pause",
+        "resumed" => "resume",
+        "activated" => "activate",
+        "deactivated" => "deactivate",
+        "cap set" => "cap",
+        _ => "zombie-timeout",
+    }
+}
+
 pub(crate) fn queue_name(s: &str) -> CliResult<QueueName> {
     QueueName::new(s).map_err(Failure::from)
 }
@@ -234,14 +246,22 @@ impl Cx {
         let schedules = self.backend.list_schedules().await?;
         let now = s.taken_at.unwrap_or_else(chrono::Utc::now);
         let lag = |t: Option<Timestamp>| t.map(|t| since(now, t));
+        let state = |q: &chokaq::core::QueueStats| match (q.is_active(), q.is_paused()) {
+            (false, _) => "inactive",
+            (true, true) => "paused",
+            (true, false) => "running",
+        };
         if self.json {
             let queues: Vec<_> = s
                 .queues
                 .iter()
                 .map(|q| {
                     serde_json::json!({
-                        "queue": q.queue, "pending": q.pending, "fetched": q.fetched,
+                        "queue": q.queue, "state": state(q), "paused": q.is_paused(), "active": q.is_active(),
+                        "max_workers": q.settings.as_ref().and_then(|s| s.max_workers),
+                        "pending": q.pending, "fetched": q.fetched,
                         "processing": q.processing, "archived": q.archived, "dead": q.dead,
+                        "failed": q.failed(), "cancelled": q.cancelled,
                         "oldest_due_at": q.oldest_due_at,
                         "lag_seconds": lag(q.oldest_due_at).map(|d| d.as_secs_f64()),
                     })
@@ -250,36 +270,51 @@ impl Cx {
             output::json(&serde_json::json!({
                 "taken_at": s.taken_at,
                 "total": { "pending": s.pending, "fetched": s.fetched, "processing": s.processing,
-                           "archived": s.archived, "dead": s.dead },
+                           "archived": s.archived, "dead": s.dead, "failed": s.failed(),
+                           "cancelled": s.cancelled },
                 "queues": queues,
                 "schedules": schedules.iter().map(schedule_json).collect::<Vec<_>>(),
             }));
             return Ok(Exit::Ok);
         }
         if s.queues.is_empty() {
-            println!("no jobs");
+            println!("no queues (a queue is listed once it holds a job or has settings)");
             print_schedules(&schedules);
             return Ok(Exit::Ok);
         }
-        let mut t = Table::new(&["QUEUE", ">PENDING", ">FETCHED", ">PROCESSING", ">ARCHIVED", ">DEAD", ">LAG"]);
+        let mut t = Table::new(&[
+            "QUEUE",
+            "STATE",
+            ">PENDING",
+            ">FETCHED",
+            ">PROCESSING",
+            ">ARCHIVED",
+            ">FAILED",
+            ">CANCELLED",
+            ">LAG",
+        ]);
         for q in &s.queues {
             t.row(vec![
                 q.queue.clone(),
+                state(q).into(),
                 q.pending.to_string(),
                 q.fetched.to_string(),
                 q.processing.to_string(),
                 q.archived.to_string(),
-                q.dead.to_string(),
+                q.failed().to_string(),
+                q.cancelled.to_string(),
                 lag(q.oldest_due_at).map_or_else(|| "-".to_string(), age),
             ]);
         }
         t.row(vec![
             "TOTAL".into(),
+            String::new(),
             s.pending.to_string(),
             s.fetched.to_string(),
             s.processing.to_string(),
             s.archived.to_string(),
-            s.dead.to_string(),
+            s.failed().to_string(),
+            s.cancelled.to_string(),
             String::new(),
         ]);
         t.print();
@@ -310,18 +345,26 @@ impl Cx {
     }
 
     async fn queues(&self, action: QueueAction) -> CliResult<Exit> {
-        let (queue, control, done) = match action {
+        let (queue, control, done, create) = match action {
             QueueAction::List => return self.list_queues().await,
-            QueueAction::Pause { queue } => (queue, QueueControl::Pause, "paused"),
-            QueueAction::Resume { queue } => (queue, QueueControl::Resume, "resumed"),
-            QueueAction::Activate { queue } => (queue, QueueControl::Activate, "activated"),
-            QueueAction::Deactivate { queue } => (queue, QueueControl::Deactivate, "deactivated"),
-            QueueAction::Cap { queue, max } => (queue, QueueControl::SetMaxWorkers(max.0), "cap set"),
-            QueueAction::ZombieTimeout { queue, timeout } => {
-                (queue, QueueControl::SetZombieTimeout(timeout.0), "zombie timeout set")
+            QueueAction::Pause { queue, create } => (queue, QueueControl::Pause, "paused", create),
+            QueueAction::Resume { queue, create } => (queue, QueueControl::Resume, "resumed", create),
+            QueueAction::Activate { queue, create } => (queue, QueueControl::Activate, "activated", create),
+            QueueAction::Deactivate { queue, create } => (queue, QueueControl::Deactivate, "deactivated", create),
+            QueueAction::Cap { queue, max, create } => (queue, QueueControl::SetMaxWorkers(max.0), "cap set", create),
+            QueueAction::ZombieTimeout { queue, timeout, create } => {
+                (queue, QueueControl::SetZombieTimeout(timeout.0), "zombie timeout set", create)
             }
         };
         let q = queue_name(&queue)?;
+        if !create.create && !self.queue_exists(&q).await? {
+            return Err(Failure::new(Exit::NotFound, format!("no queue {q}: it has no job and no settings")).hint(
+                format!(
+                "check the name (chokaq queues list), or pass --create to set it anyway: chokaq queues {} {q} --create",
+                action_word(done)
+            ),
+            ));
+        }
         let s = self.backend.control_queue(&q, control).await?;
         if self.json {
             output::json(&QueueView::of(&s));
@@ -332,16 +375,37 @@ impl Cx {
         Ok(Exit::Ok)
     }
 
+    /// Whether a queue is known: it has a control row, or a job in any table (three one-row
+    /// reads, whatever the size of the tables).
+    async fn queue_exists(&self, q: &QueueName) -> CliResult<bool> {
+        if self.backend.queue_settings(q).await?.updated_at.is_some() {
+            return Ok(true);
+        }
+        for table in [JobTable::Hot, JobTable::DeadLetter, JobTable::Archive] {
+            let mut p = ListJobsParams::new(table);
+            p.queue = Some(q.clone());
+            p.limit = 1;
+            p.without_payloads = true;
+            if !self.backend.list_jobs(&p).await?.jobs.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     async fn list_queues(&self) -> CliResult<Exit> {
-        let stats = self.backend.stats().await?;
+        let stats = self.backend.stats_estimated().await?;
         let mut all = Vec::with_capacity(stats.queues.len());
         for q in &stats.queues {
-            all.push(self.backend.queue_settings(&queue_name(&q.queue)?).await?);
+            all.push(match &q.settings {
+                Some(s) => s.clone(),
+                None => QueueSettings::default_for(queue_name(&q.queue)?),
+            });
         }
         if self.json {
             output::json(&all.iter().map(QueueView::of).collect::<Vec<_>>());
         } else if all.is_empty() {
-            println!("no queues (a queue is listed once it holds a job)");
+            println!("no queues (a queue is listed once it holds a job or has settings)");
         } else {
             self.print_queues(&all);
         }

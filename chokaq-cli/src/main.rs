@@ -215,21 +215,41 @@ pub enum ScheduleAction {
 
 #[derive(Debug, Subcommand)]
 pub enum QueueAction {
-    /// Every queue that holds jobs, with its settings (the default).
+    /// Every queue that holds jobs or has settings (paused, capped, ...), with its settings
+    /// (the default).
     List,
-    /// Stop claims from a queue (running jobs finish).
-    Pause { queue: String },
+    /// Stop claims from a queue (running jobs finish). A queue with no job and no settings is
+    /// refused (a typo would otherwise create a paused queue) unless `--create` is given.
+    Pause {
+        queue: String,
+        #[command(flatten)]
+        create: CreateArg,
+    },
     /// Let claims from a paused queue go on.
-    Resume { queue: String },
+    Resume {
+        queue: String,
+        #[command(flatten)]
+        create: CreateArg,
+    },
     /// Mark a queue active (claims allowed).
-    Activate { queue: String },
+    Activate {
+        queue: String,
+        #[command(flatten)]
+        create: CreateArg,
+    },
     /// Mark a queue inactive (no claims, as paused; for queues being retired).
-    Deactivate { queue: String },
+    Deactivate {
+        queue: String,
+        #[command(flatten)]
+        create: CreateArg,
+    },
     /// Cap how many of the queue's jobs run at once over every worker: a number, or `none`.
     Cap {
         queue: String,
         #[arg(value_parser = parse::cap, value_name = "N|none")]
         max: parse::Cap,
+        #[command(flatten)]
+        create: CreateArg,
     },
     /// How long a running job may go without a heartbeat before it is rescued: a duration
     /// (e.g. 5m), or `none` for the default.
@@ -237,7 +257,18 @@ pub enum QueueAction {
         queue: String,
         #[arg(value_parser = parse::optional_duration, value_name = "DURATION|none")]
         timeout: parse::OptionalDuration,
+        #[command(flatten)]
+        create: CreateArg,
     },
+}
+
+/// `--create` of the queue controls.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct CreateArg {
+    /// Set it even if the queue has no job and no settings yet (creates its settings, e.g. to
+    /// pause a queue before its first job). Without it such a queue is refused (exit 3).
+    #[arg(long)]
+    pub create: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

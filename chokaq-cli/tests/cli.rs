@@ -452,13 +452,17 @@ async fn stats(db: Arc<Db>) -> TestResult {
     ensure!((3590.0..3700.0).contains(&lag), "lag of queue a: {lag}");
     ensure!(qb["lag_seconds"].is_null(), "queue b has no due job: {}", qb["lag_seconds"]);
     let table = rows(&db.ok_table(&["stats"])?);
-    ensure_eq!(table[0], ["QUEUE", "PENDING", "FETCHED", "PROCESSING", "ARCHIVED", "DEAD", "LAG"], "header");
+    ensure_eq!(
+        table[0],
+        ["QUEUE", "STATE", "PENDING", "FETCHED", "PROCESSING", "ARCHIVED", "FAILED", "CANCELLED", "LAG"],
+        "header"
+    );
     let row_a = table.iter().find(|r| r[0] == a.as_str()).ok_or("no table row for a")?;
-    ensure_eq!(row_a[1..6], ["2", "0", "0", "0", "0"], "table row a");
-    ensure!(row_a[6] == "1h" || row_a[6].starts_with("59m"), "table lag of a: {row_a:?}");
+    ensure_eq!(row_a[1..8], ["running", "2", "0", "0", "0", "0", "0"], "table row a");
+    ensure!(row_a[8] == "1h" || row_a[8].starts_with("59m"), "table lag of a: {row_a:?}");
     let row_b = table.iter().find(|r| r[0] == b.as_str()).ok_or("no table row for b")?;
-    ensure_eq!(row_b[1..], ["0", "0", "1", "2", "1", "-"], "table row b");
-    ensure_eq!(table.last().cloned().unwrap_or_default(), ["TOTAL", "2", "0", "1", "2", "1"], "total row");
+    ensure_eq!(row_b[1..], ["running", "0", "0", "1", "2", "1", "0", "-"], "table row b");
+    ensure_eq!(table.last().cloned().unwrap_or_default(), ["TOTAL", "2", "0", "1", "2", "1", "0"], "total row");
     Ok(())
 }
 
@@ -500,6 +504,31 @@ async fn queues(db: Arc<Db>) -> TestResult {
         let out = db.run(bad)?;
         ensure_eq!(out.code, 2, "exit code of {bad:?} (stderr {})", out.stderr);
     }
+    Ok(())
+}
+
+/// Issue 26, item 9: `queues pause` of a queue with no job and no settings is refused unless
+/// `--create` (as River's QueuePause refuses an unknown queue), and writes nothing; once
+/// created, the empty paused queue is listed by `queues list` and by `stats` (with its state).
+async fn empty_queues(db: Arc<Db>) -> TestResult {
+    let q = db.q("empty");
+    let qs = q.as_str();
+    let out = db.run(&["queues", "pause", qs])?;
+    ensure_eq!(out.code, 3, "exit code of pausing an unknown queue (stdout {} stderr {})", out.stdout, out.stderr);
+    ensure!(out.stderr.contains("--create"), "the refusal names --create: {}", out.stderr);
+    ensure!(db.backend.queue_settings(&q).await.map_err(err)?.updated_at.is_none(), "the refusal wrote a control row");
+    let t = db.ok_table(&["queues", "pause", qs, "--create"])?;
+    ensure!(t.contains(&format!("queue {qs}: paused")), "{t}");
+    let row = rows(&db.ok_table(&["queues", "list"])?).into_iter().find(|r| r[0] == qs).ok_or("queue not listed")?;
+    ensure_eq!(row[1], "paused", "listed state");
+    let v = db.ok_json(&["stats"])?;
+    let s = v["queues"].as_array().and_then(|a| a.iter().find(|x| x["queue"] == qs).cloned()).ok_or("not in stats")?;
+    ensure_eq!((s["pending"].as_u64(), s["paused"].as_bool()), (Some(0), Some(true)), "stats of {qs}");
+    let table = rows(&db.ok_table(&["stats"])?);
+    let row = table.iter().find(|r| r[0] == qs).ok_or("no stats row")?;
+    ensure_eq!(row[1], "paused", "stats table state of {qs}");
+    // A known queue (here: paused) needs no --create.
+    db.ok_json(&["queues", "resume", qs])?;
     Ok(())
 }
 
@@ -900,6 +929,7 @@ fn main() -> ExitCode {
             .with_kind(label),
             trial("stats", kind, stats),
             trial("queues", kind, queues),
+            trial("empty_queues", kind, empty_queues),
             trial("jobs", kind, jobs),
             trial("dead", kind, dead),
             trial("retry_race", kind, retry_race),

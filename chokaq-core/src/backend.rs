@@ -100,8 +100,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes finished jobs in bounded batches; returns how many.
     async fn purge(&self, req: &PurgeParams) -> Result<u64>;
 
-    /// Counts per queue and state from one consistent snapshot.
+    /// Counts per queue and state from one consistent snapshot. Every queue with a job or a
+    /// control row is listed (by name), with its settings; `cancelled` counts the dead letters
+    /// cancelled on purpose apart. Exact.
     async fn stats(&self) -> Result<StatsSnapshot>;
+
+    /// [`stats`](Backend::stats) for a dashboard: the same, except that a backend may give a
+    /// large archive's per-queue counts as estimates (`archived_estimated` set) to stay fast.
+    /// The default is the exact [`stats`](Backend::stats).
+    async fn stats_estimated(&self) -> Result<StatsSnapshot> {
+        self.stats().await
+    }
 
     /// A job wherever it is (hot, archive, dead-letter).
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>>;
@@ -131,9 +140,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// `stale_after`; how many.
     async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64>;
 
-    /// Jobs archived as done per queue and minute over the window, read through the archive's
-    /// finish-time index (never a full scan). Minutes with none are left out. Ordered by
-    /// minute, then queue.
+    /// Per queue and minute over the window: jobs archived as done and jobs dead-lettered as
+    /// failures (read through the finish-time indexes, never a full scan of the archive), and
+    /// failed attempts waiting for a retry (a read of the hot table). Minutes with none are
+    /// left out. Ordered by minute, then queue.
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>>;
 
     // ---- Periodic jobs (the schedules table) ----------------------------------------------
@@ -276,6 +286,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn stats(&self) -> Result<StatsSnapshot> {
         (**self).stats().await
+    }
+    async fn stats_estimated(&self) -> Result<StatsSnapshot> {
+        (**self).stats_estimated().await
     }
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
         (**self).get_job(id).await

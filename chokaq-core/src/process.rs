@@ -91,11 +91,21 @@ impl ThroughputParams {
     }
 }
 
-/// Jobs of one queue archived as done in one minute (finish time truncated to the minute).
+/// What one queue did in one minute (UTC, times truncated to the minute).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThroughputBucket {
     pub queue: String,
     /// The start of the minute, UTC.
     pub minute: Timestamp,
+    /// Jobs archived as done (their finish time).
     pub finished: u64,
+    /// Jobs dead-lettered as failures (failed, timed out, zombie, expired; not cancelled),
+    /// by their finish time.
+    #[serde(default)]
+    pub failed: u64,
+    /// Failed attempts now waiting for a retry (Pending or Scheduled with attempt 1 or more
+    /// and an error), by the time the attempt failed. A read of the hot table, not a log: a
+    /// retry that has since been claimed again, or has finished, is no longer counted here.
+    #[serde(default)]
+    pub retried: u64,
 }

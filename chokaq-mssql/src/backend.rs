@@ -621,6 +621,8 @@ impl Backend for MssqlBackend {
                         queue: req::<&str>(op, r, "Queue")?.to_string(),
                         minute: req_ts(op, r, "Minute")?,
                         finished: count(op, r, "Finished")?,
+                        failed: count(op, r, "Failed")?,
+                        retried: count(op, r, "Retried")?,
                     })
                 })
                 .collect::<Result<Vec<_>>>()

@@ -294,21 +294,22 @@ pub(crate) fn decode_stats(op: &str, sets: Vec<Vec<Row>>) -> Result<StatsSnapsho
         }
     }
     for r in &rows {
-        let q = QueueStats {
+        let settings = match col::<&str>(op, r, "Name")? {
+            Some(_) => Some(decode_queue(op, r)?),
+            None => None,
+        };
+        snap.push(QueueStats {
             queue: req::<&str>(op, r, "Queue")?.to_string(),
             pending: count(op, r, "Pending")?,
             fetched: count(op, r, "Fetched")?,
             processing: count(op, r, "Processing")?,
             archived: count(op, r, "Archived")?,
             dead: count(op, r, "Dead")?,
+            cancelled: count(op, r, "Cancelled")?,
             oldest_due_at: ts(op, r, "OldestDue")?,
-        };
-        snap.pending += q.pending;
-        snap.fetched += q.fetched;
-        snap.processing += q.processing;
-        snap.archived += q.archived;
-        snap.dead += q.dead;
-        snap.queues.push(q);
+            settings,
+            archived_estimated: false,
+        });
     }
     Ok(snap)
 }
@@ -360,7 +361,20 @@ mod tests {
             (
                 "stats",
                 &st.stats,
-                vec!["IsSnapshot", "Now", "Queue", "Pending", "Fetched", "Processing", "Archived", "Dead", "OldestDue"],
+                vec![
+                    "IsSnapshot",
+                    "Now",
+                    "Queue",
+                    "Pending",
+                    "Fetched",
+                    "Processing",
+                    "Archived",
+                    "Dead",
+                    "Cancelled",
+                    "OldestDue",
+                    "Name",
+                    "IsPaused",
+                ],
             ),
             ("db_now", &st.db_now, vec!["Now"]),
             ("force", &st.force, vec!["Changed"]),

@@ -516,7 +516,7 @@ mod tests {
     fn scheduled_rows_read_as_pending() {
         let st = Statements::new("chokaq").unwrap();
         assert!(st.stats.contains(
-            "SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)"
+            "SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)"
         ));
         assert!(st.stats.contains("WHERE s.[Status] = 3"));
         assert!(st.list_hot.contains("(@Status IS NULL OR t.[Status] = @Status OR (@Status = 0 AND t.[Status] = 3))"));

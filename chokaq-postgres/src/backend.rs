@@ -714,11 +714,34 @@ impl Backend for PgBackend {
 
     async fn stats(&self) -> Result<StatsSnapshot> {
         async move {
-            let rows = with_retry(|| sqlx::query(&self.sql().stats).fetch_all(&self.kept)).await?;
+            let rows = with_retry(|| async {
+                let mut tx = self.kept.begin().await?;
+                sqlx::query(&self.sql().no_jit).execute(&mut *tx).await?;
+                let rows = sqlx::query(&self.sql().stats).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(rows)
+            })
+            .await?;
             rows::stats(&rows)
         }
         .await
         .map_err(|e: Error| e.with_operation("stats"))
+    }
+
+    async fn stats_estimated(&self) -> Result<StatsSnapshot> {
+        async move {
+            let rows = with_retry(|| async {
+                let mut tx = self.kept.begin().await?;
+                sqlx::query(&self.sql().no_jit).execute(&mut *tx).await?;
+                let rows = sqlx::query(&self.sql().stats_estimated).bind(self.schema()).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(rows)
+            })
+            .await?;
+            rows::stats(&rows)
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("stats_estimated"))
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
@@ -848,16 +871,32 @@ impl Backend for PgBackend {
         async move {
             params.validate()?;
             let window = rows::micros(params.window);
-            let rows: Vec<(String, Timestamp, i64)> = with_retry(|| match &params.queue {
-                None => sqlx::query_as(&self.sql().throughput_all).bind(window).fetch_all(&self.kept),
-                Some(q) => {
-                    sqlx::query_as(&self.sql().throughput_queue).bind(window).bind(q.as_str()).fetch_all(&self.kept)
-                }
+            let rows: Vec<(String, Timestamp, i64, i64, i64)> = with_retry(|| async {
+                let mut tx = self.kept.begin().await?;
+                sqlx::query(&self.sql().no_jit).execute(&mut *tx).await?;
+                let rows = match &params.queue {
+                    None => sqlx::query_as(&self.sql().throughput_all).bind(window).fetch_all(&mut *tx).await?,
+                    Some(q) => {
+                        sqlx::query_as(&self.sql().throughput_queue)
+                            .bind(window)
+                            .bind(q.as_str())
+                            .fetch_all(&mut *tx)
+                            .await?
+                    }
+                };
+                tx.commit().await?;
+                Ok(rows)
             })
             .await?;
             Ok(rows
                 .into_iter()
-                .map(|(queue, minute, n)| ThroughputBucket { queue, minute, finished: n.max(0) as u64 })
+                .map(|(queue, minute, finished, failed, retried)| ThroughputBucket {
+                    queue,
+                    minute,
+                    finished: finished.max(0) as u64,
+                    failed: failed.max(0) as u64,
+                    retried: retried.max(0) as u64,
+                })
                 .collect())
         }
         .await

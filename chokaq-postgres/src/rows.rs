@@ -84,12 +84,17 @@ pub(crate) fn record(row: &PgRow) -> Result<JobRecord> {
 
 /// A `queues` row.
 pub(crate) fn queue_settings(row: &PgRow) -> Result<QueueSettings> {
+    settings_named(row, get::<String>(row, "name")?)
+}
+
+/// The settings columns of a row, for queue `name`.
+fn settings_named(row: &PgRow, name: String) -> Result<QueueSettings> {
     let max: Option<i32> = get(row, "max_workers")?;
     let zt: Option<i64> = get(row, "zombie_timeout_ms")?;
     let ft: Option<i64> = get(row, "fetched_timeout_ms")?;
     let policy: i16 = get(row, "zombie_policy")?;
     Ok(QueueSettings {
-        name: QueueName::new(get::<String>(row, "name")?)?,
+        name: QueueName::new(name)?,
         max_workers: max.map(|m| m.max(0) as u32),
         is_paused: get(row, "is_paused")?,
         is_active: get(row, "is_active")?,
@@ -117,21 +122,19 @@ pub(crate) fn stats(rows: &[PgRow]) -> Result<StatsSnapshot> {
         let get_i = |c: &str| row.try_get::<i64, _>(c).map(count).map_err(map_sqlx_error);
         snap.taken_at = row.try_get("taken_at").map_err(map_sqlx_error)?;
         let Some(queue) = row.try_get::<Option<String>, _>("queue").map_err(map_sqlx_error)? else { continue };
-        let q = QueueStats {
+        let settings = if get::<bool>(row, "controlled")? { Some(settings_named(row, queue.clone())?) } else { None };
+        snap.push(QueueStats {
             queue,
             pending: get_i("pending")?,
             fetched: get_i("fetched")?,
             processing: get_i("processing")?,
             archived: get_i("archived")?,
             dead: get_i("dead")?,
+            cancelled: get_i("cancelled")?,
             oldest_due_at: row.try_get("oldest_due_at").map_err(map_sqlx_error)?,
-        };
-        snap.pending += q.pending;
-        snap.fetched += q.fetched;
-        snap.processing += q.processing;
-        snap.archived += q.archived;
-        snap.dead += q.dead;
-        snap.queues.push(q);
+            settings,
+            archived_estimated: get(row, "archived_estimated")?,
+        });
     }
     Ok(snap)
 }

@@ -415,8 +415,15 @@ ins AS (
 woke AS (SELECT pg_notify('{channel}', ins.queue) FROM ins)
 SELECT (SELECT count(*) FROM ins) AS moved, (SELECT count(*) FROM woke) AS woke";
 
-/// One statement, so one snapshot: the per-table sums always add up.
-const STATS: &str = "
+/// The stats of every queue with a job or a control row, in one statement (one snapshot: the
+/// per-table sums always add up). `{archived}` is the archive's per-queue counts: the exact
+/// `GROUP BY` ([`STATS`]) or the estimate of [`STATS_ESTIMATED`]. A row a claim created
+/// (`updated_at` '-infinity') is no control row: its queue is listed only with jobs, and
+/// without settings.
+macro_rules! stats {
+    ($archived:literal) => {
+        concat!(
+            "
 WITH h AS (
     SELECT queue,
            count(*) FILTER (WHERE status IN (0, 3)) AS pending,
@@ -425,15 +432,87 @@ WITH h AS (
            min(due_at) FILTER (WHERE status IN (0, 3) AND due_at <= now()) AS oldest_due_at
       FROM {schema}.jobs_hot GROUP BY queue
 ),
-a AS (SELECT queue, count(*) AS archived FROM {schema}.jobs_archive GROUP BY queue),
-d AS (SELECT queue, count(*) AS dead FROM {schema}.jobs_dlq GROUP BY queue),
+a AS (",
+            $archived,
+            "),
+d AS (
+    SELECT queue, count(*) AS dead, count(*) FILTER (WHERE reason = 'cancelled') AS cancelled
+      FROM {schema}.jobs_dlq GROUP BY queue
+),
+c AS (
+    SELECT name AS queue, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, fetched_timeout_ms,
+           updated_at
+      FROM {schema}.queues WHERE updated_at <> '-infinity'
+),
 q AS (
     SELECT queue, coalesce(h.pending, 0) AS pending, coalesce(h.fetched, 0) AS fetched,
            coalesce(h.processing, 0) AS processing, coalesce(a.archived, 0) AS archived,
-           coalesce(d.dead, 0) AS dead, h.oldest_due_at
-      FROM h FULL JOIN a USING (queue) FULL JOIN d USING (queue)
+           coalesce(a.estimated, false) AS archived_estimated, coalesce(d.dead, 0) AS dead,
+           coalesce(d.cancelled, 0) AS cancelled, h.oldest_due_at, c.updated_at IS NOT NULL AS controlled,
+           c.max_workers, c.is_paused, c.is_active, c.zombie_timeout_ms, c.zombie_policy, c.fetched_timeout_ms,
+           c.updated_at
+      FROM h FULL JOIN a USING (queue) FULL JOIN d USING (queue) FULL JOIN c USING (queue)
 )
-SELECT t.taken_at, q.* FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true ORDER BY q.queue";
+SELECT t.taken_at, q.* FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true ORDER BY q.queue"
+        )
+    };
+}
+
+/// Before the stats and throughput reads, in their read-only transaction: no JIT. Their
+/// estimated cost (a count over the archive) passes `jit_above_cost`, and compiling the plan
+/// took 2.5-3 s of a 3-4 s overview on a loaded machine (1,000,000 archived jobs); the reads
+/// themselves gain nothing from it.
+const NO_JIT: &str = "SET LOCAL jit = off";
+
+/// Exact stats.
+const STATS: &str =
+    stats!("SELECT queue, count(*) AS archived, false AS estimated FROM {schema}.jobs_archive GROUP BY queue");
+
+/// Stats for a dashboard: each queue's archive counted exactly up to 1,000 rows (an index-only
+/// range of `jobs_archive_queue_idx`, per queue), beyond that estimated from the planner's
+/// statistics: the table's live rows (`reltuples` scaled to its current size in pages, as the
+/// planner does) times the queue's share in `pg_stats` (its most-common-values frequency, else
+/// an even share of what the common values leave), never below 1,001. The queues are the ones
+/// with an archived job in the statistics (`$1` the schema's name) or a row in the hot or dead-letter tables or the
+/// control table; a queue that is only in the archive and not (yet) in `pg_stats` is missed
+/// until the next ANALYZE.
+const STATS_ESTIMATED: &str = stats!(
+    "
+    WITH names AS (
+        SELECT queue FROM h UNION SELECT queue FROM {schema}.jobs_dlq
+        UNION SELECT name FROM {schema}.queues
+        UNION SELECT unnest(most_common_vals::text::text[]) FROM pg_stats
+         WHERE schemaname = $1 AND tablename = 'jobs_archive' AND attname = 'queue'
+    ),
+    capped AS MATERIALIZED (
+        SELECT n.queue, (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_archive x WHERE x.queue = n.queue
+                                                LIMIT 1001) l) AS n
+          FROM names n
+    ),
+    st AS (
+        SELECT most_common_vals::text::text[] AS vals, most_common_freqs AS freqs, null_frac,
+               CASE WHEN n_distinct < 0 THEN NULL ELSE n_distinct END AS n_distinct
+          FROM pg_stats WHERE schemaname = $1 AND tablename = 'jobs_archive' AND attname = 'queue'
+    ),
+    rel AS (
+        SELECT CASE WHEN c.reltuples <= 0 OR c.relpages = 0 THEN 0
+                    ELSE c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int8)
+               END AS rows
+          FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+         WHERE s.nspname = $1 AND c.relname = 'jobs_archive'
+    )
+    SELECT capped.queue,
+           CASE WHEN capped.n <= 1000 THEN capped.n
+                ELSE greatest(1001, round((SELECT rows FROM rel) * coalesce(
+                    (SELECT st.freqs[array_position(st.vals, capped.queue)] FROM st
+                      WHERE array_position(st.vals, capped.queue) IS NOT NULL),
+                    (SELECT (1 - st.null_frac - coalesce((SELECT sum(f) FROM unnest(st.freqs) f), 0))
+                            / greatest(coalesce(st.n_distinct, 1) - coalesce(cardinality(st.vals), 0), 1) FROM st),
+                    0))::int8)
+           END AS archived,
+           capped.n > 1000 AS estimated
+      FROM capped WHERE capped.n > 0"
+);
 
 /// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
 macro_rules! hot_record {
@@ -566,21 +645,50 @@ SELECT worker_id, host, pid, queues, concurrency, started_at, last_seen_at
 const PRUNE_WORKERS: &str = "
 DELETE FROM {schema}.workers WHERE last_seen_at < now() - $1::int8 * interval '1 microsecond'";
 
-/// `$1` window, microseconds: every queue, an index-only range of `jobs_archive_finished_queue_idx`.
-const THROUGHPUT_ALL: &str = "
-SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
-  FROM {schema}.jobs_archive
- WHERE finished_at >= now() - $1::int8 * interval '1 microsecond'
+/// Per queue and minute over the last `$1` microseconds: jobs archived as done (an index-only
+/// range of `jobs_archive_finished_queue_idx`), failures dead-lettered (a range of
+/// `jobs_dlq_finished_idx`; cancels left out) and failed attempts waiting for a retry (a read of
+/// the hot table, which holds live jobs only). `{queue}` narrows each branch to one queue.
+macro_rules! throughput {
+    ($queue:literal) => {
+        concat!(
+            "
+SELECT queue, minute, sum(finished)::int8 AS finished, sum(failed)::int8 AS failed, sum(retried)::int8 AS retried
+  FROM (
+    SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished, 0::int8 AS failed,
+           0::int8 AS retried
+      FROM {schema}.jobs_archive
+     WHERE finished_at >= now() - $1::int8 * interval '1 microsecond'",
+            $queue,
+            "
+     GROUP BY 1, 2
+    UNION ALL
+    SELECT queue, date_trunc('minute', finished_at), 0, count(*), 0
+      FROM {schema}.jobs_dlq
+     WHERE finished_at >= now() - $1::int8 * interval '1 microsecond' AND reason <> 'cancelled'",
+            $queue,
+            "
+     GROUP BY 1, 2
+    UNION ALL
+    SELECT queue, date_trunc('minute', updated_at), 0, 0, count(*)
+      FROM {schema}.jobs_hot
+     WHERE status IN (0, 3) AND attempt > 0 AND last_error IS NOT NULL
+       AND updated_at >= now() - $1::int8 * interval '1 microsecond'",
+            $queue,
+            "
+     GROUP BY 1, 2
+  ) x
  GROUP BY minute, queue
- ORDER BY minute, queue";
+ ORDER BY minute, queue"
+        )
+    };
+}
 
-/// `$1` window, microseconds, `$2` queue: the same range, the queue checked in the index.
-const THROUGHPUT_QUEUE: &str = "
-SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished
-  FROM {schema}.jobs_archive
- WHERE queue = $2 AND finished_at >= now() - $1::int8 * interval '1 microsecond'
- GROUP BY minute, queue
- ORDER BY minute, queue";
+/// Every queue.
+const THROUGHPUT_ALL: &str = throughput!("");
+
+/// `$2` queue: the same ranges, the queue checked in the index.
+const THROUGHPUT_QUEUE: &str = throughput!(" AND queue = $2");
 
 /// Test support: `$1` worker, `$2` last seen.
 const FORCE_WORKER_SEEN: &str = "UPDATE {schema}.workers SET last_seen_at = $2 WHERE worker_id = $1";
@@ -793,6 +901,8 @@ statements! {
     queue_settings = QUEUE_SETTINGS;
     requeue = REQUEUE;
     stats = STATS;
+    stats_estimated = STATS_ESTIMATED;
+    no_jit = NO_JIT;
     get_job = GET_JOB;
     list_hot = LIST_HOT;
     list_archive = LIST_ARCHIVE;

@@ -48,18 +48,9 @@ pub(crate) async fn stats(b: &SqliteBackend) -> Result<StatsSnapshot> {
         let qs = entry(&mut per, queue);
         match status {
             // Scheduled (3) is Pending whose due time was ahead when it was written.
-            0 | 3 => {
-                qs.pending += n;
-                snap.pending += n;
-            }
-            1 => {
-                qs.fetched += n;
-                snap.fetched += n;
-            }
-            2 => {
-                qs.processing += n;
-                snap.processing += n;
-            }
+            0 | 3 => qs.pending += n,
+            1 => qs.fetched += n,
+            2 => qs.processing += n,
             other => return Err(corrupt(format!("status {other}"))),
         }
     }
@@ -69,25 +60,28 @@ pub(crate) async fn stats(b: &SqliteBackend) -> Result<StatsSnapshot> {
         let due: i64 = r.try_get("due").map_err(map_err)?;
         entry(&mut per, queue).oldest_due_at = Some(ts(due)?);
     }
-    for (sql, archived) in [(&b.sql.stats_archive, true), (&b.sql.stats_dead, false)] {
-        let rows = sqlx::query(sql).fetch_all(&mut *tx).await.map_err(map_err)?;
-        for r in rows {
-            let queue: String = r.try_get("queue").map_err(map_err)?;
-            let n = count(&r)?;
-            let qs = entry(&mut per, queue);
-            if archived {
-                qs.archived += n;
-                snap.archived += n;
-            } else {
-                qs.dead += n;
-                snap.dead += n;
-            }
-        }
+    for r in sqlx::query(&b.sql.stats_archive).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let queue: String = r.try_get("queue").map_err(map_err)?;
+        entry(&mut per, queue).archived += count(&r)?;
+    }
+    for r in sqlx::query(&b.sql.stats_dead).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let queue: String = r.try_get("queue").map_err(map_err)?;
+        let cancelled = u64::try_from(r.try_get::<i64, _>("cancelled").map_err(map_err)?).unwrap_or(0);
+        let qs = entry(&mut per, queue);
+        qs.dead += count(&r)?;
+        qs.cancelled += cancelled;
+    }
+    for r in sqlx::query(&b.sql.stats_queues).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let name = QueueName::new(r.try_get::<String, _>("name").map_err(map_err)?)?;
+        let settings = rows::settings(&r, &name)?;
+        entry(&mut per, name.to_string()).settings = Some(settings);
     }
     tx.rollback().await.map_err(map_err)?;
     let mut queues: Vec<QueueStats> = per.into_values().collect();
     queues.sort_by(|a, b| a.queue.cmp(&b.queue));
-    snap.queues = queues;
+    for q in queues {
+        snap.push(q);
+    }
     Ok(snap)
 }
 

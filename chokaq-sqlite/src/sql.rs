@@ -105,6 +105,28 @@ macro_rules! list_filters {
     };
 }
 
+/// Throughput per queue and minute: `?1` since, `?2` microseconds per minute; `$queue` narrows
+/// every branch to one queue.
+macro_rules! throughput {
+    ($queue:literal) => {
+        concat!(
+            "SELECT queue, minute, sum(finished) AS finished, sum(failed) AS failed, sum(retried) AS retried FROM (\
+             SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS finished, 0 AS failed, 0 AS retried \
+             FROM {schema}.jobs_archive WHERE finished_at >= ?1",
+            $queue,
+            " GROUP BY 2, 1 UNION ALL \
+             SELECT queue, finished_at - finished_at % ?2, 0, count(*), 0 FROM {schema}.jobs_dlq \
+             WHERE finished_at >= ?1 AND reason <> 'cancelled'",
+            $queue,
+            " GROUP BY 2, 1 UNION ALL \
+             SELECT queue, updated_at - updated_at % ?2, 0, 0, count(*) FROM {schema}.jobs_hot \
+             WHERE status IN (0, 3) AND attempt > 0 AND last_error IS NOT NULL AND updated_at >= ?1",
+            $queue,
+            " GROUP BY 2, 1) GROUP BY minute, queue ORDER BY minute, queue"
+        )
+    };
+}
+
 /// Per-table row counts of a set of ids: `?1` a JSON array of the ids in hex.
 macro_rules! presence {
     ($table:literal) => {
@@ -387,7 +409,11 @@ statements! {
     stats_lag: "SELECT queue, min(coalesce(scheduled_at, created_at)) AS due FROM {schema}.jobs_hot \
          WHERE status IN (0, 3) AND coalesce(scheduled_at, created_at) <= ?1 GROUP BY queue",
     stats_archive: "SELECT queue, count(*) AS n FROM {schema}.jobs_archive GROUP BY queue",
-    stats_dead: "SELECT queue, count(*) AS n FROM {schema}.jobs_dlq GROUP BY queue",
+    stats_dead: "SELECT queue, count(*) AS n, sum(reason = 'cancelled') AS cancelled FROM {schema}.jobs_dlq \
+         GROUP BY queue",
+    /// Every control row.
+    stats_queues: "SELECT name, max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
+         fetched_timeout_us, updated_at FROM {schema}.queues",
 
     // --- get_job: `?1` id ------------------------------------------------------------------
     get_hot: concat!(select_job!(jobs_hot), " WHERE id = ?1"),
@@ -413,14 +439,12 @@ statements! {
          FROM {schema}.workers ORDER BY started_at DESC, worker_id",
     /// `?1` cutoff: rows last seen before it.
     prune_workers: "DELETE FROM {schema}.workers WHERE last_seen_at < ?1",
-    /// `?1` since, `?2` microseconds per minute: every queue, a covering range of
-    /// `jobs_archive_finished_queue`.
-    throughput_all: "SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS n \
-         FROM {schema}.jobs_archive WHERE finished_at >= ?1 GROUP BY minute, queue ORDER BY minute, queue",
-    /// As `throughput_all` for queue `?3` (the same range, the queue checked in the index).
-    throughput_queue: "SELECT queue, finished_at - finished_at % ?2 AS minute, count(*) AS n \
-         FROM {schema}.jobs_archive WHERE queue = ?3 AND finished_at >= ?1 \
-         GROUP BY minute, queue ORDER BY minute, queue",
+    /// `?1` since, `?2` microseconds per minute: per queue and minute, jobs archived as done (a
+    /// covering range of `jobs_archive_finished_queue`), failures dead-lettered (cancels left
+    /// out) and failed attempts waiting for a retry (the hot table: live jobs only).
+    throughput_all: throughput!(""),
+    /// As `throughput_all` for queue `?3`.
+    throughput_queue: throughput!(" AND queue = ?3"),
 
     // --- test support (feature `testing`) --------------------------------------------------
     /// `?1` worker, `?2` last seen.

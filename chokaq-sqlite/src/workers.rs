@@ -98,7 +98,9 @@ pub(crate) async fn throughput(b: &SqliteBackend, params: &ThroughputParams) -> 
             Ok(ThroughputBucket {
                 queue: r.try_get("queue").map_err(map_err)?,
                 minute: ts(r.try_get("minute").map_err(map_err)?)?,
-                finished: u64::try_from(r.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(0),
+                finished: u64::try_from(r.try_get::<i64, _>("finished").map_err(map_err)?).unwrap_or(0),
+                failed: u64::try_from(r.try_get::<i64, _>("failed").map_err(map_err)?).unwrap_or(0),
+                retried: u64::try_from(r.try_get::<i64, _>("retried").map_err(map_err)?).unwrap_or(0),
             })
         })
         .collect()

@@ -6,7 +6,7 @@
 //
 // CHROMIUM overrides the browser (default /usr/bin/chromium); E2E_SERVER overrides the server
 // command (default: cargo run -q -p chokaq-web --example e2e_server from the repository root).
-// Screenshots: target/screenshots/overview.png and target/screenshots/job.png.
+// Screenshots: target/screenshots/overview.png, queue.png and job.png.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -101,6 +101,11 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
   });
   const page = context.pages()[0] || (await context.newPage());
   await page.setExtraHTTPHeaders({ Authorization: BASIC });
+  // Anything the strict CSP blocked (an inline style or script) shows up here.
+  const cspViolations = [];
+  page.on("console", (m) => {
+    if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
+  });
   let deadId;
   try {
     await t.test("1. enqueue jobs", async () => {
@@ -133,6 +138,16 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
       assert.match(await page.locator("#problems").innerText(), /reports: paused/);
     });
 
+    await t.test("3b. an empty paused queue is listed", async () => {
+      await server.send("pause idle");
+      await page.goto(base);
+      const row = page.locator('tr[data-queue="idle"]');
+      await until("the empty paused queue on the overview", async () => (await row.count()) === 1);
+      assert.equal(await row.locator('[data-state="paused"]').count(), 1);
+      assert.equal(await count(page, 'tr[data-queue="idle"] [data-col="pending"]'), 0);
+      assert.match(await page.locator("#problems").innerText(), /idle: paused/);
+    });
+
     await t.test("4. a worker runs and the counts move without a reload", async () => {
       await page.goto(base);
       await page.evaluate(() => {
@@ -155,8 +170,25 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
       assert.ok(seen.size >= 2, `the archived count moved on the page: ${[...seen].join(", ")}`);
       // The paused queue kept its jobs.
       assert.equal(await count(page, 'tr[data-queue="reports"] [data-col="pending"]'), 5);
-      assert.match(await page.locator("#problems").innerText(), /e2e-fail: 1 dead letter/);
+      assert.match(await page.locator("#problems").innerText(), /e2e-fail: 1 failed dead letter/);
+      // The throughput chart: 300 done and 1 failed in the last hour, drawn as SVG bars.
+      const chart = page.locator("#chart-total");
+      await until("the chart's totals", async () => (await chart.getAttribute("data-done")) === "300");
+      assert.equal(await chart.getAttribute("data-failed"), "1");
+      assert.equal(await count(page, "#chart-total-done"), 300);
+      assert.ok((await chart.locator("svg.tp rect.done").count()) >= 1, "done bars");
+      assert.equal(await chart.locator("svg.tp rect.failed").count(), 1, "one failed bar");
+      const bar = await chart.locator("svg.tp rect.done").first().boundingBox();
+      assert.ok(bar && bar.height >= 1 && bar.width >= 1, `a visible bar: ${JSON.stringify(bar)}`);
+      const fill = await chart.locator("svg.tp rect.done").first().evaluate((e) => getComputedStyle(e).fill);
+      assert.notEqual(fill, "rgb(0, 0, 0)", "the bars take their colour from the stylesheet");
+      assert.ok((await page.locator('tr[data-queue="emails"] svg.spark rect.done').count()) >= 1, "the queue's spark");
       await page.screenshot({ path: path.join(SHOTS, "overview.png"), fullPage: true });
+      // The queue page has its own chart.
+      await page.goto(`${base}/queues/emails`);
+      assert.equal(await page.locator("#chart-queue").getAttribute("data-done"), "300");
+      assert.equal(await page.locator("#chart-queue").getAttribute("data-failed"), "0");
+      await page.screenshot({ path: path.join(SHOTS, "queue.png"), fullPage: true });
     });
 
     await t.test("5. a dead job opens and is retried", async () => {
@@ -185,6 +217,13 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
       await page.waitForURL(/\?done=cancelled$/);
       assert.match(asked, /Cancel this job\?/);
       assert.match(await page.locator("#job-state").innerText(), /dead: cancelled/);
+      // A cancel is counted apart and raises no dead-letter alarm.
+      await page.goto(base);
+      await until("1 cancelled on the overview", async () => (await count(page, "#total-cancelled")) === 1);
+      assert.equal(await count(page, "#total-dead"), 0);
+      assert.equal(await page.locator("a.card.bad #total-dead").count(), 0, "the dead-letter card is not red");
+      assert.equal(await count(page, 'tr[data-queue="e2e-fail"] [data-col="cancelled"]'), 1);
+      assert.doesNotMatch(await page.locator("#problems").innerText(), /dead letter/);
     });
 
     await t.test("6. a read-only dashboard has no action buttons", async () => {
@@ -204,6 +243,10 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
       });
       assert.equal(status, 403);
       await ro.close();
+    });
+
+    await t.test("7. nothing was blocked by the CSP", async () => {
+      assert.deepEqual(cspViolations, []);
     });
   } finally {
     await context.close();

@@ -11,6 +11,7 @@
 //!
 //! - `enqueue <queue> <kind> <n>`: n jobs (kind `e2e.ok.v1` succeeds, `e2e.fail.v1` fails
 //!   fatally), each payload holding a `<script>` string to show it is rendered escaped;
+//! - `pause <queue>`: pauses a queue through the backend (it need hold no job);
 //! - `work <queue>[,<queue>…]`: starts a worker on those queues (30 ms a job, 2 at a time);
 //! - `stop`: stops it (`ok <jobs completed>`);
 //! - `quit`: stops everything and removes the database.
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use chokaq::{Backend, CancellationToken, JobError, Worker, WorkerReport};
+use chokaq::{Backend, BackendExt, CancellationToken, JobError, Worker, WorkerReport};
 use chokaq_core::{JobKind, NewJob, QueueName};
 use chokaq_sqlite::{SqliteBackend, SqliteConfig};
 use chokaq_web::{Auth, WebOptions};
@@ -62,6 +63,10 @@ async fn run(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         let words: Vec<&str> = line.split_whitespace().collect();
         let answer = match words.as_slice() {
             ["enqueue", queue, kind, n] => enqueue(&*backend, queue, kind, n).await,
+            ["pause", queue] => match QueueName::new(*queue) {
+                Ok(q) => backend.pause(&q).await.map(|_| "ok".to_string()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
             ["work", queues] => match running {
                 Some(_) => Err("a worker is running already".into()),
                 None => start_worker(backend.clone(), queues).map(|r| {

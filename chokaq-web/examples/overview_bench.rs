@@ -12,7 +12,8 @@
 //! in-process requests, one every `--spacing-ms` (default 50, so the 1 s shared snapshot is
 //! refreshed in the background during the run), of the overview page (`GET /`), of
 //! `GET /api/overview` and of the live fragment through the router (request in, whole body out:
-//! the server's time, no network), after 5 warm-up requests; then the same page with the
+//! the server's time, no network), after 5 warm-up requests (before them, 5 first snapshots:
+//! `GET /` on a freshly built router, a second apart); then the same page with the
 //! snapshot computed on every request (`snapshot_max_age(ZERO)`), and the backend calls under
 //! it alone. Prints p50 / p95 / max in milliseconds.
 //!
@@ -182,6 +183,15 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         stats.pending,
         stats.dead
     );
+    let est = backend.stats_estimated().await.map_err(|e| e.to_string())?;
+    println!(
+        "stats_estimated: {} queues, {} archived ({}), {} pending, {} dead",
+        est.queues.len(),
+        est.archived,
+        if est.archived_estimated { "estimate" } else { "exact" },
+        est.pending,
+        est.dead
+    );
     let tp = backend.throughput(&ThroughputParams::last_hour()).await;
     match &tp {
         Ok(b) => println!(
@@ -196,6 +206,19 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         Err(e) => println!("workers: {e} (not in these timings)"),
     }
 
+    // The first snapshot: a dashboard that has just started, no snapshot yet, so the request
+    // waits for one computation (a fresh router each time, a second after the previous one so
+    // that its background throughput read is over).
+    let mut firsts = Vec::new();
+    for _ in 0..5 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let fresh = chokaq_web::router(backend.clone(), WebOptions::new(Auth::bearer("bench")));
+        let t = Instant::now();
+        get(&fresh, "/")().await?;
+        firsts.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    summary("GET / first snapshot (fresh dashboard)", firsts);
+
     let n = a.requests;
     let sp = a.spacing_ms;
     summary("GET / (overview, shared snapshot)", time(n, sp, get(&shared, "/")).await?);
@@ -208,6 +231,15 @@ async fn run(a: &Args, schema: &str, pg: Arc<PgBackend>) -> Result<(), String> {
         time(n, sp, || {
             let b = b2.clone();
             async move { b.stats().await.map(|_| ()).map_err(|e| e.to_string()) }
+        })
+        .await?,
+    );
+    let b4 = backend.clone();
+    summary(
+        "  backend.stats_estimated() alone",
+        time(n, sp, || {
+            let b = b4.clone();
+            async move { b.stats_estimated().await.map(|_| ()).map_err(|e| e.to_string()) }
         })
         .await?,
     );

@@ -3,11 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chokaq_core::{Backend, ErrorKind, QueueName, QueueSettings, Result, ThroughputParams, Timestamp, WorkerProcess};
+use chokaq_core::{Backend, ErrorKind, Result, ThroughputBucket, ThroughputParams, Timestamp, WorkerProcess};
 use serde::Serialize;
 
-/// Minutes in the throughput window.
-pub const WINDOW_MINUTES: usize = 60;
+pub use crate::chart::Series;
 
 /// Sums over every queue.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -16,7 +15,14 @@ pub struct Totals {
     pub fetched: u64,
     pub processing: u64,
     pub archived: u64,
+    /// `archived` holds an estimate (a large archive; the queue page has the exact count).
+    pub archived_estimated: bool,
+    /// Every dead letter.
     pub dead: u64,
+    /// Of `dead`, the deliberate cancels.
+    pub cancelled: u64,
+    /// Of `dead`, the failures (failed, timed out, zombie, expired): what the alarm shows.
+    pub failed: u64,
 }
 
 /// One queue on the overview.
@@ -27,24 +33,22 @@ pub struct QueueRow {
     pub fetched: u64,
     pub processing: u64,
     pub archived: u64,
+    pub archived_estimated: bool,
     pub dead: u64,
+    pub cancelled: u64,
+    pub failed: u64,
     /// Seconds the oldest due Pending job has waited (database clock).
     pub lag_seconds: Option<f64>,
     pub is_paused: bool,
     pub is_active: bool,
     pub max_workers: Option<u32>,
+    /// Whether the queue has a control row (it is listed even with no job).
+    pub controlled: bool,
     /// Jobs finished over the last hour; None when the backend cannot say.
     pub finished_last_hour: Option<u64>,
-    /// Finished per minute, oldest first, the last entry the current minute; empty when
-    /// throughput is not available.
-    pub per_minute: Vec<u64>,
-}
-
-impl QueueRow {
-    /// Average jobs finished per minute over the last hour.
-    pub fn per_minute_avg(&self) -> Option<f64> {
-        self.finished_last_hour.map(|n| n as f64 / WINDOW_MINUTES as f64)
-    }
+    /// Done, failed and retried per minute over the last hour; None when throughput is not
+    /// available.
+    pub per_minute: Option<Series>,
 }
 
 /// Live worker processes in short.
@@ -64,6 +68,11 @@ pub struct OverviewData {
     pub queues: Vec<QueueRow>,
     /// False when the backend does not report throughput (yet).
     pub throughput_available: bool,
+    /// The shared snapshot's first throughput read has not answered yet: the chart follows at
+    /// the next refresh ([`ThroughputCache`]).
+    pub throughput_pending: bool,
+    /// Every queue summed, per minute; None when throughput is not available.
+    pub per_minute: Option<Series>,
     /// None when the backend does not list workers (yet).
     pub workers: Option<WorkersSummary>,
 }
@@ -83,64 +92,67 @@ pub fn is_stuck(w: &WorkerProcess, now: Timestamp, stale_after: Duration) -> boo
     age.to_std().map(|a| a > stale_after).unwrap_or(false)
 }
 
-/// Reads stats, throughput and workers at once, then each queue's settings at once.
+/// Reads stats (estimated where the backend keeps a large archive cheap that way; settings
+/// included), throughput and workers at once: one round of three calls, whatever the number
+/// of queues.
 pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<OverviewData> {
     let tp = ThroughputParams::last_hour();
-    let (stats, throughput, workers) = futures::join!(backend.stats(), backend.throughput(&tp), backend.list_workers());
-    let stats = stats?;
+    let (stats, throughput, workers) =
+        futures::join!(backend.stats_estimated(), backend.throughput(&tp), backend.list_workers());
     let throughput = optional(throughput)?;
-    let workers = optional(workers)?;
+    Ok(build(stats?, throughput.as_deref(), false, optional(workers)?, stale_after))
+}
+
+/// The overview of what was read; `throughput` None: not available (`pending`: not read yet).
+fn build(
+    stats: chokaq_core::StatsSnapshot,
+    throughput: Option<&[ThroughputBucket]>,
+    pending: bool,
+    workers: Option<Vec<WorkerProcess>>,
+    stale_after: Duration,
+) -> OverviewData {
     let now = stats.taken_at.unwrap_or_else(chrono::Utc::now);
-
-    let names: Vec<QueueName> = stats.queues.iter().filter_map(|q| QueueName::new(q.queue.clone()).ok()).collect();
-    let settings: Vec<Result<QueueSettings>> =
-        futures::future::join_all(names.iter().map(|n| backend.queue_settings(n))).await;
-    let mut by_name: BTreeMap<String, QueueSettings> = BTreeMap::new();
-    for s in settings {
-        let s = s?;
-        by_name.insert(s.name.as_str().to_string(), s);
-    }
-
-    let mut per_queue: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    if let Some(buckets) = &throughput {
+    let mut per_queue: BTreeMap<&str, Series> = BTreeMap::new();
+    if let Some(buckets) = throughput {
         for b in buckets {
-            let ago = now.signed_duration_since(b.minute).num_minutes();
-            if (0..WINDOW_MINUTES as i64).contains(&ago) {
-                let v = per_queue.entry(b.queue.as_str()).or_insert_with(|| vec![0; WINDOW_MINUTES]);
-                v[WINDOW_MINUTES - 1 - ago as usize] += b.finished;
-            }
+            per_queue.entry(b.queue.as_str()).or_insert_with(Series::zeros).add(b, now);
         }
     }
 
-    let mut totals = Totals::default();
+    let totals = Totals {
+        pending: stats.pending,
+        fetched: stats.fetched,
+        processing: stats.processing,
+        archived: stats.archived,
+        archived_estimated: stats.archived_estimated,
+        dead: stats.dead,
+        cancelled: stats.cancelled,
+        failed: stats.failed(),
+    };
     let queues = stats
         .queues
         .iter()
         .map(|q| {
-            totals.pending += q.pending;
-            totals.fetched += q.fetched;
-            totals.processing += q.processing;
-            totals.archived += q.archived;
-            totals.dead += q.dead;
-            let s = by_name.get(&q.queue);
-            let per_minute = match &throughput {
-                Some(_) => per_queue.get(q.queue.as_str()).cloned().unwrap_or_else(|| vec![0; WINDOW_MINUTES]),
-                None => Vec::new(),
-            };
+            let per_minute =
+                throughput.as_ref().map(|_| per_queue.get(q.queue.as_str()).cloned().unwrap_or_else(Series::zeros));
             QueueRow {
                 queue: q.queue.clone(),
                 pending: q.pending,
                 fetched: q.fetched,
                 processing: q.processing,
                 archived: q.archived,
+                archived_estimated: q.archived_estimated,
                 dead: q.dead,
+                cancelled: q.cancelled,
+                failed: q.failed(),
                 lag_seconds: q
                     .oldest_due_at
                     .map(|t| (now.signed_duration_since(t).num_milliseconds().max(0) as f64) / 1000.0),
-                is_paused: s.is_some_and(|s| s.is_paused),
-                is_active: s.is_none_or(|s| s.is_active),
-                max_workers: s.and_then(|s| s.max_workers),
-                finished_last_hour: throughput.as_ref().map(|_| per_minute.iter().sum()),
+                is_paused: q.is_paused(),
+                is_active: q.is_active(),
+                max_workers: q.settings.as_ref().and_then(|s| s.max_workers),
+                controlled: q.settings.is_some(),
+                finished_last_hour: per_minute.as_ref().map(Series::done_total),
                 per_minute,
             }
         })
@@ -155,7 +167,83 @@ pub async fn overview(backend: &dyn Backend, stale_after: Duration) -> Result<Ov
         }
     });
 
-    Ok(OverviewData { taken_at: stats.taken_at, totals, queues, throughput_available: throughput.is_some(), workers })
+    OverviewData {
+        taken_at: stats.taken_at,
+        totals,
+        queues,
+        throughput_available: throughput.is_some() || pending,
+        throughput_pending: pending,
+        per_minute: throughput.map(|b| Series::of(b, now)),
+        workers,
+    }
+}
+
+/// How long a snapshot waits for the throughput read it started (see [`ThroughputCache`]).
+pub const THROUGHPUT_WAIT: Duration = Duration::from_millis(10);
+
+/// The last hour's throughput, read off the snapshot's critical path. A refresh of the shared
+/// snapshot starts one throughput read (unless one is running), reads stats and workers
+/// meanwhile, then waits at most [`THROUGHPUT_WAIT`] for it; a read that takes longer (the
+/// last hour of a busy archive: ~160 ms for 500,000 jobs) finishes in the background and the
+/// snapshot uses the previous read, or, on a dashboard's very first snapshot, shows the chart
+/// as being computed. So the first snapshot costs stats and workers only, and the chart is at
+/// most one refresh (about a second) behind the counts.
+#[derive(Debug, Default)]
+pub struct ThroughputCache {
+    state: std::sync::Mutex<TpState>,
+    done: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct TpState {
+    last: Option<std::sync::Arc<Vec<ThroughputBucket>>>,
+    unsupported: bool,
+    running: bool,
+}
+
+impl ThroughputCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TpState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// [`overview`] for the shared snapshot: throughput through the [`ThroughputCache`].
+async fn overview_cached(st: &crate::Shared) -> Result<OverviewData> {
+    let tc = &st.cache.throughput;
+    let done = tc.done.notified();
+    tokio::pin!(done);
+    done.as_mut().enable();
+    let start = {
+        let mut t = tc.lock();
+        !t.unsupported && !std::mem::replace(&mut t.running, true)
+    };
+    if start {
+        let st2 = st.clone();
+        tokio::spawn(async move {
+            let r = st2.backend.throughput(&ThroughputParams::last_hour()).await;
+            {
+                let mut t = st2.cache.throughput.lock();
+                t.running = false;
+                match optional(r) {
+                    Ok(Some(b)) => t.last = Some(std::sync::Arc::new(b)),
+                    Ok(None) => t.unsupported = true,
+                    Err(e) => tracing::warn!(error = %e, "dashboard: throughput read failed"),
+                }
+            }
+            st2.cache.throughput.done.notify_waiters();
+        });
+    }
+    let (stats, workers) = futures::join!(st.backend.stats_estimated(), st.backend.list_workers());
+    let (stats, workers) = (stats?, optional(workers)?);
+    if tc.lock().running {
+        let _ = tokio::time::timeout(THROUGHPUT_WAIT, done).await;
+    }
+    let (last, unsupported) = {
+        let t = tc.lock();
+        (t.last.clone(), t.unsupported)
+    };
+    let pending = last.is_none() && !unsupported;
+    Ok(build(stats, last.as_deref().map(Vec::as_slice), pending, workers, st.opts.worker_stale_after))
 }
 
 /// The overview as one snapshot shared by every viewer of a dashboard, kept fresh off the
@@ -171,6 +259,7 @@ pub struct SnapshotCache {
     compute: tokio::sync::Mutex<()>,
     /// Woken when a refresh stores a snapshot.
     stored: tokio::sync::Notify,
+    throughput: ThroughputCache,
 }
 
 /// How long a request for an out-of-date snapshot waits for the refresh it started before it
@@ -216,7 +305,7 @@ impl SnapshotCache {
 pub async fn refresh_now(st: &crate::Shared) -> Result<std::sync::Arc<OverviewData>> {
     let _one = st.cache.compute.lock().await;
     let generation = st.cache.lock().generation;
-    let d = std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?);
+    let d = std::sync::Arc::new(overview_cached(st).await?);
     st.cache.store(generation, d.clone());
     Ok(d)
 }

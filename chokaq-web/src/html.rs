@@ -114,7 +114,7 @@ pub fn ts(t: Timestamp) -> String {
 /// An optional timestamp with its age relative to `now`.
 pub fn ts_ago(t: Option<Timestamp>, now: Timestamp) -> String {
     match t {
-        None => "<span class=\"muted\">—</span>".to_string(),
+        None => empty(),
         Some(t) => {
             let secs = now.signed_duration_since(t).num_milliseconds() as f64 / 1000.0;
             let rel = if secs >= 0.0 { format!("{} ago", dur(secs)) } else { format!("in {}", dur(-secs)) };
@@ -155,25 +155,13 @@ pub fn num(n: u64) -> String {
     out
 }
 
-/// A bar chart of per-minute counts as inline SVG (no style attributes: the CSP allows none).
-pub fn sparkline(values: &[u64]) -> String {
-    if values.is_empty() {
-        return String::new();
-    }
-    let max = values.iter().copied().max().unwrap_or(0).max(1);
-    let (w, h) = (values.len() * 2, 18usize);
-    let mut s = format!(
-        "<svg class=\"spark\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"finished per minute, last hour\">"
-    );
-    for (i, v) in values.iter().enumerate() {
-        if *v == 0 {
-            continue;
-        }
-        let bh = ((*v as f64 / max as f64) * h as f64).ceil().max(1.0) as usize;
-        let _ = write!(s, "<rect x=\"{}\" y=\"{}\" width=\"2\" height=\"{bh}\"></rect>", i * 2, h - bh);
-    }
-    s.push_str("</svg>");
-    s
+/// The one mark for an empty value (no lag, no error, no time), on every page; the CLI prints
+/// the same.
+pub const EMPTY: &str = "—";
+
+/// [`EMPTY`] as muted HTML.
+pub fn empty() -> String {
+    format!("<span class=\"muted empty\">{EMPTY}</span>")
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Router};
 use chokaq_core::{Backend, Error, ErrorKind};
 
+mod chart;
 mod csrf;
 mod data;
 mod guard;

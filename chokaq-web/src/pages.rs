@@ -19,8 +19,8 @@ use chokaq_core::{
 };
 use serde_json::json;
 
-use crate::data::{self, optional, OverviewData};
-use crate::html::{self, button, dur, enc, esc, form, num, page, ts, ts_ago, Nav};
+use crate::data::{self, optional};
+use crate::html::{self, button, dur, enc, esc, form, num, page, ts_ago, Nav};
 use crate::{Ctx, Shared};
 
 type Res = Result<Response, Response>;
@@ -98,184 +98,12 @@ pub async fn script() -> Response {
         .into_response()
 }
 
-// ---- overview ---------------------------------------------------------------------------
+// ---- overview (pages/overview.rs) ----------------------------------------------------------
 
-pub async fn overview(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(q): Query<Params>) -> Res {
-    let d = data::overview_shared(&st).await.map_err(|e| backend_fail(&ctx, e))?;
-    let live = live_html(&ctx, &st, &d);
-    if q.get("fragment").is_some_and(|f| f == "live") {
-        return Ok(Html(live).into_response());
-    }
-    let body = format!(
-        "<div class=\"head\"><h1>Overview</h1><span class=\"muted live-status\" id=\"live-status\"></span></div>\
-         <section id=\"live\" data-src=\"{}?fragment=live\" data-every=\"{}\">{live}</section>",
-        esc(&ctx.home()),
-        st.opts.refresh_every.as_millis()
-    );
-    Ok(Html(page(&ctx, "Overview", Nav::Overview, "overview", &body)).into_response())
-}
-
-fn lag_class(st: &Shared, lag: Option<f64>) -> &'static str {
-    match lag {
-        Some(s) if s > st.opts.lag_warning.as_secs_f64() => "warn",
-        _ => "",
-    }
-}
-
-fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
-    let b = esc(&ctx.base);
-    let t = &d.totals;
-    let max_lag =
-        d.queues.iter().filter_map(|q| q.lag_seconds).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
-    let mut s = String::with_capacity(4096);
-    s.push_str("<div class=\"cards\">");
-    let card = |s: &mut String, id: &str, label: &str, value: String, class: &str, href: String| {
-        let _ = write!(
-            s,
-            "<a class=\"card {class}\" href=\"{href}\"><span class=\"label\">{label}</span><span class=\"value\" id=\"total-{id}\">{value}</span></a>"
-        );
-    };
-    card(&mut s, "pending", "Pending", num(t.pending), "", format!("{b}/jobs?table=hot&amp;status=pending"));
-    card(&mut s, "fetched", "Fetched", num(t.fetched), "", format!("{b}/jobs?table=hot&amp;status=fetched"));
-    card(
-        &mut s,
-        "processing",
-        "Processing",
-        num(t.processing),
-        "",
-        format!("{b}/jobs?table=hot&amp;status=processing"),
-    );
-    card(&mut s, "dead", "Dead letters", num(t.dead), if t.dead > 0 { "bad" } else { "" }, format!("{b}/dead"));
-    card(&mut s, "archived", "Archived", num(t.archived), "", format!("{b}/jobs?table=archive"));
-    card(
-        &mut s,
-        "lag",
-        "Max lag",
-        max_lag.map(dur).unwrap_or_else(|| "—".into()),
-        lag_class(st, max_lag),
-        format!("{b}/jobs?table=hot&amp;status=pending"),
-    );
-    match &d.workers {
-        Some(w) => card(
-            &mut s,
-            "workers",
-            "Workers",
-            if w.stuck > 0 { format!("{} + {} stuck", w.alive, w.stuck) } else { w.alive.to_string() },
-            if w.stuck > 0 { "bad" } else { "" },
-            format!("{b}/workers"),
-        ),
-        None => card(&mut s, "workers", "Workers", "n/a".into(), "na", format!("{b}/workers")),
-    }
-    s.push_str("</div>");
-
-    // Problems first.
-    let mut problems: Vec<String> = Vec::new();
-    for q in &d.queues {
-        let qh = format!("<a href=\"{b}/queues/{}\">{}</a>", enc(&q.queue), esc(&q.queue));
-        if q.dead > 0 {
-            problems.push(format!(
-                "<li class=\"bad\">{qh}: <a href=\"{b}/dead?queue={}\">{} dead letter{}</a></li>",
-                enc(&q.queue),
-                num(q.dead),
-                if q.dead == 1 { "" } else { "s" }
-            ));
-        }
-        if let Some(l) = q.lag_seconds.filter(|l| *l > st.opts.lag_warning.as_secs_f64()) {
-            problems.push(format!("<li class=\"warn\">{qh}: oldest due job waiting {}</li>", dur(l)));
-        }
-        if q.is_paused {
-            problems.push(format!("<li class=\"warn\">{qh}: paused</li>"));
-        }
-        if !q.is_active {
-            problems.push(format!("<li class=\"warn\">{qh}: deactivated</li>"));
-        }
-    }
-    if let Some(w) = &d.workers {
-        if w.stuck > 0 {
-            problems.push(format!(
-                "<li class=\"bad\"><a href=\"{b}/workers\">{} worker{} not seen for over {}</a></li>",
-                w.stuck,
-                if w.stuck == 1 { "" } else { "s" },
-                dur(st.opts.worker_stale_after.as_secs_f64())
-            ));
-        }
-    }
-    if problems.is_empty() {
-        s.push_str(
-            "<p class=\"ok problems\" id=\"problems\">No dead letters, lag, paused queues or stuck workers.</p>",
-        );
-    } else {
-        s.push_str("<ul class=\"problems\" id=\"problems\">");
-        for p in problems {
-            s.push_str(&p);
-        }
-        s.push_str("</ul>");
-    }
-
-    s.push_str(
-        "<table class=\"grid\" id=\"queues\"><thead><tr><th>Queue</th><th>State</th><th class=\"n\">Pending</th>\
-         <th class=\"n\">Fetched</th><th class=\"n\">Processing</th><th class=\"n\">Dead</th><th class=\"n\">Archived</th>\
-         <th class=\"n\">Lag</th><th class=\"n\">Done/min</th><th>Last hour</th></tr></thead><tbody>",
-    );
-    if d.queues.is_empty() {
-        s.push_str("<tr><td colspan=\"10\" class=\"muted\">No jobs yet.</td></tr>");
-    }
-    for q in &d.queues {
-        let qe = enc(&q.queue);
-        let _ = write!(
-            s,
-            "<tr data-queue=\"{}\"><td><a href=\"{b}/queues/{qe}\">{}</a></td><td>{}</td>\
-             <td class=\"n\" data-col=\"pending\"><a href=\"{b}/jobs?queue={qe}&amp;status=pending\">{}</a></td>\
-             <td class=\"n\" data-col=\"fetched\">{}</td><td class=\"n\" data-col=\"processing\">{}</td>\
-             <td class=\"n {}\" data-col=\"dead\"><a href=\"{b}/dead?queue={qe}\">{}</a></td>\
-             <td class=\"n\" data-col=\"archived\">{}</td><td class=\"n {}\" data-col=\"lag\">{}</td>\
-             <td class=\"n\" data-col=\"rate\">{}</td><td>{}</td></tr>",
-            esc(&q.queue),
-            esc(&q.queue),
-            state_badges(q.is_paused, q.is_active, q.max_workers),
-            num(q.pending),
-            num(q.fetched),
-            num(q.processing),
-            if q.dead > 0 { "bad" } else { "" },
-            num(q.dead),
-            num(q.archived),
-            lag_class(st, q.lag_seconds),
-            q.lag_seconds.map(dur).unwrap_or_else(|| "—".into()),
-            q.per_minute_avg().map(|r| format!("{r:.1}")).unwrap_or_else(|| "n/a".into()),
-            html::sparkline(&q.per_minute),
-        );
-    }
-    s.push_str("</tbody></table>");
-    let _ = write!(
-        s,
-        "<p class=\"muted small\">Snapshot {} (database clock).{}</p>",
-        d.taken_at.map(ts).unwrap_or_default(),
-        if d.throughput_available { "" } else { " Throughput: not available from this backend yet." }
-    );
-    s
-}
-
-fn state_badges(paused: bool, active: bool, cap: Option<u32>) -> String {
-    let mut s = String::new();
-    if !active {
-        s.push_str("<span class=\"badge warn\">inactive</span> ");
-    }
-    if paused {
-        s.push_str("<span class=\"badge warn\" data-state=\"paused\">paused</span> ");
-    }
-    if active && !paused {
-        s.push_str("<span class=\"badge ok\" data-state=\"running\">running</span> ");
-    }
-    if let Some(c) = cap {
-        let _ = write!(s, "<span class=\"badge\">cap {c}</span>");
-    }
-    s
-}
-
-pub async fn api_overview(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
-    let d = data::overview_shared(&st).await.map_err(|e| backend_fail(&ctx, e))?;
-    Ok(Json(&*d).into_response())
-}
+mod overview;
+mod paging;
+pub use overview::{api_overview, overview};
+use overview::{lag_class, state_badges};
 
 // ---- queue ------------------------------------------------------------------------------
 
@@ -315,34 +143,31 @@ pub async fn queue(
         flash(&p)
     );
     s.push_str("<div class=\"cols\"><section><h2>Counts</h2><table class=\"kv\">");
-    for (label, n, href) in [
-        ("Pending", qs.pending, format!("{b}/jobs?queue={qe}&amp;status=pending")),
-        ("Fetched", qs.fetched, format!("{b}/jobs?queue={qe}&amp;status=fetched")),
-        ("Processing", qs.processing, format!("{b}/jobs?queue={qe}&amp;status=processing")),
-        ("Dead", qs.dead, format!("{b}/dead?queue={qe}")),
-        ("Archived", qs.archived, format!("{b}/jobs?queue={qe}&amp;table=archive")),
+    for (label, id, n, href) in [
+        ("Pending", "pending", qs.pending, format!("{b}/jobs?queue={qe}&amp;status=pending")),
+        ("Fetched", "fetched", qs.fetched, format!("{b}/jobs?queue={qe}&amp;status=fetched")),
+        ("Processing", "processing", qs.processing, format!("{b}/jobs?queue={qe}&amp;status=processing")),
+        ("Dead (failed)", "dead", qs.failed(), format!("{b}/dead?queue={qe}")),
+        ("Cancelled", "cancelled", qs.cancelled, format!("{b}/dead?queue={qe}")),
+        ("Archived", "archived", qs.archived, format!("{b}/jobs?queue={qe}&amp;table=archive")),
     ] {
-        let class = if label == "Dead" && n > 0 { " class=\"bad\"" } else { "" };
-        let _ = write!(
-            s,
-            "<tr><th>{label}</th><td{class}><a href=\"{href}\" id=\"count-{}\">{}</a></td></tr>",
-            label.to_lowercase(),
-            num(n)
-        );
+        let class = if id == "dead" && n > 0 { " class=\"bad\"" } else { "" };
+        let _ =
+            write!(s, "<tr><th>{label}</th><td{class}><a href=\"{href}\" id=\"count-{id}\">{}</a></td></tr>", num(n));
     }
     let lag = qs.oldest_due_at.map(|t| now.signed_duration_since(t).num_milliseconds().max(0) as f64 / 1000.0);
     let _ = write!(
         s,
         "<tr><th>Lag</th><td class=\"{}\">{}</td></tr>",
         lag_class(&st, lag),
-        lag.map(dur).unwrap_or_else(|| "—".into())
+        lag.map(dur).unwrap_or_else(html::empty)
     );
-    match &throughput {
-        Some(bk) => {
-            let n: u64 = bk.iter().map(|x| x.finished).sum();
-            let _ = write!(s, "<tr><th>Finished, last hour</th><td>{} ({:.1}/min)</td></tr>", num(n), n as f64 / 60.0);
+    let series = throughput.as_ref().map(|bk| crate::chart::Series::of(bk, now));
+    match &series {
+        Some(sr) => {
+            let _ = write!(s, "<tr><th>Done, last hour</th><td id=\"done-hour\">{}</td></tr>", num(sr.done_total()));
         }
-        None => s.push_str("<tr><th>Finished, last hour</th><td class=\"muted\">not available</td></tr>"),
+        None => s.push_str("<tr><th>Done, last hour</th><td class=\"muted\">not available</td></tr>"),
     }
     s.push_str("</table></section><section><h2>Settings</h2><table class=\"kv\">");
     let _ = write!(
@@ -380,6 +205,10 @@ pub async fn queue(
         s.push_str("</div>");
     }
     s.push_str("</section></div>");
+    if let Some(sr) = &series {
+        s.push_str("<h2>Throughput</h2>");
+        s.push_str(&crate::chart::chart("chart-queue", sr, now));
+    }
     let _ = write!(
         s,
         "<h2>Live jobs <span class=\"muted small\">(first {}; <a href=\"{b}/jobs?queue={qe}\">all</a>)</span></h2>",
@@ -665,7 +494,7 @@ fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) ->
             "<td class=\"mono\"><a href=\"{b}/jobs/{id}\" title=\"{id}\">{}</a></td><td><a href=\"{b}/queues/{}\">{}</a></td>\
              <td class=\"mono\">{}</td><td>{}</td><td class=\"n\">{}/{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
              <td class=\"err\" title=\"{}\"><span>{}{}</span></td></tr>",
-            &id[id.len().saturating_sub(12)..],
+            id,
             enc(j.queue.as_str()),
             esc(j.queue.as_str()),
             esc(j.kind.as_str()),
@@ -684,22 +513,18 @@ fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxes: bool) ->
     s
 }
 
-fn pager(ctx: &Ctx, path: &str, l: &ListJobsParams, page: &JobPage, with_table: bool) -> String {
-    let q = list_query(l, with_table);
-    let sep = if q.is_empty() { "" } else { "&amp;" };
-    let mut s = String::from("<nav class=\"pager\">");
-    if l.after.is_some() {
-        let _ = write!(s, "<a href=\"{}{path}?{q}\" id=\"first-page\">« First page</a>", esc(&ctx.base));
-    }
-    if let Some(n) = page.next {
-        let _ = write!(
-            s,
-            "<a href=\"{}{path}?{q}{sep}after={n}\" id=\"next-page\" rel=\"next\">Next page »</a>",
-            esc(&ctx.base)
-        );
-    }
-    s.push_str("</nav>");
-    s
+/// The pager of a list page, with its position and total (one capped count).
+async fn pager(
+    st: &Shared,
+    ctx: &Ctx,
+    path: &str,
+    p: &Params,
+    l: &ListJobsParams,
+    page: &JobPage,
+    with_table: bool,
+) -> Result<String, Response> {
+    let total = paging::total(&*st.backend, l).await.map_err(|e| backend_fail(ctx, e))?;
+    Ok(paging::pager(ctx, path, &list_query(l, with_table), l, page, &paging::Trail::parse(p), total))
 }
 
 pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
@@ -715,7 +540,7 @@ pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
     let mut s = format!("<div class=\"head\"><h1>{}</h1></div>", esc(&title));
     s.push_str(&filter_form(&ctx, &l, "/jobs", true));
     s.push_str(&job_table(&ctx, &page_.jobs, now, false));
-    s.push_str(&pager(&ctx, "/jobs", &l, &page_, true));
+    s.push_str(&pager(&st, &ctx, "/jobs", &p, &l, &page_, true).await?);
     Ok(Html(page(&ctx, &title, Nav::Jobs, "jobs", &s)).into_response())
 }
 
@@ -759,7 +584,7 @@ pub async fn job(
         }
         s.push_str("</div>");
     }
-    let opt = |o: Option<String>| o.map(|v| esc(&v)).unwrap_or_else(|| "<span class=\"muted\">—</span>".into());
+    let opt = |o: Option<String>| o.map(|v| esc(&v)).unwrap_or_else(html::empty);
     let _ = write!(
         s,
         "<div class=\"cols\"><section><h2>Job</h2><table class=\"kv\" id=\"job-fields\">\
@@ -774,7 +599,7 @@ pub async fn job(
         j.attempt,
         j.max_attempts,
         if j.tags.is_empty() {
-            "<span class=\"muted\">—</span>".to_string()
+            html::empty()
         } else {
             j.tags.iter().map(|t| format!("<span class=\"tag\">{}</span>", esc(t))).collect::<Vec<_>>().join(" ")
         },
@@ -797,6 +622,27 @@ pub async fn job(
         ts_ago(Some(j.updated_at), now),
         ts_ago(j.finished_at, now),
     );
+    if let JobLocation::Dead(reason) = j.location {
+        // Every dead letter says why it is one, error text or not.
+        let why = match reason {
+            DeadReason::Failed => "it failed with no attempt left, or with a fatal error",
+            DeadReason::Cancelled => "it was cancelled on purpose (by an operator or its handler); not a failure",
+            DeadReason::TimedOut => "its attempt timed out and was not retried",
+            DeadReason::Zombie => {
+                "its worker stopped heart-beating and the queue's policy (or its attempts) said not to retry"
+            }
+            DeadReason::Expired => "it expired before it ran",
+        };
+        let _ = write!(
+            s,
+            "<h2>Reason</h2><p id=\"dead-reason\"><span class=\"badge {}\">{}</span> {why}.</p>",
+            if reason == DeadReason::Cancelled { "" } else { "bad" },
+            esc(reason.as_str())
+        );
+        if j.last_error.is_none() {
+            s.push_str("<p class=\"muted\" id=\"last-error\">No error text was recorded.</p>");
+        }
+    }
     if let Some(e) = &j.last_error {
         let _ = write!(s, "<h2>Last error</h2><pre class=\"error-text\" id=\"last-error\">{}</pre>", esc(e));
     }
@@ -889,7 +735,7 @@ pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
         s.push_str("</div>");
     }
     s.push_str(&job_table(&ctx, &page_.jobs, now, !ctx.read_only));
-    s.push_str(&pager(&ctx, "/dead", &l, &page_, false));
+    s.push_str(&pager(&st, &ctx, "/dead", &p, &l, &page_, false).await?);
     Ok(Html(page(&ctx, "Dead letters", Nav::Dead, "dead", &s)).into_response())
 }
 
@@ -1022,13 +868,7 @@ pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>,
         s.push_str("<tr><td colspan=\"8\" class=\"muted\">No schedules registered.</td></tr>");
     }
     for r in &rows {
-        let (badge, class) = if r.stale {
-            ("<span class=\"badge bad\">stale</span>", "bad")
-        } else if r.enabled {
-            ("<span class=\"badge ok\">active</span>", "")
-        } else {
-            ("<span class=\"badge warn\">paused</span>", "warn")
-        };
+        let (badge, class) = schedule_state(r, now);
         let action = if ctx.read_only || r.stale {
             String::new()
         } else {
@@ -1052,6 +892,25 @@ pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>,
     Ok(Html(page(&ctx, "Schedules", Nav::Schedules, "schedules", &s)).into_response())
 }
 
+/// A schedule's badge and row class. An enabled schedule whose next tick is more than a
+/// minute past due is flagged `overdue` (no process holding it enqueues its ticks), not green.
+fn schedule_state(r: &chokaq_core::ScheduleRow, now: Timestamp) -> (&'static str, &'static str) {
+    let overdue = r.next_tick.is_some_and(|t| now.signed_duration_since(t) > chrono::Duration::minutes(1));
+    if r.stale {
+        ("<span class=\"badge bad\">stale</span>", "bad")
+    } else if r.enabled && overdue {
+        (
+            "<span class=\"badge warn\" data-state=\"overdue\" title=\"the next tick is past due: is a process with \
+             this schedule running?\">overdue</span>",
+            "warn",
+        )
+    } else if r.enabled {
+        ("<span class=\"badge ok\">active</span>", "")
+    } else {
+        ("<span class=\"badge warn\">paused</span>", "warn")
+    }
+}
+
 pub async fn schedule_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
@@ -1072,4 +931,30 @@ pub async fn schedule_action(
 pub async fn api_schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
     let rows = st.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
     Ok(Json(json!({ "schedules": rows })).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overdue_schedule_is_flagged_not_green() {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let row = |next: i64, enabled: bool| chokaq_core::ScheduleRow {
+            name: "s".into(),
+            spec: "every:60s".into(),
+            time_zone: "UTC".into(),
+            group: "default".into(),
+            next_tick: Some(now + chrono::Duration::seconds(next)),
+            last_enqueued_tick: None,
+            enabled,
+            stale: false,
+            created_at: now,
+            updated_at: now,
+        };
+        assert!(schedule_state(&row(-3600, true), now).0.contains("overdue"));
+        assert!(schedule_state(&row(-30, true), now).0.contains("active"), "a tick being enqueued now");
+        assert!(schedule_state(&row(60, true), now).0.contains("active"));
+        assert!(schedule_state(&row(-3600, false), now).0.contains("paused"), "a paused one is paused");
+    }
 }

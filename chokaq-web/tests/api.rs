@@ -504,9 +504,19 @@ async fn overview_counts(b: Arc<dyn Backend>) -> TestResult {
         "id=\"total-dead\">2<",
         "<tr data-queue=\"web-o3\">",
         "data-state=\"paused\"",
-        "web-o2</a>: <a href=\"/ops/jobs/dead?queue=web-o2\">2 dead letters</a>",
+        "web-o2</a>: <a href=\"/ops/jobs/dead?queue=web-o2\">2 failed dead letters</a>",
     ] {
         ensure!(html.contains(needle), "overview lacks {needle}");
+    }
+    if d["throughput_available"].as_bool() == Some(true) {
+        // The chart: 3 done and 2 failed in the last hour, every queue and web-o2's own page.
+        ensure!(
+            html.contains("id=\"chart-total\" data-done=\"3\" data-failed=\"2\" data-retried=\"0\""),
+            "total chart"
+        );
+        let qp = s.get("/queues/web-o2").await?.body;
+        ensure!(qp.contains("id=\"chart-queue\" data-done=\"3\" data-failed=\"2\""), "queue chart");
+        ensure!(qp.contains("id=\"count-dead\">2<") && qp.contains("id=\"count-cancelled\">0<"), "queue counts");
     }
     let frag = s.get("?fragment=live").await?.body;
     ensure!(
@@ -514,6 +524,42 @@ async fn overview_counts(b: Arc<dyn Backend>) -> TestResult {
         "fragment: {}",
         &frag[..frag.len().min(200)]
     );
+    Ok(())
+}
+
+/// Issue 26, items 9 and 11: a deliberate cancel is counted apart and raises no dead-letter
+/// alarm (a failure does); a paused queue with no job is listed, with its state.
+async fn cancels_and_empty_queues(b: Arc<dyn Backend>) -> TestResult {
+    let id = enqueue(&b, "web-c1", "web.ok.v1", 1).await?[0];
+    ensure_eq!(b.cancel(id).await.map_err(err)?, chokaq_core::CancelOutcome::Cancelled, "cancel");
+    b.pause(&q("web-p1")).await.map_err(err)?;
+    let s = session(&b).await?;
+    let html = s.get("").await?.body;
+    ensure!(!html.contains("class=\"card bad\" href=\"/ops/jobs/dead\""), "a cancel raised the dead-letter alarm");
+    for needle in
+        ["id=\"total-dead\">0<", "id=\"total-cancelled\">1<", "<tr data-queue=\"web-p1\">", "web-p1</a>: paused</li>"]
+    {
+        ensure!(html.contains(needle), "overview lacks {needle}");
+    }
+    let d = s.get("/api/overview").await?.json()?;
+    let t = &d["totals"];
+    ensure_eq!(
+        (t["dead"].as_u64(), t["cancelled"].as_u64(), t["failed"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "totals"
+    );
+    let p1 = d["queues"].as_array().and_then(|a| a.iter().find(|q| q["queue"] == "web-p1").cloned()).ok_or("web-p1")?;
+    ensure_eq!((p1["is_paused"].as_bool(), p1["controlled"].as_bool()), (Some(true), Some(true)), "web-p1 {p1}");
+    // Every dead letter has a reason section, error text or not (issue 26, item 13).
+    let jp = s.get(&format!("/jobs/{id}")).await?.body;
+    ensure!(
+        jp.contains("<p id=\"dead-reason\"><span class=\"badge \">cancelled</span> it was cancelled"),
+        "reason: {jp}"
+    );
+    make_dead(&b, "web-c1", 1, "boom").await?;
+    let html = s.get("").await?.body;
+    ensure!(html.contains("class=\"card bad\" href=\"/ops/jobs/dead\""), "a failure raised no alarm");
+    ensure!(html.contains("id=\"total-dead\">1<"), "failed dead letters after a failure");
     Ok(())
 }
 
@@ -618,14 +664,29 @@ async fn filters_and_paging(b: Arc<dyn Backend>) -> TestResult {
         ensure_eq!(r.status, StatusCode::BAD_REQUEST, "GET /api/jobs?{bad}: {}", r.body);
         ensure!(r.json()?["error"].is_string(), "JSON error for {bad}");
     }
-    // The HTML pager keeps the filters and carries the cursor.
+    // The HTML pager keeps the filters, carries the cursor and the trail back, and says where
+    // the page is (issue 26, item 13).
     let html = s.get("/jobs?queue=web-p&limit=3").await?.body;
-    let link = format!("href=\"/ops/jobs/jobs?table=hot&amp;queue=web-p&amp;limit=3&amp;after={n1}\" id=\"next-page\"");
+    let link = format!(
+        "href=\"/ops/jobs/jobs?table=hot&amp;queue=web-p&amp;limit=3&amp;after={n1}&amp;trail=start\" id=\"next-page\""
+    );
     ensure!(html.contains(&link), "next link {link}");
-    ensure!(!html.contains("id=\"first-page\""), "no first-page link on page 1");
-    let html = s.get(&format!("/jobs?queue=web-p&limit=3&after={n2}")).await?.body;
+    ensure!(!html.contains("id=\"first-page\"") && !html.contains("id=\"prev-page\""), "no way back on page 1");
+    ensure!(html.contains("id=\"page-info\">1–3 of 7<"), "position on page 1");
+    let html = s.get(&format!("/jobs?queue=web-p&limit=3&after={n1}&trail=start")).await?.body;
+    ensure!(html.contains("id=\"page-info\">4–6 of 7<"), "position on page 2");
+    let prev = "href=\"/ops/jobs/jobs?table=hot&amp;queue=web-p&amp;limit=3\" id=\"prev-page\"";
+    ensure!(html.contains(prev), "previous link to page 1: {prev}");
+    let next = format!("after={n2}&amp;trail=start,{n1}\" id=\"next-page\"");
+    ensure!(html.contains(&next), "next link from page 2: {next}");
+    let html = s.get(&format!("/jobs?queue=web-p&limit=3&after={n2}&trail=start,{n1}")).await?.body;
     ensure!(!html.contains("id=\"next-page\"") && html.contains("id=\"first-page\""), "last page links");
+    ensure!(html.contains("id=\"page-info\">7–7 of 7<"), "position on page 3");
+    let prev = format!("limit=3&amp;after={n1}&amp;trail=start\" id=\"prev-page\"");
+    ensure!(html.contains(&prev), "previous link to page 2: {prev}");
     ensure_eq!(html.matches("<tr><td class=\"mono\">").count(), 1, "rows on the last page");
+    // The same id form as the CLI: the whole id.
+    ensure!(html.contains(&format!("title=\"{}\">{}</a>", ids[6], ids[6])), "the whole id in the list");
     Ok(())
 }
 
@@ -993,6 +1054,7 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("read_only_refuses_and_hides", |b| Box::pin(read_only_refuses_and_hides(b))),
         ("overview_counts", |b| Box::pin(overview_counts(b))),
         ("overview_snapshot", |b| Box::pin(overview_snapshot(b))),
+        ("cancels_and_empty_queues", |b| Box::pin(cancels_and_empty_queues(b))),
         ("user_data_is_escaped", |b| Box::pin(user_data_is_escaped(b))),
         ("filters_and_paging", |b| Box::pin(filters_and_paging(b))),
         ("actions_take_effect", |b| Box::pin(actions_take_effect(b))),

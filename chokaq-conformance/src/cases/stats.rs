@@ -11,7 +11,14 @@ use chokaq_core::{BackendExt, ClaimMode, DeadReason, FailAction, JobId, LeaseRef
 use crate::ctx::{within, CaseResult, Ctx, Failure, CALL_DEADLINE};
 use crate::{ensure, ensure_eq};
 
-super::cases!(stats: counts_per_state, oldest_due_lag, readers_see_consistent_sums);
+super::cases!(stats:
+    counts_per_state,
+    oldest_due_lag,
+    readers_see_consistent_sums,
+    controlled_queue_listed,
+    cancelled_counted_apart,
+    throughput_kinds,
+);
 
 /// Two Pending, one Fetched, one Processing, one archived, one dead: counted exactly.
 pub async fn counts_per_state(cx: Ctx) -> CaseResult {
@@ -196,5 +203,91 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
     let s = cx.queue_stats(&q).await?;
     ensure_eq!((s.pending, s.fetched, s.processing), (0, 0, 0), "hot jobs at the end");
     ensure_eq!(s.archived + s.dead, n as u64, "archived + dead at the end");
+    Ok(())
+}
+
+/// A queue exists once it has a control row, jobs or not: a paused queue with no job is in
+/// the snapshot with zero counts and its settings; a queue with jobs and no control row has
+/// none (issue 26, item 9).
+pub async fn controlled_queue_listed(cx: Ctx) -> CaseResult {
+    let (q, capped, plain) = (cx.queue_named("paused"), cx.queue_named("capped"), cx.queue_named("plain"));
+    cx.backend.pause(&q).await?;
+    cx.backend.set_max_workers(&capped, Some(3)).await?;
+    cx.enqueue_n(&plain, 1).await?;
+    let all = cx.backend.stats().await?;
+    let s = all.queue(q.as_str()).ok_or_else(|| Failure(format!("paused queue {q} with no job is not in stats")))?;
+    ensure_eq!((s.pending, s.fetched, s.processing, s.archived, s.dead), (0, 0, 0, 0, 0), "counts of {q}");
+    ensure!(s.is_paused() && s.is_active(), "{q}: paused and active, got {:?}", s.settings);
+    ensure_eq!(s.settings.as_ref().map(|st| st.name.as_str()), Some(q.as_str()), "settings' queue name");
+    let c = all.queue(capped.as_str()).ok_or_else(|| Failure(format!("capped queue {capped} is not in stats")))?;
+    ensure_eq!(c.settings.as_ref().and_then(|st| st.max_workers), Some(3), "{capped}'s cap");
+    ensure!(!c.is_paused(), "{capped} is not paused");
+    let p = all.queue(plain.as_str()).ok_or_else(|| Failure(format!("{plain} is not in stats")))?;
+    ensure_eq!((p.pending, p.settings.is_some()), (1, false), "{plain}: one job, no control row");
+    let names: Vec<&str> = all.queues.iter().map(|q| q.queue.as_str()).collect();
+    ensure!(names.windows(2).all(|w| w[0] < w[1]), "queues are listed once each, by name: {names:?}");
+    cx.backend.resume(&q).await?;
+    let s = cx.queue_stats(&q).await?;
+    ensure!(s.settings.is_some() && !s.is_paused(), "{q} after resume: listed, not paused ({:?})", s.settings);
+    Ok(())
+}
+
+/// A deliberate cancel is a dead letter counted apart (`cancelled`), not a failure: an
+/// operator's cancel of a Pending job and a handler's `Cancelled` next to one failure, one
+/// timeout and one zombie-free dead letter (issue 26, item 11).
+pub async fn cancelled_counted_apart(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let ids = cx.enqueue_n(&q, 4).await?;
+    ensure_eq!(cx.backend.cancel(ids[0]).await?, chokaq_core::CancelOutcome::Cancelled, "cancel of a Pending job");
+    let w = WorkerId::random();
+    let p = cx.claim(w, &q, 3, ClaimMode::Start).await?;
+    ensure_eq!(p.len(), 3, "started");
+    let actions = [
+        FailAction::Cancelled { error: None },
+        FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() },
+        FailAction::DeadLetter { reason: DeadReason::TimedOut, error: "slow".into() },
+    ];
+    for (j, a) in p.iter().zip(actions) {
+        cx.backend.fail(w, j.lease_ref(), a).await?.done().ok_or("fail lost")?;
+    }
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.dead, s.cancelled, s.failed()), (4, 2, 2), "(dead, cancelled, failed) of {q}");
+    let all = cx.backend.stats().await?;
+    ensure_eq!(all.cancelled, all.queues.iter().map(|q| q.cancelled).sum::<u64>(), "cancelled totals add up");
+    ensure!(
+        all.cancelled >= 2 && all.cancelled <= all.dead,
+        "snapshot cancelled {} of {} dead",
+        all.cancelled,
+        all.dead
+    );
+    Ok(())
+}
+
+/// Throughput counts jobs done, failures dead-lettered (not cancels) and failed attempts
+/// waiting for a retry, each in its own column.
+pub async fn throughput_kinds(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    cx.enqueue_n(&q, 5).await?;
+    let w = WorkerId::random();
+    let p = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(p.len(), 5, "started");
+    cx.backend.complete_one(w, p[0].lease_ref()).await?.done().ok_or("complete lost")?;
+    cx.backend.complete_one(w, p[1].lease_ref()).await?.done().ok_or("complete lost")?;
+    let retry = FailAction::Retry { delay: Duration::from_secs(600), error: "again".into() };
+    cx.backend.fail(w, p[2].lease_ref(), retry).await?.done().ok_or("retry lost")?;
+    let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "x".into() };
+    cx.backend.fail(w, p[3].lease_ref(), dl).await?.done().ok_or("fail lost")?;
+    cx.backend.fail(w, p[4].lease_ref(), FailAction::Cancelled { error: None }).await?.done().ok_or("cancel lost")?;
+    let tp = chokaq_core::ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) };
+    let buckets = match cx.backend.throughput(&tp).await {
+        Err(e) if e.kind() == chokaq_core::ErrorKind::Unsupported => return Ok(()),
+        r => r?,
+    };
+    let sum = |f: fn(&chokaq_core::ThroughputBucket) -> u64| buckets.iter().map(f).sum::<u64>();
+    ensure_eq!(
+        (sum(|b| b.finished), sum(|b| b.failed), sum(|b| b.retried)),
+        (2, 1, 1),
+        "(finished, failed, retried) of {q} over the last hour: {buckets:?}"
+    );
     Ok(())
 }

@@ -753,11 +753,20 @@ impl Backend for MemoryBackend {
                         qs.archived += 1;
                         snap.archived += 1;
                     }
-                    JobLocation::Dead(_) => {
+                    JobLocation::Dead(reason) => {
                         qs.dead += 1;
                         snap.dead += 1;
+                        if reason == DeadReason::Cancelled {
+                            qs.cancelled += 1;
+                            snap.cancelled += 1;
+                        }
                     }
                 }
+            }
+            for (name, st) in &s.queues {
+                per.entry(name.to_string())
+                    .or_insert_with(|| QueueStats { queue: name.to_string(), ..Default::default() })
+                    .settings = Some(st.clone());
             }
             snap.queues = per.into_values().collect();
             Ok(snap)
@@ -880,18 +889,39 @@ impl Backend for MemoryBackend {
             params.validate()?;
             let since = minus(now(), params.window);
             let s = self.lock();
-            let mut per: BTreeMap<(Timestamp, String), u64> = BTreeMap::new();
-            for r in s.archive.values() {
-                let Some(f) = r.finished_at else { continue };
-                if f < since || params.queue.as_ref().is_some_and(|q| &r.queue != q) {
-                    continue;
+            let mut per: BTreeMap<(Timestamp, String), [u64; 3]> = BTreeMap::new();
+            let mut add = |r: &JobRecord, at: Timestamp, i: usize| {
+                if at >= since && params.queue.as_ref().is_none_or(|q| &r.queue == q) {
+                    let minute = at.duration_trunc(chrono::Duration::minutes(1)).unwrap_or(at);
+                    per.entry((minute, r.queue.to_string())).or_default()[i] += 1;
                 }
-                let minute = f.duration_trunc(chrono::Duration::minutes(1)).unwrap_or(f);
-                *per.entry((minute, r.queue.to_string())).or_default() += 1;
+            };
+            for r in s.archive.values() {
+                if let Some(f) = r.finished_at {
+                    add(r, f, 0);
+                }
+            }
+            for r in s.dead.values() {
+                if let (Some(f), JobLocation::Dead(reason)) = (r.finished_at, r.location) {
+                    if reason != DeadReason::Cancelled {
+                        add(r, f, 1);
+                    }
+                }
+            }
+            for r in s.hot.values() {
+                if r.location == JobLocation::Hot(JobStatus::Pending) && r.attempt > 0 && r.last_error.is_some() {
+                    add(r, r.updated_at, 2);
+                }
             }
             Ok(per
                 .into_iter()
-                .map(|((minute, queue), finished)| ThroughputBucket { queue, minute, finished })
+                .map(|((minute, queue), [finished, failed, retried])| ThroughputBucket {
+                    queue,
+                    minute,
+                    finished,
+                    failed,
+                    retried,
+                })
                 .collect())
         }
         .await

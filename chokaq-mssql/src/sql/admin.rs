@@ -193,6 +193,8 @@ END;
 /// when both are off (documented in docs/sqlserver.md). Returns the `IsSnapshot` flag and
 /// the clock, then one row per queue.
 ///
+/// Every queue with a job or a control row (`Queues`) is listed, with its control row's columns
+/// (`Name` NULL when it has none); `Cancelled` counts the dead letters of reason `cancelled`.
 /// Every count is `COUNT_BIG` (`BIGINT`), so no count overflows at 2^31 rows. Each branch
 /// reads the narrowest index that holds its rows: the filtered `IX_JobsHot_Pending`,
 /// `IX_JobsHot_Scheduled` and `IX_JobsHot_Active` for the hot table (Scheduled rows count as
@@ -210,6 +212,10 @@ BEGIN
 END;
 BEGIN TRANSACTION;
 SELECT @Snapshot AS [IsSnapshot], @Now AS [Now];
+SELECT y.[Queue], y.[Pending], y.[Fetched], y.[Processing], y.[Archived], y.[Dead], y.[Cancelled], y.[OldestDue],
+    c.[Name], c.[MaxWorkers], c.[IsPaused], c.[IsActive], c.[ZombieTimeoutMs], c.[ZombiePolicy], c.[FetchedTimeoutMs],
+    c.[UpdatedAtUtc]
+FROM (
 SELECT
     x.[Queue],
     SUM(x.[Pending]) AS [Pending],
@@ -217,6 +223,7 @@ SELECT
     SUM(x.[Processing]) AS [Processing],
     SUM(x.[Archived]) AS [Archived],
     SUM(x.[Dead]) AS [Dead],
+    SUM(x.[Cancelled]) AS [Cancelled],
     MIN(x.[OldestDue]) AS [OldestDue]
 FROM (
     SELECT
@@ -226,12 +233,13 @@ FROM (
         CAST(0 AS BIGINT) AS [Processing],
         CAST(0 AS BIGINT) AS [Archived],
         CAST(0 AS BIGINT) AS [Dead],
+        CAST(0 AS BIGINT) AS [Cancelled],
         MIN(CASE WHEN p.[DueAtUtc] <= @Now THEN p.[DueAtUtc] END) AS [OldestDue]
     FROM {schema}.[JobsHot] AS p
     WHERE p.[Status] = 0
     GROUP BY p.[Queue]
     UNION ALL
-    SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)
+    SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)
     FROM {schema}.[JobsHot] AS s
     WHERE s.[Status] = 3
     GROUP BY s.[Queue]
@@ -243,21 +251,28 @@ FROM (
         SUM(CASE WHEN h.[Status] = 2 THEN CAST(1 AS BIGINT) ELSE 0 END),
         0,
         0,
+        0,
         NULL
     FROM {schema}.[JobsHot] AS h
     WHERE h.[Status] IN (1, 2)
     GROUP BY h.[Queue]
     UNION ALL
-    SELECT a.[Queue], 0, 0, 0, COUNT_BIG(*), 0, NULL
+    SELECT a.[Queue], 0, 0, 0, COUNT_BIG(*), 0, 0, NULL
     FROM {schema}.[JobsArchive] AS a
     GROUP BY a.[Queue]
     UNION ALL
-    SELECT d.[Queue], 0, 0, 0, 0, COUNT_BIG(*), NULL
+    SELECT d.[Queue], 0, 0, 0, 0, COUNT_BIG(*), SUM(CASE WHEN d.[Reason] = 'cancelled' THEN CAST(1 AS BIGINT) ELSE 0 END),
+        NULL
     FROM {schema}.[JobsDlq] AS d
     GROUP BY d.[Queue]
+    UNION ALL
+    SELECT q.[Name], 0, 0, 0, 0, 0, 0, NULL
+    FROM {schema}.[Queues] AS q
 ) AS x
 GROUP BY x.[Queue]
-ORDER BY x.[Queue];
+) AS y
+LEFT JOIN {schema}.[Queues] AS c ON c.[Name] = y.[Queue]
+ORDER BY y.[Queue];
 COMMIT TRANSACTION;";
 
 /// A job wherever it is, from ONE consistent view. `@P1` id. The batch reads under SNAPSHOT

@@ -69,38 +69,52 @@ DECLARE @Cutoff DATETIME2(7) = DATEADD(MILLISECOND, -(@StaleMs % 1000), DATEADD(
 DELETE FROM {schema}.[Workers] WHERE [LastSeenAtUtc] < @Cutoff;
 SELECT @@ROWCOUNT AS [Deleted];";
 
-/// Finished jobs per minute and queue over the last `@P1` ms, every queue, through
-/// `IX_JobsArchive_FinishedAtUtcQueue` (a covering range). Minutes are counted from a fixed
-/// epoch, so each is whole.
-pub(super) const THROUGHPUT_ALL: &str = "SET NOCOUNT ON;
+/// Per minute and queue over the last `@P1` ms: jobs archived as done (through
+/// `IX_JobsArchive_FinishedAtUtcQueue`, a covering range), failures dead-lettered (cancels
+/// left out) and failed attempts waiting for a retry (the hot table: live jobs only). Minutes
+/// are counted from a fixed epoch, so each is whole. `$queue` narrows each branch to `@Queue`.
+macro_rules! throughput {
+    ($declare:literal, $queue:literal) => {
+        concat!(
+            "SET NOCOUNT ON;
 DECLARE @WindowMs BIGINT = @P1;
-DECLARE @Epoch DATETIME2(7) = '2000-01-01T00:00:00';
+",
+            $declare,
+            "DECLARE @Epoch DATETIME2(7) = '2000-01-01T00:00:00';
 DECLARE @Since DATETIME2(7) = DATEADD(MILLISECOND, -(@WindowMs % 1000), DATEADD(SECOND, -(@WindowMs / 1000), \
     SYSUTCDATETIME()));
-SELECT m.[Queue], m.[Minute], COUNT_BIG(*) AS [Finished]
+SELECT m.[Queue], m.[Minute], SUM(m.[F]) AS [Finished], SUM(m.[D]) AS [Failed], SUM(m.[R]) AS [Retried]
 FROM (
-    SELECT a.[Queue], DATEADD(MINUTE, DATEDIFF(MINUTE, @Epoch, a.[FinishedAtUtc]), @Epoch) AS [Minute]
+    SELECT a.[Queue], DATEADD(MINUTE, DATEDIFF(MINUTE, @Epoch, a.[FinishedAtUtc]), @Epoch) AS [Minute],
+        CAST(1 AS BIGINT) AS [F], CAST(0 AS BIGINT) AS [D], CAST(0 AS BIGINT) AS [R]
     FROM {schema}.[JobsArchive] AS a
-    WHERE a.[FinishedAtUtc] >= @Since
+    WHERE a.[FinishedAtUtc] >= @Since",
+            $queue,
+            "
+    UNION ALL
+    SELECT d.[Queue], DATEADD(MINUTE, DATEDIFF(MINUTE, @Epoch, d.[FinishedAtUtc]), @Epoch), 0, 1, 0
+    FROM {schema}.[JobsDlq] AS d
+    WHERE d.[FinishedAtUtc] >= @Since AND d.[Reason] <> 'cancelled'",
+            $queue,
+            "
+    UNION ALL
+    SELECT h.[Queue], DATEADD(MINUTE, DATEDIFF(MINUTE, @Epoch, h.[UpdatedAtUtc]), @Epoch), 0, 0, 1
+    FROM {schema}.[JobsHot] AS h
+    WHERE h.[Status] IN (0, 3) AND h.[Attempt] > 0 AND h.[LastError] IS NOT NULL AND h.[UpdatedAtUtc] >= @Since",
+            $queue,
+            "
 ) AS m
 GROUP BY m.[Minute], m.[Queue]
-ORDER BY m.[Minute], m.[Queue];";
+ORDER BY m.[Minute], m.[Queue];"
+        )
+    };
+}
 
-/// As [`THROUGHPUT_ALL`] for queue `@P2` (the same range, the queue checked in the index).
-pub(super) const THROUGHPUT_QUEUE: &str = "SET NOCOUNT ON;
-DECLARE @WindowMs BIGINT = @P1;
-DECLARE @Queue VARCHAR(128) = @P2;
-DECLARE @Epoch DATETIME2(7) = '2000-01-01T00:00:00';
-DECLARE @Since DATETIME2(7) = DATEADD(MILLISECOND, -(@WindowMs % 1000), DATEADD(SECOND, -(@WindowMs / 1000), \
-    SYSUTCDATETIME()));
-SELECT m.[Queue], m.[Minute], COUNT_BIG(*) AS [Finished]
-FROM (
-    SELECT a.[Queue], DATEADD(MINUTE, DATEDIFF(MINUTE, @Epoch, a.[FinishedAtUtc]), @Epoch) AS [Minute]
-    FROM {schema}.[JobsArchive] AS a
-    WHERE a.[Queue] = @Queue AND a.[FinishedAtUtc] >= @Since
-) AS m
-GROUP BY m.[Minute], m.[Queue]
-ORDER BY m.[Minute], m.[Queue];";
+/// Every queue.
+pub(super) const THROUGHPUT_ALL: &str = throughput!("", "");
+
+/// Queue `@P2` (the same ranges, the queue checked in the index).
+pub(super) const THROUGHPUT_QUEUE: &str = throughput!("DECLARE @Queue VARCHAR(128) = @P2;\n", " AND [Queue] = @Queue");
 
 /// Test support: `@P1` worker id, `@P2` last seen. Returns `Changed`.
 pub(super) const FORCE_WORKER_SEEN: &str = "SET NOCOUNT ON;

@@ -1,0 +1,230 @@
+//! The overview: cards, problems, the throughput chart and the queue table.
+
+use std::fmt::Write;
+
+use axum::extract::{Query, State};
+use axum::response::{Html, IntoResponse};
+use axum::{Extension, Json};
+
+use super::{backend_fail, Params, Res};
+use crate::chart;
+use crate::data::{self, OverviewData};
+use crate::html::{dur, empty, enc, esc, num, page, ts, Nav, EMPTY};
+use crate::{Ctx, Shared};
+
+pub async fn overview(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(q): Query<Params>) -> Res {
+    let d = data::overview_shared(&st).await.map_err(|e| backend_fail(&ctx, e))?;
+    let live = live_html(&ctx, &st, &d);
+    if q.get("fragment").is_some_and(|f| f == "live") {
+        return Ok(Html(live).into_response());
+    }
+    let body = format!(
+        "<div class=\"head\"><h1>Overview</h1><span class=\"muted live-status\" id=\"live-status\"></span></div>\
+         <section id=\"live\" data-src=\"{}?fragment=live\" data-every=\"{}\">{live}</section>",
+        esc(&ctx.home()),
+        st.opts.refresh_every.as_millis()
+    );
+    Ok(Html(page(&ctx, "Overview", Nav::Overview, "overview", &body)).into_response())
+}
+
+pub async fn api_overview(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
+    let d = data::overview_shared(&st).await.map_err(|e| backend_fail(&ctx, e))?;
+    Ok(Json(&*d).into_response())
+}
+
+pub(super) fn lag_class(st: &Shared, lag: Option<f64>) -> &'static str {
+    match lag {
+        Some(s) if s > st.opts.lag_warning.as_secs_f64() => "warn",
+        _ => "",
+    }
+}
+
+/// An archived count, marked `~` (with a tooltip) when it is an estimate.
+pub(super) fn archived(n: u64, estimated: bool) -> String {
+    if estimated {
+        format!(
+            "<span class=\"est\" title=\"estimate (planner statistics); exact on the queue page\">~{}</span>",
+            num(n)
+        )
+    } else {
+        num(n)
+    }
+}
+
+fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
+    let b = esc(&ctx.base);
+    let t = &d.totals;
+    let max_lag =
+        d.queues.iter().filter_map(|q| q.lag_seconds).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+    let mut s = String::with_capacity(8192);
+    s.push_str("<div class=\"cards\">");
+    let card = |s: &mut String, id: &str, label: &str, value: String, class: &str, href: String| {
+        let _ = write!(
+            s,
+            "<a class=\"card {class}\" href=\"{href}\"><span class=\"label\">{label}</span><span class=\"value\" id=\"total-{id}\">{value}</span></a>"
+        );
+    };
+    card(&mut s, "pending", "Pending", num(t.pending), "", format!("{b}/jobs?table=hot&amp;status=pending"));
+    card(&mut s, "fetched", "Fetched", num(t.fetched), "", format!("{b}/jobs?table=hot&amp;status=fetched"));
+    card(
+        &mut s,
+        "processing",
+        "Processing",
+        num(t.processing),
+        "",
+        format!("{b}/jobs?table=hot&amp;status=processing"),
+    );
+    // The alarm is for failures and zombies; a deliberate cancel is counted on its own card.
+    card(&mut s, "dead", "Dead (failed)", num(t.failed), if t.failed > 0 { "bad" } else { "" }, format!("{b}/dead"));
+    card(&mut s, "cancelled", "Cancelled", num(t.cancelled), "", format!("{b}/dead"));
+    card(
+        &mut s,
+        "archived",
+        "Archived",
+        archived(t.archived, t.archived_estimated),
+        "",
+        format!("{b}/jobs?table=archive"),
+    );
+    card(
+        &mut s,
+        "lag",
+        "Max lag",
+        max_lag.map(dur).unwrap_or_else(|| EMPTY.into()),
+        lag_class(st, max_lag),
+        format!("{b}/jobs?table=hot&amp;status=pending"),
+    );
+    match &d.workers {
+        Some(w) => card(
+            &mut s,
+            "workers",
+            "Workers",
+            if w.stuck > 0 { format!("{} + {} stuck", w.alive, w.stuck) } else { w.alive.to_string() },
+            if w.stuck > 0 { "bad" } else { "" },
+            format!("{b}/workers"),
+        ),
+        None => card(&mut s, "workers", "Workers", "not available".into(), "na", format!("{b}/workers")),
+    }
+    s.push_str("</div>");
+
+    // Problems first.
+    let mut problems: Vec<String> = Vec::new();
+    for q in &d.queues {
+        let qh = format!("<a href=\"{b}/queues/{}\">{}</a>", enc(&q.queue), esc(&q.queue));
+        if q.failed > 0 {
+            problems.push(format!(
+                "<li class=\"bad\">{qh}: <a href=\"{b}/dead?queue={}\">{} failed dead letter{}</a></li>",
+                enc(&q.queue),
+                num(q.failed),
+                if q.failed == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(l) = q.lag_seconds.filter(|l| *l > st.opts.lag_warning.as_secs_f64()) {
+            problems.push(format!("<li class=\"warn\">{qh}: oldest due job waiting {}</li>", dur(l)));
+        }
+        if q.is_paused {
+            problems.push(format!("<li class=\"warn\">{qh}: paused</li>"));
+        }
+        if !q.is_active {
+            problems.push(format!("<li class=\"warn\">{qh}: deactivated</li>"));
+        }
+    }
+    if let Some(w) = &d.workers {
+        if w.stuck > 0 {
+            problems.push(format!(
+                "<li class=\"bad\"><a href=\"{b}/workers\">{} worker{} not seen for over {}</a></li>",
+                w.stuck,
+                if w.stuck == 1 { "" } else { "s" },
+                dur(st.opts.worker_stale_after.as_secs_f64())
+            ));
+        }
+    }
+    if problems.is_empty() {
+        s.push_str(
+            "<p class=\"ok problems\" id=\"problems\">No failed dead letters, lag, paused queues or stuck workers.</p>",
+        );
+    } else {
+        s.push_str("<ul class=\"problems\" id=\"problems\">");
+        for p in problems {
+            s.push_str(&p);
+        }
+        s.push_str("</ul>");
+    }
+
+    match (&d.per_minute, d.taken_at) {
+        (Some(series), Some(now)) => {
+            s.push_str("<h2>Throughput, every queue</h2>");
+            s.push_str(&chart::chart("chart-total", series, now));
+        }
+        _ if d.throughput_pending => s.push_str(
+            "<h2>Throughput, every queue</h2><p class=\"muted\" id=\"chart-total\">Computing the last hour; shown at \
+             the next refresh.</p>",
+        ),
+        _ => s.push_str("<p class=\"muted\" id=\"chart-total\">Throughput: not available from this backend yet.</p>"),
+    }
+
+    s.push_str(
+        "<table class=\"grid\" id=\"queues\"><thead><tr><th>Queue</th><th>State</th><th class=\"n\">Pending</th>\
+         <th class=\"n\">Fetched</th><th class=\"n\">Processing</th><th class=\"n\">Failed</th>\
+         <th class=\"n\">Cancelled</th><th class=\"n\">Archived</th><th class=\"n\">Lag</th>\
+         <th class=\"n\">Done, 1 h</th><th>Last hour</th></tr></thead><tbody>",
+    );
+    if d.queues.is_empty() {
+        s.push_str("<tr><td colspan=\"11\" class=\"muted\">No queues yet: a queue is listed once it holds a job or has settings (pause, cap, ...).</td></tr>");
+    }
+    for q in &d.queues {
+        let qe = enc(&q.queue);
+        let _ = write!(
+            s,
+            "<tr data-queue=\"{}\"><td><a href=\"{b}/queues/{qe}\">{}</a></td><td>{}</td>\
+             <td class=\"n\" data-col=\"pending\"><a href=\"{b}/jobs?queue={qe}&amp;status=pending\">{}</a></td>\
+             <td class=\"n\" data-col=\"fetched\">{}</td><td class=\"n\" data-col=\"processing\">{}</td>\
+             <td class=\"n {}\" data-col=\"dead\"><a href=\"{b}/dead?queue={qe}\">{}</a></td>\
+             <td class=\"n\" data-col=\"cancelled\">{}</td>\
+             <td class=\"n\" data-col=\"archived\">{}</td><td class=\"n {}\" data-col=\"lag\">{}</td>\
+             <td class=\"n\" data-col=\"done\">{}</td><td>{}</td></tr>",
+            esc(&q.queue),
+            esc(&q.queue),
+            state_badges(q.is_paused, q.is_active, q.max_workers),
+            num(q.pending),
+            num(q.fetched),
+            num(q.processing),
+            if q.failed > 0 { "bad" } else { "" },
+            num(q.failed),
+            num(q.cancelled),
+            archived(q.archived, q.archived_estimated),
+            lag_class(st, q.lag_seconds),
+            q.lag_seconds.map(dur).unwrap_or_else(empty),
+            q.finished_last_hour.map(num).unwrap_or_else(empty),
+            q.per_minute.as_ref().map(chart::spark).unwrap_or_default(),
+        );
+    }
+    s.push_str("</tbody></table>");
+    let _ = write!(
+        s,
+        "<p class=\"muted small\">Snapshot {} (database clock).{}</p>",
+        d.taken_at.map(ts).unwrap_or_default(),
+        if t.archived_estimated {
+            " Archived counts marked ~ are estimates from the planner's statistics; a queue's page has the exact count."
+        } else {
+            ""
+        }
+    );
+    s
+}
+
+pub(super) fn state_badges(paused: bool, active: bool, cap: Option<u32>) -> String {
+    let mut s = String::new();
+    if !active {
+        s.push_str("<span class=\"badge warn\">inactive</span> ");
+    }
+    if paused {
+        s.push_str("<span class=\"badge warn\" data-state=\"paused\">paused</span> ");
+    }
+    if active && !paused {
+        s.push_str("<span class=\"badge ok\" data-state=\"running\">running</span> ");
+    }
+    if let Some(c) = cap {
+        let _ = write!(s, "<span class=\"badge\">cap {c}</span>");
+    }
+    s
+}
