@@ -135,7 +135,7 @@ statements! {
     connection_id: "SELECT CONNECTION_ID()",
     /// Begins a reader's transaction: one snapshot for every statement of it (the level set
     /// applies to this transaction only; plain reads take no locks at any level).
-    read_snapshot: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ ONLY",
+    read_snapshot: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION",
 
     // --- migrate ---------------------------------------------------------------------------
     /// The newest applied schema version.
