@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chokaq_core::{DeadReason, JobId, QueueName, QueueSettings, Result};
+use chokaq_core::{DeadReason, Error, ErrorKind, JobId, QueueName, QueueSettings, Result};
 use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, MySqlConnection};
@@ -50,7 +50,10 @@ pub struct MysqlBackend {
     pub(crate) max_payload_bytes: usize,
     pub(crate) retries: Arc<LockRetries>,
     /// The server's ids of the sessions this backend opened (`kill_connections`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) sessions: Arc<Mutex<HashSet<u64>>>,
+    /// How to open a session outside the pools (`kill_connections`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) options: MySqlConnectOptions,
     pub(crate) schema: String,
     pub(crate) faults: Faults,
@@ -72,6 +75,7 @@ impl MysqlBackend {
     pub async fn connect(cfg: MysqlConfig) -> Result<Self> {
         let options = cfg.connect_options()?;
         let sql = Arc::new(Statements::new(&cfg.schema)?);
+        probe(&options, cfg.acquire_timeout).await?;
         let sessions: Arc<Mutex<HashSet<u64>>> = Arc::default();
         let pool = pool_options(&sql, &sessions, cfg.max_connections, cfg.acquire_timeout)
             .connect_with(options.clone())
@@ -210,6 +214,25 @@ impl MysqlBackend {
         }
         sqlx::query(&self.sql.delete_hot).bind(id.0).execute(&mut **tx).await.map_err(map_err)?;
         Ok(())
+    }
+}
+
+/// One plain connection first, so an unreachable server, a refused login or a missing
+/// database fails at once with the server's reason (a pool would only report that it timed
+/// out). The driver's messages name no password.
+async fn probe(options: &MySqlConnectOptions, timeout: Duration) -> Result<()> {
+    use sqlx::Connection;
+    let unavailable = |why: String| Error::new(ErrorKind::Unavailable, format!("mysql: cannot connect: {why}"));
+    match tokio::time::timeout(timeout.min(Duration::from_secs(10)), MySqlConnection::connect_with(options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let e = map_err(e);
+            Err(if e.kind() == ErrorKind::InvalidInput { e } else { unavailable(e.message().to_string()) })
+        }
+        Err(_) => Err(unavailable("no answer within 10 s".into())),
     }
 }
 
