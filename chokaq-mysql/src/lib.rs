@@ -66,3 +66,8 @@ pub use backend::MysqlBackend;
 pub use config::{is_mysql_url, MysqlConfig, DEFAULT_SCHEMA};
 pub use error::{LockRetryCounts, Path};
 pub use sql::all_statements;
+
+/// `docs/mysql.md`: its Rust snippets are compiled by `cargo test --doc -p chokaq-mysql`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/mysql.md")]
+struct MysqlDoc;
