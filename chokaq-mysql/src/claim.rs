@@ -13,7 +13,7 @@ use chokaq_core::{validate, ClaimMode, ClaimParams, ClaimedJob, DeadReason, JobS
 use sqlx::Row;
 
 use crate::backend::{commit, MysqlBackend};
-use crate::error::{corrupt, map_err, Path};
+use crate::error::{corrupt, map_err, mysql_code, Path, DUP_ENTRY};
 use crate::rows;
 
 /// A claim candidate: enough to merge per-queue lists into the global order.
@@ -27,8 +27,9 @@ struct Candidate {
 pub(crate) async fn claim(b: &MysqlBackend, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
     req.validate()?;
     // A claim that finds a cap set on a queue it read as uncapped starts again (at most a few
-    // times: a cap is set by an operator, not in a loop), now taking the capped path.
-    for _ in 0..4 {
+    // times: a cap is set by an operator, not in a loop), now taking the capped path; so does
+    // the first claim of a queue, once it made the queue's control row.
+    for _ in 0..6 {
         if let Some(out) = b.retrying(Path::Claim, || claim_once(b, req)).await? {
             return Ok(out);
         }
@@ -77,25 +78,24 @@ async fn claim_once(b: &MysqlBackend, req: &ClaimParams) -> Result<Option<Vec<Cl
     for &(q, cap, scheduled) in &plan {
         let take = match cap {
             None => {
-                // Share-lock the control row (created on a queue's first claim), so a control
-                // changing it waits for this claim; a cap or pause set meanwhile: start again.
-                let mut row =
+                // Share-lock the control row (created, committed at once, on a queue's first
+                // claim), so a control changing it waits for this claim; a cap or pause set
+                // meanwhile: start again.
+                let row =
                     sqlx::query(&b.sql.share_queue).bind(q.as_str()).fetch_optional(&mut *tx).await.map_err(map_err)?;
-                if row.is_none() {
-                    sqlx::query(&b.sql.ensure_queue)
-                        .bind(q.as_str())
-                        .bind(now)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(map_err)?;
-                    row = sqlx::query(&b.sql.share_queue)
-                        .bind(q.as_str())
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(map_err)?;
-                }
-                let row = row.ok_or_else(|| corrupt("queue row missing after its insert"))?;
+                let Some(row) = row else {
+                    // The queue's first claim: end this transaction (no lock is held while the
+                    // row is made), insert the row in autocommit, and start again.
+                    tx.rollback().await.map_err(map_err)?;
+                    let made =
+                        sqlx::query(&b.sql.insert_queue).bind(q.as_str()).bind(now).bind(now).execute(&b.pool).await;
+                    match made {
+                        Ok(_) => {}
+                        Err(e) if mysql_code(&e) == Some(DUP_ENTRY) => {}
+                        Err(e) => return Err(map_err(e)),
+                    }
+                    return Ok(None);
+                };
                 let capped = row.try_get::<Option<i64>, _>("max_workers").map_err(map_err)?.is_some();
                 let paused = row.try_get::<i64, _>("is_paused").map_err(map_err)? != 0;
                 let active = row.try_get::<i64, _>("is_active").map_err(map_err)? != 0;

@@ -285,6 +285,13 @@ statements! {
     /// (now, id).
     request_cancel: "UPDATE {schema}.jobs_hot SET cancel_requested = 1, updated_at = ? WHERE id = ?",
 
+    /// A queue's control row with the defaults, inserted by a queue's first claim in autocommit,
+    /// outside its transaction (a duplicate key, when another claim or a control made it first,
+    /// is fine): a plain insert holds no gap lock, and committing at once leaves no waiter to
+    /// upgrade a lock after a rollback, so racing first claims of a queue cannot deadlock
+    /// (`ensure_queue`'s `ON DUPLICATE KEY UPDATE` inside the claim did): (name, now, now).
+    insert_queue: "INSERT INTO {schema}.queues (name, created_at, updated_at) VALUES (?, ?, ?)",
+
     // --- queue controls: (value, now, queue) ------------------------------------------------
     /// (name, now, now).
     ensure_queue: "INSERT INTO {schema}.queues (name, created_at, updated_at) VALUES (?, ?, ?) \
