@@ -9,6 +9,12 @@
 #   3. a throwaway cluster started from the local PostgreSQL binaries in a temporary
 #      directory (Debian's `postgresql` package is installed first if no binaries exist),
 #      stopped and deleted when the tests end.
+# MariaDB (the MySQL backend) is found, in this order:
+#   1. $CHOKAQ_TEST_MYSQL_URL;
+#   2. a server on 127.0.0.1:3306 (user root, no password, database `test`, created if missing);
+#   3. a throwaway MariaDB server started from the local binaries (mariadbd, mariadb-install-db) in
+#      a temporary directory (Debian's `mariadb-server` package is installed first if no binaries
+#      exist), stopped and deleted when the tests end. CHOKAQ_TEST_MYSQL_THROWAWAY=1 forces this.
 # SQL Server tests run when $CHOKAQ_TEST_MSSQL_URL is set, and show as ignored otherwise.
 # Without a URL, where a Docker engine answers (`docker info`), CHOKAQ_TEST_MSSQL_DOCKER=1 is set:
 # each of the three SQL Server conformance binaries (RCSI off, RCSI on, both row-versioning
@@ -22,7 +28,7 @@
 # chromium is installed when `chromium` is not on the PATH (see CHROMIUM_VERSION below). It needs
 # Node.js 20 or newer and npm; without them (or without chromium) it is skipped with the reason.
 # CHOKAQ_TEST_BROWSER=0 skips it.
-# Set CHOKAQ_TEST_REQUIRE=postgres,sqlite,sqlfluff,browser to turn a missing database or tool into
+# Set CHOKAQ_TEST_REQUIRE=postgres,sqlite,mysql,sqlfluff,browser to turn a missing database or tool into
 # a failure instead of ignored tests (CI does).
 set -euo pipefail
 
@@ -49,11 +55,22 @@ case "${1:-}" in
 esac
 
 PG_TMP=""
+MY_TMP=""
+MY_PID=""
 cleanup() {
     if [ -n "$PG_TMP" ] && [ -d "$PG_TMP" ]; then
         log "stopping the throwaway PostgreSQL cluster"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -m immediate stop >/dev/null 2>&1 || true
         rm -rf "$PG_TMP"
+    fi
+    if [ -n "$MY_PID" ]; then
+        log "stopping the throwaway MariaDB server"
+        kill "$MY_PID" 2>/dev/null || true
+        for _ in $(seq 1 60); do kill -0 "$MY_PID" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$MY_PID" 2>/dev/null || true
+    fi
+    if [ -n "$MY_TMP" ] && [ -d "$MY_TMP" ]; then
+        rm -rf "$MY_TMP"
     fi
 }
 trap cleanup EXIT
@@ -125,6 +142,86 @@ else
     start_throwaway_cluster
 fi
 export CHOKAQ_TEST_POSTGRES_URL
+
+# ---- MariaDB ----------------------------------------------------------------------------------
+mysql_client() {
+    if command -v mariadb >/dev/null 2>&1; then echo mariadb; elif command -v mysql >/dev/null 2>&1; then echo mysql;
+    else return 1; fi
+}
+
+try_mysql() {
+    # try_mysql PORT: succeeds if a MariaDB/MySQL server on 127.0.0.1:PORT takes root without a
+    # password (and then makes sure the database `test` exists).
+    local port=$1 client
+    if client=$(mysql_client); then
+        "$client" --protocol=TCP -h 127.0.0.1 -P "$port" -u root --connect-timeout=3 \
+            -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null 2>&1
+    else
+        # No client: fall back to a TCP check of the port.
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") >/dev/null 2>&1
+    fi
+}
+
+mysqld_bin() {
+    local b
+    for b in mariadbd mysqld; do
+        if command -v "$b" >/dev/null 2>&1; then command -v "$b"; return 0; fi
+        if [ -x "/usr/sbin/$b" ]; then echo "/usr/sbin/$b"; return 0; fi
+    done
+    return 1
+}
+
+start_throwaway_mariadb() {
+    local bin install port
+    if ! bin=$(mysqld_bin) || ! command -v mariadb-install-db >/dev/null 2>&1; then
+        log "no MariaDB binaries found: installing Debian's mariadb-server package"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq mariadb-server >/dev/null
+        # The package starts its own service on 3306; this run uses its own server below.
+        bin=$(mysqld_bin)
+    fi
+    install=$(command -v mariadb-install-db)
+    MY_TMP=$(mktemp -d /tmp/chokaq-my.XXXXXX)
+    chmod 755 "$MY_TMP"
+    port=33306
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") >/dev/null 2>&1; do port=$((port + 1)); done
+    log "starting a throwaway MariaDB server ($bin) on 127.0.0.1:$port"
+    "$install" --no-defaults --user="$(id -un)" --datadir="$MY_TMP/data" \
+        --auth-root-authentication-method=normal --skip-test-db >"$MY_TMP/install.log" 2>&1 \
+        || { log "mariadb-install-db failed: $(tail -n 5 "$MY_TMP/install.log")"; return 1; }
+    "$bin" --no-defaults --user="$(id -un)" --datadir="$MY_TMP/data" --socket="$MY_TMP/mysqld.sock" \
+        --pid-file="$MY_TMP/mysqld.pid" --port="$port" --bind-address=127.0.0.1 --skip-name-resolve \
+        --max-connections=500 --innodb-flush-log-at-trx-commit=2 --log-error="$MY_TMP/server.log" &
+    MY_PID=$!
+    for _ in $(seq 1 120); do
+        if try_mysql "$port"; then
+            CHOKAQ_TEST_MYSQL_URL="mysql://root@127.0.0.1:$port/test"
+            return 0
+        fi
+        kill -0 "$MY_PID" 2>/dev/null || break
+        sleep 0.5
+    done
+    log "the throwaway MariaDB server did not start: $(tail -n 5 "$MY_TMP/server.log" 2>/dev/null)"
+    return 1
+}
+
+if [ "${CHOKAQ_TEST_MYSQL_THROWAWAY:-}" = 1 ]; then
+    start_throwaway_mariadb || true
+elif [ -n "${CHOKAQ_TEST_MYSQL_URL:-}" ]; then
+    log "MariaDB/MySQL from CHOKAQ_TEST_MYSQL_URL"
+elif try_mysql 3306; then
+    CHOKAQ_TEST_MYSQL_URL="mysql://root@127.0.0.1:3306/test"
+    log "MariaDB/MySQL on 127.0.0.1:3306 (database test)"
+else
+    start_throwaway_mariadb || true
+fi
+if [ -n "${CHOKAQ_TEST_MYSQL_URL:-}" ]; then
+    export CHOKAQ_TEST_MYSQL_URL
+else
+    log "no MariaDB server: the MySQL backend's tests will say so (CHOKAQ_TEST_REQUIRE=mysql makes that a failure)"
+    # A URL nothing answers at, so the tests report the server missing instead of guessing.
+    export CHOKAQ_TEST_MYSQL_URL="mysql://root@127.0.0.1:1/test"
+fi
 
 version_at_least() {
     # version_at_least HAVE WANT: HAVE >= WANT in version order.

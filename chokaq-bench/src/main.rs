@@ -24,6 +24,7 @@
 mod args;
 mod bench;
 mod figures;
+mod mysql;
 mod report;
 mod timed;
 
@@ -75,6 +76,14 @@ fn new_schema() -> String {
 
 /// One run in a fresh schema; returns its JSON object (printed with `--json`).
 async fn main_inner(args: Args) -> Result<Value> {
+    if let Some(url) = args.url.clone().filter(|u| mysql::is_mysql(u)) {
+        args.check()?;
+        let json = mysql::run(&args, &url).await?;
+        if args.json {
+            println!("{json}");
+        }
+        return Ok(json);
+    }
     run_in(args, new_schema()).await
 }
 

@@ -15,8 +15,8 @@ use crate::{
 pub async fn run(cli: Cli) -> CliResult<Exit> {
     let Some(url) = cli.url.clone().filter(|u| !u.trim().is_empty()) else {
         return Err(Failure::new(Exit::Usage, "no database URL").hint(
-            "pass --url URL or set DATABASE_URL (postgres://…, sqlite:path/to/jobs.db, or a SQL Server connection \
-             string)",
+            "pass --url URL or set DATABASE_URL (postgres://…, sqlite:path/to/jobs.db, mysql://… / mariadb://…, or a \
+             SQL Server connection string)",
         ));
     };
     let migrate = matches!(cli.command, Command::Migrate);

@@ -106,7 +106,7 @@ pub type CliResult<T = ()> = Result<T, Failure>;
 /// processes, pause and resume queues, retry dead letters, purge old rows.
 ///
 /// The database comes from --url or DATABASE_URL: postgres://…, sqlite:… (or a *.db path),
-/// or a SQL Server connection string (server=…;… or mssql://…).
+/// mysql://… or mariadb://…, or a SQL Server connection string (server=…;… or mssql://…).
 ///
 /// Exit codes: 0 ok, 1 other error, 2 usage or configuration (bad flag or value, bad or
 /// missing URL, no such database, role or SQLite file), 3 not found, 4 conflict, 5 database

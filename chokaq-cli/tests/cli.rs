@@ -346,7 +346,7 @@ fn help_and_usage() -> TestResult {
 /// A URL of an unknown scheme, an unrecognised one, or a server that refuses: exit 2, 2 and
 /// 5, errors that say what is expected, no password anywhere (table and JSON form).
 fn bad_url() -> TestResult {
-    for url in [format!("mysql://root:{SECRET}@h/db"), format!("{SECRET}-not-a-url")] {
+    for url in [format!("redis://root:{SECRET}@h/db"), format!("{SECRET}-not-a-url")] {
         for json in [false, true] {
             let mut args = vec!["--url", url.as_str()];
             if json {

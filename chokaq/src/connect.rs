@@ -6,6 +6,7 @@
 //! | `postgres://…`, `postgresql://…` | PostgreSQL, tables in `schema` | `postgres` |
 //! | `sqlite:…`, or a path ending in `.db`, `.sqlite`, `.sqlite3` | SQLite, the file is the store (`schema` is validated, then unused) | `sqlite` |
 //! | `server=…;…` (ADO.NET), `mssql://…`, `sqlserver://…` | SQL Server, tables in `schema` | `mssql` |
+//! | `mysql://…`, `mariadb://…` | MariaDB 10.6+ / MySQL 8.0+, tables in the database `schema` | `mysql` |
 //!
 //! A URL whose backend is not compiled in is an [`ErrorKind::Unsupported`] error naming the
 //! feature to enable; anything else unrecognised is [`ErrorKind::InvalidInput`]. Neither the
@@ -29,6 +30,8 @@ pub enum BackendKind {
     Sqlite,
     /// `server=…` ADO.NET connection strings, `mssql://`, `sqlserver://`.
     Mssql,
+    /// `mysql://`, `mariadb://` (MariaDB 10.6+, MySQL 8.0+).
+    Mysql,
 }
 
 impl BackendKind {
@@ -38,6 +41,7 @@ impl BackendKind {
             BackendKind::Postgres => "postgres",
             BackendKind::Sqlite => "sqlite",
             BackendKind::Mssql => "mssql",
+            BackendKind::Mysql => "mysql",
         }
     }
 
@@ -47,6 +51,7 @@ impl BackendKind {
             BackendKind::Postgres => cfg!(feature = "postgres"),
             BackendKind::Sqlite => cfg!(feature = "sqlite"),
             BackendKind::Mssql => cfg!(feature = "mssql"),
+            BackendKind::Mysql => cfg!(feature = "mysql"),
         }
     }
 }
@@ -57,12 +62,14 @@ impl fmt::Display for BackendKind {
             BackendKind::Postgres => "PostgreSQL",
             BackendKind::Sqlite => "SQLite",
             BackendKind::Mssql => "SQL Server",
+            BackendKind::Mysql => "MySQL/MariaDB",
         })
     }
 }
 
 const EXPECTED: &str =
-    "expected postgres://…, sqlite:…, a *.db file path, server=…;… (SQL Server) or mssql://… (the URL is not shown)";
+    "expected postgres://…, sqlite:…, a *.db file path, server=…;… (SQL Server), mssql://… or mysql://… / mariadb://… \
+     (the URL is not shown)";
 
 /// Which backend `url` names, whatever this build has compiled in (no I/O). An empty or
 /// unrecognised URL is an `InvalidInput` error that does not quote the URL.
@@ -80,6 +87,9 @@ pub fn backend_kind(url: &str) -> Result<BackendKind> {
     }
     if lower.starts_with("mssql://") || lower.starts_with("sqlserver://") {
         return Ok(BackendKind::Mssql);
+    }
+    if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
+        return Ok(BackendKind::Mysql);
     }
     if let Some((scheme, _)) = url.split_once("://") {
         // A scheme never holds a secret; print it only if it looks like one.
@@ -285,6 +295,18 @@ impl ConnectOptions {
                     cfg = cfg.connect_timeout(d);
                 }
                 Ok(Arc::new(MssqlBackend::connect(cfg).await?))
+            }
+            #[cfg(feature = "mysql")]
+            BackendKind::Mysql => {
+                use chokaq_mysql::{MysqlBackend, MysqlConfig};
+                let mut cfg = MysqlConfig::new(url).schema(&self.schema);
+                if let Some(n) = self.max_connections {
+                    cfg = cfg.max_connections(n);
+                }
+                if let Some(d) = self.connect_timeout {
+                    cfg = cfg.acquire_timeout(d);
+                }
+                Ok(Arc::new(MysqlBackend::connect(cfg).await?))
             }
             #[allow(unreachable_patterns)]
             _ => Err(Error::unsupported(format!("enable feature \"{}\" of chokaq", kind.feature()))),

@@ -24,6 +24,8 @@ fn dispatch_by_scheme() {
         ("Data Source=h;User ID=sa", Mssql),
         ("mssql://sa:x@h:1433/db", Mssql),
         ("sqlserver://h", Mssql),
+        ("mysql://root@127.0.0.1:3306/test", Mysql),
+        ("MariaDB://u:p@h/db", Mysql),
     ];
     for (url, kind) in cases {
         assert_eq!(backend_kind(url).unwrap(), kind, "{url}");
@@ -32,23 +34,15 @@ fn dispatch_by_scheme() {
 
 #[test]
 fn unknown_or_empty_is_invalid_input_without_the_url() {
-    for url in [
-        "",
-        "   ",
-        "mysql://root:hunter2-s3cret@h/db",
-        "redis://:hunter2-s3cret@h",
-        "hunter2-s3cret",
-        "/tmp/jobs.txt",
-        "we!rd hunter2-s3cret://x",
-    ] {
+    for url in ["", "   ", "redis://:hunter2-s3cret@h", "hunter2-s3cret", "/tmp/jobs.txt", "we!rd hunter2-s3cret://x"] {
         let e = backend_kind(url).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{url}");
         assert!(!e.to_string().contains(SECRET), "{e}");
         let e = ConnectOptions::new(url).check().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{url}");
     }
-    let e = backend_kind("mysql://root:pw@h/db").unwrap_err();
-    assert!(e.to_string().contains("\"mysql\""), "{e}");
+    let e = backend_kind("redis://:pw@h").unwrap_err();
+    assert!(e.to_string().contains("\"redis\""), "{e}");
 }
 
 #[test]
@@ -66,6 +60,8 @@ fn missing_feature_is_unsupported_naming_it() {
         (format!("sqlite:///tmp/{SECRET}.db"), BackendKind::Sqlite),
         (format!("server=h;user=sa;password={SECRET}"), BackendKind::Mssql),
         (format!("mssql://sa:{SECRET}@h/db"), BackendKind::Mssql),
+        (format!("mysql://root:{SECRET}@h/db"), BackendKind::Mysql),
+        (format!("mariadb://root:{SECRET}@h/db"), BackendKind::Mysql),
     ] {
         let r = ConnectOptions::new(url.as_str()).schema("s").check();
         if kind.is_compiled_in() {

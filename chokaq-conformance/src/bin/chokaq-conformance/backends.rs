@@ -84,6 +84,8 @@ pub fn harness_for(target: &Target) -> Result<UrlHarness, String> {
         // MssqlConfig::from_url takes mssql:// and sqlserver:// URLs as well as ADO strings.
         #[cfg(feature = "mssql")]
         "mssql" | "sqlserver" => Ok(mssql(target)),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(mysql(target)),
         other => Err(format!(
             "no backend for URL scheme {other:?} in this build (built with: {}); rebuild with --features {}",
             built_with(),
@@ -91,6 +93,7 @@ pub fn harness_for(target: &Target) -> Result<UrlHarness, String> {
                 "postgres" | "postgresql" => "postgres",
                 "mssql" | "sqlserver" => "mssql",
                 "sqlite" => "sqlite",
+                "mysql" | "mariadb" => "mysql",
                 _ => "<backend>",
             }
         )),
@@ -107,6 +110,9 @@ fn built_with() -> String {
     }
     if cfg!(feature = "sqlite") {
         v.push("sqlite");
+    }
+    if cfg!(feature = "mysql") {
+        v.push("mysql");
     }
     if v.is_empty() {
         "no backend features".into()
@@ -160,6 +166,23 @@ async fn probe_postgres(url: &str) -> chokaq_core::Result<()> {
         Ok(Err(e)) => Err(unavailable(e.to_string())),
         Err(_) => Err(unavailable("no answer within 10 s".into())),
     }
+}
+
+/// MariaDB / MySQL (`mysql://`, `mariadb://`): the schema is a database of its own, created
+/// by the migration and dropped at the end.
+#[cfg(feature = "mysql")]
+fn mysql(target: &Target) -> UrlHarness {
+    use std::sync::Arc;
+
+    use chokaq_conformance::TestBackend;
+    use chokaq_mysql::{MysqlBackend, MysqlConfig};
+
+    UrlHarness::for_target("mysql", target, |url, schema| {
+        Box::pin(async move {
+            let cfg = MysqlConfig::new(url).schema(schema).max_connections(16);
+            Ok(Arc::new(MysqlBackend::connect(cfg).await?) as Arc<dyn TestBackend>)
+        })
+    })
 }
 
 #[cfg(feature = "mssql")]

@@ -1,0 +1,280 @@
+//! Maintenance and administration: rescue, cancel, queue controls, requeue, purge.
+
+use chokaq_core::{
+    validate, CancelOutcome, DeadReason, Error, ErrorKind, JobId, PurgeParams, PurgeTarget, QueueControl, QueueName,
+    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
+    DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
+};
+use sqlx::Row;
+
+use crate::backend::{commit, MysqlBackend};
+use crate::error::{map_err, Path, DUP_ENTRY};
+use crate::rows::{dur_us, opt_text, parse_policy, policy_str, text};
+
+/// Largest purge batch.
+const MAX_PURGE_BATCH: u32 = 100_000;
+
+/// [`chokaq_core::Backend::rescue`].
+pub(crate) async fn rescue(b: &MysqlBackend, params: &RescueParams) -> Result<RescueReport> {
+    if params.limit == 0 {
+        return Err(Error::invalid("rescue limit must be at least 1"));
+    }
+    let mut report = b.retrying(Path::Other, || rescue_once(b, params)).await?;
+    if report.ran {
+        // The retention purges, each batch its own short transaction.
+        for req in &params.purge {
+            report.purged += purge(b, req).await?;
+        }
+    }
+    Ok(report)
+}
+
+/// One rescue transaction: the `rescue` lock row (`SKIP LOCKED`: one rescue at a time, the
+/// others return at once), then the expired rows, each locked `SKIP LOCKED` (a row a
+/// completer holds is left for the next rescue).
+async fn rescue_once(b: &MysqlBackend, params: &RescueParams) -> Result<RescueReport> {
+    let fetched_us = dur_us("fetched_timeout", DEFAULT_FETCHED_TIMEOUT)?;
+    let zombie_us = dur_us("zombie_timeout", DEFAULT_ZOMBIE_TIMEOUT)?;
+    let mut tx = b.begin().await?;
+    let now = b.now(&mut tx).await?;
+    if sqlx::query(&b.sql.rescue_lock).fetch_optional(&mut *tx).await.map_err(map_err)?.is_none() {
+        tx.rollback().await.map_err(map_err)?;
+        return Ok(RescueReport::default());
+    }
+    let mut report = RescueReport { ran: true, ..RescueReport::default() };
+    let limit = i64::from(params.limit);
+    let released = sqlx::query(&b.sql.find_expired_fetched)
+        .bind(now)
+        .bind(fetched_us)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+    for r in &released {
+        let id: uuid::Uuid = r.try_get("id").map_err(map_err)?;
+        sqlx::query(&b.sql.release_fetched).bind(now).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+    }
+    report.fetched_released = released.len() as u64;
+    let mut left = limit - released.len() as i64;
+    // Held Fetched jobs (a heartbeat since the claim): the zombie timeout applies, the zombie
+    // policy does not (as in every backend).
+    if left > 0 {
+        let held = sqlx::query(&b.sql.find_expired_holds)
+            .bind(now)
+            .bind(zombie_us)
+            .bind(left)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        left -= held.len() as i64;
+        for h in held {
+            let id = JobId(h.try_get("id").map_err(map_err)?);
+            let cancelled: i64 = h.try_get("cancel_requested").map_err(map_err)?;
+            let expired = i64::from(h.try_get::<i32, _>("expired_holds").map_err(map_err)?) + 1;
+            if cancelled != 0 {
+                b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
+                report.zombies_dead += 1;
+            } else if expired >= i64::from(MAX_EXPIRED_HOLDS) {
+                let error = format!("held {expired} times by workers that stopped before its start was recorded");
+                b.dead_letter(&mut tx, now, id, DeadReason::Zombie, Some(&error)).await?;
+                report.zombies_dead += 1;
+            } else {
+                sqlx::query(&b.sql.release_expired_hold)
+                    .bind(now)
+                    .bind(id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                report.fetched_released += 1;
+            }
+        }
+    }
+    if left > 0 {
+        let zombies = sqlx::query(&b.sql.find_zombies)
+            .bind(now)
+            .bind(zombie_us)
+            .bind(left)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        for z in zombies {
+            let id = JobId(z.try_get("id").map_err(map_err)?);
+            let attempt: i64 = z.try_get("attempt").map_err(map_err)?;
+            let max_attempts: i64 = z.try_get("max_attempts").map_err(map_err)?;
+            let policy = parse_policy(&text(&z, "policy")?)?;
+            let cancelled: i64 = z.try_get("cancel_requested").map_err(map_err)?;
+            if cancelled != 0 {
+                // An accepted cancel is final: the zombie is not retried.
+                b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
+                report.zombies_dead += 1;
+            } else if policy == ZombiePolicy::Retry && attempt < max_attempts {
+                sqlx::query(&b.sql.retry_zombie).bind(now).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+                report.zombies_retried += 1;
+            } else {
+                b.dead_letter(&mut tx, now, id, DeadReason::Zombie, Some("heartbeat expired (zombie)")).await?;
+                report.zombies_dead += 1;
+            }
+        }
+    }
+    commit(tx).await?;
+    Ok(report)
+}
+
+/// [`chokaq_core::Backend::cancel`].
+pub(crate) async fn cancel(b: &MysqlBackend, id: JobId) -> Result<CancelOutcome> {
+    b.retrying(Path::Other, || async {
+        let mut tx = b.begin().await?;
+        let now = b.now(&mut tx).await?;
+        let row = sqlx::query(&b.sql.hot_status).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        let status = match row {
+            Some(r) => Some((
+                r.try_get::<i64, _>("status").map_err(map_err)?,
+                r.try_get::<i64, _>("held").map_err(map_err)? != 0,
+            )),
+            None => None,
+        };
+        // Pending, Scheduled and reserved Fetched jobs die at once; a Processing or held
+        // Fetched job's worker may be running it: a request, seen in its heartbeat.
+        let out = match status {
+            None => CancelOutcome::NotLive,
+            Some((0 | 3, _) | (1, false)) => {
+                b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
+                CancelOutcome::Cancelled
+            }
+            Some(_) => {
+                sqlx::query(&b.sql.request_cancel).bind(now).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+                CancelOutcome::Requested
+            }
+        };
+        commit(tx).await?;
+        Ok(out)
+    })
+    .await
+}
+
+/// [`chokaq_core::Backend::control_queue`].
+pub(crate) async fn control_queue(b: &MysqlBackend, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+    validate::queue_name(queue.as_str())?;
+    // Range checks: an out-of-range value is never stored.
+    control.validate()?;
+    let (sql, value): (&str, Option<i64>) = match control {
+        QueueControl::Pause => (&b.sql.set_paused, Some(1)),
+        QueueControl::Resume => (&b.sql.set_paused, Some(0)),
+        QueueControl::Activate => (&b.sql.set_active, Some(1)),
+        QueueControl::Deactivate => (&b.sql.set_active, Some(0)),
+        QueueControl::SetMaxWorkers(m) => (&b.sql.set_max_workers, m.map(i64::from)),
+        QueueControl::SetZombieTimeout(d) => {
+            (&b.sql.set_zombie_timeout, d.map(|d| dur_us("zombie_timeout", d)).transpose()?)
+        }
+        QueueControl::SetZombiePolicy(_) => (&b.sql.set_zombie_policy, None),
+        QueueControl::SetFetchedTimeout(d) => {
+            (&b.sql.set_fetched_timeout, d.map(|d| dur_us("fetched_timeout", d)).transpose()?)
+        }
+    };
+    b.retrying(Path::Other, || async {
+        let mut tx = b.begin().await?;
+        let now = b.now(&mut tx).await?;
+        sqlx::query(&b.sql.ensure_queue)
+            .bind(queue.as_str())
+            .bind(now)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let q = match control {
+            QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)),
+            _ => sqlx::query(sql).bind(value),
+        };
+        q.bind(now).bind(queue.as_str()).execute(&mut *tx).await.map_err(map_err)?;
+        let settings = b.read_settings(&mut tx, queue).await?;
+        commit(tx).await?;
+        Ok(settings)
+    })
+    .await
+}
+
+/// [`chokaq_core::Backend::requeue_dead`].
+pub(crate) async fn requeue_dead(b: &MysqlBackend, id: JobId) -> Result<RequeueOutcome> {
+    b.retrying(Path::Other, || async {
+        let mut tx = b.begin().await?;
+        let now = b.now(&mut tx).await?;
+        let row = sqlx::query(&b.sql.dead_key_and_queue).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(RequeueOutcome::NotFound);
+        };
+        let key = opt_text(&row, "idempotency_key")?;
+        let queue = text(&row, "queue")?;
+        let conflict = |other: Option<uuid::Uuid>| {
+            let holder = other.map(|o| format!("live job {o}")).unwrap_or_else(|| "a live job".to_string());
+            Error::new(ErrorKind::Conflict, format!("cannot requeue {id}: {holder} holds its idempotency key"))
+        };
+        if let Some(key) = key {
+            let taken: Option<uuid::Uuid> = sqlx::query_scalar(&b.sql.find_by_key)
+                .bind(&queue)
+                .bind(&key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            if taken.is_some() {
+                tx.rollback().await.map_err(map_err)?;
+                return Err(conflict(taken));
+            }
+        }
+        match sqlx::query(&b.sql.requeue).bind(now).bind(id.0).execute(&mut *tx).await {
+            Ok(_) => {}
+            // The key was taken meanwhile (the unique index decides).
+            Err(e) if crate::error::mysql_code(&e) == Some(DUP_ENTRY) => {
+                tx.rollback().await.map_err(map_err)?;
+                return Err(conflict(None));
+            }
+            Err(e) => return Err(map_err(e)),
+        }
+        sqlx::query(&b.sql.delete_dead).bind(id.0).execute(&mut *tx).await.map_err(map_err)?;
+        commit(tx).await?;
+        Ok(RequeueOutcome::Requeued)
+    })
+    .await
+}
+
+/// [`chokaq_core::Backend::purge`]: bounded batches, each its own short transaction.
+pub(crate) async fn purge(b: &MysqlBackend, req: &PurgeParams) -> Result<u64> {
+    if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
+        return Err(Error::invalid(format!("purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}", req.batch_size)));
+    }
+    if req.max_batches == 0 {
+        return Err(Error::invalid("purge max_batches must be at least 1"));
+    }
+    if req.target == PurgeTarget::Archive && req.reason.is_some() {
+        return Err(Error::invalid("purge reason applies to the dead-letter table only"));
+    }
+    let older_us = dur_us("older_than", req.older_than)?;
+    let sql = match req.target {
+        PurgeTarget::Archive => &b.sql.purge_archive,
+        PurgeTarget::DeadLetter => &b.sql.purge_dead,
+    };
+    let queue = req.queue.as_ref().map(QueueName::as_str);
+    let kind = req.kind.as_ref().map(|k| k.as_str());
+    let reason = req.reason.map(DeadReason::as_str);
+    let mut total = 0u64;
+    for _ in 0..req.max_batches {
+        let n = b
+            .retrying(Path::Other, || async {
+                let mut tx = b.begin().await?;
+                let cutoff = b.now(&mut tx).await? - older_us;
+                let mut q = sqlx::query(sql).bind(cutoff).bind(queue).bind(queue).bind(kind).bind(kind);
+                if req.target == PurgeTarget::DeadLetter {
+                    q = q.bind(reason).bind(reason);
+                }
+                let n = q.bind(i64::from(req.batch_size)).execute(&mut *tx).await.map_err(map_err)?.rows_affected();
+                commit(tx).await?;
+                Ok(n)
+            })
+            .await?;
+        total += n;
+        if n < u64::from(req.batch_size) {
+            break;
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,263 @@
+//! [`MysqlBackend`]: the pools, the transactions, the retry loop, and `impl Backend`.
+//!
+//! The operations' bodies live by topic in [`crate::claim`], [`crate::lease`],
+//! [`crate::admin`], [`crate::inspect`], [`crate::workers`] and [`crate::periodic`]; every
+//! statement they run comes from [`crate::sql::Statements`], built once here at connect.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chokaq_core::{DeadReason, Error, ErrorKind, JobId, QueueName, QueueSettings, Result};
+use rand::Rng;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{MySql, MySqlConnection};
+
+use crate::config::MysqlConfig;
+use crate::error::{map_err, retryable_code, LockRetries, LockRetryCounts, Path};
+use crate::rows::{self, clean_error};
+use crate::sql::Statements;
+
+/// A transaction on the main pool.
+pub(crate) type Tx = sqlx::Transaction<'static, MySql>;
+
+/// Tries of a transaction that met a deadlock or lock wait timeout.
+const MAX_TRIES: u32 = 5;
+
+/// Deliberately broken statements for the conformance suite's teeth test (exported with the
+/// feature `fault-injection`; every switch is off otherwise). Never in production.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The claim reads the due rows without locking them, then updates them by id: two
+    /// claimers can take one job.
+    pub claim_read_then_update: bool,
+    /// Moves (complete, dead-letter) commit the copy, then delete the hot row in a second
+    /// transaction: a reader can see the job in two tables, a killed session leaves it there.
+    pub move_two_transactions: bool,
+}
+
+/// The MariaDB / MySQL backend. Cheap to clone; clones share the pools and the counters.
+#[derive(Clone)]
+pub struct MysqlBackend {
+    /// Every transaction.
+    pub(crate) pool: MySqlPool,
+    /// The lease counter's autocommitted reservations (never waits for the main pool).
+    pub(crate) lease_pool: MySqlPool,
+    /// Every statement, rendered once.
+    pub(crate) sql: Arc<Statements>,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) retries: Arc<LockRetries>,
+    /// The server's ids of the sessions this backend opened (`kill_connections`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) sessions: Arc<Mutex<HashSet<u64>>>,
+    /// How to open a session outside the pools (`kill_connections`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) options: MySqlConnectOptions,
+    pub(crate) schema: String,
+    pub(crate) faults: Faults,
+}
+
+impl fmt::Debug for MysqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlBackend")
+            .field("url", &"<redacted>")
+            .field("schema", &self.schema)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MysqlBackend {
+    /// Connects the pools (every session pinned to READ COMMITTED). Call
+    /// [`chokaq_core::Backend::migrate`] before use: it creates the schema's database.
+    pub async fn connect(cfg: MysqlConfig) -> Result<Self> {
+        let options = cfg.connect_options()?;
+        let sql = Arc::new(Statements::new(&cfg.schema)?);
+        probe(&options, cfg.acquire_timeout).await?;
+        let sessions: Arc<Mutex<HashSet<u64>>> = Arc::default();
+        let pool = pool_options(&sql, &sessions, cfg.max_connections, cfg.acquire_timeout)
+            .connect_with(options.clone())
+            .await
+            .map_err(map_err)?;
+        let lease_pool = pool_options(&sql, &sessions, 2, cfg.acquire_timeout)
+            .connect_with(options.clone())
+            .await
+            .map_err(map_err)?;
+        Ok(MysqlBackend {
+            pool,
+            lease_pool,
+            sql,
+            max_payload_bytes: cfg.max_payload_bytes,
+            retries: Arc::default(),
+            sessions,
+            options,
+            schema: cfg.schema,
+            faults: Faults::default(),
+        })
+    }
+
+    /// The same backend with deliberately broken statements (teeth tests only).
+    #[cfg(feature = "fault-injection")]
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The schema (database) holding the job tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Deadlocks (1213) and lock wait timeouts (1205) this backend met and retried, per path.
+    pub fn lock_retries(&self) -> LockRetryCounts {
+        self.retries.snapshot()
+    }
+
+    /// Closes the pools.
+    pub async fn close(&self) {
+        self.pool.close().await;
+        self.lease_pool.close().await;
+    }
+
+    /// Begins a write transaction (READ COMMITTED, pinned per session).
+    pub(crate) async fn begin(&self) -> Result<Tx> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    /// Begins a read-only transaction on one snapshot (REPEATABLE READ for this transaction:
+    /// a plain read there takes no locks and sees one consistent state).
+    pub(crate) async fn begin_read(&self) -> Result<Tx> {
+        self.pool.begin_with(self.sql.read_snapshot.clone()).await.map_err(map_err)
+    }
+
+    /// The database clock, read on `conn`.
+    pub(crate) async fn now(&self, conn: &mut MySqlConnection) -> Result<i64> {
+        rows::db_now(conn, &self.sql.db_now).await
+    }
+
+    /// Runs `f` (one whole transaction) again while it fails with a deadlock or a lock wait
+    /// timeout, at most [`MAX_TRIES`] times with a jittered back-off of 5 to 100 ms, counting
+    /// each. InnoDB rolled the failed transaction (or statement) back; the dropped transaction
+    /// rolls the rest back, so running it again runs it once.
+    pub(crate) async fn retrying<T, F, Fut>(&self, path: Path, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 0;
+        loop {
+            match f().await {
+                Err(e) => {
+                    let Some(code) = retryable_code(&e) else { return Err(e) };
+                    self.retries.count(path, code);
+                    tries += 1;
+                    if tries >= MAX_TRIES {
+                        return Err(e);
+                    }
+                    tracing::debug!(code, tries, ?path, "mysql: transaction retried");
+                    let ms = rand::thread_rng().gen_range(5..=100u64.min(5 << tries));
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                ok => return ok,
+            }
+        }
+    }
+
+    /// A queue's control row, or the defaults.
+    pub(crate) async fn read_settings(&self, conn: &mut MySqlConnection, queue: &QueueName) -> Result<QueueSettings> {
+        let row = sqlx::query(&self.sql.queue_settings)
+            .bind(queue.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        match row {
+            Some(row) => rows::settings(&row, queue),
+            None => Ok(QueueSettings::default_for(queue.clone())),
+        }
+    }
+
+    /// Moves one hot row (locked by the caller) to the dead-letter table.
+    pub(crate) async fn dead_letter(
+        &self,
+        tx: &mut Tx,
+        now: i64,
+        id: JobId,
+        reason: DeadReason,
+        error: Option<&str>,
+    ) -> Result<bool> {
+        let moved = sqlx::query(&self.sql.dead_letter)
+            .bind(now)
+            .bind(error.map(clean_error))
+            .bind(now)
+            .bind(reason.as_str())
+            .bind(id.0)
+            .execute(&mut **tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        if moved == 0 {
+            return Ok(false);
+        }
+        self.delete_moved(tx, id).await?;
+        Ok(true)
+    }
+
+    /// Deletes the hot row of a job just copied to another table, in the same transaction
+    /// (with the fault `move_two_transactions`: commits the copy first).
+    pub(crate) async fn delete_moved(&self, tx: &mut Tx, id: JobId) -> Result<()> {
+        if self.faults.move_two_transactions {
+            // Broken on purpose: the copy is committed before the delete runs.
+            sqlx::query("COMMIT").execute(&mut **tx).await.map_err(map_err)?;
+            sqlx::query("BEGIN").execute(&mut **tx).await.map_err(map_err)?;
+        }
+        sqlx::query(&self.sql.delete_hot).bind(id.0).execute(&mut **tx).await.map_err(map_err)?;
+        Ok(())
+    }
+}
+
+/// One plain connection first, so an unreachable server, a refused login or a missing
+/// database fails at once with the server's reason (a pool would only report that it timed
+/// out). The driver's messages name no password.
+async fn probe(options: &MySqlConnectOptions, timeout: Duration) -> Result<()> {
+    use sqlx::Connection;
+    let unavailable = |why: String| Error::new(ErrorKind::Unavailable, format!("mysql: cannot connect: {why}"));
+    match tokio::time::timeout(timeout.min(Duration::from_secs(10)), MySqlConnection::connect_with(options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let e = map_err(e);
+            Err(if e.kind() == ErrorKind::InvalidInput { e } else { unavailable(e.message().to_string()) })
+        }
+        Err(_) => Err(unavailable("no answer within 10 s".into())),
+    }
+}
+
+/// Pool options whose every session is pinned to READ COMMITTED and recorded by its id.
+fn pool_options(
+    sql: &Arc<Statements>,
+    sessions: &Arc<Mutex<HashSet<u64>>>,
+    max: u32,
+    acquire_timeout: Duration,
+) -> MySqlPoolOptions {
+    let (sql, sessions) = (sql.clone(), sessions.clone());
+    MySqlPoolOptions::new().max_connections(max).min_connections(0).acquire_timeout(acquire_timeout).after_connect(
+        move |conn, _meta| {
+            let (sql, sessions) = (sql.clone(), sessions.clone());
+            Box::pin(async move {
+                sqlx::query(&sql.session_isolation).execute(&mut *conn).await?;
+                let id: u64 = sqlx::query_scalar(&sql.connection_id).fetch_one(&mut *conn).await?;
+                sessions.lock().unwrap_or_else(|p| p.into_inner()).insert(id);
+                Ok(())
+            })
+        },
+    )
+}
+
+/// Commits a transaction.
+pub(crate) async fn commit(tx: Tx) -> Result<()> {
+    tx.commit().await.map_err(map_err)
+}

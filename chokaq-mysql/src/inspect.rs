@@ -1,0 +1,166 @@
+//! Reads: queue settings, stats, `get_job`, `list_jobs`. The multi-statement ones run in one
+//! read-only REPEATABLE READ transaction (one snapshot, no locks), so what they report is
+//! consistent: a job moving between tables is counted exactly once.
+
+use std::collections::HashMap;
+
+use chokaq_core::{
+    validate, Error, JobId, JobPage, JobRecord, JobStatus, JobTable, ListJobsParams, QueueName, QueueSettings,
+    QueueStats, Result, StatsSnapshot,
+};
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
+
+use crate::backend::MysqlBackend;
+use crate::error::{corrupt, map_err};
+use crate::list::{FILTERS, STATUS_BIT};
+use crate::rows::{self, text, ts, ts_us, Src};
+
+/// Largest page of a listing.
+const MAX_LIST_LIMIT: u32 = 1000;
+
+/// [`chokaq_core::Backend::queue_settings`].
+pub(crate) async fn queue_settings(b: &MysqlBackend, queue: &QueueName) -> Result<QueueSettings> {
+    validate::queue_name(queue.as_str())?;
+    let mut conn = b.pool.acquire().await.map_err(map_err)?;
+    b.read_settings(&mut conn, queue).await
+}
+
+/// The per-queue entry of a snapshot, created on first use.
+fn entry(per: &mut HashMap<String, QueueStats>, queue: String) -> &mut QueueStats {
+    per.entry(queue.clone()).or_insert_with(|| QueueStats { queue, ..QueueStats::default() })
+}
+
+/// A `count(*)` as a row count.
+fn count(r: &MySqlRow) -> Result<u64> {
+    Ok(u64::try_from(r.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(0))
+}
+
+/// [`chokaq_core::Backend::stats`].
+pub(crate) async fn stats(b: &MysqlBackend) -> Result<StatsSnapshot> {
+    let mut tx = b.begin_read().await?;
+    let now = b.now(&mut tx).await?;
+    let mut per: HashMap<String, QueueStats> = HashMap::new();
+    let mut snap = StatsSnapshot { taken_at: Some(ts(now)?), ..StatsSnapshot::default() };
+    let hot = sqlx::query(&b.sql.stats_hot).fetch_all(&mut *tx).await.map_err(map_err)?;
+    for r in hot {
+        let queue = text(&r, "queue")?;
+        let status: i64 = r.try_get("status").map_err(map_err)?;
+        let n = count(&r)?;
+        let qs = entry(&mut per, queue);
+        match status {
+            // Scheduled (3) is Pending whose due time was ahead when it was written.
+            0 | 3 => qs.pending += n,
+            1 => qs.fetched += n,
+            2 => qs.processing += n,
+            other => return Err(corrupt(format!("status {other}"))),
+        }
+    }
+    let lag = sqlx::query(&b.sql.stats_lag).bind(now).fetch_all(&mut *tx).await.map_err(map_err)?;
+    for r in lag {
+        let queue = text(&r, "queue")?;
+        let due: i64 = r.try_get("due").map_err(map_err)?;
+        entry(&mut per, queue).oldest_due_at = Some(ts(due)?);
+    }
+    for r in sqlx::query(&b.sql.stats_archive).fetch_all(&mut *tx).await.map_err(map_err)? {
+        entry(&mut per, text(&r, "queue")?).archived += count(&r)?;
+    }
+    for r in sqlx::query(&b.sql.stats_dead).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let cancelled = u64::try_from(r.try_get::<i64, _>("cancelled").map_err(map_err)?).unwrap_or(0);
+        let qs = entry(&mut per, text(&r, "queue")?);
+        qs.dead += count(&r)?;
+        qs.cancelled += cancelled;
+    }
+    for r in sqlx::query(&b.sql.stats_queues).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let name = QueueName::new(text(&r, "name")?)?;
+        let settings = rows::settings(&r, &name)?;
+        entry(&mut per, name.to_string()).settings = Some(settings);
+    }
+    tx.rollback().await.map_err(map_err)?;
+    let mut queues: Vec<QueueStats> = per.into_values().collect();
+    queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+    for q in queues {
+        snap.push(q);
+    }
+    Ok(snap)
+}
+
+/// [`chokaq_core::Backend::get_job`]: hot, then archive, then dead-letter, in one snapshot.
+pub(crate) async fn get_job(b: &MysqlBackend, id: JobId) -> Result<Option<JobRecord>> {
+    let mut tx = b.begin_read().await?;
+    let mut found = None;
+    for (sql, src) in [(&b.sql.get_hot, Src::Hot), (&b.sql.get_archive, Src::Archive), (&b.sql.get_dead, Src::Dead)] {
+        let row = sqlx::query(sql).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        if let Some(row) = row {
+            found = Some(rows::record(&row, src)?);
+            break;
+        }
+    }
+    tx.rollback().await.map_err(map_err)?;
+    Ok(found)
+}
+
+/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id, with the statement of exactly the
+/// filters asked for ([`crate::list`]).
+pub(crate) async fn list_jobs(b: &MysqlBackend, filter: &ListJobsParams) -> Result<JobPage> {
+    if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
+        return Err(Error::invalid(format!("list limit must be 1 to {MAX_LIST_LIMIT}, got {}", filter.limit)));
+    }
+    if filter.status.is_some() && filter.table != JobTable::Hot {
+        return Err(Error::invalid("a status filter applies to the hot table only"));
+    }
+    if let Some(tag) = &filter.tag {
+        validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
+    }
+    let from = filter.created_from.map(|t| ts_us("created_from", t)).transpose()?;
+    let to = filter.created_to.map(|t| ts_us("created_to", t)).transpose()?;
+    let present = [
+        filter.queue.is_some(),
+        filter.status.is_some(),
+        filter.kind.is_some(),
+        filter.tag.is_some(),
+        from.is_some(),
+        to.is_some(),
+    ];
+    debug_assert_eq!(present.len(), FILTERS.len());
+    let mask = present.iter().enumerate().filter(|(_, p)| **p).fold(0usize, |m, (i, _)| m | (1 << i));
+    debug_assert!(filter.table == JobTable::Hot || mask & (1 << STATUS_BIT) == 0);
+    let (sql, src) = match filter.table {
+        JobTable::Hot => (&b.sql.lists.hot[mask], Src::Hot),
+        JobTable::Archive => (&b.sql.lists.archive[mask], Src::Archive),
+        JobTable::DeadLetter => (&b.sql.lists.dead[mask], Src::Dead),
+    };
+    let mut q = sqlx::query(sql).bind(i64::from(!filter.without_payloads));
+    if let Some(queue) = &filter.queue {
+        q = q.bind(queue.as_str());
+    }
+    if let Some(status) = filter.status {
+        let code = i64::from(status.code());
+        // Pending also matches Scheduled (3): Pending whose due time is still ahead.
+        let other = if status == JobStatus::Pending { 3 } else { code };
+        q = q.bind(code).bind(other);
+    }
+    if let Some(kind) = &filter.kind {
+        q = q.bind(kind.as_str());
+    }
+    if let Some(tag) = &filter.tag {
+        q = q.bind(tag.as_str());
+    }
+    if let Some(from) = from {
+        q = q.bind(from);
+    }
+    if let Some(to) = to {
+        q = q.bind(to);
+    }
+    let cursor: Vec<u8> = filter.after.map(|id| id.0.as_bytes().to_vec()).unwrap_or_default();
+    let mut conn = b.pool.acquire().await.map_err(map_err)?;
+    let rows = q.bind(cursor).bind(i64::from(filter.limit) + 1).fetch_all(&mut *conn).await.map_err(map_err)?;
+    let mut jobs = rows.iter().map(|r| rows::record(r, src)).collect::<Result<Vec<_>>>()?;
+    let next = if jobs.len() > filter.limit as usize {
+        jobs.truncate(filter.limit as usize);
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(JobPage { jobs, next })
+}

@@ -1,0 +1,217 @@
+//! The schema (idempotent DDL) and the migration routine.
+//!
+//! The job tables live in their own MySQL database (the "schema"), created here with
+//! `utf8mb4` and the binary collation. Timestamps are BIGINT microseconds since the Unix epoch,
+//! read from the database clock; ids and worker ids are BINARY(16) (UUID v7 bytes sort by
+//! creation time). Text that is compared (queue, kind, idempotency key, reason, schedule names)
+//! is VARBINARY: byte for byte, with no case folding and no trailing-space padding, the same on
+//! MariaDB and MySQL 8 (whose binary collations differ in name and in padding). Payloads and
+//! tags are JSON text, stored verbatim.
+
+use chokaq_core::{Error, ErrorKind, Result};
+use sqlx::MySqlConnection;
+
+use crate::error::map_err;
+use crate::sql::Statements;
+
+/// The version [`MIGRATIONS`] brings a database to.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// The columns shared by the hot, archive and dead-letter tables.
+macro_rules! job_columns {
+    () => {
+        "id BINARY(16) NOT NULL, \
+         queue VARBINARY(512) NOT NULL, \
+         kind VARBINARY(1020) NOT NULL, \
+         payload LONGTEXT NOT NULL, \
+         tags TEXT NOT NULL, \
+         idempotency_key VARBINARY(1020) NULL, \
+         priority INT NOT NULL DEFAULT 0, \
+         status TINYINT NOT NULL DEFAULT 0, \
+         attempt INT NOT NULL DEFAULT 0, \
+         max_attempts INT NOT NULL, \
+         lease BIGINT NULL, \
+         worker_id BINARY(16) NULL, \
+         heartbeat_at BIGINT NULL, \
+         scheduled_at BIGINT NULL, \
+         created_at BIGINT NOT NULL, \
+         started_at BIGINT NULL, \
+         updated_at BIGINT NOT NULL, \
+         last_error TEXT NULL, \
+         cancel_requested TINYINT NOT NULL DEFAULT 0, \
+         created_by VARBINARY(1020) NULL"
+    };
+}
+
+/// Table options: InnoDB (row locks, `SKIP LOCKED`), utf8mb4 with its binary collation.
+macro_rules! table_options {
+    () => {
+        " ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+    };
+}
+
+/// The DDL, in order, as named templates (`{schema}` is rendered by [`crate::sql`]).
+/// Idempotent (`IF NOT EXISTS`); DDL commits implicitly in MySQL, so each runs on its own.
+pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
+    ("migrate_schema", "CREATE DATABASE IF NOT EXISTS {schema} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+    // The hot table. `due_at` is the due time (`scheduled_at`, else `created_at`), a stored
+    // generated column so the claim's index can order by it.
+    //  - jobs_hot_claim: per queue, Pending (status 0), by priority then due time then id: the
+    //    claim's `FOR UPDATE SKIP LOCKED` range;
+    //  - jobs_hot_due: per queue and status by due time: the promotion of due Scheduled
+    //    (status 3) rows and the "anything due?" probe;
+    //  - jobs_hot_status / jobs_hot_beat: the rescue's scans by age;
+    //  - jobs_hot_idem: one live job per idempotency key in a queue (NULL keys never collide);
+    //  - jobs_hot_lease: the claim reads back the rows it took by their leases.
+    (
+        "migrate_jobs_hot",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.jobs_hot (",
+            job_columns!(),
+            ", expired_holds INT NOT NULL DEFAULT 0, \
+             due_at BIGINT AS (COALESCE(scheduled_at, created_at)) STORED, \
+             PRIMARY KEY (id), \
+             KEY jobs_hot_claim (queue, status, priority DESC, due_at, id), \
+             KEY jobs_hot_due (queue, status, due_at), \
+             KEY jobs_hot_status (status, updated_at), \
+             KEY jobs_hot_beat (status, heartbeat_at), \
+             UNIQUE KEY jobs_hot_idem (queue, idempotency_key), \
+             KEY jobs_hot_lease (lease), \
+             KEY jobs_hot_kind (kind, id), \
+             KEY jobs_hot_created (created_at, id))",
+            table_options!()
+        ),
+    ),
+    (
+        "migrate_jobs_archive",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.jobs_archive (",
+            job_columns!(),
+            ", finished_at BIGINT NOT NULL, \
+             PRIMARY KEY (id), \
+             KEY jobs_archive_finished_queue (finished_at, queue), \
+             KEY jobs_archive_queue (queue, id), \
+             KEY jobs_archive_kind (kind, id), \
+             KEY jobs_archive_created (created_at, id))",
+            table_options!()
+        ),
+    ),
+    (
+        "migrate_jobs_dlq",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.jobs_dlq (",
+            job_columns!(),
+            ", finished_at BIGINT NOT NULL, reason VARBINARY(64) NOT NULL, \
+             PRIMARY KEY (id), \
+             KEY jobs_dlq_finished (finished_at), \
+             KEY jobs_dlq_queue (queue, id), \
+             KEY jobs_dlq_kind (kind, id), \
+             KEY jobs_dlq_created (created_at, id))",
+            table_options!()
+        ),
+    ),
+    (
+        "migrate_queues",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.queues (\
+             name VARBINARY(512) NOT NULL, \
+             max_workers BIGINT NULL, \
+             is_paused TINYINT NOT NULL DEFAULT 0, \
+             is_active TINYINT NOT NULL DEFAULT 1, \
+             zombie_timeout_us BIGINT NULL, \
+             zombie_policy VARBINARY(32) NOT NULL DEFAULT 'retry', \
+             fetched_timeout_us BIGINT NULL, \
+             created_at BIGINT NOT NULL, \
+             updated_at BIGINT NOT NULL, \
+             PRIMARY KEY (name))",
+            table_options!()
+        ),
+    ),
+    // The lease counter: a row that only grows (never rebuilt from a table at startup).
+    (
+        "migrate_counters",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.counters (name VARBINARY(32) NOT NULL, value BIGINT NOT NULL, \
+             PRIMARY KEY (name))",
+            table_options!()
+        ),
+    ),
+    (
+        "migrate_lease_counter",
+        "INSERT INTO {schema}.counters (name, value) VALUES ('lease', 0) ON DUPLICATE KEY UPDATE value = value",
+    ),
+    // Maintenance locks: the `rescue` row is locked `FOR UPDATE SKIP LOCKED` by the one rescue
+    // that runs at a time.
+    (
+        "migrate_locks",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.locks (name VARBINARY(32) NOT NULL, PRIMARY KEY (name))",
+            table_options!()
+        ),
+    ),
+    ("migrate_rescue_lock", "INSERT INTO {schema}.locks (name) VALUES ('rescue') ON DUPLICATE KEY UPDATE name = name"),
+    (
+        "migrate_versions",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.versions (version BIGINT NOT NULL, applied_at BIGINT NOT NULL, \
+             PRIMARY KEY (version))",
+            table_options!()
+        ),
+    ),
+    // Periodic jobs (docs/periodic.md): ticks are whole seconds stored as microseconds.
+    (
+        "migrate_schedules",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.schedules (\
+             name VARBINARY(800) NOT NULL, \
+             spec VARBINARY(800) NOT NULL, \
+             time_zone VARBINARY(256) NOT NULL, \
+             group_name VARBINARY(400) NOT NULL, \
+             next_tick BIGINT NULL, \
+             last_enqueued_tick BIGINT NULL, \
+             enabled TINYINT NOT NULL DEFAULT 1, \
+             stale TINYINT NOT NULL DEFAULT 0, \
+             created_at BIGINT NOT NULL, \
+             updated_at BIGINT NOT NULL, \
+             PRIMARY KEY (name))",
+            table_options!()
+        ),
+    ),
+    // Live worker processes, one row each (queues as a JSON array of names).
+    (
+        "migrate_workers",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.workers (\
+             worker_id BINARY(16) NOT NULL, \
+             host VARBINARY(1020) NOT NULL, \
+             pid BIGINT NOT NULL, \
+             queues TEXT NOT NULL, \
+             concurrency BIGINT NOT NULL, \
+             started_at BIGINT NOT NULL, \
+             last_seen_at BIGINT NOT NULL, \
+             PRIMARY KEY (worker_id))",
+            table_options!()
+        ),
+    ),
+];
+
+/// Applies [`MIGRATIONS`] on `conn`, refuses a database whose schema is newer than this
+/// library, and records the version.
+pub(crate) async fn run(conn: &mut MySqlConnection, sql: &Statements, now: i64) -> Result<()> {
+    for (_, ddl) in &sql.migrations {
+        sqlx::query(ddl).execute(&mut *conn).await.map_err(map_err)?;
+    }
+    let newest: Option<i64> = sqlx::query_scalar(&sql.newest_version).fetch_one(&mut *conn).await.map_err(map_err)?;
+    if newest.is_some_and(|v| v > SCHEMA_VERSION) {
+        return Err(Error::new(
+            ErrorKind::Other,
+            format!(
+                "mysql: the database schema is version {}, newer than this library's {}",
+                newest.unwrap_or_default(),
+                SCHEMA_VERSION
+            ),
+        ));
+    }
+    sqlx::query(&sql.record_version).bind(SCHEMA_VERSION).bind(now).execute(&mut *conn).await.map_err(map_err)?;
+    Ok(())
+}
