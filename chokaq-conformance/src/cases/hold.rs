@@ -49,7 +49,9 @@ pub async fn claim_is_fetched_and_heartbeaten(cx: Ctx) -> CaseResult {
         "heartbeat_at {:?} not set by the claim",
         r.heartbeat_at
     );
-    let past = cx.backend.db_now().await? - chrono::Duration::minutes(5);
+    // 30 s back: under every default timeout (fetched 60 s, zombie 300 s), so that a rescue
+    // another case runs in the same schema meanwhile leaves this held job alone.
+    let past = cx.backend.db_now().await? - chrono::Duration::seconds(30);
     cx.force(j.id, JobPatch { heartbeat_at: Some(Some(past)), ..Default::default() }).await?;
     let hb = cx.backend.heartbeat(w, &[j.lease_ref()]).await?;
     ensure!(hb.held == vec![j.id] && hb.lost.is_empty() && hb.cancel_requested.is_empty(), "heartbeat: {hb:?}");
