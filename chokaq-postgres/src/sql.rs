@@ -87,7 +87,10 @@ ins AS (
            i.idempotency_key, i.priority, i.max_attempts, i.at, CASE WHEN i.at > now() THEN 3 ELSE 0 END,
            i.created_by
       FROM due i
-     ORDER BY i.ord
+     -- Keyed rows in one order for every batch (queue, key), so that two batches whose keys
+     -- overlap wait on each other at most once and never deadlock (40P01 seen in
+     -- idempotency_concurrent_overlapping_batches with the input order).
+     ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
