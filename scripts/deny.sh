@@ -38,8 +38,7 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         log "installing ${missing[*]} (needed to build tiberius' native-tls)"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        scripts/apt-install.sh "${missing[@]}"
     else
         log "warning: ${missing[*]} not installed and cannot be installed here; the build needs them"
     fi
@@ -49,6 +48,12 @@ TOOL_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/chokaq-tools/cargo-deny-$CARGO_DENY_V
 DENY="$TOOL_ROOT/bin/cargo-deny"
 if ! [ -x "$DENY" ] || ! "$DENY" --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
     log "installing cargo-deny $CARGO_DENY_VERSION into $TOOL_ROOT (once per machine)"
+    mkdir -p "$(dirname "$TOOL_ROOT")"
+    # Two runs at once build it once: the second waits here, then finds it installed.
+    exec 8>"$TOOL_ROOT.lock"
+    flock 8
+fi
+if ! [ -x "$DENY" ] || ! "$DENY" --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
     build_dir="$(mktemp -d)"
     trap 'rm -rf "$build_dir"' EXIT
     CARGO_TARGET_DIR="$build_dir" cargo install --locked --quiet cargo-deny --version "$CARGO_DENY_VERSION" \

@@ -108,8 +108,7 @@ try_url() {
 start_throwaway_cluster() {
     if ! PG_BIN=$(pg_bin_dir); then
         log "no PostgreSQL binaries found: installing Debian's postgresql package"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+        scripts/apt-install.sh postgresql
         PG_BIN=$(pg_bin_dir)
     fi
     if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
@@ -175,8 +174,7 @@ start_throwaway_mariadb() {
     local bin install port
     if ! bin=$(mysqld_bin) || ! command -v mariadb-install-db >/dev/null 2>&1; then
         log "no MariaDB binaries found: installing Debian's mariadb-server package"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq mariadb-server >/dev/null
+        scripts/apt-install.sh mariadb-server
         # The package starts its own service on 3306; this run uses its own server below.
         bin=$(mysqld_bin)
     fi
@@ -241,8 +239,7 @@ ensure_sqlfluff() {
         rm -rf "$venv"
         if ! python3 -m venv "$venv" >&2; then
             log "python3 -m venv failed: installing Debian's python3-venv"
-            export DEBIAN_FRONTEND=noninteractive
-            apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+            scripts/apt-install.sh python3-venv
             rm -rf "$venv"
             python3 -m venv "$venv" >&2
         fi
@@ -279,12 +276,11 @@ browser_required() {
 ensure_chromium() {
     command -v chromium >/dev/null 2>&1 && return 0
     [ "$(id -u)" = 0 ] || { log "chromium is missing and this is not root: cannot apt-get install it"; return 1; }
-    export DEBIAN_FRONTEND=noninteractive
     log "installing Debian's chromium=$CHROMIUM_VERSION"
-    apt-get update -qq || true
-    if ! apt-get install -y -qq "chromium=$CHROMIUM_VERSION" >/dev/null; then
+    if ! scripts/apt-install.sh "chromium=$CHROMIUM_VERSION"; then
+        command -v chromium >/dev/null 2>&1 && return 0
         log "WARNING: chromium $CHROMIUM_VERSION is no longer in the archive: installing the current Debian chromium (bump CHROMIUM_VERSION in scripts/test.sh)"
-        apt-get install -y -qq chromium >/dev/null || return 1
+        scripts/apt-install.sh chromium || return 1
     fi
 }
 
