@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks the dependency graph with cargo-deny at a pinned version (deny.toml): licences, bans
 # (rustls-webpki below 0.103.12 and rustls-pemfile are refused) and sources. These checks need
-# no network. The advisory check needs the RustSec database (fetched from GitHub), so it is a
-# release step instead (docs/security.md, "Before a release"):
+# no network beyond crates.io (the crates are fetched first). The advisory check needs the
+# RustSec database (fetched from GitHub), so it is a release step instead (docs/security.md, "Before a release"):
 #
 #   scripts/deny.sh                 licences, bans, sources (what CI runs)
 #   scripts/deny.sh advisories      the advisory check (needs network access to GitHub)
@@ -47,13 +47,13 @@ fi
 TOOL_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/chokaq-tools/cargo-deny-$CARGO_DENY_VERSION"
 DENY="$TOOL_ROOT/bin/cargo-deny"
 if ! [ -x "$DENY" ] || ! "$DENY" --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
-    log "installing cargo-deny $CARGO_DENY_VERSION into $TOOL_ROOT (once per machine)"
     mkdir -p "$(dirname "$TOOL_ROOT")"
     # Two runs at once build it once: the second waits here, then finds it installed.
     exec 8>"$TOOL_ROOT.lock"
     flock 8
 fi
 if ! [ -x "$DENY" ] || ! "$DENY" --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
+    log "installing cargo-deny $CARGO_DENY_VERSION into $TOOL_ROOT (once per machine)"
     build_dir="$(mktemp -d)"
     trap 'rm -rf "$build_dir"' EXIT
     CARGO_TARGET_DIR="$build_dir" cargo install --locked --quiet cargo-deny --version "$CARGO_DENY_VERSION" \
@@ -67,4 +67,10 @@ if [ "${1:-}" = advisories ]; then
     exec "$DENY" --workspace --all-features check advisories
 fi
 "$DENY" --version
+# `--offline` keeps cargo-deny from fetching the advisory database, and also runs its
+# `cargo metadata` offline, which needs every crate of the graph for every target in the local
+# registry cache (windows-sys too, which a Linux build never downloads): fetch them first, from
+# crates.io, at the versions of Cargo.lock. (A fresh machine failed here without it: "failed to
+# download `windows-sys v0.61.2` ... --offline was specified".)
+cargo fetch --locked --quiet
 exec "$DENY" --workspace --all-features --offline check licenses bans sources
