@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chokaq_core::testing::TestSupport;
 use chokaq_core::{Backend, ClaimMode, ErrorKind, JobId, NewJob, Wake, WorkerId};
-use chokaq_postgres::{PgBackend, PgConfig};
+use chokaq_postgres::{Faults, PgBackend, PgConfig};
 use common::{claim, claim_one, job};
 use rstest::rstest;
 use serde_json::json;
@@ -379,4 +379,70 @@ async fn longest_schema_name_enqueues_and_notifies() {
     let got = tokio::time::timeout(std::time::Duration::from_secs(5), wake.recv()).await;
     assert!(got.is_ok(), "no wake-up within 5 s");
     f.drop().await;
+}
+
+/// Whether `enqueue_many([b, a])` (keys in that order, queue `order`) inserted "a" before it
+/// waited on "b": a session holds "b" (an uncommitted insert), the batch is started and waits
+/// for it, and a third session's insert of "a" then either waits for the batch (it holds "a":
+/// the insert times out) or goes through at once (the batch has not reached "a"). The batch
+/// then finishes, both keys new.
+async fn batch_takes_a_before_waiting_on_b(db: &PgBackend) -> bool {
+    let insert = format!(
+        "INSERT INTO \"{}\".jobs_hot (id, queue, kind, payload, idempotency_key, max_attempts) \
+         VALUES ($1, 'order', 'k', 'null', $2, 1) ON CONFLICT (queue, idempotency_key) \
+         WHERE idempotency_key IS NOT NULL DO NOTHING",
+        db.schema()
+    );
+    let mut holder = db.pool().begin().await.unwrap();
+    sqlx::query(&insert).bind(JobId::new().0).bind("b").execute(&mut *holder).await.unwrap();
+    let xid: String =
+        sqlx::query_scalar("SELECT pg_current_xact_id()::xid::text").fetch_one(&mut *holder).await.unwrap();
+    let batch = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            db.enqueue_many(vec![job("order").idempotency_key("b"), job("order").idempotency_key("a")]).await
+        })
+    };
+    // Poll the server's lock table until the batch waits on the holder's transaction.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let waits = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' \
+                 AND transactionid::text = $1";
+    while sqlx::query_scalar::<_, i64>(waits).bind(&xid).fetch_one(db.pool()).await.unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the batch never waited on the held key");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut probe = db.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '500ms'").execute(&mut *probe).await.unwrap();
+    let took_a = match sqlx::query(&insert).bind(JobId::new().0).bind("a").execute(&mut *probe).await {
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => true,
+        Err(e) => panic!("probe insert: {e}"),
+        Ok(_) => false,
+    };
+    probe.rollback().await.unwrap();
+    holder.rollback().await.unwrap();
+    let out = batch.await.unwrap().unwrap();
+    assert_eq!(out.iter().map(|e| e.duplicate).collect::<Vec<_>>(), vec![false, false]);
+    took_a
+}
+
+/// Two batches whose keys overlap in different orders must not deadlock: every batch inserts
+/// its keyed rows in (queue, key) order (40P01 was seen once in
+/// `idempotency_concurrent_overlapping_batches` when they went in the batch's order). Checked
+/// deterministically by [`batch_takes_a_before_waiting_on_b`]; the broken variant
+/// (`Faults::enqueue_in_batch_order`) must be caught by the same check.
+#[tokio::test]
+async fn enqueue_inserts_keyed_rows_in_key_order() {
+    let f = fixture!();
+    assert!(batch_takes_a_before_waiting_on_b(&f.db).await, "the batch waited on b before inserting a");
+    f.drop().await;
+
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let config = PgConfig::new(common::url()).schema(schema).max_connections(5);
+    let broken = PgBackend::connect_with_faults(config, Faults { enqueue_in_batch_order: true, ..Faults::default() })
+        .await
+        .unwrap();
+    broken.migrate().await.unwrap();
+    let caught = !batch_takes_a_before_waiting_on_b(&broken).await;
+    broken.drop_schema().await.unwrap();
+    assert!(caught, "tooth: an enqueue in the batch's order was not caught");
 }

@@ -50,6 +50,9 @@ pub struct Faults {
     /// Start guarded by Fetched only, as before issue 24: a repeated start (its first reply
     /// lost) of a job this lease already started reports the lease lost.
     pub start_not_repeatable: bool,
+    /// Enqueue inserts a batch's rows in the batch's order, as before the fix: two batches
+    /// whose idempotency keys overlap in different orders can deadlock (40P01).
+    pub enqueue_in_batch_order: bool,
 }
 
 /// The SET list of a broken claim's UPDATE of `jobs_hot h`, from the parameters `p`: what the
@@ -274,6 +277,11 @@ impl Statements {
         }
         if faults.start_not_repeatable {
             s.start = render(START_FETCHED_ONLY, schema);
+        }
+        if faults.enqueue_in_batch_order {
+            let keyed = "ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.ord";
+            assert_eq!(super::ENQUEUE.matches(keyed).count(), 1, "the enqueue's ORDER BY changed");
+            s.enqueue = render(&super::ENQUEUE.replace(keyed, "ORDER BY i.ord"), schema);
         }
         s
     }
