@@ -1,11 +1,16 @@
-//! The `chokaq` binary against real PostgreSQL and SQLite: every subcommand with its exit
-//! code and output, in `--json` and table form; a bad URL; an unmigrated schema; dead-letter
-//! retries racing each other in two processes. No output may ever contain the password.
+//! The `chokaq` binary against real PostgreSQL, MariaDB / MySQL and SQLite: every subcommand
+//! with its exit code and output, in `--json` and table form; a bad URL; an unmigrated schema;
+//! dead-letter retries racing each other in two processes. No output may ever contain the
+//! password.
 //!
 //! PostgreSQL: `CHOKAQ_TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432/test`, a
-//! fresh schema per test (dropped after). When it is unreachable its cases are ignored, unless
-//! `CHOKAQ_TEST_REQUIRE` names `postgres` (then they fail). SQLite: a file in a fresh
-//! temporary directory per test.
+//! fresh schema per test (dropped after). MariaDB / MySQL: `CHOKAQ_TEST_MYSQL_URL`, else
+//! `mysql://root@127.0.0.1:3306/test`, a fresh database per test (dropped after); when the URL
+//! has no password, each test also gets its own user with [`SECRET`] as its password and
+//! privileges on that database only (dropped after), so that the CLI logs in with a password.
+//! When a server is unreachable its cases are ignored, unless `CHOKAQ_TEST_REQUIRE` names it
+//! (`postgres`, `mysql`; then they fail). SQLite: a file in a fresh temporary directory per
+//! test.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Output, Stdio};
@@ -43,6 +48,7 @@ macro_rules! ensure_eq {
 mod operator;
 
 const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
 /// Put into every URL the tests pass (PostgreSQL's trust authentication ignores it): no
 /// output may contain it.
 const SECRET: &str = "cli-s3cret-pw";
@@ -64,6 +70,50 @@ fn pg_url_with_secret() -> String {
     }
 }
 
+fn mysql_url() -> String {
+    std::env::var("CHOKAQ_TEST_MYSQL_URL").unwrap_or_else(|_| DEFAULT_MYSQL_URL.to_string())
+}
+
+/// A MySQL URL's parts: scheme, user info, host (and port), database, query (with its `?`).
+fn mysql_url_parts(url: &str) -> Option<(&str, &str, &str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (userinfo, rest) = rest.rsplit_once('@').unwrap_or(("", rest));
+    let (hostport, rest) = rest.split_once('/').unwrap_or((rest, ""));
+    let (db, query) = rest.find('?').map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
+    Some((scheme, userinfo, hostport, db, query))
+}
+
+/// The statements run as the URL's user to set up (and to drop) a test's own MariaDB / MySQL
+/// user `schema` with [`SECRET`] as its password and every privilege on database `schema`.
+async fn mysql_admin(statements: &[String]) -> Result<(), String> {
+    use sqlx::{Connection, Executor, MySqlConnection};
+    let mut conn = MySqlConnection::connect(&mysql_url()).await.map_err(err)?;
+    for sql in statements {
+        conn.execute(sql.as_str()).await.map_err(|e| format!("{sql}: {e}"))?;
+    }
+    let _ = conn.close().await;
+    Ok(())
+}
+
+/// The URL the CLI gets for a MariaDB / MySQL test database `schema`: when the configured URL
+/// has no password, that of a user made for the test (see the module docs), who starts its
+/// sessions in its own database; else the configured URL.
+async fn mysql_url_for(schema: &str) -> Result<String, String> {
+    let url = mysql_url();
+    let (scheme, userinfo, hostport, _, query) = mysql_url_parts(&url).ok_or("CHOKAQ_TEST_MYSQL_URL is no URL")?;
+    if userinfo.contains(':') {
+        return Ok(url);
+    }
+    // Identifiers made here, from `chokaq_cli_<hex>`: nothing to quote but the name itself.
+    mysql_admin(&[
+        format!("CREATE DATABASE `{schema}`"),
+        format!("CREATE USER '{schema}'@'%' IDENTIFIED BY '{SECRET}'"),
+        format!("GRANT ALL PRIVILEGES ON `{schema}`.* TO '{schema}'@'%'"),
+    ])
+    .await?;
+    Ok(format!("{scheme}://{schema}:{SECRET}@{hostport}/{schema}{query}"))
+}
+
 fn required(what: &str) -> bool {
     std::env::var("CHOKAQ_TEST_REQUIRE").is_ok_and(|v| v.split(',').any(|s| s.trim() == what))
 }
@@ -75,7 +125,18 @@ fn runtime() -> tokio::runtime::Runtime {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Postgres,
+    Mysql,
     Sqlite,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+            Kind::Sqlite => "sqlite",
+        }
+    }
 }
 
 /// One test's database: the URL and schema the CLI gets, and a backend to seed and check it.
@@ -93,6 +154,7 @@ impl Db {
         let schema = format!("chokaq_cli_{:016x}", rand::random::<u64>());
         let (url, dir) = match kind {
             Kind::Postgres => (pg_url_with_secret(), None),
+            Kind::Mysql => (mysql_url_for(&schema).await?, None),
             Kind::Sqlite => {
                 let dir = std::env::temp_dir().join(&schema);
                 std::fs::create_dir_all(&dir).map_err(err)?;
@@ -114,6 +176,20 @@ impl Db {
                 let cfg = chokaq_postgres::PgConfig::new(pg_url()).schema(&self.schema).max_connections(1);
                 if let Ok(pg) = chokaq_postgres::PgBackend::connect(cfg).await {
                     let _ = pg.drop_schema().await;
+                }
+            }
+            Kind::Mysql => {
+                use chokaq_core::testing::TestSupport;
+                drop(self.backend);
+                let cfg = chokaq_mysql::MysqlConfig::new(mysql_url()).schema(&self.schema).max_connections(1);
+                if let Ok(my) = chokaq_mysql::MysqlBackend::connect(cfg).await {
+                    let _ = my.drop_schema().await;
+                }
+                if !self.url.eq(&mysql_url()) {
+                    let drop_user = format!("DROP USER IF EXISTS '{}'@'%'", self.schema);
+                    if let Err(e) = mysql_admin(&[drop_user]).await {
+                        eprintln!("could not drop the test user {}: {e}", self.schema);
+                    }
                 }
             }
             Kind::Sqlite => {
@@ -818,10 +894,7 @@ where
     F: FnOnce(Arc<Db>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = TestResult>,
 {
-    let label = match kind {
-        Kind::Postgres => "postgres",
-        Kind::Sqlite => "sqlite",
-    };
+    let label = kind.label();
     Trial::test(format!("{label}::{name}"), move || runtime().block_on(on_fresh(kind, f)).map_err(Failed::from))
         .with_kind(label)
 }
@@ -919,9 +992,13 @@ fn main() -> ExitCode {
     ];
     #[cfg(unix)]
     trials.push(Trial::test("sqlite::file_is_private", || operator::sqlite_file_is_private().map_err(Failed::from)));
-    let pg_ok = runtime().block_on(async { chokaq::connect(&pg_url(), "chokaq_probe").await.is_ok() });
-    for kind in [Kind::Sqlite, Kind::Postgres] {
-        let label = if kind == Kind::Postgres { "postgres" } else { "sqlite" };
+    let (pg_ok, my_ok) = runtime().block_on(async {
+        let pg = chokaq::connect(&pg_url(), "chokaq_probe").await.is_ok();
+        let my = chokaq::connect(&mysql_url(), "chokaq_probe").await.is_ok();
+        (pg, my)
+    });
+    for kind in [Kind::Sqlite, Kind::Postgres, Kind::Mysql] {
+        let label = kind.label();
         let mut these = vec![
             Trial::test(format!("{label}::unmigrated"), move || {
                 runtime().block_on(unmigrated(kind)).map_err(Failed::from)
@@ -942,27 +1019,32 @@ fn main() -> ExitCode {
         ];
         #[cfg(unix)]
         these.push(trial("web_says_it_stopped", kind, operator::web_says_it_stopped));
-        if kind == Kind::Postgres {
+        if kind != Kind::Sqlite {
             these.push(
-                Trial::test("postgres::missing_database_and_role", || {
-                    operator::missing_database_and_role().map_err(Failed::from)
+                Trial::test(format!("{label}::missing_database_and_role"), move || {
+                    operator::missing_database_and_role(kind).map_err(Failed::from)
                 })
-                .with_kind("postgres"),
+                .with_kind(label),
             );
         }
-        if kind == Kind::Postgres && !pg_ok {
-            if required("postgres") {
+        let (reachable, server, env) = match kind {
+            Kind::Postgres => (pg_ok, "PostgreSQL", "CHOKAQ_TEST_POSTGRES_URL"),
+            Kind::Mysql => (my_ok, "MariaDB / MySQL", "CHOKAQ_TEST_MYSQL_URL"),
+            Kind::Sqlite => (true, "", ""),
+        };
+        if !reachable {
+            if required(label) {
                 these = these
                     .into_iter()
                     .map(|t| {
                         let name = t.name().to_string();
-                        Trial::test(name, || {
-                            Err("PostgreSQL is unreachable and CHOKAQ_TEST_REQUIRE names postgres".into())
+                        Trial::test(name, move || {
+                            Err(format!("{server} is unreachable and CHOKAQ_TEST_REQUIRE names {label}").into())
                         })
                     })
                     .collect();
             } else {
-                eprintln!("PostgreSQL unreachable at CHOKAQ_TEST_POSTGRES_URL (or the default): its cases are ignored");
+                eprintln!("{server} unreachable at {env} (or the default): its cases are ignored");
                 these = these.into_iter().map(|t| t.with_ignored_flag(true)).collect();
             }
         }

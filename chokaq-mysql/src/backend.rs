@@ -229,6 +229,20 @@ async fn probe(options: &MySqlConnectOptions, timeout: Duration) -> Result<()> {
             Ok(())
         }
         Ok(Err(e)) => {
+            // A database or user the server does not have, or a refused login: the URL is
+            // wrong, and trying again cannot fix it (the PostgreSQL facade says the same).
+            let what = match crate::error::mysql_code(&e) {
+                Some(1049) => Some("the database the URL names does not exist"),
+                Some(1044 | 1045) => Some("the server refused the login (the user or the password of the URL)"),
+                _ => None,
+            };
+            if let (Some(what), sqlx::Error::Database(db)) = (what, &e) {
+                let code = crate::error::mysql_code(&e).unwrap_or_default();
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("mysql: {what} (mysql error {code}: {})", db.message()),
+                ));
+            }
             let e = map_err(e);
             Err(if e.kind() == ErrorKind::InvalidInput { e } else { unavailable(e.message().to_string()) })
         }

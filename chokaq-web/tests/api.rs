@@ -4,10 +4,12 @@
 //!
 //! A custom harness (libtest-mimic): each case runs once on PostgreSQL (a fresh schema
 //! `chokaq_t_<hex>`, dropped afterwards; URL from `CHOKAQ_TEST_POSTGRES_URL`, default
-//! `postgres://postgres@127.0.0.1:5432/test`) and once on SQLite (a fresh file in the temp
-//! directory). An unreachable PostgreSQL makes its cases ignored, or failed when
-//! `CHOKAQ_TEST_REQUIRE` names `postgres`. Requests go through `tower::ServiceExt::oneshot`
-//! (one case also through a real listener).
+//! `postgres://postgres@127.0.0.1:5432/test`), once on MariaDB / MySQL (a fresh database
+//! `chokaq_t_<hex>`, dropped afterwards; URL from `CHOKAQ_TEST_MYSQL_URL`, default
+//! `mysql://root@127.0.0.1:3306/test`) and once on SQLite (a fresh file in the temp
+//! directory). An unreachable server makes its cases ignored, or failed when
+//! `CHOKAQ_TEST_REQUIRE` names it (`postgres`, `mysql`). Requests go through
+//! `tower::ServiceExt::oneshot` (one case also through a real listener).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +25,7 @@ use chokaq_core::{
     Backend, BackendExt, ClaimMode, ClaimParams, DeadReason, ErrorKind, FailAction, JobId, JobLocation, JobStatus,
     NewJob, QueueName, WorkerId, WorkerRegistration,
 };
+use chokaq_mysql::{MysqlBackend, MysqlConfig};
 use chokaq_postgres::{PgBackend, PgConfig};
 use chokaq_sqlite::{SqliteBackend, SqliteConfig};
 use chokaq_web::{Auth, WebOptions};
@@ -1073,6 +1076,10 @@ fn pg_url() -> String {
     std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
+fn mysql_url() -> String {
+    std::env::var("CHOKAQ_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
+}
+
 fn required(what: &str) -> bool {
     std::env::var("CHOKAQ_TEST_REQUIRE").map(|v| v.split(',').any(|s| s.trim() == what)).unwrap_or(false)
 }
@@ -1090,6 +1097,24 @@ fn on_postgres(case: Case) -> Result<(), Failed> {
         let out = case(pg.clone()).await;
         if let Err(e) = pg.drop_schema().await {
             eprintln!("could not drop schema {schema}: {e}");
+        }
+        out.map_err(Failed::from)
+    })
+}
+
+fn on_mysql(case: Case) -> Result<(), Failed> {
+    runtime().block_on(async {
+        let schema = format!("chokaq_t_{:016x}", rand::random::<u64>());
+        let my = MysqlBackend::connect(MysqlConfig::new(mysql_url()).schema(&schema).max_connections(4))
+            .await
+            .map_err(err)?;
+        let my = Arc::new(my);
+        let out = match my.migrate().await {
+            Ok(()) => case(my.clone()).await,
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = my.drop_schema().await {
+            eprintln!("could not drop database {schema}: {e}");
         }
         out.map_err(Failed::from)
     })
@@ -1115,27 +1140,44 @@ fn on_sqlite(case: Case) -> Result<(), Failed> {
     })
 }
 
+/// The trial of `case` on a server: run, failed (unreachable and required) or ignored.
+fn server_trial(
+    name: &str,
+    label: &'static str,
+    reachable: bool,
+    run: fn(Case) -> Result<(), Failed>,
+    case: Case,
+) -> Trial {
+    let name = format!("{label}::{name}");
+    if reachable {
+        Trial::test(name, move || run(case))
+    } else if required(label) {
+        Trial::test(name, move || Err(format!("{label} is unreachable and CHOKAQ_TEST_REQUIRE names {label}").into()))
+    } else {
+        Trial::test(name, || Ok(())).with_ignored_flag(true)
+    }
+}
+
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let reachable = runtime().block_on(async {
-        PgBackend::connect(PgConfig::new(pg_url()).schema("chokaq_probe").max_connections(1)).await.is_ok()
+    let (pg_ok, my_ok) = runtime().block_on(async {
+        let pg = PgBackend::connect(PgConfig::new(pg_url()).schema("chokaq_probe").max_connections(1)).await.is_ok();
+        let my = MysqlBackend::connect(MysqlConfig::new(mysql_url()).schema("chokaq_probe").max_connections(1))
+            .await
+            .is_ok();
+        (pg, my)
     });
     let mut trials = Vec::new();
     for (name, case) in cases() {
-        let t = if reachable {
-            Trial::test(format!("postgres::{name}"), move || on_postgres(case))
-        } else if required("postgres") {
-            Trial::test(format!("postgres::{name}"), || {
-                Err("PostgreSQL is unreachable and CHOKAQ_TEST_REQUIRE names postgres".into())
-            })
-        } else {
-            Trial::test(format!("postgres::{name}"), || Ok(())).with_ignored_flag(true)
-        };
-        trials.push(t);
+        trials.push(server_trial(name, "postgres", pg_ok, on_postgres, case));
+        trials.push(server_trial(name, "mysql", my_ok, on_mysql, case));
         trials.push(Trial::test(format!("sqlite::{name}"), move || on_sqlite(case)));
     }
-    if !reachable && !required("postgres") {
-        eprintln!("PostgreSQL unreachable at the configured URL: its cases are ignored");
+    for (ok, label, env) in [(pg_ok, "postgres", "CHOKAQ_TEST_POSTGRES_URL"), (my_ok, "mysql", "CHOKAQ_TEST_MYSQL_URL")]
+    {
+        if !ok && !required(label) {
+            eprintln!("{label} unreachable at {env} (or the default): its cases are ignored");
+        }
     }
     libtest_mimic::run(&args, trials).exit_code()
 }

@@ -88,15 +88,29 @@ fn one_error_line(stderr: &str) -> TestResult {
     Ok(())
 }
 
-/// A database or a role the PostgreSQL server does not have: exit 2, one clean message that
-/// names what is wrong, a hint about the URL, no password.
-pub fn missing_database_and_role() -> TestResult {
-    let url = pg_url_with_secret();
-    let (base, _) = url.rsplit_once('/').ok_or("no database in the URL")?;
-    let no_db = format!("{base}/chokaq_no_such_db_{:08x}", rand::random::<u32>());
-    let no_role = url.replacen("postgres://postgres:", "postgres://chokaq_no_such_role:", 1);
+/// A database or a role the server (PostgreSQL, MariaDB / MySQL) does not have: exit 2, one
+/// clean message that names what is wrong, a hint about the URL, no password.
+pub fn missing_database_and_role(kind: Kind) -> TestResult {
+    let no_such_db = format!("chokaq_no_such_db_{:08x}", rand::random::<u32>());
+    let (no_db, no_role) = match kind {
+        Kind::Mysql => {
+            let url = mysql_url();
+            let (scheme, userinfo, hostport, db, query) = mysql_url_parts(&url).ok_or("not a URL")?;
+            (
+                format!("{scheme}://{userinfo}@{hostport}/{no_such_db}{query}"),
+                format!("{scheme}://chokaq_no_such_role:{SECRET}@{hostport}/{db}{query}"),
+            )
+        }
+        _ => {
+            let url = pg_url_with_secret();
+            let (base, _) = url.rsplit_once('/').ok_or("no database in the URL")?;
+            let no_role = url.replacen("postgres://postgres:", "postgres://chokaq_no_such_role:", 1);
+            let no_role = if no_role == url { String::new() } else { no_role };
+            (format!("{base}/{no_such_db}"), no_role)
+        }
+    };
     let mut cases = vec![(no_db, "does not exist")];
-    if no_role != url {
+    if !no_role.is_empty() {
         cases.push((no_role, "refused the login"));
     }
     for (url, expect) in cases {
