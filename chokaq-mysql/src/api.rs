@@ -48,6 +48,16 @@ impl Backend for MysqlBackend {
         op!("claim", claim::claim(self, req).await)
     }
 
+    /// The completions and the claim in one transaction (`claim::complete_and_claim`).
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        op!("complete_and_claim", claim::complete_and_claim(self, worker, leases, req).await)
+    }
+
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         op!("start", lease::start(self, worker, leases).await)
     }

@@ -1,11 +1,12 @@
 //! The lease-guarded operations: start, heartbeat, complete, fail, release.
 //!
-//! Every write first locks the row by `id AND lease AND worker_id AND status` (`FOR UPDATE`),
-//! inside one transaction; a lock that matches no row reports the lease as lost, never a silent
-//! no-op, unless that very lease already wrote the outcome (a repeated start, complete or
-//! fail), which is reported again. A batch is locked in id order, so two batches over the same
-//! rows cannot deadlock. Moves copy the locked row (`INSERT ... SELECT`) and delete it in the
-//! same transaction.
+//! Every write names its rows by `id AND lease AND worker_id AND status`; a lease that matches
+//! no row is reported lost, never a silent no-op, unless that very lease already wrote the
+//! outcome (a repeated start, complete or fail), which is reported again. A batch is locked in
+//! id order, so two batches over the same rows cannot deadlock. The hot paths are set-based:
+//! `start` is one autocommitted `UPDATE` per batch, `complete` one transaction per batch that
+//! copies the held rows (`INSERT ... SELECT ... FOR UPDATE`, which locks them) and deletes
+//! them; the others lock each row first (`FOR UPDATE`) in one transaction.
 //!
 //! A held job is Fetched or Processing: heartbeat, complete and fail take either. A Fetched
 //! job's run counts at its outcome, as `start` would have counted it: `attempt + 1`.
@@ -14,18 +15,60 @@ use chokaq_core::{
     validate, BatchOutcome, DeadReason, FailAction, FailOutcome, Fenced, HeartbeatReport, JobStatus, LeaseRef, Result,
     WorkerId,
 };
-use sqlx::mysql::MySqlRow;
-use sqlx::Row;
+use std::collections::HashSet;
+
+use sqlx::mysql::{MySqlArguments, MySqlRow};
+use sqlx::{MySql, MySqlConnection, Row};
+use uuid::Uuid;
 
 use crate::backend::{commit, MysqlBackend, Tx};
-use crate::error::{map_err, Path};
+use crate::error::{corrupt, map_err, Path};
 use crate::rows::{clean_error, dur_us, ts};
+use crate::sql::{expand, shape, CHUNK};
 
 /// The leases of a batch in id order (the lock order).
-fn sorted(leases: &[LeaseRef]) -> Vec<LeaseRef> {
+pub(crate) fn sorted(leases: &[LeaseRef]) -> Vec<LeaseRef> {
     let mut v = leases.to_vec();
     v.sort_by_key(|l| l.id);
     v
+}
+
+/// A set-based statement (`{ids}`, `{pairs}`, worker) for one chunk of leases, padded to its
+/// shape by repeating the last lease (an `IN` list naming a row twice matches it once).
+fn by_leases<'q>(sql: &'q str, chunk: &[LeaseRef], worker: WorkerId) -> sqlx::query::Query<'q, MySql, MySqlArguments> {
+    let n = shape(chunk.len());
+    let at = |i: usize| chunk[i.min(chunk.len() - 1)];
+    let mut q = sqlx::query(sql);
+    for i in 0..n {
+        q = q.bind(at(i).id.0);
+    }
+    for i in 0..n {
+        q = q.bind(at(i).id.0).bind(at(i).lease.0);
+    }
+    q.bind(worker.0)
+}
+
+/// The ids a set-based read (`started_many`, `completed_many`) returns for `leases`.
+async fn ids_of(
+    conn: &mut MySqlConnection,
+    template: &str,
+    leases: &[LeaseRef],
+    worker: WorkerId,
+) -> Result<HashSet<Uuid>> {
+    let mut ids = HashSet::new();
+    for chunk in leases.chunks(CHUNK) {
+        let sql = expand(template, shape(chunk.len()));
+        let found: Vec<Uuid> = by_leases(&sql, chunk, worker)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(map_err)?;
+        ids.extend(found);
+    }
+    Ok(ids)
 }
 
 /// Locks a held job of this lease: its row (status, attempt, max_attempts, cancel_requested).
@@ -43,7 +86,10 @@ fn int(row: &MySqlRow, col: &str) -> Result<i64> {
     row.try_get::<i64, _>(col).map_err(map_err)
 }
 
-/// [`chokaq_core::Backend::start`].
+/// [`chokaq_core::Backend::start`]: one autocommitted `UPDATE` for a batch of up to
+/// [`CHUNK`] leases (a longer one: one transaction, a statement per chunk, in id order). When
+/// it changed fewer rows than leases, one read tells which are Processing under their lease
+/// (started by an earlier call with the same lease: done again, nothing written).
 pub(crate) async fn start(b: &MysqlBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
     validate::lease_list("start", leases)?;
     if leases.is_empty() {
@@ -51,35 +97,25 @@ pub(crate) async fn start(b: &MysqlBackend, worker: WorkerId, leases: &[LeaseRef
     }
     let leases = sorted(leases);
     b.retrying(Path::Completion, || async {
-        let mut entries = Vec::with_capacity(leases.len());
-        let mut tx = b.begin().await?;
-        let now = b.now(&mut tx).await?;
-        for l in &leases {
-            let n = sqlx::query(&b.sql.start)
-                .bind(now)
-                .bind(now)
-                .bind(now)
-                .bind(l.id.0)
-                .bind(l.lease.0)
-                .bind(worker.0)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?
-                .rows_affected();
-            let done = n == 1
-                // Started before with this very lease (a repeat): done again, nothing written.
-                || sqlx::query(&b.sql.started_with)
-                    .bind(l.id.0)
-                    .bind(l.lease.0)
-                    .bind(worker.0)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(map_err)?
-                    .is_some();
-            entries.push((l.id, done));
+        let mut conn = b.pool.acquire().await.map_err(map_err)?;
+        let changed = if leases.len() <= CHUNK {
+            let sql = expand(&b.sql.start_many, shape(leases.len()));
+            by_leases(&sql, &leases, worker).execute(&mut *conn).await.map_err(map_err)?.rows_affected()
+        } else {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(map_err)?;
+            let mut changed = 0;
+            for chunk in leases.chunks(CHUNK) {
+                let sql = expand(&b.sql.start_many, shape(chunk.len()));
+                changed += by_leases(&sql, chunk, worker).execute(&mut *tx).await.map_err(map_err)?.rows_affected();
+            }
+            tx.commit().await.map_err(map_err)?;
+            changed
+        };
+        if changed == leases.len() as u64 {
+            return Ok(BatchOutcome::merge(leases.iter().map(|l| (l.id, true))));
         }
-        commit(tx).await?;
-        Ok(BatchOutcome::merge(entries))
+        let started = ids_of(&mut conn, &b.sql.started_many, &leases, worker).await?;
+        Ok(BatchOutcome::merge(leases.iter().map(|l| (l.id, started.contains(&l.id.0)))))
     })
     .await
 }
@@ -118,7 +154,7 @@ pub(crate) async fn heartbeat(b: &MysqlBackend, worker: WorkerId, leases: &[Leas
     .await
 }
 
-/// [`chokaq_core::Backend::complete`].
+/// [`chokaq_core::Backend::complete`]: one transaction for the batch, see [`complete_in`].
 pub(crate) async fn complete(b: &MysqlBackend, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
     validate::lease_list("complete", leases)?;
     if leases.is_empty() {
@@ -126,38 +162,49 @@ pub(crate) async fn complete(b: &MysqlBackend, worker: WorkerId, leases: &[Lease
     }
     let leases = sorted(leases);
     b.retrying(Path::Completion, || async {
-        let mut entries = Vec::with_capacity(leases.len());
         let mut tx = b.begin().await?;
-        let now = b.now(&mut tx).await?;
-        for l in &leases {
-            let done = if lock_held(b, &mut tx, worker, l).await?.is_some() {
-                sqlx::query(&b.sql.archive_held)
-                    .bind(now)
-                    .bind(now)
-                    .bind(now)
-                    .bind(l.id.0)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                b.delete_moved(&mut tx, l.id).await?;
-                true
-            } else {
-                // Completed before with this very lease (a repeat): the outcome stands.
-                sqlx::query(&b.sql.completed_with)
-                    .bind(l.id.0)
-                    .bind(l.lease.0)
-                    .bind(worker.0)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(map_err)?
-                    .is_some()
-            };
-            entries.push((l.id, done));
-        }
+        let done = complete_in(b, &mut tx, worker, &leases).await?;
         commit(tx).await?;
-        Ok(BatchOutcome::merge(entries))
+        Ok(BatchOutcome::merge(leases.iter().map(|l| (l.id, done.contains(&l.id.0)))))
     })
     .await
+}
+
+/// Completes `leases` (sorted by id) in `tx`, set-based, per chunk of up to [`CHUNK`]: one
+/// `INSERT ... SELECT ... FOR UPDATE` copies the held rows to the archive and locks them (in
+/// id order), one `DELETE` removes them. When fewer rows moved than leases, one read of the
+/// archive tells which leases completed (now, or by an earlier call with the same lease: done
+/// again, nothing written). Returns the ids done.
+pub(crate) async fn complete_in(
+    b: &MysqlBackend,
+    tx: &mut Tx,
+    worker: WorkerId,
+    leases: &[LeaseRef],
+) -> Result<HashSet<Uuid>> {
+    let mut moved = 0u64;
+    for chunk in leases.chunks(CHUNK) {
+        let n = shape(chunk.len());
+        let archive = expand(&b.sql.archive_many, n);
+        let copied = by_leases(&archive, chunk, worker).execute(&mut **tx).await.map_err(map_err)?.rows_affected();
+        if copied == 0 {
+            continue;
+        }
+        if b.faults.move_two_transactions {
+            // Broken on purpose: the copy is committed before the delete runs.
+            sqlx::query("COMMIT").execute(&mut **tx).await.map_err(map_err)?;
+            sqlx::query("BEGIN").execute(&mut **tx).await.map_err(map_err)?;
+        }
+        let delete = expand(&b.sql.delete_many, n);
+        let deleted = by_leases(&delete, chunk, worker).execute(&mut **tx).await.map_err(map_err)?.rows_affected();
+        if deleted != copied && !b.faults.move_two_transactions {
+            return Err(corrupt(format!("complete copied {copied} rows but deleted {deleted}")));
+        }
+        moved += copied;
+    }
+    if moved == leases.len() as u64 {
+        return Ok(leases.iter().map(|l| l.id.0).collect());
+    }
+    ids_of(tx, &b.sql.completed_many, leases, worker).await
 }
 
 /// [`chokaq_core::Backend::fail`].

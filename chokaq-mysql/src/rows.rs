@@ -142,13 +142,25 @@ pub(crate) fn record(row: &MySqlRow, from: Src) -> Result<JobRecord> {
     })
 }
 
-/// Decodes a hot row just claimed.
-pub(crate) fn claimed(row: &MySqlRow) -> Result<ClaimedJob> {
+/// The columns a claim's mark writes, for [`claimed`].
+pub(crate) struct Marked {
+    pub(crate) status: JobStatus,
+    pub(crate) lease: Lease,
+    pub(crate) worker: WorkerId,
+    /// The claim starts the job (`attempt + 1`, `started_at` now).
+    pub(crate) start: bool,
+    /// The claim sets the first heartbeat (else it clears it).
+    pub(crate) beat: bool,
+    pub(crate) now: Timestamp,
+}
+
+/// Decodes a Pending row the claim picked (its columns as read before the mark), as the mark
+/// changed it: the claim reads nothing back.
+pub(crate) fn claimed(row: &MySqlRow, m: &Marked) -> Result<ClaimedJob> {
     let r = record(row, Src::Hot)?;
-    let status = match r.location {
-        JobLocation::Hot(s) => s,
-        _ => return Err(corrupt("claimed row is not hot")),
-    };
+    if r.location != JobLocation::Hot(JobStatus::Pending) {
+        return Err(corrupt("claimed row was not Pending"));
+    }
     Ok(ClaimedJob {
         id: r.id,
         queue: r.queue,
@@ -157,15 +169,15 @@ pub(crate) fn claimed(row: &MySqlRow) -> Result<ClaimedJob> {
         tags: r.tags,
         idempotency_key: r.idempotency_key,
         priority: r.priority,
-        status,
-        attempt: r.attempt,
+        status: m.status,
+        attempt: r.attempt + i32::from(m.start),
         max_attempts: r.max_attempts,
-        lease: r.lease.ok_or_else(|| corrupt("claimed row has no lease"))?,
-        worker_id: r.worker_id.ok_or_else(|| corrupt("claimed row has no worker"))?,
+        lease: m.lease,
+        worker_id: m.worker,
         scheduled_at: r.scheduled_at,
         created_at: r.created_at,
-        started_at: r.started_at,
-        heartbeat_at: r.heartbeat_at,
+        started_at: if m.start { Some(m.now) } else { r.started_at },
+        heartbeat_at: m.beat.then_some(m.now),
         last_error: r.last_error,
         created_by: r.created_by,
     })

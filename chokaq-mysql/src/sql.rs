@@ -36,6 +36,42 @@ pub(crate) fn render(template: &str, quoted_schema: &str) -> String {
     template.replace("{schema}", quoted_schema)
 }
 
+/// The database clock in microseconds, as an expression: `NOW(6)` is the time the statement
+/// began, so every use of it in one statement reads the same value.
+macro_rules! now_us {
+    () => {
+        "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+    };
+}
+
+/// Most rows one set-based statement names (`{ids}`, `{pairs}`, `{cases}`); a longer batch
+/// runs in chunks of this size, in the same transaction and in id order. Below MariaDB's
+/// `in_predicate_conversion_threshold` (1,000), so an `IN` list stays a primary-key range.
+pub(crate) const CHUNK: usize = 512;
+
+/// The number of rows a set-based statement is built for: `n` rounded up to a power of two
+/// (at most [`CHUNK`]), so a connection's statement cache holds a few shapes per statement,
+/// not one per batch size; the list is padded by repeating its last element, which changes
+/// no result (an `IN` list or a `CASE` naming a row twice matches it once).
+pub(crate) fn shape(n: usize) -> usize {
+    n.max(1).next_power_of_two().min(CHUNK)
+}
+
+/// Expands a set-based template for `n` rows: `{ids}` becomes `?, ?, ...`, `{pairs}` becomes
+/// `(?, ?), (?, ?), ...` and `{cases}` `WHEN ? THEN ? WHEN ? THEN ? ...`, `n` of each.
+pub(crate) fn expand(template: &str, n: usize) -> String {
+    let list = |item: &str, sep: &str| vec![item; n.max(1)].join(sep);
+    template
+        .replace("{ids}", &list("?", ", "))
+        .replace("{pairs}", &list("(?, ?)", ", "))
+        .replace("{cases}", &list("WHEN ? THEN ?", " "))
+}
+
+/// The claim's first statement for `n` queues: one branch of `claim_probe` per queue.
+pub(crate) fn probe(template: &str, n: usize) -> String {
+    vec![template; n.max(1)].join(" UNION ALL ")
+}
+
 /// The columns shared by the hot, archive and dead-letter tables, in one fixed order.
 macro_rules! cols {
     () => {
@@ -138,6 +174,10 @@ macro_rules! statements {
                 let mut all: Vec<(String, String)> =
                     self.migrations.into_iter().map(|(n, s)| (n.to_string(), s)).collect();
                 $( all.push((stringify!($name).to_string(), self.$name)); )*
+                // The set-based templates as sent for two rows (two queues for the probe).
+                for (name, sql) in &mut all {
+                    *sql = if name == "claim_probe" { probe(sql, 2) } else { expand(sql, 2) };
+                }
                 all.extend(self.lists.into_named());
                 all
             }
@@ -176,11 +216,25 @@ statements! {
          VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 3 ELSE 0 END, 0, ?, ?, ?, ?, ?)",
 
     // --- claim -----------------------------------------------------------------------------
-    /// A queue's control row: (queue).
+    /// The claim's first statement, one branch per queue joined by `UNION ALL` ([`probe`]),
+    /// plain reads (no lock), sent before the transaction begins: the database clock, the
+    /// queue's control row (`known` 0 and NULLs when it has none yet) and whether it has a due
+    /// Pending (0) / Scheduled (3) job by that clock (`NOW(6)` is one value in one statement):
+    /// (branch index, queue, queue, queue) per queue.
+    claim_probe: concat!(
+        "SELECT ? AS i, ", now_us!(), " AS now_us, q.name IS NOT NULL AS known, q.max_workers, q.is_paused, \
+         q.is_active, EXISTS (SELECT 1 FROM {schema}.jobs_hot WHERE queue = ? AND status = 0 AND due_at <= ",
+        now_us!(),
+        ") AS pending_due, EXISTS (SELECT 1 FROM {schema}.jobs_hot WHERE queue = ? AND status = 3 AND due_at <= ",
+        now_us!(),
+        ") AS scheduled_due FROM (SELECT 1 AS one) AS d LEFT JOIN {schema}.queues AS q ON q.name = ?"
+    ),
+    /// A queue's control row.
     queue_settings: "SELECT max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
          fetched_timeout_us, updated_at FROM {schema}.queues WHERE name = ?",
-    /// Locks a capped queue's control row; claimers of the queue take turns here: (queue).
-    lock_queue: "SELECT name FROM {schema}.queues WHERE name = ? FOR UPDATE",
+    /// Locks a capped queue's control row and reads its cap as it stands now (a locking read
+    /// returns the latest committed version); claimers of the queue take turns here: (queue).
+    lock_queue: "SELECT max_workers, is_paused, is_active FROM {schema}.queues WHERE name = ? FOR UPDATE",
     /// Share-locks an uncapped queue's control row, returning its cap: a control that changes
     /// the row waits for the claims in flight, and a claim that starts after it reads the new
     /// cap (`cap_first_set_binds_racing_claimers`): (queue).
@@ -188,35 +242,31 @@ statements! {
     /// Fetched + Processing jobs of a queue, read after the queue row's lock (READ COMMITTED:
     /// a fresh snapshot sees every claim the previous holder committed): (queue).
     active_count: "SELECT count(*) FROM {schema}.jobs_hot WHERE queue = ? AND status IN (1, 2)",
-    /// Whether a queue has a due Pending (0) or Scheduled (3) job, no lock: the statuses found,
-    /// (queue, now, queue, now).
-    any_due: "(SELECT status FROM {schema}.jobs_hot WHERE queue = ? AND status = 0 AND due_at <= ? LIMIT 1) \
-         UNION ALL (SELECT status FROM {schema}.jobs_hot WHERE queue = ? AND status = 3 AND due_at <= ? LIMIT 1)",
-    /// The due Scheduled jobs of a queue, in due order, at most 1,000 per call (a plain read
-    /// of the `jobs_hot_due` range): (queue, now).
+    /// The due Scheduled jobs of a queue, at most 1,000 per call (a plain read of the
+    /// `jobs_hot_due` range): (queue, now).
     due_scheduled: "SELECT id FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_due) \
          WHERE queue = ? AND status = 3 AND due_at <= ? ORDER BY due_at LIMIT 1000",
-    /// Scheduled -> Pending for one due job, by primary key (an update that searched for them
-    /// would lock rows it scanned, and a claim skips a row locked even for a moment): (id).
-    promote_one: "UPDATE {schema}.jobs_hot SET status = 0 WHERE id = ? AND status = 3",
-    /// A queue's due Pending jobs in claim order, locked, skipping rows others hold:
-    /// (queue, now, limit).
-    claim_pick: "SELECT id, priority, due_at FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) \
-         WHERE queue = ? AND status = 0 AND due_at <= ? \
-         ORDER BY priority DESC, due_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+    /// Scheduled -> Pending for due jobs named by primary key, in id order (an update that
+    /// searched for them would lock rows it scanned, and a claim skips a row locked even for a
+    /// moment): (ids).
+    promote_many: "UPDATE {schema}.jobs_hot FORCE INDEX (`PRIMARY`) SET status = 0 WHERE id IN ({ids}) AND status = 3",
+    /// A queue's due Pending jobs in claim order, locked, skipping rows others hold, read
+    /// whole (the claim returns them as marked, with no read-back): (queue, now, limit).
+    claim_pick: concat!(
+        "SELECT ",
+        cols!(),
+        ", due_at FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
+         AND due_at <= ? ORDER BY priority DESC, due_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+    ),
     /// Reserves (n) leases in an autocommitted statement of its own (the counter row's lock is
     /// held only for it); the driver reports the last one as the last insert id.
     next_leases: "UPDATE {schema}.counters SET value = LAST_INSERT_ID(value + ?) WHERE name = 'lease'",
-    /// Claims one locked Pending job: (status, worker, lease, now, start 0/1, start 0/1, now,
-    /// beat 0/1, now, id). Start and Hold set the first heartbeat, Reserve clears it.
-    claim_one: "UPDATE {schema}.jobs_hot SET status = ?, worker_id = ?, lease = ?, updated_at = ?, \
-         attempt = attempt + ?, started_at = CASE WHEN ? = 1 THEN ? ELSE started_at END, \
-         heartbeat_at = CASE WHEN ? = 1 THEN ? ELSE NULL END WHERE id = ? AND status = 0",
-    /// The rows this claim took, read back by their leases (no UPDATE ... RETURNING in MySQL):
-    /// (first lease, last lease, worker).
-    claimed_rows: concat!(
-        "SELECT ", cols!(), " FROM {schema}.jobs_hot WHERE lease >= ? AND lease <= ? AND worker_id = ? ORDER BY lease"
-    ),
+    /// Claims the locked Pending jobs named, each with its own lease, in one statement:
+    /// (status, worker, (id, lease) per row, now, start 0/1, start 0/1, now, beat 0/1, now,
+    /// ids). Start and Hold set the first heartbeat, Reserve clears it.
+    claim_mark: "UPDATE {schema}.jobs_hot FORCE INDEX (`PRIMARY`) SET status = ?, worker_id = ?, lease = CASE id {cases} END, \
+         updated_at = ?, attempt = attempt + ?, started_at = CASE WHEN ? = 1 THEN ? ELSE started_at END, \
+         heartbeat_at = CASE WHEN ? = 1 THEN ? ELSE NULL END WHERE id IN ({ids}) AND status = 0",
 
     // --- guarded lease operations ----------------------------------------------------------
     /// Locks a held (Fetched or Processing) job of this lease: (id, lease, worker).
@@ -225,21 +275,56 @@ statements! {
     /// Fetched -> Processing: (now, now, now, id, lease, worker).
     start: "UPDATE {schema}.jobs_hot SET status = 2, attempt = attempt + 1, started_at = ?, heartbeat_at = ?, \
          updated_at = ? WHERE id = ? AND lease = ? AND worker_id = ? AND status = 1",
-    /// Whether this lease already started the job: (id, lease, worker).
-    started_with: "SELECT 1 FROM {schema}.jobs_hot WHERE id = ? AND lease = ? AND worker_id = ? AND status = 2",
     /// (now, now, id): the heartbeat of a job locked by `lock_held`.
     heartbeat: "UPDATE {schema}.jobs_hot SET heartbeat_at = ?, updated_at = ? WHERE id = ?",
-    /// Hot -> archive for a job locked by `lock_held`: (now, now, now, id). A Fetched row is
-    /// archived as if started first (`attempt + 1`, `started_at` now when it has none).
-    archive_held: concat!(
+    /// The set-based statements below name held rows by lease: `{ids}`, then `{pairs}` of
+    /// (id, lease), then the worker. Each scans the primary key (``FORCE INDEX (`PRIMARY`)``,
+    /// quoted for sqlfluff; the multi-table form of `DELETE`, the one MySQL takes index hints
+    /// in): the `id IN` list is the range it scans and locks, in id order. Left to itself the
+    /// optimizer may take the `(id, lease)` pairs as a range of `jobs_hot_lease`, or
+    /// `status = 1` as one of `jobs_hot_status` (both seen in EXPLAIN on MariaDB 10.11), and
+    /// lock in that index's order. The pairs fence by lease.
+    ///
+    /// Fetched -> Processing for the Fetched jobs these leases hold, in one autocommitted
+    /// statement: (ids, (id, lease) pairs, worker).
+    start_many: concat!(
+        "UPDATE {schema}.jobs_hot FORCE INDEX (`PRIMARY`) SET status = 2, attempt = attempt + 1, started_at = ",
+        now_us!(),
+        ", heartbeat_at = ",
+        now_us!(),
+        ", updated_at = ",
+        now_us!(),
+        " WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) AND worker_id = ? AND status = 1"
+    ),
+    /// Which of these leases have their job Processing (started now or by an earlier call with
+    /// the same lease): (ids, (id, lease) pairs, worker).
+    started_many: "SELECT id FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) \
+         AND worker_id = ? AND status = 2",
+    /// Hot -> archive for the held jobs of these leases, locking them (`FOR UPDATE`: under
+    /// READ COMMITTED the source of an `INSERT ... SELECT` is otherwise read without a lock)
+    /// in id order: (ids, (id, lease) pairs, worker). A Fetched row is archived as if started
+    /// first (`attempt + 1`, `started_at` now when it has none).
+    archive_many: concat!(
         "INSERT INTO {schema}.jobs_archive (",
         cols!(),
         ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
          attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
-         COALESCE(started_at, ?), ?, last_error, cancel_requested, created_by, ? FROM {schema}.jobs_hot WHERE id = ?"
+         COALESCE(started_at, ",
+        now_us!(),
+        "), ",
+        now_us!(),
+        ", last_error, cancel_requested, created_by, ",
+        now_us!(),
+        " FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) \
+         AND worker_id = ? AND status IN (1, 2) FOR UPDATE"
     ),
-    /// Whether this worker already completed the job with this lease: (id, lease, worker).
-    completed_with: "SELECT 1 FROM {schema}.jobs_archive WHERE id = ? AND lease = ? AND worker_id = ?",
+    /// Deletes the rows `archive_many` copied and locked: (ids, (id, lease) pairs, worker).
+    delete_many: "DELETE h FROM {schema}.jobs_hot AS h FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) \
+         AND (id, lease) IN ({pairs}) AND worker_id = ? AND status IN (1, 2)",
+    /// Which of these leases this worker completed (now or by an earlier call with the same
+    /// lease): (ids, (id, lease) pairs, worker).
+    completed_many: "SELECT id FROM {schema}.jobs_archive FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) \
+         AND worker_id = ?",
     /// The outcome a fail with this lease already wrote: (id, lease, id, lease, worker).
     fail_standing: "SELECT scheduled_at AS at, NULL AS reason FROM {schema}.jobs_hot \
          WHERE id = ? AND lease = ? AND status IN (0, 3) AND scheduled_at IS NOT NULL \
@@ -440,17 +525,31 @@ mod tests {
     #[test]
     fn moves_copy_every_column_in_order() {
         let st = Statements::new("chokaq").unwrap();
-        let moved = cols!().replace("updated_at", "?");
-        let archived = moved
+        let now = now_us!();
+        let archived = cols!()
+            .replace("updated_at", now)
             .replace("status, attempt,", "2, attempt + (status = 1),")
-            .replace("started_at", "COALESCE(started_at, ?)");
+            .replace("started_at", &format!("COALESCE(started_at, {now})"));
         assert!(
-            st.archive_held.contains(&format!("SELECT {archived}, ? FROM `chokaq`.jobs_hot")),
+            st.archive_many.contains(&format!("SELECT {archived}, {now} FROM `chokaq`.jobs_hot")),
             "{}",
-            st.archive_held
+            st.archive_many
         );
-        let dead = moved.replace("last_error", "COALESCE(?, last_error)");
+        let dead = cols!().replace("updated_at", "?").replace("last_error", "COALESCE(?, last_error)");
         assert!(st.dead_letter.contains(&format!("SELECT {dead}, ?, ? FROM `chokaq`.jobs_hot")), "{}", st.dead_letter);
+    }
+
+    /// The set-based shapes: powers of two up to CHUNK, each list expanded `n` times.
+    #[test]
+    fn set_based_statements_expand_to_their_shape() {
+        assert_eq!([shape(0), shape(1), shape(3), shape(8), shape(9), shape(700)], [1, 1, 4, 8, 16, CHUNK]);
+        let sql = expand("a IN ({ids}) AND (a, b) IN ({pairs}) AND CASE a {cases} END", 3);
+        assert_eq!(
+            sql,
+            "a IN (?, ?, ?) AND (a, b) IN ((?, ?), (?, ?), (?, ?)) AND CASE a WHEN ? THEN ? WHEN ? THEN ? \
+             WHEN ? THEN ? END"
+        );
+        assert_eq!(probe("SELECT ?", 2), "SELECT ? UNION ALL SELECT ?");
     }
 
     #[test]
