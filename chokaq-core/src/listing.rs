@@ -1,4 +1,4 @@
-//! The `list_jobs` SELECT of the SQL backends, built once per call with sea-query and rendered
+//! The `list_jobs` SELECT of the SQL backends, built per call with sea-query and rendered
 //! for PostgreSQL, MySQL / MariaDB or SQLite (feature `sql-listing`).
 //!
 //! [`list_query`] turns a [`ListJobsParams`] into one statement that names only the predicates
@@ -15,7 +15,7 @@
 //! `id < v7(created_to + ID_CLOCK_SKEW)` — a range of the primary key — while the exact
 //! `created_at` predicates stay. A job whose id clock was more than [`ID_CLOCK_SKEW`] away from
 //! its `created_at` may therefore be left out of a time-filtered listing (docs/contract.md,
-//! "Listing").
+//! "Listing: filters, order and the creation window").
 
 use chrono::{DateTime, Utc};
 use sea_query::{
