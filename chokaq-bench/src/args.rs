@@ -35,6 +35,9 @@ pub(crate) enum Workload {
     Claim,
     /// Claim cost with a million jobs due tomorrow and a trickle of due ones.
     Scheduled,
+    /// A page of 50 of `list_jobs` under each single filter over `--list-archived` archived
+    /// jobs (`list_page_ms`; PostgreSQL and MySQL).
+    List,
 }
 
 impl Workload {
@@ -133,6 +136,15 @@ pub(crate) struct Args {
     /// Timed claims of the scheduled workload (slow on a claim that scans the scheduled jobs).
     #[arg(long, default_value_t = 200)]
     pub(crate) scheduled_samples: u32,
+    /// Archived jobs of the list workload (10 queues, 1,000 kinds, 100 tags).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) list_archived: u32,
+    /// Hot jobs of the list workload (1 % of them Processing).
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) list_hot: u32,
+    /// Timed pages per filter of the list workload.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) list_samples: u32,
     /// Jobs of the pickup-latency workload.
     #[arg(long, default_value_t = 2_000)]
     pub(crate) pickup_jobs: u32,
@@ -156,7 +168,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,claim,scheduled"
+        default_value = "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,claim,scheduled,list"
     )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
@@ -226,6 +238,9 @@ impl Args {
         if self.mp_jobs == Some(0) {
             return bad("--mp-jobs must be at least 1");
         }
+        if self.list_archived == 0 || self.list_archived > 1_000_000 || self.list_hot < 100 || self.list_samples == 0 {
+            return bad("--list-archived must be 1 to 1000000, --list-hot at least 100 and --list-samples at least 1");
+        }
         if self.claim_queues == 0 || self.claim_queues > 100 {
             return bad("--claim-queues must be 1 to 100");
         }
@@ -290,7 +305,7 @@ mod tests {
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
         assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
         assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
-        assert_eq!(a.workloads.len(), 12);
+        assert_eq!(a.workloads.len(), 13);
         assert!(a.has(Workload::RawB500) && Workload::RawB500.name() == "raw-b500");
         let mut sorted = a.workloads.clone();
         sorted.sort();

@@ -306,6 +306,8 @@ pub(crate) struct Results {
     pub(crate) scheduled: Option<ScheduledFigures>,
     pub(crate) pickup: Option<PickupFigures>,
     pub(crate) multi: Option<MultiFigures>,
+    /// The list workload's JSON (`list_page_ms` and `list`).
+    pub(crate) list: Option<serde_json::Value>,
 }
 
 impl Results {

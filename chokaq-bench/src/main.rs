@@ -24,6 +24,7 @@
 mod args;
 mod bench;
 mod figures;
+mod list;
 mod mysql;
 mod report;
 mod timed;
@@ -206,7 +207,13 @@ mod tests {
             // Every workload but the multi-process drain (it builds an example in release
             // mode; `bench::multi` tests how its output is read).
             "--workloads",
-            "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,claim,scheduled",
+            "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,claim,scheduled,list",
+            "--list-archived",
+            "20000",
+            "--list-hot",
+            "1000",
+            "--list-samples",
+            "3",
             "--json",
         ]);
         let schema = new_schema();
@@ -221,6 +228,9 @@ mod tests {
             assert!(t["measured"].is_number(), "target not measured: {t}");
         }
         assert_eq!(json["raw_b500"]["batch"], json!(500));
+        for filter in ["queue", "kind", "tag", "last_10_min", "status_processing"] {
+            assert!(json["list_page_ms"][filter].is_number(), "list_page_ms.{filter}: {json}");
+        }
         let left = schemas_named(&url, &schema).await;
         assert!(left.is_empty(), "bench schema left behind: {left:?}");
     }

@@ -16,7 +16,7 @@ use chokaq_mysql::{MysqlBackend, MysqlConfig};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::args::Args;
+use crate::args::{Args, Workload};
 
 const KIND: &str = "bench.noop.v1";
 
@@ -89,9 +89,10 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
     let small = claim_cost(b, args, u64::from(args.backlog_small), 0).await?;
     let large = claim_cost(b, args, u64::from(args.backlog_large), u64::from(args.backlog_small)).await?;
     eprintln!("claim-10 p50: {:.2} ms at {}, {:.2} ms at {}", small.0, args.backlog_small, large.0, args.backlog_large);
+    let list = if args.has(Workload::List) { Some(list(args, &pool, b, schema).await?) } else { None };
     pool.close().await;
     let best = drains.iter().filter_map(|d| d["jobs_per_s"].as_f64()).fold(0.0, f64::max);
-    Ok(json!({
+    let mut out = json!({
         "backend": "mysql",
         "server": server,
         "innodb_flush_log_at_trx_commit": flush,
@@ -107,7 +108,35 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
             "large": { "backlog": args.backlog_large, "p50_ms": large.0, "p99_ms": large.1 },
             "large_vs_small_p50": large.0 / small.0,
         },
-    }))
+    });
+    if let Some(list) = list {
+        out["list_page_ms"] = list["list_page_ms"].clone();
+        out["list"] = list["list"].clone();
+    }
+    Ok(out)
+}
+
+/// The list workload ([`crate::list`]): the archive filled by one INSERT … SELECT, the hot
+/// table through the backend, then the timed pages.
+async fn list(args: &Args, pool: &sqlx::MySqlPool, b: &Arc<MysqlBackend>, schema: &str) -> Result<Value> {
+    let t0 = Instant::now();
+    sqlx::query(&crate::list::mysql_archive_fill(schema))
+        .bind(i64::from(args.list_archived))
+        .execute(pool)
+        .await
+        .map_err(sqlx_err)?;
+    let hot = crate::list::fill_hot(b.as_ref(), u64::from(args.list_hot)).await?;
+    sqlx::query(&format!("ANALYZE TABLE `{schema}`.jobs_archive, `{schema}`.jobs_hot"))
+        .execute(pool)
+        .await
+        .map_err(sqlx_err)?;
+    eprintln!(
+        "list: {} archived, {} hot ({hot} Processing) in {:.1} s",
+        args.list_archived,
+        args.list_hot,
+        t0.elapsed().as_secs_f64()
+    );
+    crate::list::pages(b.as_ref(), u64::from(args.list_archived), u64::from(args.list_hot), args.list_samples).await
 }
 
 /// Enqueues `n` no-op jobs spread over `queues`.

@@ -16,6 +16,8 @@ mod claim;
 mod error;
 mod job;
 mod list;
+#[cfg(feature = "sql-listing")]
+pub mod listing;
 mod maintenance;
 pub mod memory;
 mod outcome;

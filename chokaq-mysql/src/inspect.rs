@@ -4,20 +4,17 @@
 
 use std::collections::HashMap;
 
+use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
-    validate, Error, JobId, JobPage, JobRecord, JobStatus, JobTable, ListJobsParams, QueueName, QueueSettings,
-    QueueStats, Result, StatsSnapshot,
+    validate, JobId, JobPage, JobRecord, JobTable, ListJobsParams, QueueName, QueueSettings, QueueStats, Result,
+    StatsSnapshot,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use crate::backend::MysqlBackend;
 use crate::error::{corrupt, map_err};
-use crate::list::{FILTERS, STATUS_BIT};
 use crate::rows::{self, text, ts, ts_us, Src};
-
-/// Largest page of a listing.
-const MAX_LIST_LIMIT: u32 = 1000;
 
 /// [`chokaq_core::Backend::queue_settings`].
 pub(crate) async fn queue_settings(b: &MysqlBackend, queue: &QueueName) -> Result<QueueSettings> {
@@ -100,61 +97,36 @@ pub(crate) async fn get_job(b: &MysqlBackend, id: JobId) -> Result<Option<JobRec
     Ok(found)
 }
 
-/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id, with the statement of exactly the
+/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id, with a statement of exactly the
 /// filters asked for ([`crate::list`]).
 pub(crate) async fn list_jobs(b: &MysqlBackend, filter: &ListJobsParams) -> Result<JobPage> {
-    if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
-        return Err(Error::invalid(format!("list limit must be 1 to {MAX_LIST_LIMIT}, got {}", filter.limit)));
+    listing::validate_params(filter)?;
+    // Times outside years 0..=9999 are refused before they reach the server.
+    if let Some(t) = filter.created_from {
+        ts_us("created_from", t)?;
     }
-    if filter.status.is_some() && filter.table != JobTable::Hot {
-        return Err(Error::invalid("a status filter applies to the hot table only"));
+    if let Some(t) = filter.created_to {
+        ts_us("created_to", t)?;
     }
-    if let Some(tag) = &filter.tag {
-        validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
-    }
-    let from = filter.created_from.map(|t| ts_us("created_from", t)).transpose()?;
-    let to = filter.created_to.map(|t| ts_us("created_to", t)).transpose()?;
-    let present = [
-        filter.queue.is_some(),
-        filter.status.is_some(),
-        filter.kind.is_some(),
-        filter.tag.is_some(),
-        from.is_some(),
-        to.is_some(),
-    ];
-    debug_assert_eq!(present.len(), FILTERS.len());
-    let mask = present.iter().enumerate().filter(|(_, p)| **p).fold(0usize, |m, (i, _)| m | (1 << i));
-    debug_assert!(filter.table == JobTable::Hot || mask & (1 << STATUS_BIT) == 0);
-    let (sql, src) = match filter.table {
-        JobTable::Hot => (&b.sql.lists.hot[mask], Src::Hot),
-        JobTable::Archive => (&b.sql.lists.archive[mask], Src::Archive),
-        JobTable::DeadLetter => (&b.sql.lists.dead[mask], Src::Dead),
+    let src = match filter.table {
+        JobTable::Hot => Src::Hot,
+        JobTable::Archive => Src::Archive,
+        JobTable::DeadLetter => Src::Dead,
     };
-    let mut q = sqlx::query(sql).bind(i64::from(!filter.without_payloads));
-    if let Some(queue) = &filter.queue {
-        q = q.bind(queue.as_str());
+    let lq = b.sql.lists.query(filter)?;
+    let mut q = sqlx::query(&lq.sql);
+    for arg in &lq.args {
+        q = match arg {
+            ListArg::Text(s) => q.bind(s.as_str()),
+            ListArg::SmallInt(n) => q.bind(i64::from(*n)),
+            ListArg::BigInt(n) => q.bind(*n),
+            ListArg::Bytes(v) => q.bind(v.as_slice()),
+            ListArg::Uuid(u) => q.bind(u.as_bytes().as_slice()),
+            ListArg::Time(t) => q.bind(t.timestamp_micros()),
+        };
     }
-    if let Some(status) = filter.status {
-        let code = i64::from(status.code());
-        // Pending also matches Scheduled (3): Pending whose due time is still ahead.
-        let other = if status == JobStatus::Pending { 3 } else { code };
-        q = q.bind(code).bind(other);
-    }
-    if let Some(kind) = &filter.kind {
-        q = q.bind(kind.as_str());
-    }
-    if let Some(tag) = &filter.tag {
-        q = q.bind(tag.as_str());
-    }
-    if let Some(from) = from {
-        q = q.bind(from);
-    }
-    if let Some(to) = to {
-        q = q.bind(to);
-    }
-    let cursor: Vec<u8> = filter.after.map(|id| id.0.as_bytes().to_vec()).unwrap_or_default();
     let mut conn = b.pool.acquire().await.map_err(map_err)?;
-    let rows = q.bind(cursor).bind(i64::from(filter.limit) + 1).fetch_all(&mut *conn).await.map_err(map_err)?;
+    let rows = q.fetch_all(&mut *conn).await.map_err(map_err)?;
     let mut jobs = rows.iter().map(|r| rows::record(r, src)).collect::<Result<Vec<_>>>()?;
     let next = if jobs.len() > filter.limit as usize {
         jobs.truncate(filter.limit as usize);

@@ -36,8 +36,8 @@
 //!   purge), `inspect.rs` (settings, stats, `get_job`, `list_jobs`), `workers.rs` and
 //!   `periodic.rs`;
 //! - `sql.rs`: every statement, rendered once per backend from `{schema}` templates
-//!   ([`all_statements`] lists them for the grammar check); `list.rs`: the listing statements,
-//!   one per combination of filters; `migrate.rs`: the DDL;
+//!   ([`all_statements`] lists them for the grammar check); `list.rs`: the listing statement,
+//!   built per call with sea-query from the filters given; `migrate.rs`: the DDL;
 //! - `rows.rs`: rows to core types; `error.rs`: driver errors to [`chokaq_core::ErrorKind`] by
 //!   error number, and the lock-retry counters; `config.rs`: [`MysqlConfig`];
 //! - `testing.rs`: `impl chokaq_core::testing::TestSupport` (feature `testing`).

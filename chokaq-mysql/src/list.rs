@@ -1,86 +1,53 @@
-//! The listing statements of `list_jobs`: one per table and combination of filters, each
-//! naming only the predicates its filters use (no catch-all `? IS NULL OR ...`), so the
-//! server plans each shape on its own index: `queue` and `kind` on `(queue, id)` /
-//! `(kind, id)`, the creation window on `(created_at, id)`, none on the primary key. They are
-//! built once at connect from the fixed fragments below and grammar-checked like every other
-//! statement ([`crate::all_statements`]).
-//!
-//! Parameters, in order: whether to read payloads (1/0), then one value per filter present in
-//! [`FILTERS`] order (the status filter takes two: a Pending filter also matches Scheduled,
-//! status 3), then the keyset cursor (the last id of the previous page, or the empty string,
-//! which every id is greater than), then the row limit.
+//! The `list_jobs` statement: built per call with sea-query (`chokaq_core::listing`), naming
+//! only the predicates of the filters given (no catch-all `? IS NULL OR ...`), so the server
+//! plans each shape on its own index: `queue` and `kind` on `(queue, id)` / `(kind, id)`, a
+//! creation window on the primary key (ids are UUID v7: the window's id bounds), with the
+//! exact `created_at` predicates kept. A representative set of the shapes is grammar-checked
+//! like every other statement ([`crate::all_statements`]).
+
+use chokaq_core::listing::{self, ListQuery, SqlDialect};
+use chokaq_core::{JobTable, ListJobsParams, Result};
 
 use crate::sql::cols;
 
-/// The filters, in bit order of a shape's mask, with their predicate.
-pub(crate) const FILTERS: [(&str, &str); 6] = [
-    ("queue", "queue = ?"),
-    ("status", "status IN (?, ?)"),
-    ("kind", "kind = ?"),
-    ("tag", "JSON_CONTAINS(tags, JSON_QUOTE(?))"),
-    ("from", "created_at >= ?"),
-    ("to", "created_at < ?"),
-];
-
-/// Bit of the status filter (hot table only).
-pub(crate) const STATUS_BIT: usize = 1;
-
-/// The three tables' listing statements, indexed by filter mask.
+/// The listing of one schema.
 pub(crate) struct Lists {
-    pub(crate) hot: Vec<String>,
-    pub(crate) archive: Vec<String>,
-    pub(crate) dead: Vec<String>,
+    /// The schema (database) name, validated by `Statements::new`.
+    schema: String,
 }
 
-/// The selected columns, the payload only when the first parameter is 1.
-fn select(table: &str, quoted: &str) -> String {
-    let cols = cols!().replace("payload,", "CASE WHEN ? = 1 THEN payload ELSE 'null' END AS payload,");
+/// The selected columns of `table`, as `rows::record` decodes them: the payload, or JSON
+/// `null` in its place (`ListJobsParams::without_payloads`: none leaves the server).
+fn columns(table: JobTable, without_payloads: bool) -> String {
+    let cols = if without_payloads { cols!().replace("payload,", "'null' AS payload,") } else { cols!().to_string() };
     let extra = match table {
-        "jobs_hot" => "NULL AS finished_at, NULL AS reason",
-        "jobs_archive" => "finished_at, NULL AS reason",
-        _ => "finished_at, reason",
+        JobTable::Hot => "NULL AS finished_at, NULL AS reason",
+        JobTable::Archive => "finished_at, NULL AS reason",
+        JobTable::DeadLetter => "finished_at, reason",
     };
-    format!("SELECT {cols}, {extra} FROM {quoted}.{table}")
-}
-
-/// One shape: the predicates of `mask`, the cursor and the limit.
-fn shape(table: &str, quoted: &str, mask: usize) -> String {
-    let mut preds: Vec<&str> =
-        FILTERS.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| f.1).collect();
-    preds.push("id > ?");
-    format!("{} WHERE {} ORDER BY id LIMIT ?", select(table, quoted), preds.join(" AND "))
+    format!("{cols}, {extra}")
 }
 
 impl Lists {
-    pub(crate) fn new(quoted: &str) -> Self {
-        let all = 1 << FILTERS.len();
-        let build =
-            |table: &str, status: bool| -> Vec<String> {
-                (0..all)
-                    .map(|mask| {
-                        if !status && mask & (1 << STATUS_BIT) != 0 {
-                            String::new()
-                        } else {
-                            shape(table, quoted, mask)
-                        }
-                    })
-                    .collect()
-            };
-        Lists { hot: build("jobs_hot", true), archive: build("jobs_archive", false), dead: build("jobs_dlq", false) }
+    pub(crate) fn new(schema: &str) -> Self {
+        Lists { schema: schema.to_string() }
     }
 
-    /// Every shape, named `list_<table>_<filters>`.
+    /// The statement and values of one page (the caller has checked `p` with
+    /// `listing::validate_params`).
+    pub(crate) fn query(&self, p: &ListJobsParams) -> Result<ListQuery> {
+        listing::list_query(SqlDialect::Mysql, &self.schema, &columns(p.table, p.without_payloads), p)
+    }
+
+    /// The shapes of `listing::grammar_shapes` for the three tables, named
+    /// `list_<table>_<shape>`.
     pub(crate) fn into_named(self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        for (table, stmts) in [("hot", self.hot), ("archive", self.archive), ("dead", self.dead)] {
-            for (mask, sql) in stmts.into_iter().enumerate() {
-                if sql.is_empty() {
-                    continue;
-                }
-                let names: Vec<&str> =
-                    FILTERS.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| f.0).collect();
-                let suffix = if names.is_empty() { "all".to_string() } else { names.join("_") };
-                out.push((format!("list_{table}_{suffix}"), sql));
+        for table in [JobTable::Hot, JobTable::Archive, JobTable::DeadLetter] {
+            for (name, p) in listing::grammar_shapes(table) {
+                // The schema was validated by `Statements::new`: a listing of it always builds.
+                let q = self.query(&p).expect("a validated schema name");
+                out.push((name.to_string(), q.sql));
             }
         }
         out
@@ -93,11 +60,18 @@ mod tests {
 
     #[test]
     fn shapes_name_only_their_filters() {
-        let l = Lists::new("`s`");
-        assert_eq!(l.hot.len(), 64);
-        assert!(!l.hot[0].contains("queue = ?") && l.hot[0].contains("id > ?"));
-        assert!(l.hot[1].contains("queue = ?") && !l.hot[1].contains("kind = ?"));
-        assert!(l.archive[2].is_empty(), "no status filter on the archive");
-        assert_eq!(l.into_named().len(), 64 + 32 + 32);
+        let l = Lists::new("s");
+        let mut p = ListJobsParams::new(JobTable::Hot);
+        let q = l.query(&p).unwrap();
+        assert!(q.sql.starts_with("SELECT id, queue, kind, payload, tags,"), "{}", q.sql);
+        assert!(q.sql.ends_with("NULL AS finished_at, NULL AS reason FROM `s`.`jobs_hot` ORDER BY `id` ASC LIMIT ?"));
+        p.queue = Some(chokaq_core::QueueName::new("q").unwrap());
+        p.without_payloads = true;
+        let q = l.query(&p).unwrap();
+        assert!(q.sql.contains("'null' AS payload,") && q.sql.contains("WHERE `queue` = ? ORDER BY"), "{}", q.sql);
+        assert!(!q.sql.contains("`kind` ="), "{}", q.sql);
+        let dead = l.query(&ListJobsParams::new(JobTable::DeadLetter)).unwrap();
+        assert!(dead.sql.contains("finished_at, reason FROM `s`.`jobs_dlq`"), "{}", dead.sql);
+        assert_eq!(l.into_named().len(), 11 + 9 + 9);
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! Values always travel as bound parameters. MySQL's placeholders are positional (`?`, each one
 //! its own parameter), so every statement's comment lists its parameters in order. The listing
-//! statements, one per table and combination of filters, are built from fixed fragments in
-//! [`crate::list`]. The DDL templates live in [`crate::migrate`].
+//! statement is built per call with sea-query from only the filters given ([`crate::list`]);
+//! a representative set of its shapes is listed here. The DDL templates live in
+//! [`crate::migrate`].
 
 use chokaq_core::{validate, Result};
 
@@ -153,7 +154,7 @@ macro_rules! statements {
         pub(crate) struct Statements {
             /// The DDL of [`crate::migrate::MIGRATIONS`], in order, with their names.
             pub(crate) migrations: Vec<(&'static str, String)>,
-            /// The listing statements ([`crate::list`]).
+            /// The listing statement's builder ([`crate::list`]).
             pub(crate) lists: list::Lists,
             $( $(#[doc = $doc])* pub(crate) $name: String, )*
         }
@@ -164,7 +165,7 @@ macro_rules! statements {
                 let quoted = quote(schema)?;
                 Ok(Statements {
                     migrations: migrate::MIGRATIONS.iter().map(|(n, t)| (*n, render(t, &quoted))).collect(),
-                    lists: list::Lists::new(&quoted),
+                    lists: list::Lists::new(schema),
                     $( $name: render($template, &quoted), )*
                 })
             }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
-    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobTable,
-    LeaseRef, ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
+    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef,
+    ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
     RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams,
     TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
     ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
@@ -28,9 +29,6 @@ use crate::kept::Kept;
 use crate::rows::{count, error_text, pairs, sorted_claims, split};
 use crate::sql::{self, Statements};
 use crate::{listen, migrate, rows};
-
-/// Largest page of `list_jobs`.
-const MAX_PAGE: u32 = 1000;
 
 /// Largest batch of `purge`.
 const MAX_PURGE_BATCH: u32 = 100_000;
@@ -756,35 +754,22 @@ impl Backend for PgBackend {
     /// One page in id order; `next` is the last id of the page when more rows follow.
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         async move {
-            if filter.limit == 0 || filter.limit > MAX_PAGE {
-                return Err(Error::invalid(format!("list limit must be 1 to {MAX_PAGE}, got {}", filter.limit)));
-            }
-            let sql = match filter.table {
-                JobTable::Hot => &self.sql().list_hot,
-                JobTable::Archive => &self.sql().list_archive,
-                JobTable::DeadLetter => &self.sql().list_dlq,
-            };
-            if filter.status.is_some() && filter.table != JobTable::Hot {
-                return Err(Error::invalid("a status filter applies to the hot table only"));
-            }
-            // As stored tags are checked at enqueue: a NUL would otherwise reach the server
-            // and come back as its raw error 22021.
-            if let Some(tag) = &filter.tag {
-                validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
-            }
+            listing::validate_params(filter)?;
+            // Only the filters given, built with sea-query (`chokaq_core::listing`).
+            let q = sql::list_query(&self.shared.schema, filter)?;
             let found = with_retry(|| {
-                let q = sqlx::query(sql)
-                    .bind(filter.queue.as_ref().map(|q| q.as_str()))
-                    .bind(filter.kind.as_ref().map(|k| k.as_str()))
-                    .bind(filter.tag.as_deref())
-                    .bind(filter.created_from)
-                    .bind(filter.created_to)
-                    .bind(filter.after.map(|id| id.0))
-                    .bind(i64::from(filter.limit) + 1)
-                    .bind(!filter.without_payloads);
-                // `$9` status: a parameter of the hot table's statement only.
-                let q = if filter.table == JobTable::Hot { q.bind(filter.status.map(|s| s.code())) } else { q };
-                q.fetch_all(&self.kept)
+                let mut query = sqlx::query(&q.sql);
+                for arg in &q.args {
+                    query = match arg {
+                        ListArg::Text(s) => query.bind(s.as_str()),
+                        ListArg::SmallInt(n) => query.bind(*n),
+                        ListArg::BigInt(n) => query.bind(*n),
+                        ListArg::Bytes(b) => query.bind(b.as_slice()),
+                        ListArg::Uuid(u) => query.bind(*u),
+                        ListArg::Time(t) => query.bind(*t),
+                    };
+                }
+                query.fetch_all(&self.kept)
             })
             .await?;
             let mut jobs = found.iter().map(rows::record).collect::<Result<Vec<_>>>()?;

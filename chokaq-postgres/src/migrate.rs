@@ -43,6 +43,7 @@ migrations! {
     9, "scheduled", "0009_scheduled";
     10, "handoff", "0010_handoff";
     11, "hold", "0011_hold";
+    12, "list_kind", "0012_list_kind";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the

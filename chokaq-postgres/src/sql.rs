@@ -1,10 +1,13 @@
 //! Every SQL statement of the backend, and nothing else builds SQL text. Each is a template
 //! with `{schema}` (the validated, quoted schema name) and `{channel}` (the NOTIFY channel,
 //! `<schema>_jobs`), substituted by [`render`] once, when the backend is built, into a
-//! [`Statements`] set; every value is a bound parameter. Optional filters are NULL-able
-//! parameters (`$n::text IS NULL OR queue = $n`), so no statement is assembled at run time.
+//! [`Statements`] set; every value is a bound parameter. Optional filters of the purge are
+//! NULL-able parameters (`$n::text IS NULL OR queue = $n`). The one statement assembled per call
+//! is the `list_jobs` page, built with sea-query from fixed parts (`chokaq_core::listing`,
+//! [`list_query`]): only the predicates of the filters given, values bound.
 
-use chokaq_core::{validate, Result};
+use chokaq_core::listing::{self, ListQuery, SqlDialect};
+use chokaq_core::{validate, JobTable, ListJobsParams, Result};
 
 use crate::migrate::{FUNCTIONS, MIGRATIONS, MIGRATION_NAMES};
 
@@ -565,36 +568,26 @@ const GET_JOB: &str = concat!(
     " FROM {schema}.jobs_dlq WHERE id = $1"
 );
 
-/// One page of a table, filtered by NULL-able parameters (NULL: no filter), in id order from
-/// after `$6` (keyset paging). `$1` queue, `$2` kind, `$3` tag, `$4` created from (inclusive),
-/// `$5` created to (exclusive), `$6` after id, `$7` limit, `$8` with payloads (false: every
-/// payload reads as JSON `null`, and none leaves the server); on the hot table `$9` status.
-macro_rules! list {
-    ($record:ident, $table:literal, $extra:literal) => {
-        concat!(
-            "SELECT ",
-            $record!("CASE WHEN $8::bool THEN payload ELSE 'null'::jsonb END"),
-            " FROM {schema}.",
-            $table,
-            "
- WHERE ($1::text IS NULL OR queue = $1::text)
-   AND ($2::text IS NULL OR kind = $2::text)
-   AND ($3::text IS NULL OR tags @> ARRAY[$3::text])
-   AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
-   AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
-   AND ($6::uuid IS NULL OR id > $6::uuid)",
-            $extra,
-            "
- ORDER BY id
- LIMIT $7"
-        )
-    };
+/// The columns of a `list_jobs` page of each table, with payloads or without (every payload
+/// then reads as JSON `null`, and none leaves the server), as `rows::record` decodes them. The
+/// statement around them is built per call with sea-query (`chokaq_core::listing`): only the
+/// filters given, keyset `id > after`, `ORDER BY id`, `LIMIT`; [`all_statements`] lists a
+/// representative set of its shapes for the grammar check.
+pub(crate) fn list_columns(table: JobTable, without_payloads: bool) -> &'static str {
+    match (table, without_payloads) {
+        (JobTable::Hot, false) => hot_record!("payload"),
+        (JobTable::Hot, true) => hot_record!("'null'::jsonb"),
+        (JobTable::Archive, false) => archive_record!("payload"),
+        (JobTable::Archive, true) => archive_record!("'null'::jsonb"),
+        (JobTable::DeadLetter, false) => dlq_record!("payload"),
+        (JobTable::DeadLetter, true) => dlq_record!("'null'::jsonb"),
+    }
 }
 
-const LIST_HOT: &str =
-    list!(hot_record, "jobs_hot", "\n   AND ($9::int2 IS NULL OR status = $9::int2 OR (status = 3 AND $9::int2 = 0))");
-const LIST_ARCHIVE: &str = list!(archive_record, "jobs_archive", "");
-const LIST_DLQ: &str = list!(dlq_record, "jobs_dlq", "");
+/// The listing of `p` in `schema` (validated), rendered for PostgreSQL.
+pub(crate) fn list_query(schema: &str, p: &ListJobsParams) -> Result<ListQuery> {
+    listing::list_query(SqlDialect::Postgres, schema, list_columns(p.table, p.without_payloads), p)
+}
 
 /// One batch of a purge: rows finished more than `$1` microseconds ago, filtered by the
 /// NULL-able `$2` queue and `$3` kind (and on the dead-letter table `$5` reason), at most `$4`
@@ -907,9 +900,6 @@ statements! {
     stats_estimated = STATS_ESTIMATED;
     no_jit = NO_JIT;
     get_job = GET_JOB;
-    list_hot = LIST_HOT;
-    list_archive = LIST_ARCHIVE;
-    list_dlq = LIST_DLQ;
     purge_archive = PURGE_ARCHIVE;
     purge_dlq = PURGE_DLQ;
     register_worker = REGISTER_WORKER;
@@ -987,7 +977,13 @@ pub(crate) fn render(template: &str, schema: &str) -> String {
 /// ```
 pub fn all_statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
     validate::schema_name(schema)?;
-    Ok(Statements::new(schema).named())
+    let mut all = Statements::new(schema).named();
+    for table in [JobTable::Hot, JobTable::Archive, JobTable::DeadLetter] {
+        for (name, p) in listing::grammar_shapes(table) {
+            all.push((name, list_query(schema, &p)?.sql));
+        }
+    }
+    Ok(all)
 }
 
 #[cfg(test)]

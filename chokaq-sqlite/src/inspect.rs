@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
+use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
-    validate, Error, JobId, JobPage, JobRecord, JobTable, ListJobsParams, QueueName, QueueSettings, QueueStats, Result,
+    validate, JobId, JobPage, JobRecord, JobTable, ListJobsParams, QueueName, QueueSettings, QueueStats, Result,
     StatsSnapshot,
 };
 use sqlx::Row;
@@ -13,9 +14,7 @@ use sqlx::Row;
 use crate::backend::SqliteBackend;
 use crate::error::{corrupt, map_err};
 use crate::rows::{self, now_us, ts, ts_us, Src};
-
-/// Largest page of a listing.
-const MAX_LIST_LIMIT: u32 = 1000;
+use crate::sql::{self, MAIN};
 
 /// [`chokaq_core::Backend::queue_settings`].
 pub(crate) async fn queue_settings(b: &SqliteBackend, queue: &QueueName) -> Result<QueueSettings> {
@@ -100,39 +99,36 @@ pub(crate) async fn get_job(b: &SqliteBackend, id: JobId) -> Result<Option<JobRe
     Ok(found)
 }
 
-/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id; every filter is a NULL-able
-/// parameter of one static statement per table.
+/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id, with a statement of exactly the
+/// filters asked for ([`crate::sql::list_query`]).
 pub(crate) async fn list_jobs(b: &SqliteBackend, filter: &ListJobsParams) -> Result<JobPage> {
-    if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
-        return Err(Error::invalid(format!("list limit must be 1 to {MAX_LIST_LIMIT}, got {}", filter.limit)));
+    listing::validate_params(filter)?;
+    // Times outside years 0..=9999 are refused before they reach the database.
+    if let Some(t) = filter.created_from {
+        ts_us("created_from", t)?;
     }
-    if filter.status.is_some() && filter.table != JobTable::Hot {
-        return Err(Error::invalid("a status filter applies to the hot table only"));
+    if let Some(t) = filter.created_to {
+        ts_us("created_to", t)?;
     }
-    if let Some(tag) = &filter.tag {
-        validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
-    }
-    let from = filter.created_from.map(|t| ts_us("created_from", t)).transpose()?;
-    let to = filter.created_to.map(|t| ts_us("created_to", t)).transpose()?;
-    let (sql, src) = match filter.table {
-        JobTable::Hot => (&b.sql.list_hot, Src::Hot),
-        JobTable::Archive => (&b.sql.list_archive, Src::Archive),
-        JobTable::DeadLetter => (&b.sql.list_dead, Src::Dead),
+    let src = match filter.table {
+        JobTable::Hot => Src::Hot,
+        JobTable::Archive => Src::Archive,
+        JobTable::DeadLetter => Src::Dead,
     };
+    let lq = sql::list_query(MAIN, filter)?;
+    let mut q = sqlx::query(&lq.sql);
+    for arg in &lq.args {
+        q = match arg {
+            ListArg::Text(s) => q.bind(s.as_str()),
+            ListArg::SmallInt(n) => q.bind(i64::from(*n)),
+            ListArg::BigInt(n) => q.bind(*n),
+            ListArg::Bytes(v) => q.bind(v.as_slice()),
+            ListArg::Uuid(u) => q.bind(u.as_bytes().as_slice()),
+            ListArg::Time(t) => q.bind(t.timestamp_micros()),
+        };
+    }
     let mut conn = b.reader.acquire().await.map_err(map_err)?;
-    let rows = sqlx::query(sql)
-        .bind(filter.queue.as_ref().map(QueueName::as_str))
-        .bind(filter.status.map(|s| i64::from(s.code())))
-        .bind(filter.kind.as_ref().map(|k| k.as_str()))
-        .bind(filter.tag.as_deref())
-        .bind(from)
-        .bind(to)
-        .bind(filter.after.map(|id| id.0))
-        .bind(i64::from(filter.limit) + 1)
-        .bind(!filter.without_payloads)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
+    let rows = q.fetch_all(&mut *conn).await.map_err(map_err)?;
     let mut jobs = rows.iter().map(|r| rows::record(r, src)).collect::<Result<Vec<_>>>()?;
     let next = if jobs.len() > filter.limit as usize {
         jobs.truncate(filter.limit as usize);

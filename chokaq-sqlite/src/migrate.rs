@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 7;
+pub(crate) const SCHEMA_VERSION: i64 = 8;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -41,7 +41,7 @@ macro_rules! job_columns {
     };
 }
 
-/// The DDL of the schema (version 2), in order, as named templates (`{schema}` is rendered by
+/// The DDL of the schema, in order, as named templates (`{schema}` is rendered by
 /// [`crate::sql`]). Idempotent (`IF NOT EXISTS`, `ON CONFLICT DO NOTHING`) and run inside one
 /// `BEGIN IMMEDIATE` transaction. An index is created in the schema of its name and always
 /// on a table of that same schema, so SQLite wants the table name of `ON` unqualified.
@@ -74,7 +74,6 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_jobs_archive_finished",
         "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_finished ON jobs_archive (finished_at)",
     ),
-    ("migrate_jobs_archive_queue", "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_queue ON jobs_archive (queue)"),
     (
         "migrate_jobs_dlq",
         concat!(
@@ -84,7 +83,6 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         ),
     ),
     ("migrate_jobs_dlq_finished", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_finished ON jobs_dlq (finished_at)"),
-    ("migrate_jobs_dlq_queue", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_queue ON jobs_dlq (queue)"),
     (
         "migrate_queues",
         "CREATE TABLE IF NOT EXISTS {schema}.queues (\
@@ -174,6 +172,19 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_add_column_expired_holds",
         "ALTER TABLE {schema}.jobs_hot ADD COLUMN expired_holds INTEGER NOT NULL DEFAULT 0",
     ),
+    // Version 8: `list_jobs` by queue or kind in id order (issue 28) reads a range of
+    // (queue, id) / (kind, id) instead of sorting every row of the queue (the `(queue)` index
+    // of versions 1 to 7 holds the rowid, not the id) or walking the whole table for a kind.
+    // (queue, id) serves every search the `(queue)` index served, which is dropped.
+    (
+        "migrate_jobs_archive_queue_id",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_queue_id ON jobs_archive (queue, id)",
+    ),
+    ("migrate_jobs_archive_kind", "CREATE INDEX IF NOT EXISTS {schema}.jobs_archive_kind ON jobs_archive (kind, id)"),
+    ("migrate_jobs_dlq_queue_id", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_queue_id ON jobs_dlq (queue, id)"),
+    ("migrate_jobs_dlq_kind", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_kind ON jobs_dlq (kind, id)"),
+    ("migrate_drop_archive_queue", "DROP INDEX IF EXISTS {schema}.jobs_archive_queue"),
+    ("migrate_drop_dlq_queue", "DROP INDEX IF EXISTS {schema}.jobs_dlq_queue"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

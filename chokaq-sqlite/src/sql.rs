@@ -9,10 +9,12 @@
 //! tables that could shadow them).
 //!
 //! Values always travel as bound parameters (`?1`, `?2`, ...). Optional filters are static
-//! SQL with NULL-able parameters (`?2 IS NULL OR queue = ?2`), never text assembled per call.
+//! SQL with NULL-able parameters (`?2 IS NULL OR queue = ?2`), except the `list_jobs` page,
+//! built per call with sea-query from only the filters given ([`list_query`]).
 //! The DDL templates live in [`crate::migrate`] and are rendered here with the rest.
 
-use chokaq_core::{validate, Result};
+use chokaq_core::listing::{self, ListQuery, SqlDialect};
+use chokaq_core::{validate, JobTable, ListJobsParams, Result};
 
 use crate::migrate;
 
@@ -30,7 +32,13 @@ pub(crate) const MAIN: &str = "main";
 /// # Ok::<(), chokaq_core::Error>(())
 /// ```
 pub fn all_statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
-    Ok(Statements::new(schema)?.into_named())
+    let mut all = Statements::new(schema)?.into_named();
+    for table in [JobTable::Hot, JobTable::Archive, JobTable::DeadLetter] {
+        for (name, p) in listing::grammar_shapes(table) {
+            all.push((name, list_query(schema, &p)?.sql));
+        }
+    }
+    Ok(all)
 }
 
 /// The schema name as a quoted identifier, after validation (so splicing it is safe).
@@ -53,29 +61,6 @@ macro_rules! cols {
     };
 }
 
-/// [`cols`] for a listing: the payload only when `?9` is true, else JSON `null` (a page without
-/// payloads, `ListJobsParams::without_payloads`).
-macro_rules! list_cols {
-    () => {
-        "id, queue, kind, CASE WHEN ?9 THEN payload ELSE 'null' END AS payload, tags, idempotency_key, priority, \
-         status, attempt, max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, \
-         updated_at, last_error, cancel_requested, created_by"
-    };
-}
-
-/// [`select_job`] for a listing (see [`list_cols`]).
-macro_rules! list_job {
-    (jobs_hot) => {
-        concat!("SELECT ", list_cols!(), ", NULL AS finished_at, NULL AS reason FROM {schema}.jobs_hot")
-    };
-    (jobs_archive) => {
-        concat!("SELECT ", list_cols!(), ", finished_at, NULL AS reason FROM {schema}.jobs_archive")
-    };
-    (jobs_dlq) => {
-        concat!("SELECT ", list_cols!(), ", finished_at, reason FROM {schema}.jobs_dlq")
-    };
-}
-
 /// A job read from one table with `finished_at` and `reason` (NULL where the table has none),
 /// as `rows::record` decodes it.
 macro_rules! select_job {
@@ -90,19 +75,24 @@ macro_rules! select_job {
     };
 }
 
-/// The listing filters: `?1` queue, `?2` status, `?3` kind, `?4` tag, `?5` created from,
-/// `?6` created before, `?7` the keyset cursor (the last id of the previous page), `?8` the
-/// row limit (and `?9`, in [`list_cols`], whether payloads are read). Each filter is NULL when not asked for. The cursor is `id > coalesce(?7, x'')`
-/// rather than `?7 IS NULL OR id > ?7` so that SQLite still seeks the primary key to the
-/// cursor (ids are 16-byte BLOBs, all greater than the empty BLOB), instead of scanning
-/// every earlier page again.
-macro_rules! list_filters {
-    () => {
-        " WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR status = ?2 OR (status = 3 AND ?2 = 0)) AND (?3 IS NULL OR kind = ?3) \
-         AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(tags) WHERE json_each.value = ?4)) \
-         AND (?5 IS NULL OR created_at >= ?5) AND (?6 IS NULL OR created_at < ?6) \
-         AND id > coalesce(?7, x'') ORDER BY id LIMIT ?8"
+/// The columns of a `list_jobs` page of `table`, as `rows::record` decodes them: the payload,
+/// or JSON `null` in its place (`ListJobsParams::without_payloads`: none is read). The
+/// statement around them is built per call with sea-query ([`list_query`]).
+pub(crate) fn list_columns(table: JobTable, without_payloads: bool) -> String {
+    let cols = if without_payloads { cols!().replace("payload,", "'null' AS payload,") } else { cols!().to_string() };
+    let extra = match table {
+        JobTable::Hot => "NULL AS finished_at, NULL AS reason",
+        JobTable::Archive => "finished_at, NULL AS reason",
+        JobTable::DeadLetter => "finished_at, reason",
     };
+    format!("{cols}, {extra}")
+}
+
+/// The listing of `p` in `schema` (validated by the builder), rendered for SQLite: only the
+/// predicates of the filters given, keyset `id > after`, a creation window also as id bounds
+/// (`chokaq_core::listing`).
+pub(crate) fn list_query(schema: &str, p: &ListJobsParams) -> Result<ListQuery> {
+    listing::list_query(SqlDialect::Sqlite, schema, &list_columns(p.table, p.without_payloads), p)
 }
 
 /// Throughput per queue and minute: `?1` since, `?2` microseconds per minute; `$queue` narrows
@@ -420,10 +410,6 @@ statements! {
     get_archive: concat!(select_job!(jobs_archive), " WHERE id = ?1"),
     get_dead: concat!(select_job!(jobs_dlq), " WHERE id = ?1"),
 
-    // --- list_jobs (parameters: see `list_filters!`) ---------------------------------------
-    list_hot: concat!(list_job!(jobs_hot), list_filters!()),
-    list_archive: concat!(list_job!(jobs_archive), list_filters!()),
-    list_dead: concat!(list_job!(jobs_dlq), list_filters!()),
 
     // --- workers and throughput -------------------------------------------------------------
     /// `?1` worker, `?2` host, `?3` pid, `?4` queues (JSON), `?5` concurrency, `?6` now: the

@@ -815,7 +815,7 @@ async fn migration_7_adds_expired_holds_to_an_older_file() {
     let id = b.enqueue(job("m7")).await.unwrap().id;
     let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
     sqlx::query("ALTER TABLE jobs_hot DROP COLUMN expired_holds").execute(&mut raw).await.unwrap();
-    sqlx::query("DELETE FROM versions WHERE version = 7").execute(&mut raw).await.unwrap();
+    sqlx::query("DELETE FROM versions WHERE version >= 7").execute(&mut raw).await.unwrap();
     b.migrate().await.unwrap();
     b.migrate().await.unwrap();
     let n: i64 = sqlx::query_scalar("SELECT expired_holds FROM jobs_hot WHERE id = ?1")
@@ -825,7 +825,78 @@ async fn migration_7_adds_expired_holds_to_an_older_file() {
         .unwrap();
     assert_eq!(n, 0);
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    assert_eq!(v, 7);
+    // This library's version (8: the listing's indexes).
+    assert_eq!(v, 8);
+}
+
+/// Version 8: the archive and the dead letters have (queue, id) and (kind, id), the `(queue)`
+/// indexes are gone, and a page by kind or by queue reads its index in id order (no sort).
+#[tokio::test]
+async fn migration_8_lists_by_queue_and_kind_in_id_order() {
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    b.migrate().await.unwrap();
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    let mut names: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name IN ('jobs_archive', 'jobs_dlq') \
+         AND name NOT LIKE 'sqlite_autoindex%' ORDER BY name",
+    )
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "jobs_archive_finished",
+            "jobs_archive_finished_queue",
+            "jobs_archive_kind",
+            "jobs_archive_queue_id",
+            "jobs_dlq_finished",
+            "jobs_dlq_kind",
+            "jobs_dlq_queue_id"
+        ]
+    );
+    for (filter, index) in [("kind = 'k'", "jobs_archive_kind"), ("queue = 'q'", "jobs_archive_queue_id")] {
+        let rows =
+            sqlx::query(&format!("EXPLAIN QUERY PLAN SELECT id FROM jobs_archive WHERE {filter} ORDER BY id LIMIT 51"))
+                .fetch_all(&mut raw)
+                .await
+                .unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| sqlx::Row::get::<String, _>(r, "detail")).collect();
+        assert!(plan.iter().any(|d| d.contains(index)), "{filter}: {plan:?}");
+        assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{filter} sorts: {plan:?}");
+    }
+}
+
+/// A creation window lists the jobs created in it, also as id bounds (UUID v7): jobs enqueued
+/// now are in a window from a minute ago, and in none that ends before them or starts after.
+#[tokio::test]
+async fn list_by_creation_window() {
+    let (b, _db) = fresh().await;
+    let before = chrono::Utc::now() - chrono::Duration::seconds(1);
+    for _ in 0..3 {
+        b.enqueue(job("win")).await.unwrap();
+    }
+    let after = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let page = |from, to| {
+        let mut p = ListJobsParams::new(JobTable::Hot);
+        p.created_from = from;
+        p.created_to = to;
+        p
+    };
+    assert_eq!(b.list_jobs(&page(Some(before), None)).await.unwrap().jobs.len(), 3);
+    assert_eq!(b.list_jobs(&page(Some(before), Some(after))).await.unwrap().jobs.len(), 3);
+    assert_eq!(b.list_jobs(&page(None, Some(before))).await.unwrap().jobs.len(), 0);
+    assert_eq!(b.list_jobs(&page(Some(after), None)).await.unwrap().jobs.len(), 0);
+    // Keyset paging inside the window: 2, then 1.
+    let mut p = page(Some(before), Some(after));
+    p.limit = 2;
+    let first = b.list_jobs(&p).await.unwrap();
+    assert_eq!(first.jobs.len(), 2);
+    p.after = first.next;
+    let second = b.list_jobs(&p).await.unwrap();
+    assert_eq!((second.jobs.len(), second.next), (1, None));
 }
 
 /// `ClaimMode::Hold`: Fetched with its first heartbeat; a Reserve claim of a row that carries

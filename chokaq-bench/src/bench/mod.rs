@@ -124,7 +124,43 @@ impl Bench {
         if self.args.has(Workload::Scheduled) {
             res.scheduled = Some(self.scheduled_claim(res).await?);
         }
+        if self.args.has(Workload::List) {
+            res.list = Some(self.list().await?);
+        }
         Ok(())
+    }
+
+    /// The list workload ([`crate::list`]): the archive filled by one INSERT … SELECT, the hot
+    /// table through the backend, then the timed pages.
+    async fn list(&self) -> Result<serde_json::Value> {
+        let t0 = Instant::now();
+        sqlx::query(&crate::list::pg_archive_fill(&self.schema))
+            .bind(i64::from(self.args.list_archived))
+            .execute(self.pg.pool())
+            .await
+            .map_err(map_sqlx_error)?;
+        sqlx::query(&format!("VACUUM ANALYZE \"{}\".jobs_archive", self.schema))
+            .execute(self.pg.pool())
+            .await
+            .map_err(map_sqlx_error)?;
+        let hot = crate::list::fill_hot(self.pg.as_ref(), u64::from(self.args.list_hot)).await?;
+        sqlx::query(&format!("VACUUM ANALYZE \"{}\".jobs_hot", self.schema))
+            .execute(self.pg.pool())
+            .await
+            .map_err(map_sqlx_error)?;
+        eprintln!(
+            "list: {} archived, {} hot ({hot} Processing) in {:.1} s",
+            self.args.list_archived,
+            self.args.list_hot,
+            t0.elapsed().as_secs_f64()
+        );
+        crate::list::pages(
+            self.pg.as_ref(),
+            u64::from(self.args.list_archived),
+            u64::from(self.args.list_hot),
+            self.args.list_samples,
+        )
+        .await
     }
 
     /// What the server offers for the cost figures: table counters flushed on demand (15+),

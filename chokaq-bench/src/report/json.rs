@@ -54,6 +54,10 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
     o.insert("claim_ms_p50_backlog_10k".into(), json!(r.claims.first().map(|c| round3(c.all_queues.p50))));
     o.insert("claim_ms_p50_backlog_1m".into(), json!(r.claims.get(1).map(|c| round3(c.all_queues.p50))));
     o.insert("claim_ms_p50_scheduled_1m".into(), json!(r.scheduled.as_ref().map(|s| round3(s.all_queues.p50))));
+    if let Some(list) = &r.list {
+        o.insert("list_page_ms".into(), list["list_page_ms"].clone());
+        o.insert("list".into(), list["list"].clone());
+    }
     o.insert("pickup_ms_p50".into(), json!(r.pickup.as_ref().map(|p| round3(p.latency.p50))));
     o.insert("pickup_ms_p99".into(), json!(r.pickup.as_ref().map(|p| round3(p.latency.p99))));
     let per_job: serde_json::Map<String, Value> = per_job_columns(r)

@@ -27,31 +27,43 @@ fn params(sql: &str) -> u32 {
         .unwrap_or(0)
 }
 
-/// The optional filters of list and purge are NULL-able parameters, and each table's statement
-/// has exactly the parameters the backend binds to it: `$1`–`$8` (`$8` with payloads; hot:
-/// `$9` status) for a list page, `$1`–`$4` (dead letters: `$5` reason) for a purge batch.
+/// The optional filters of purge are NULL-able parameters, and each table's statement has
+/// exactly the parameters the backend binds to it: `$1`–`$4` (dead letters: `$5` reason).
 #[test]
-fn list_and_purge_take_null_able_filters() {
+fn purge_takes_null_able_filters() {
     let s = Statements::new("s");
-    assert_eq!(params(&s.list_hot), 9);
-    assert_eq!(params(&s.list_archive), 8);
-    assert_eq!(params(&s.list_dlq), 8);
-    assert!(
-        s.list_hot.contains("($9::int2 IS NULL OR status = $9::int2 OR (status = 3 AND $9::int2 = 0))"),
-        "{}",
-        s.list_hot
-    );
-    for list in [&s.list_hot, &s.list_archive, &s.list_dlq] {
-        assert!(list.contains("CASE WHEN $8::bool THEN payload ELSE 'null'::jsonb END AS payload"), "{list}");
-    }
-    assert!(s.list_dlq.contains("($1::text IS NULL OR queue = $1::text)"), "{}", s.list_dlq);
-    assert!(s.list_dlq.contains("ORDER BY id\n LIMIT $7"), "{}", s.list_dlq);
     assert_eq!(params(&s.purge_archive), 4);
     assert_eq!(params(&s.purge_dlq), 5);
     assert!(s.purge_dlq.contains("($5::text IS NULL OR reason = $5::text)"), "{}", s.purge_dlq);
     for purge in [&s.purge_archive, &s.purge_dlq] {
         assert!(purge.contains("LIMIT $4\n       FOR UPDATE SKIP LOCKED"), "{purge}");
     }
+}
+
+/// A listing names only the filters given, with one value per placeholder, the payload only
+/// when asked for, and the hot table's status as `rows::record` reads it.
+#[test]
+fn list_pages_name_only_their_filters() {
+    let mut p = ListJobsParams::new(JobTable::Hot);
+    p.status = Some(chokaq_core::JobStatus::Pending);
+    let q = list_query("s", &p).unwrap();
+    assert!(
+        q.sql.contains(r#"FROM "s"."jobs_hot" WHERE "status" IN ($1, $2) ORDER BY "id" ASC LIMIT $3"#),
+        "{}",
+        q.sql
+    );
+    assert_eq!(params(&q.sql) as usize, q.args.len());
+    assert!(q.sql.contains("CASE WHEN status = 3 THEN 0::int2 ELSE status END AS status"), "{}", q.sql);
+    assert!(q.sql.contains(" payload AS payload"), "{}", q.sql);
+    let mut p = ListJobsParams::new(JobTable::DeadLetter);
+    p.without_payloads = true;
+    let q = list_query("s", &p).unwrap();
+    assert!(q.sql.contains("'null'::jsonb AS payload"), "{}", q.sql);
+    assert!(!q.sql.contains(" WHERE "), "{}", q.sql);
+    let all = all_statements("s").unwrap();
+    let lists: Vec<&str> =
+        all.iter().map(|(n, _)| *n).filter(|n| n.starts_with("list_") && *n != "list_workers").collect();
+    assert_eq!(lists.len(), 11 + 9 + 9, "{lists:?}");
 }
 
 /// Every identifier derived from a schema name stays within PostgreSQL's 63 bytes for the
