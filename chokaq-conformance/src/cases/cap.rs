@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chokaq_core::{BackendExt, ClaimMode, ClaimParams, ErrorKind, LeaseRef, QueueControl, WorkerId};
 
@@ -141,9 +141,10 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult
         let queues = queues.clone();
         tasks.spawn(async move {
             let w = WorkerId::random();
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut progress = crate::cases::Progress::new();
             while done.load(Ordering::SeqCst) < jobs as u64 {
-                ensure!(Instant::now() < deadline, "cap race round did not finish in 60 s");
+                let now_done = done.load(Ordering::SeqCst);
+                ensure!(!progress.stalled(now_done), "cap race round: no job finished for 60 s ({now_done} of {jobs})");
                 let mode = if t % 3 == 0 { ClaimMode::Reserve } else { ClaimMode::Start };
                 let req = ClaimParams::new(w, queues.clone(), cap + 1 + 2 * (queues.len() as u32 - 1), mode);
                 let got = cx.backend.claim(&req).await?;
@@ -169,7 +170,7 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize, multi: bool) -> CaseResult
                 ensure!(c.lost.is_empty(), "complete lost leases {:?}", c.lost);
                 let capped_done = got.iter().filter(|j| j.queue == q && c.done.contains(&j.id)).count();
                 // Saturating: `done` is set to u64::MAX to stop the round, and a wrapping add
-                // would restart it (then the round waits out its 60 s deadline).
+                // would restart it (then the round waits out its 60 s stall guard).
                 let _ = done.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_add(capped_done as u64));
             }
             Ok::<(), Failure>(())

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chokaq_core::testing::Presence;
 use chokaq_core::{
@@ -283,7 +283,6 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
     let done = Arc::new(AtomicU64::new(0));
     // Set when a task fails: everyone stops at once.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let deadline = Instant::now() + Duration::from_secs(60);
     let mut tasks = tokio::task::JoinSet::new();
     for t in 0..cx.stress.claimers.max(6) {
         let (cx, q, held, done, stop) = (cx.clone(), q.clone(), held.clone(), done.clone(), stop.clone());
@@ -291,10 +290,11 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
             let w = WorkerId::random();
             let mut mine: Vec<LeaseRef> = Vec::new();
             let plain = t % 4 == 3;
+            let mut progress = crate::cases::Progress::new();
             while !stop.load(Ordering::SeqCst) && (done.load(Ordering::SeqCst) < jobs as u64 || !mine.is_empty()) {
                 ensure!(
-                    Instant::now() < deadline,
-                    "not finished in 60 s: {} of {jobs} jobs done, this worker holds {}",
+                    !progress.stalled(done.load(Ordering::SeqCst)),
+                    "no job finished for 60 s: {} of {jobs} jobs done, this worker holds {}",
                     done.load(Ordering::SeqCst),
                     mine.len()
                 );
@@ -331,6 +331,7 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
     {
         let (cx, q, done, stop) = (cx.clone(), q.clone(), done.clone(), stop.clone());
         tasks.spawn(async move {
+            let mut progress = crate::cases::Progress::new();
             while !stop.load(Ordering::SeqCst) && done.load(Ordering::SeqCst) < jobs as u64 {
                 let s = cx.queue_stats(&q).await?;
                 ensure!(
@@ -339,8 +340,8 @@ async fn race_round(cx: &Ctx, cap: u32, round: usize) -> CaseResult {
                     s.fetched + s.processing
                 );
                 ensure!(
-                    Instant::now() < deadline,
-                    "not finished in 60 s: {} of {jobs} jobs done",
+                    !progress.stalled(done.load(Ordering::SeqCst)),
+                    "no job finished for 60 s: {} of {jobs} jobs done",
                     done.load(Ordering::SeqCst)
                 );
                 tokio::task::yield_now().await;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chokaq_core::testing::TestSupport;
 use chokaq_core::{Backend, BackendExt, ClaimMode, ClaimParams, LeaseRef, WorkerId};
@@ -61,9 +61,13 @@ async fn race_round(cx: &Ctx, rr: Arc<dyn TestSupport>, cap: u32, round: usize) 
         let (q, held, max_held, done, b) = (q.clone(), held.clone(), max_held.clone(), done.clone(), rr.clone());
         tasks.spawn(async move {
             let w = WorkerId::random();
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut progress = crate::cases::Progress::new();
             while done.load(Ordering::SeqCst) < total {
-                ensure!(Instant::now() < deadline, "isolation race round did not finish in 60 s");
+                let now_done = done.load(Ordering::SeqCst);
+                ensure!(
+                    !progress.stalled(now_done),
+                    "isolation race round: no job finished for 60 s ({now_done} of {total})"
+                );
                 let got = b.claim(&ClaimParams::new(w, vec![q.clone()], cap + 1, ClaimMode::Start)).await?;
                 if got.is_empty() {
                     tokio::task::yield_now().await;

@@ -4,9 +4,38 @@
 //! and the function name: `claim` + `respects_limit` = `claim_respects_limit`); this file
 //! declares the group modules and lists them once, in [`all_cases`]'s order.
 
+use std::time::{Duration, Instant};
+
 use futures::future::BoxFuture;
 
 use crate::ctx::{Ctx, Failure};
+
+/// How long a race round may go without progress before it fails.
+pub(crate) const STALL: Duration = Duration::from_secs(60);
+
+/// A race round's hang guard: it fails a round only when the shared count of finished jobs has
+/// not moved for [`STALL`], never for being slow. A round's time depends on the machine's load:
+/// a fixed deadline turned a slow round into a failure once (PostgreSQL's
+/// `sixteen_claimers_ten_thousand_jobs_cap_three` took 129 s beside two CI runs).
+pub(crate) struct Progress {
+    seen: u64,
+    since: Instant,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Self {
+        Progress { seen: 0, since: Instant::now() }
+    }
+
+    /// Whether `done` has not moved for [`STALL`] (each call notes a move).
+    pub(crate) fn stalled(&mut self, done: u64) -> bool {
+        if done != self.seen {
+            (self.seen, self.since) = (done, Instant::now());
+            return false;
+        }
+        self.since.elapsed() > STALL
+    }
+}
 
 mod bad_input;
 mod cancel;
