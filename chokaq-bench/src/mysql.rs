@@ -83,8 +83,11 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
     // The raw loop on the same table.
     let loops = args.raw_loops.unwrap_or_else(|| args.drain_concurrency.iter().copied().max().unwrap_or(8));
     fill(b, &[QueueName::new("raw")?], n, args.enqueue_batch).await?;
-    let raw = raw_loop(&pool, schema, loops, args.raw_batch, n).await?;
-    eprintln!("raw SKIP LOCKED loop x{loops} batch {}: {raw:.0} jobs/s", args.raw_batch);
+    let (raw, raw_retries) = raw_loop(&pool, schema, loops, args.raw_batch, n).await?;
+    eprintln!(
+        "raw SKIP LOCKED loop x{loops} batch {}: {raw:.0} jobs/s ({raw_retries} batches retried after 1213/1205)",
+        args.raw_batch
+    );
     // Claim cost at two backlogs.
     let small = claim_cost(b, args, u64::from(args.backlog_small), 0).await?;
     let large = claim_cost(b, args, u64::from(args.backlog_large), u64::from(args.backlog_small)).await?;
@@ -101,7 +104,7 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
         "enqueue_jobs_per_s": enqueue,
         "enqueue_batch": args.enqueue_batch,
         "drains": drains,
-        "raw": { "loops": loops, "batch": args.raw_batch, "jobs": n, "jobs_per_s": raw },
+        "raw": { "loops": loops, "batch": args.raw_batch, "jobs": n, "jobs_per_s": raw, "lock_retries": raw_retries },
         "drain_vs_raw": best / raw,
         "claim": {
             "small": { "backlog": args.backlog_small, "p50_ms": small.0, "p99_ms": small.1 },
@@ -182,46 +185,71 @@ async fn drain(b: &Arc<MysqlBackend>, concurrency: u32, n: u64) -> Result<f64> {
 
 /// `loops` tasks, each: one transaction that locks up to `batch` Pending rows of queue `raw`
 /// `FOR UPDATE SKIP LOCKED` in claim order and deletes them; until `n` are gone: jobs/s.
-async fn raw_loop(pool: &sqlx::MySqlPool, schema: &str, loops: u32, batch: u32, n: u64) -> Result<f64> {
+/// Returns the rate and how many batches a deadlock (1213) or lock wait timeout (1205) rolled
+/// back (each retried).
+async fn raw_loop(pool: &sqlx::MySqlPool, schema: &str, loops: u32, batch: u32, n: u64) -> Result<(f64, u64)> {
     let pick = format!(
         "SELECT id FROM `{schema}`.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = 'raw' AND status = 0 \
          AND due_at <= CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) \
          ORDER BY priority DESC, due_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED"
     );
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let retries = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..loops {
-        let (pool, pick, done, schema) = (pool.clone(), pick.clone(), done.clone(), schema.to_string());
+        let (pool, pick, done, retries, schema) =
+            (pool.clone(), pick.clone(), done.clone(), retries.clone(), schema.to_string());
         tasks.spawn(async move {
             loop {
-                let mut tx = pool.begin().await?;
-                sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *tx).await?;
-                let rows = sqlx::query(&pick).fetch_all(&mut *tx).await?;
-                if rows.is_empty() {
-                    tx.rollback().await?;
-                    if done.load(std::sync::atomic::Ordering::Relaxed) >= n {
-                        return Ok::<(), sqlx::Error>(());
+                // One batch; a deadlock (1213) or lock wait timeout (1205) rolls it back and the
+                // loop goes on, counted, as the backend's own retries do (without this, eight
+                // loops on 2,000 jobs once ended the run at a 1213).
+                let batch = async {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *tx).await?;
+                    let rows = sqlx::query(&pick).fetch_all(&mut *tx).await?;
+                    if rows.is_empty() {
+                        tx.rollback().await?;
+                        return Ok::<u64, sqlx::Error>(0);
                     }
-                    continue;
+                    let ids: Vec<Vec<u8>> = rows.iter().map(|r| r.get::<Vec<u8>, _>("id")).collect();
+                    let marks = vec!["?"; ids.len()].join(", ");
+                    let del = format!("DELETE FROM `{schema}`.jobs_hot WHERE id IN ({marks})");
+                    let mut q = sqlx::query(&del);
+                    for id in &ids {
+                        q = q.bind(id);
+                    }
+                    q.execute(&mut *tx).await?;
+                    tx.commit().await?;
+                    Ok(ids.len() as u64)
+                };
+                match batch.await {
+                    Ok(0) => {
+                        if done.load(std::sync::atomic::Ordering::Relaxed) >= n {
+                            return Ok::<(), sqlx::Error>(());
+                        }
+                    }
+                    Ok(k) => {
+                        done.fetch_add(k, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(sqlx::Error::Database(e))
+                        if matches!(
+                            e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().map(|m| m.number()),
+                            Some(1213 | 1205)
+                        ) =>
+                    {
+                        retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e),
                 }
-                let ids: Vec<Vec<u8>> = rows.iter().map(|r| r.get::<Vec<u8>, _>("id")).collect();
-                let marks = vec!["?"; ids.len()].join(", ");
-                let del = format!("DELETE FROM `{schema}`.jobs_hot WHERE id IN ({marks})");
-                let mut q = sqlx::query(&del);
-                for id in &ids {
-                    q = q.bind(id);
-                }
-                q.execute(&mut *tx).await?;
-                tx.commit().await?;
-                done.fetch_add(ids.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
         });
     }
     while let Some(r) = tasks.join_next().await {
         r.map_err(|e| other(format!("raw loop task: {e}")))?.map_err(sqlx_err)?;
     }
-    Ok(n as f64 / t0.elapsed().as_secs_f64())
+    Ok((n as f64 / t0.elapsed().as_secs_f64(), retries.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 /// Claim-10 latency (p50, p99 in ms) from queue `claim` holding `backlog` Pending jobs (`have`
