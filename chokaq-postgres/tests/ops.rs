@@ -790,8 +790,13 @@ async fn a_cancel_request_survives_a_retry() {
     f.drop().await;
 }
 
-/// Throughput reads the archive through one range of its `(finished_at, queue)` index: an
-/// index-only scan, never a scan of the table, for every queue and for one.
+/// Throughput reads the archive through one range of its `(finished_at, queue)` index, never a
+/// scan of the table, for every queue and for one. Index-only where the planner can count on
+/// the visibility map, else a bitmap scan of the same range: whether VACUUM may mark the new
+/// rows' pages all-visible depends on every other session of the server (an open snapshot
+/// older than the rows stops it; a second `.ci/run` on the same server held one, and the
+/// planner chose the bitmap scan: `Bitmap Heap Scan on jobs_archive` under `Bitmap Index Scan on
+/// jobs_archive_finished_queue_idx`), so either is accepted, and only through that index.
 #[tokio::test]
 async fn throughput_reads_an_index_range_only() {
     let f = fixture!();
@@ -821,11 +826,14 @@ async fn throughput_reads_an_index_range_only() {
     };
     for (name, queue) in [("throughput_all", None), ("throughput_queue", Some("q3"))] {
         let p = plan(stmt(name), queue).await;
-        assert!(p.contains("Index Only Scan using jobs_archive_finished_queue_idx"), "{name}:\n{p}");
+        let through_range = p.contains("Index Only Scan using jobs_archive_finished_queue_idx")
+            || (p.contains("Bitmap Index Scan on jobs_archive_finished_queue_idx")
+                && p.matches("Bitmap Index Scan on jobs_archive").count() == 1);
+        assert!(through_range, "{name}:\n{p}");
         // The archive is only ever read through that range (the hot table's retry branch and
         // the dead-letter branch read tables that stay small).
         assert!(
-            !p.contains("Seq Scan on jobs_archive") && !p.contains("Bitmap Heap Scan on jobs_archive"),
+            !p.contains("Seq Scan on jobs_archive") && !p.contains("Index Scan using jobs_archive_pkey"),
             "{name}:\n{p}"
         );
     }
