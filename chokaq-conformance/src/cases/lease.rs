@@ -78,8 +78,11 @@ pub async fn stale_heartbeat_is_lost(cx: Ctx) -> CaseResult {
     for same_worker in [false, true] {
         let (a, old, b, new) = rescued_and_reclaimed_by(&cx, same_worker).await?;
         let who = if same_worker { "same worker" } else { "other worker" };
-        // Put the new owner's heartbeat in the past: a stale heartbeat must not refresh it.
-        let past = cx.backend.db_now().await? - chrono::Duration::minutes(5);
+        // Put the new owner's heartbeat in the past: a stale heartbeat must not refresh it. 30 s,
+        // well inside the default zombie timeout (5 min): aged by 5 min, a rescue run meanwhile
+        // by another case of the same schema took the job back (heartbeat_at None, seen on
+        // SQLite in CI), as in hold_claim_is_fetched_and_heartbeaten before.
+        let past = cx.backend.db_now().await? - chrono::Duration::seconds(30);
         cx.force(old.id, chokaq_core::testing::JobPatch { heartbeat_at: Some(Some(past)), ..Default::default() })
             .await?;
         let hb = cx.backend.heartbeat(a, &[old.lease_ref()]).await?;
@@ -217,7 +220,8 @@ pub async fn heartbeat_bumps(cx: Ctx) -> CaseResult {
     let w = WorkerId::random();
     cx.enqueue(cx.job(&q)).await?;
     let j = cx.claim_one_started(w, &q).await?;
-    let past = cx.backend.db_now().await? - chrono::Duration::minutes(5);
+    // 30 s: inside the default zombie timeout, so no other case's rescue takes the job back.
+    let past = cx.backend.db_now().await? - chrono::Duration::seconds(30);
     cx.force(j.id, chokaq_core::testing::JobPatch { heartbeat_at: Some(Some(past)), ..Default::default() }).await?;
     let before = cx.backend.db_now().await?;
     let hb = cx.backend.heartbeat(w, &[j.lease_ref()]).await?;
