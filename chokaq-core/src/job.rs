@@ -37,6 +37,11 @@ pub struct NewJob {
     pub idempotency_key: Option<String>,
     /// Free-form tags for filtering.
     pub tags: Vec<String>,
+    /// The job's concurrency key: the unit of a queue's per-key cap
+    /// ([`QueueControl::SetKeyMaxWorkers`](crate::QueueControl::SetKeyMaxWorkers)) and of a
+    /// by-key rate limit ([`RateLimit::by_key`](crate::RateLimit::by_key)). `None`: bound by
+    /// neither per-key setting (the queue's cap and a queue-wide rate limit still bind it).
+    pub concurrency_key: Option<String>,
     /// How many attempts before it is dead-lettered. Default [`DEFAULT_MAX_ATTEMPTS`].
     pub max_attempts: i32,
     /// Who enqueued it (free text, for audit).
@@ -54,6 +59,7 @@ impl NewJob {
             run_at: RunAt::Now,
             idempotency_key: None,
             tags: Vec::new(),
+            concurrency_key: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             created_by: None,
         }
@@ -116,6 +122,13 @@ impl NewJob {
         self
     }
 
+    /// Sets the concurrency key (a tenant, a customer, a resource): a queue's per-key cap and a
+    /// by-key rate limit count the jobs of each key apart.
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.concurrency_key = Some(key.into());
+        self
+    }
+
     /// Sets the maximum number of attempts (at least 1).
     pub fn max_attempts(mut self, n: i32) -> Self {
         self.max_attempts = n;
@@ -150,6 +163,9 @@ impl NewJob {
         for tag in &self.tags {
             validate::text_field("tag", tag, validate::MAX_TAG_LEN)?;
         }
+        if let Some(key) = &self.concurrency_key {
+            validate::text_field("concurrency key", key, validate::MAX_CONCURRENCY_KEY_LEN)?;
+        }
         if let Some(who) = &self.created_by {
             validate::text_field("created_by", who, validate::MAX_CREATED_BY_LEN)?;
         }
@@ -180,6 +196,9 @@ pub struct ClaimedJob {
     pub payload: serde_json::Value,
     pub tags: Vec<String>,
     pub idempotency_key: Option<String>,
+    /// The job's concurrency key ([`NewJob::concurrency_key`]).
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
     pub priority: i32,
     /// `Fetched` (reserve mode) or `Processing` (start mode).
     pub status: JobStatus,
@@ -236,6 +255,9 @@ pub struct JobRecord {
     pub payload: serde_json::Value,
     pub tags: Vec<String>,
     pub idempotency_key: Option<String>,
+    /// The job's concurrency key ([`NewJob::concurrency_key`]).
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
     pub priority: i32,
     pub attempt: i32,
     pub max_attempts: i32,
@@ -301,9 +323,12 @@ mod tests {
     #[test]
     fn control_characters_in_text_fields_are_invalid_input() {
         for bad in ["a\nb", "a\rb", "\u{1b}[31mred", "tab\there", "del\u{7f}", "c1\u{85}next", "line\u{2028}sep"] {
-            for (what, j) in
-                [("tag", job().tag(bad)), ("key", job().idempotency_key(bad)), ("created_by", job().created_by(bad))]
-            {
+            for (what, j) in [
+                ("tag", job().tag(bad)),
+                ("key", job().idempotency_key(bad)),
+                ("created_by", job().created_by(bad)),
+                ("concurrency key", job().concurrency_key(bad)),
+            ] {
                 let r = j.validate(validate::DEFAULT_MAX_PAYLOAD_BYTES);
                 assert_eq!(r.map_err(|e| e.kind()).err(), Some(ErrorKind::InvalidInput), "{what} {bad:?}");
             }

@@ -52,9 +52,9 @@ pub use process::{
     ThroughputBucket, ThroughputParams, WorkerProcess, WorkerRegistration, MAX_HOST_LEN, MAX_THROUGHPUT_WINDOW,
     MAX_WORKER_QUEUES,
 };
-pub use queue::{QueueControl, QueueSettings, ZombiePolicy};
+pub use queue::{QueueControl, QueueSettings, RateLimit, ZombiePolicy};
 pub use retry::RetryPolicy;
-pub use stats::{QueueStats, StatsSnapshot};
+pub use stats::{KeyCount, QueueStats, StatsSnapshot, MAX_BUSIEST_KEYS};
 pub use types::*;
 pub use wake::{Wake, Wakeups};
 

@@ -16,6 +16,117 @@ pub enum ZombiePolicy {
     DeadLetter,
 }
 
+/// A rate limit: at most `jobs` starts (claims) in any window of length `per`, for the whole
+/// queue or, with `by_key`, for each concurrency key apart.
+///
+/// The window slides over the database's claim timestamps: a claim stamped `t` may take a job
+/// only while fewer than `jobs` starts of the same bucket are stamped after `t - per` (later
+/// stamps count too), so no half-open interval `[s, s + per)` ever holds more than `jobs`
+/// stamps. A start is a claim in any mode; a job released or rescued back to Pending keeps its
+/// start in the window. See `docs/contract.md`, "Keys and rate limits".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// Starts allowed per window: 1 to [`validate::MAX_RATE_JOBS`].
+    pub jobs: u32,
+    /// The window: whole milliseconds, [`validate::MIN_RATE_PERIOD`] to
+    /// [`validate::MAX_RATE_PERIOD`].
+    #[serde(with = "millis")]
+    pub per: Duration,
+    /// One window per concurrency key (jobs without a key are not limited by it) instead of
+    /// one for the queue.
+    #[serde(default)]
+    pub by_key: bool,
+}
+
+impl RateLimit {
+    /// A queue-wide limit.
+    pub const fn new(jobs: u32, per: Duration) -> Self {
+        RateLimit { jobs, per, by_key: false }
+    }
+
+    /// The same limit for each concurrency key apart.
+    pub const fn by_key(mut self) -> Self {
+        self.by_key = true;
+        self
+    }
+
+    /// `per` in whole milliseconds (what backends store).
+    pub fn per_millis(&self) -> i64 {
+        i64::try_from(self.per.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Rejects 0 jobs, more than [`validate::MAX_RATE_JOBS`], and a period outside
+    /// [`validate::MIN_RATE_PERIOD`]..=[`validate::MAX_RATE_PERIOD`] or not a whole number of
+    /// milliseconds.
+    pub fn validate(&self) -> Result<()> {
+        if self.jobs == 0 || self.jobs > validate::MAX_RATE_JOBS {
+            return Err(Error::invalid(format!(
+                "rate limit jobs must be 1 to {}, got {} (None means no limit)",
+                validate::MAX_RATE_JOBS,
+                self.jobs
+            )));
+        }
+        validate::duration("rate limit period", self.per, validate::MIN_RATE_PERIOD, validate::MAX_RATE_PERIOD)?;
+        if self.per.subsec_nanos() % 1_000_000 != 0 {
+            return Err(Error::invalid(format!(
+                "rate limit period must be a whole number of milliseconds, got {:?}",
+                self.per
+            )));
+        }
+        Ok(())
+    }
+
+    /// Parses `N/PERIOD` as the CLI takes it: `500/1s`, `10/250ms`, `100/1m`, `1000/1h`,
+    /// `5/1d`; the unit is one of `ms`, `s`, `m`, `h`, `d` and the number before it is whole.
+    pub fn parse(text: &str, by_key: bool) -> Result<Self> {
+        let bad =
+            || Error::invalid(format!("invalid rate limit {text:?}: expected N/PERIOD such as 500/1s or 10/250ms"));
+        let (jobs, period) = text.trim().split_once('/').ok_or_else(bad)?;
+        let jobs: u32 = jobs.trim().parse().map_err(|_| bad())?;
+        let period = period.trim();
+        let split = period.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (n, unit) = period.split_at(split);
+        let n: u64 = if n.is_empty() { 1 } else { n.parse().map_err(|_| bad())? };
+        let ms = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let per = Duration::from_millis(n.checked_mul(ms).ok_or_else(bad)?);
+        let limit = RateLimit { jobs, per, by_key };
+        limit.validate()?;
+        Ok(limit)
+    }
+}
+
+impl std::fmt::Display for RateLimit {
+    /// `500/1000ms`, with ` by key` for a per-key limit.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}ms", self.jobs, self.per.as_millis())?;
+        if self.by_key {
+            f.write_str(" by key")?;
+        }
+        Ok(())
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
 /// One change to a queue's control row (an upsert).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QueueControl {
@@ -31,6 +142,11 @@ pub enum QueueControl {
     /// How long a Fetched (reserved, not started) job may wait before the rescuer puts it back
     /// to Pending. `None` = [`DEFAULT_FETCHED_TIMEOUT`](crate::DEFAULT_FETCHED_TIMEOUT).
     SetFetchedTimeout(Option<Duration>),
+    /// At most this many Fetched + Processing jobs per concurrency key in the queue,
+    /// cluster-wide (`None` = no per-key cap). Jobs without a key are not bound by it.
+    SetKeyMaxWorkers(Option<u32>),
+    /// At most `jobs` starts per `per` window, for the queue or per key (`None` = no limit).
+    SetRateLimit(Option<RateLimit>),
 }
 
 impl QueueControl {
@@ -51,6 +167,11 @@ impl QueueControl {
             QueueControl::SetFetchedTimeout(Some(t)) => {
                 validate::duration("fetched_timeout", t, validate::MIN_ZOMBIE_TIMEOUT, validate::MAX_ZOMBIE_TIMEOUT)
             }
+            QueueControl::SetKeyMaxWorkers(Some(n)) if n > validate::MAX_QUEUE_WORKERS => Err(Error::invalid(format!(
+                "key_max_workers must be at most {}, got {n} (None means no per-key cap)",
+                validate::MAX_QUEUE_WORKERS
+            ))),
+            QueueControl::SetRateLimit(Some(limit)) => limit.validate(),
             _ => Ok(()),
         }
     }
@@ -69,6 +190,12 @@ pub struct QueueSettings {
     /// `None`: [`DEFAULT_FETCHED_TIMEOUT`](crate::DEFAULT_FETCHED_TIMEOUT).
     #[serde(default)]
     pub fetched_timeout: Option<Duration>,
+    /// The per-key cap: at most this many Fetched + Processing jobs per concurrency key.
+    #[serde(default)]
+    pub key_max_workers: Option<u32>,
+    /// The rate limit, if any.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
     /// None when the queue has no control row.
     pub updated_at: Option<Timestamp>,
 }
@@ -94,6 +221,8 @@ impl QueueSettings {
             zombie_timeout: None,
             zombie_policy: ZombiePolicy::Retry,
             fetched_timeout: None,
+            key_max_workers: None,
+            rate_limit: None,
             updated_at: None,
         }
     }
@@ -114,6 +243,13 @@ mod tests {
             QueueControl::SetZombieTimeout(Some(validate::MIN_ZOMBIE_TIMEOUT)),
             QueueControl::SetZombieTimeout(Some(validate::MAX_ZOMBIE_TIMEOUT)),
             QueueControl::SetZombiePolicy(ZombiePolicy::DeadLetter),
+            QueueControl::SetKeyMaxWorkers(Some(0)),
+            QueueControl::SetKeyMaxWorkers(Some(validate::MAX_QUEUE_WORKERS)),
+            QueueControl::SetRateLimit(None),
+            QueueControl::SetRateLimit(Some(RateLimit::new(1, validate::MIN_RATE_PERIOD))),
+            QueueControl::SetRateLimit(Some(
+                RateLimit::new(validate::MAX_RATE_JOBS, validate::MAX_RATE_PERIOD).by_key(),
+            )),
         ] {
             assert!(ok.validate().is_ok(), "{ok:?}");
         }
@@ -124,10 +260,42 @@ mod tests {
             (QueueControl::SetZombieTimeout(Some(Duration::from_micros(999))), "zombie_timeout"),
             (QueueControl::SetZombieTimeout(Some(validate::MAX_ZOMBIE_TIMEOUT + Duration::from_secs(1))), "2592000s"),
             (QueueControl::SetZombieTimeout(Some(Duration::MAX)), "zombie_timeout"),
+            (QueueControl::SetKeyMaxWorkers(Some(validate::MAX_QUEUE_WORKERS + 1)), "key_max_workers"),
+            (QueueControl::SetRateLimit(Some(RateLimit::new(0, Duration::from_secs(1)))), "jobs must be 1"),
+            (
+                QueueControl::SetRateLimit(Some(RateLimit::new(validate::MAX_RATE_JOBS + 1, Duration::from_secs(1)))),
+                "jobs",
+            ),
+            (QueueControl::SetRateLimit(Some(RateLimit::new(1, Duration::ZERO))), "period"),
+            (QueueControl::SetRateLimit(Some(RateLimit::new(1, Duration::from_micros(999)))), "period"),
+            (QueueControl::SetRateLimit(Some(RateLimit::new(1, Duration::from_micros(1500)))), "whole number"),
+            (QueueControl::SetRateLimit(Some(RateLimit::new(1, Duration::from_secs(86_401)))), "period"),
         ] {
             let err = bad.validate().unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
             assert!(err.message().contains(needle), "{bad:?}: {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn rate_limits_parse() {
+        assert_eq!(RateLimit::parse("500/1s", false).unwrap(), RateLimit::new(500, Duration::from_secs(1)));
+        assert_eq!(
+            RateLimit::parse("10/250ms", true).unwrap(),
+            RateLimit::new(10, Duration::from_millis(250)).by_key()
+        );
+        assert_eq!(RateLimit::parse("3/m", false).unwrap().per, Duration::from_secs(60));
+        assert_eq!(RateLimit::parse("1/1d", false).unwrap().per, Duration::from_secs(86_400));
+        for bad in ["", "5", "0/1s", "5/0s", "5/2d", "x/1s", "5/1w", "-1/1s", "5/1.5s"] {
+            let err = RateLimit::parse(bad, false).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidInput, "{bad}");
+        }
+        let json = serde_json::to_value(RateLimit::new(5, Duration::from_millis(1500))).unwrap();
+        assert_eq!(json, serde_json::json!({"jobs": 5, "per": 1500, "by_key": false}));
     }
 }

@@ -4,6 +4,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::{QueueSettings, Timestamp};
 
+/// How many Fetched + Processing jobs one concurrency key holds ([`QueueStats::busiest_keys`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyCount {
+    pub key: String,
+    pub running: u64,
+}
+
+/// How many keys [`QueueStats::busiest_keys`] lists at most.
+pub const MAX_BUSIEST_KEYS: usize = 5;
+
 /// One queue's counts in a [`StatsSnapshot`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueStats {
@@ -28,6 +38,11 @@ pub struct QueueStats {
     /// on a large archive), not an exact count.
     #[serde(default)]
     pub archived_estimated: bool,
+    /// The concurrency keys with the most Fetched + Processing jobs in the queue, at most
+    /// [`MAX_BUSIEST_KEYS`], most running first (ties: by key). Empty when no running job of
+    /// the queue has a key.
+    #[serde(default)]
+    pub busiest_keys: Vec<KeyCount>,
 }
 
 impl QueueStats {

@@ -20,6 +20,8 @@ pub const MAX_KIND_LEN: usize = 255;
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 /// Longest single tag, in bytes.
 pub const MAX_TAG_LEN: usize = 100;
+/// Longest concurrency key, in bytes (issue 25: keyed caps and rate limits).
+pub const MAX_CONCURRENCY_KEY_LEN: usize = 255;
 /// Most tags on one job.
 pub const MAX_TAGS: usize = 32;
 /// Default payload limit (bytes of serialized JSON); backends make it configurable.
@@ -91,6 +93,13 @@ pub const MIN_ZOMBIE_TIMEOUT: Duration = Duration::from_millis(1);
 pub const MAX_ZOMBIE_TIMEOUT: Duration = Duration::from_secs(30 * 86_400);
 /// Largest queue cap (`max_workers`); `0` lets nothing through, `None` means no cap.
 pub const MAX_QUEUE_WORKERS: u32 = 1_000_000;
+/// Largest `jobs` of a [`RateLimit`](crate::RateLimit).
+pub const MAX_RATE_JOBS: u32 = 1_000_000;
+/// Shortest `per` of a [`RateLimit`](crate::RateLimit): one millisecond (periods are stored in
+/// whole milliseconds).
+pub const MIN_RATE_PERIOD: Duration = Duration::from_millis(1);
+/// Longest `per` of a [`RateLimit`](crate::RateLimit): one day.
+pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(86_400);
 
 /// Validates an identifier: `^[A-Za-z_][A-Za-z0-9_]*$`, 1 to `max_len` bytes. No reserved
 /// names: that is [`schema_name`]'s rule; this is for other identifiers (a database name).

@@ -120,6 +120,7 @@ pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
     let op = "claim";
     let c = decode_common(op, row)?;
     Ok(ClaimedJob {
+        concurrency_key: None,
         id: c.id,
         queue: c.queue,
         kind: c.kind,
@@ -153,6 +154,7 @@ pub(crate) fn decode_record(op: &str, row: &Row) -> Result<JobRecord> {
     let finished_at = ts(op, row, "FinishedAtUtc")?;
     let c = decode_common(op, row)?;
     Ok(JobRecord {
+        concurrency_key: None,
         id: c.id,
         location,
         queue: c.queue,
@@ -180,6 +182,8 @@ pub(crate) fn decode_record(op: &str, row: &Row) -> Result<JobRecord> {
 pub(crate) fn decode_queue(op: &str, row: &Row) -> Result<QueueSettings> {
     let policy: i16 = req(op, row, "ZombiePolicy")?;
     Ok(QueueSettings {
+        key_max_workers: None,
+        rate_limit: None,
         name: QueueName::new(req::<&str>(op, row, "Name")?)?,
         max_workers: col::<i32>(op, row, "MaxWorkers")?.map(|n| u32::try_from(n).unwrap_or(0)),
         is_paused: req(op, row, "IsPaused")?,
@@ -299,6 +303,7 @@ pub(crate) fn decode_stats(op: &str, sets: Vec<Vec<Row>>) -> Result<StatsSnapsho
             None => None,
         };
         snap.push(QueueStats {
+            busiest_keys: Vec::new(),
             queue: req::<&str>(op, r, "Queue")?.to_string(),
             pending: count(op, r, "Pending")?,
             fetched: count(op, r, "Fetched")?,

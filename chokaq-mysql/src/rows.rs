@@ -118,6 +118,7 @@ pub(crate) fn record(row: &MySqlRow, from: Src) -> Result<JobRecord> {
     let kind = text(row, "kind")?;
     let cancel_requested: i64 = get(row, "cancel_requested")?;
     Ok(JobRecord {
+        concurrency_key: None,
         id: JobId(get::<Uuid>(row, "id")?),
         location,
         queue: QueueName::new(queue).map_err(|_| corrupt("queue"))?,
@@ -162,6 +163,7 @@ pub(crate) fn claimed(row: &MySqlRow, m: &Marked) -> Result<ClaimedJob> {
         return Err(corrupt("claimed row was not Pending"));
     }
     Ok(ClaimedJob {
+        concurrency_key: None,
         id: r.id,
         queue: r.queue,
         kind: r.kind,
@@ -190,6 +192,8 @@ pub(crate) fn settings(row: &MySqlRow, queue: &QueueName) -> Result<QueueSetting
     let zombie_us: Option<i64> = get(row, "zombie_timeout_us")?;
     let policy = text(row, "zombie_policy")?;
     Ok(QueueSettings {
+        key_max_workers: None,
+        rate_limit: None,
         name: queue.clone(),
         max_workers: max_workers.map(|m| u32::try_from(m).map_err(|_| corrupt("max_workers"))).transpose()?,
         is_paused: get::<i64>(row, "is_paused")? != 0,

@@ -665,6 +665,10 @@ impl Backend for PgBackend {
                     };
                     self.set_control(&s.control_zombie_policy, queue, code).await
                 }
+                QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => Err(Error::new(
+                    chokaq_core::ErrorKind::Unsupported,
+                    "keyed caps and rate limits are not in this backend yet (issue 25)",
+                )),
             }
         }
         .await

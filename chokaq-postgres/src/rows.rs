@@ -27,6 +27,7 @@ pub(crate) fn claimed(row: &PgRow) -> Result<(ClaimedJob, Timestamp)> {
     let lease: Option<i64> = get(row, "lease")?;
     let worker: Option<Uuid> = get(row, "worker_id")?;
     let job = ClaimedJob {
+        concurrency_key: None,
         id: JobId(get(row, "id")?),
         queue: QueueName::new(get::<String>(row, "queue")?)?,
         kind: JobKind::new(get::<String>(row, "kind")?)?,
@@ -58,6 +59,7 @@ pub(crate) fn record(row: &PgRow) -> Result<JobRecord> {
         _ => JobLocation::Dead(DeadReason::parse(&get::<String>(row, "reason")?)?),
     };
     Ok(JobRecord {
+        concurrency_key: None,
         id: JobId(get(row, "id")?),
         location,
         queue: QueueName::new(get::<String>(row, "queue")?)?,
@@ -94,6 +96,8 @@ fn settings_named(row: &PgRow, name: String) -> Result<QueueSettings> {
     let ft: Option<i64> = get(row, "fetched_timeout_ms")?;
     let policy: i16 = get(row, "zombie_policy")?;
     Ok(QueueSettings {
+        key_max_workers: None,
+        rate_limit: None,
         name: QueueName::new(name)?,
         max_workers: max.map(|m| m.max(0) as u32),
         is_paused: get(row, "is_paused")?,
@@ -124,6 +128,7 @@ pub(crate) fn stats(rows: &[PgRow]) -> Result<StatsSnapshot> {
         let Some(queue) = row.try_get::<Option<String>, _>("queue").map_err(map_sqlx_error)? else { continue };
         let settings = if get::<bool>(row, "controlled")? { Some(settings_named(row, queue.clone())?) } else { None };
         snap.push(QueueStats {
+            busiest_keys: Vec::new(),
             queue,
             pending: get_i("pending")?,
             fetched: get_i("fetched")?,

@@ -162,6 +162,12 @@ pub(crate) async fn control_queue(
         QueueControl::SetZombieTimeout(d) => {
             (&b.sql.set_zombie_timeout, d.map(|d| dur_us("zombie_timeout", d)).transpose()?)
         }
+        QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => {
+            return Err(chokaq_core::Error::new(
+                chokaq_core::ErrorKind::Unsupported,
+                "keyed caps and rate limits are not in this backend yet (issue 25)",
+            ))
+        }
         QueueControl::SetZombiePolicy(_) => (&b.sql.set_zombie_policy, None),
         QueueControl::SetFetchedTimeout(d) => {
             (&b.sql.set_fetched_timeout, d.map(|d| dur_us("fetched_timeout", d)).transpose()?)

@@ -98,6 +98,7 @@ pub(crate) fn record(row: &SqliteRow, from: Src) -> Result<JobRecord> {
     let kind: String = get(row, "kind")?;
     let cancel_requested: i64 = get(row, "cancel_requested")?;
     Ok(JobRecord {
+        concurrency_key: None,
         id: JobId(get::<Uuid>(row, "id")?),
         location,
         queue: QueueName::new(queue).map_err(|_| corrupt("queue"))?,
@@ -130,6 +131,7 @@ pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
         _ => return Err(corrupt("claimed row is not hot")),
     };
     Ok(ClaimedJob {
+        concurrency_key: None,
         id: r.id,
         queue: r.queue,
         kind: r.kind,
@@ -158,6 +160,8 @@ pub(crate) fn settings(row: &SqliteRow, queue: &QueueName) -> Result<QueueSettin
     let zombie_us: Option<i64> = get(row, "zombie_timeout_us")?;
     let policy: String = get(row, "zombie_policy")?;
     Ok(QueueSettings {
+        key_max_workers: None,
+        rate_limit: None,
         name: queue.clone(),
         max_workers: max_workers.map(|m| u32::try_from(m).map_err(|_| corrupt("max_workers"))).transpose()?,
         is_paused: get::<i64>(row, "is_paused")? != 0,

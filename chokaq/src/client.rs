@@ -33,7 +33,8 @@ impl IntoNewJob for NewJob {
 
 impl<J: Job> IntoNewJob for &J {
     fn into_new_job(self) -> Result<NewJob> {
-        let nj = NewJob::build(J::queue(), J::KIND)?.max_attempts(J::max_attempts());
+        let mut nj = NewJob::build(J::queue(), J::KIND)?.max_attempts(J::max_attempts());
+        nj.concurrency_key = self.concurrency_key();
         nj.payload(self)
     }
 }
@@ -123,6 +124,11 @@ impl JobBuilder {
     /// Adds a tag.
     pub fn tag(self, tag: impl Into<String>) -> Self {
         self.map(|j| j.tag(tag))
+    }
+
+    /// Sets the concurrency key, overriding the one [`Job::concurrency_key`] derives.
+    pub fn concurrency_key(self, key: impl Into<String>) -> Self {
+        self.map(|j| j.concurrency_key(key))
     }
 
     /// Sets the maximum number of attempts.
@@ -331,6 +337,9 @@ mod tests {
         fn max_attempts() -> i32 {
             4
         }
+        fn concurrency_key(&self) -> Option<String> {
+            self.to.split_once('@').map(|(_, domain)| domain.to_string())
+        }
     }
 
     fn email() -> Email {
@@ -344,6 +353,7 @@ mod tests {
         let nj = (&email()).into_new_job().unwrap();
         assert_eq!((nj.queue.as_str(), nj.kind.as_str(), nj.max_attempts), ("email", "email.send.v1", 4));
         assert_eq!(nj.payload, serde_json::json!({ "to": "a@example.com" }));
+        assert_eq!(nj.concurrency_key.as_deref(), Some("example.com"), "derived from the payload");
 
         let nj = JobBuilder::new(&email()).queue("other").priority(3).tag("t").idempotency_key("k").into_new_job();
         let nj = nj.unwrap();
@@ -352,6 +362,8 @@ mod tests {
             ("other", "email.send.v1", 3, 4)
         );
         assert_eq!((nj.tags.as_slice(), nj.idempotency_key.as_deref()), (&["t".to_string()][..], Some("k")));
+        let nj = JobBuilder::new(&email()).concurrency_key("tenant-7").into_new_job().unwrap();
+        assert_eq!(nj.concurrency_key.as_deref(), Some("tenant-7"), "the builder's key wins");
 
         let nj = JobBuilder::raw("q", "k.v1", serde_json::json!([1])).into_new_job().unwrap();
         assert_eq!((nj.queue.as_str(), nj.kind.as_str(), &nj.payload), ("q", "k.v1", &serde_json::json!([1])));

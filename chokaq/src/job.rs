@@ -53,6 +53,13 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn retry_policy() -> Option<RetryPolicy> {
         None
     }
+
+    /// The concurrency key of this job, derived from its payload (a tenant, a customer, a
+    /// resource): a queue's per-key cap and a by-key rate limit count each key apart. `None`
+    /// (the default): the job is bound by neither per-key setting.
+    fn concurrency_key(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How a handler says an attempt did not succeed.

@@ -36,6 +36,9 @@ struct Store {
     schedules: BTreeMap<String, ScheduleRow>,
     /// The `expired_holds` column: how often a held Fetched job expired (absent: 0).
     expired_holds: HashMap<JobId, i32>,
+    /// The starts log of rate-limited queues: (queue, concurrency key, claim time), in claim
+    /// order; pruned by the rescue (entries older than the queue's window).
+    starts: Vec<(QueueName, Option<String>, Timestamp)>,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -152,6 +155,10 @@ impl MemoryBackend {
                 report.zombies_dead += 1;
             }
         }
+        // The starts log keeps only what a rate window can still see.
+        let windows: HashMap<QueueName, Duration> =
+            s.queues.iter().filter_map(|(q, st)| st.rate_limit.map(|l| (q.clone(), l.per))).collect();
+        s.starts.retain(|(q, _, t)| windows.get(q).is_some_and(|per| *t > minus(at, *per)));
         report
     }
 
@@ -195,6 +202,7 @@ impl MemoryBackend {
                 payload: job.payload,
                 tags: job.tags,
                 idempotency_key: job.idempotency_key,
+                concurrency_key: job.concurrency_key,
                 priority: job.priority,
                 attempt: 0,
                 max_attempts: job.max_attempts,
@@ -300,6 +308,7 @@ fn claimed(r: &JobRecord) -> ClaimedJob {
         payload: r.payload.clone(),
         tags: r.tags.clone(),
         idempotency_key: r.idempotency_key.clone(),
+        concurrency_key: r.concurrency_key.clone(),
         priority: r.priority,
         status: status_of(r).unwrap_or(JobStatus::Fetched),
         attempt: r.attempt,
@@ -372,6 +381,13 @@ impl Backend for MemoryBackend {
                 };
                 free.insert(q.clone(), slots);
             }
+            // Per-key allowance (the per-key cap) and the rate windows: (queue, key) -> how
+            // many more this claim may take. Key `None` of a queue-wide rate limit is the
+            // queue's bucket; a job without a concurrency key is bound by neither per-key one.
+            let mut key_free: HashMap<(QueueName, String), u64> = HashMap::new();
+            let mut rate_free: HashMap<(QueueName, Option<String>), u64> = HashMap::new();
+            let settings: HashMap<QueueName, QueueSettings> =
+                req.queues.iter().map(|q| (q.clone(), Self::settings(&s, q))).collect();
             let mut candidates: Vec<&JobRecord> = s
                 .hot
                 .values()
@@ -384,16 +400,68 @@ impl Backend for MemoryBackend {
                 if picked.len() as u32 >= req.limit {
                     break;
                 }
-                let slot = free.get_mut(&r.queue).expect("queue requested");
-                match slot {
-                    Some(0) => continue,
-                    Some(n) => *n -= 1,
-                    None => {}
+                if matches!(free.get(&r.queue), Some(Some(0))) {
+                    continue;
                 }
-                picked.push(r.id);
+                let st = &settings[&r.queue];
+                let key_slot = match (st.key_max_workers, &r.concurrency_key) {
+                    (Some(cap), Some(k)) => {
+                        let slot = key_free.entry((r.queue.clone(), k.clone())).or_insert_with(|| {
+                            let running = s
+                                .hot
+                                .values()
+                                .filter(|x| {
+                                    x.queue == r.queue
+                                        && x.concurrency_key.as_deref() == Some(k.as_str())
+                                        && matches!(status_of(x), Some(JobStatus::Fetched | JobStatus::Processing))
+                                })
+                                .count() as u64;
+                            u64::from(cap).saturating_sub(running)
+                        });
+                        if *slot == 0 {
+                            continue;
+                        }
+                        Some((r.queue.clone(), k.clone()))
+                    }
+                    _ => None,
+                };
+                let rate_slot = match st.rate_limit {
+                    Some(limit) if !limit.by_key || r.concurrency_key.is_some() => {
+                        let bucket = if limit.by_key { r.concurrency_key.clone() } else { None };
+                        let since = minus(at, limit.per);
+                        let slot = rate_free.entry((r.queue.clone(), bucket.clone())).or_insert_with(|| {
+                            let started = s
+                                .starts
+                                .iter()
+                                .filter(|(q, k, t)| q == &r.queue && (!limit.by_key || k == &bucket) && *t > since)
+                                .count() as u64;
+                            u64::from(limit.jobs).saturating_sub(started)
+                        });
+                        if *slot == 0 {
+                            continue;
+                        }
+                        Some((r.queue.clone(), bucket))
+                    }
+                    _ => None,
+                };
+                if let Some(Some(n)) = free.get_mut(&r.queue) {
+                    *n -= 1;
+                }
+                if let Some(k) = key_slot {
+                    *key_free.get_mut(&k).expect("entered above") -= 1;
+                }
+                if let Some(b) = rate_slot {
+                    *rate_free.get_mut(&b).expect("entered above") -= 1;
+                }
+                picked.push((r.id, st.rate_limit.is_some()));
             }
             let mut out = Vec::with_capacity(picked.len());
-            for id in picked {
+            for (id, logged) in picked {
+                if logged {
+                    let r = &s.hot[&id];
+                    let entry = (r.queue.clone(), r.concurrency_key.clone(), at);
+                    s.starts.push(entry);
+                }
                 s.last_lease += 1;
                 let lease = Lease(s.last_lease);
                 let r = s.hot.get_mut(&id).expect("picked from hot");
@@ -643,6 +711,8 @@ impl Backend for MemoryBackend {
                 QueueControl::SetZombieTimeout(t) => st.zombie_timeout = t,
                 QueueControl::SetFetchedTimeout(t) => st.fetched_timeout = t,
                 QueueControl::SetZombiePolicy(p) => st.zombie_policy = p,
+                QueueControl::SetKeyMaxWorkers(m) => st.key_max_workers = m,
+                QueueControl::SetRateLimit(l) => st.rate_limit = l,
             }
             st.updated_at = Some(now());
             s.queues.insert(queue.clone(), st.clone());
@@ -762,6 +832,22 @@ impl Backend for MemoryBackend {
                         }
                     }
                 }
+            }
+            let mut keys: BTreeMap<(String, String), u64> = BTreeMap::new();
+            for r in s.hot.values() {
+                if let (Some(k), Some(JobStatus::Fetched | JobStatus::Processing)) = (&r.concurrency_key, status_of(r))
+                {
+                    *keys.entry((r.queue.to_string(), k.clone())).or_default() += 1;
+                }
+            }
+            for ((queue, key), running) in keys {
+                if let Some(qs) = per.get_mut(&queue) {
+                    qs.busiest_keys.push(crate::KeyCount { key, running });
+                }
+            }
+            for qs in per.values_mut() {
+                qs.busiest_keys.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
+                qs.busiest_keys.truncate(crate::MAX_BUSIEST_KEYS);
             }
             for (name, st) in &s.queues {
                 per.entry(name.to_string())

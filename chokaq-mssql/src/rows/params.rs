@@ -129,6 +129,12 @@ pub(crate) fn control_params(control: QueueControl) -> Result<ControlParams> {
             zombie_ms = d.map(|d| millis("zombie_timeout", d)).transpose()?;
             6
         }
+        QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => {
+            return Err(chokaq_core::Error::new(
+                chokaq_core::ErrorKind::Unsupported,
+                "keyed caps and rate limits are not in this backend yet (issue 25)",
+            ))
+        }
         QueueControl::SetFetchedTimeout(d) => {
             zombie_ms = d.map(|d| millis("fetched_timeout", d)).transpose()?;
             8
