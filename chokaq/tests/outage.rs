@@ -171,11 +171,23 @@ fn main() -> ExitCode {
     if std::env::var_os(CHILD_ENV).is_some() {
         return child_main();
     }
-    let args = Arguments::from_args();
-    let name = "outage_restart_fast_immediate_and_long_stop";
-    let trial = match PgBin::find() {
+    let mut args = Arguments::from_args();
+    // One case at a time: each runs its own cluster and three worker processes, and times
+    // what it sees (claims again within seconds of an outage).
+    args.test_threads = Some(1);
+    let trials = vec![
+        trial("outage_restart_fast_immediate_and_long_stop", |bin| runtime().block_on(scenario(bin))),
+        trial("outage_keyed_cap_through_restarts", |bin| runtime().block_on(keyed_scenario(bin))),
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// A case that needs the PostgreSQL binaries: ignored with the reason where they are missing,
+/// unless `CHOKAQ_TEST_REQUIRE` names postgres.
+fn trial(name: &'static str, case: fn(PgBin) -> Result<(), String>) -> Trial {
+    match PgBin::find() {
         Ok(bin) => Trial::test(name, move || {
-            runtime().block_on(scenario(bin)).map_err(Failed::from)?;
+            case(bin).map_err(Failed::from)?;
             Ok(())
         }),
         Err(reason) if required() => {
@@ -185,8 +197,7 @@ fn main() -> ExitCode {
             eprintln!("outage test ignored: {reason}");
             Ok(Completion::ignored_with(reason))
         }),
-    };
-    libtest_mimic::run(&args, vec![trial]).exit_code()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,6 +339,25 @@ impl Cluster {
         run_cmd(&format!("pg_ctl {}", args.join(" ")), c).await.map_err(|e| format!("{e}\n{}", self.log_tail()))
     }
 
+    /// Takes the server through `kind`; returns once it accepts connections again.
+    async fn outage(&self, kind: Kind) -> Result<(), String> {
+        match kind {
+            Kind::RestartFast => self.pg_ctl(&["-m", "fast", "restart"]).await,
+            Kind::RestartImmediate => self.pg_ctl(&["-m", "immediate", "restart"]).await,
+            Kind::ShortStop | Kind::LongStop | Kind::VeryLongStop => {
+                self.pg_ctl(&["-m", "fast", "stop"]).await?;
+                // The outage itself (not a synchronisation): the server stays down this long.
+                tokio::time::sleep(match kind {
+                    Kind::ShortStop => SHORT_STOP,
+                    Kind::LongStop => LONG_STOP,
+                    _ => VERY_LONG_STOP,
+                })
+                .await;
+                self.pg_ctl(&["start"]).await
+            }
+        }
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -434,6 +464,9 @@ fn child_main() -> ExitCode {
     let (url, runs, log) = (var("CHOKAQ_OUTAGE_URL"), var("CHOKAQ_OUTAGE_RUNS"), var("CHOKAQ_OUTAGE_LOG"));
     let release = PathBuf::from(var("CHOKAQ_OUTAGE_RELEASE"));
     let own_queue = var("CHOKAQ_OUTAGE_OWN_QUEUE");
+    // The shared queues this process claims from, comma separated.
+    let mut queues: Vec<String> = var("CHOKAQ_OUTAGE_QUEUES").split(',').map(str::to_string).collect();
+    queues.push(own_queue);
     {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
@@ -459,7 +492,7 @@ fn child_main() -> ExitCode {
             worker_stale_after: None,
         };
         let worker = Worker::builder(backend)
-            .queues([FREE_QUEUE, CAPPED_QUEUE, own_queue.as_str()])
+            .queues(queues)
             .concurrency(CONCURRENCY)
             .heartbeat_interval(HEARTBEAT)
             .poll_interval(Duration::from_millis(200))
@@ -559,7 +592,8 @@ struct Proc {
 }
 
 impl Proc {
-    async fn spawn(idx: usize, url: &str, dir: &Path) -> Result<Proc, String> {
+    /// Worker process `idx`, claiming from `queues` (the shared ones) and its own probe queue.
+    async fn spawn(idx: usize, url: &str, dir: &Path, queues: &[&str]) -> Result<Proc, String> {
         let release = dir.join("release");
         let runs = dir.join(format!("runs-{idx}.txt"));
         let log = dir.join(format!("worker-{idx}.log"));
@@ -571,6 +605,7 @@ impl Proc {
             .env("CHOKAQ_OUTAGE_LOG", &log)
             .env("CHOKAQ_OUTAGE_RELEASE", &release)
             .env("CHOKAQ_OUTAGE_OWN_QUEUE", probe_queue(idx))
+            .env("CHOKAQ_OUTAGE_QUEUES", queues.join(","))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(std::fs::File::create(&stderr).map_err(err)?))
@@ -929,7 +964,7 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
     std::fs::create_dir_all(&files).map_err(err)?;
     let mut procs = Vec::new();
     for i in 0..PROCESSES {
-        procs.push(Proc::spawn(i, &url, &files).await?);
+        procs.push(Proc::spawn(i, &url, &files, &[FREE_QUEUE, CAPPED_QUEUE]).await?);
     }
 
     // The database-side cap sampler.
@@ -1015,21 +1050,7 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
             let before = seen.lock().unwrap().clone();
             let down = now_us();
             let lost_before: Vec<u64> = procs.iter().map(|p| p.lost_by(down)).collect();
-            match kind {
-                Kind::RestartFast => cluster.pg_ctl(&["-m", "fast", "restart"]).await?,
-                Kind::RestartImmediate => cluster.pg_ctl(&["-m", "immediate", "restart"]).await?,
-                Kind::ShortStop | Kind::LongStop | Kind::VeryLongStop => {
-                    cluster.pg_ctl(&["-m", "fast", "stop"]).await?;
-                    // The outage itself (not a synchronisation): the server stays down this long.
-                    tokio::time::sleep(match kind {
-                        Kind::ShortStop => SHORT_STOP,
-                        Kind::LongStop => LONG_STOP,
-                        _ => VERY_LONG_STOP,
-                    })
-                    .await;
-                    cluster.pg_ctl(&["start"]).await?;
-                }
-            }
+            cluster.outage(kind).await?;
             let up = now_us();
             if kind == Kind::VeryLongStop {
                 // The worst order for the leases in hand: a rescue as soon as the server accepts
@@ -1066,41 +1087,7 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
                 resumed: vec![None; PROCESSES],
                 lost_before,
             };
-            for p in &mut procs {
-                p.check_alive(&format!("during {}", o.name()))?;
-            }
-            // Work for every process on its own queue, then every process claims again within
-            // RESUME_LIMIT.
-            let probes: Vec<(String, Work)> = (0..PROCESSES)
-                .flat_map(|i| {
-                    (0..PROBES)
-                        .map(move |k| (probe_queue(i), Work { n: 1_000_000 * n as u32 + k, ms: 10, hold: false }))
-                })
-                .collect();
-            enqueue_retrying(&b, &probes, &mut enq).await?;
-            o.probes = now_us();
-            let deadline = Instant::now() + RESUME_LIMIT;
-            loop {
-                for (i, p) in procs.iter().enumerate() {
-                    o.resumed[i] = o.resumed[i].or_else(|| p.claimed_again(up));
-                }
-                if o.resumed.iter().all(Option::is_some) || Instant::now() > deadline {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            for p in &mut procs {
-                p.check_alive(&format!("after {}", o.name()))?;
-            }
-            for (i, r) in o.resumed.iter().enumerate() {
-                if r.is_none() {
-                    failures.push(format!(
-                        "worker process {i} did not claim within {RESUME_LIMIT:?} after {} (server up at +{:.2} s)",
-                        o.name(),
-                        rel(up)
-                    ));
-                }
-            }
+            resume_after(&mut o, &mut procs, &b, &mut enq, t0, &mut failures).await?;
             capped_after_last = queue_stats(&b, CAPPED_QUEUE).await?.archived;
             println!(
                 "    {}: down at +{:.2} s for {:.2} s (zombie timeout {:?}){}; before: {}; probes enqueued after \
@@ -1156,95 +1143,14 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
     let _ = sampler.await;
 
     // Graceful stop: close stdin, collect reports.
-    for p in &mut procs {
-        drop(p.child.stdin.take());
-    }
-    for p in &mut procs {
-        let status = tokio::time::timeout(Duration::from_secs(30), p.child.wait())
-            .await
-            .map_err(|_| format!("worker process {} did not exit within 30 s of its stdin closing", p.idx))?
-            .map_err(err)?;
-        let o = p.out.clone();
-        wait_until("the end of a worker's output", Duration::from_secs(10), || {
-            let o = o.clone();
-            async move { Ok(o.lock().unwrap().eof) }
-        })
-        .await?;
-        if !status.success() {
-            failures.push(format!("worker process {} exited with {status}: {}", p.idx, p.stderr_text()));
-        }
-    }
+    stop_workers(&mut procs, &mut failures).await?;
     let elapsed = t_begin.elapsed();
 
     // ---- Analysis -----------------------------------------------------------------------
     let runs = read_runs(&procs, &mut failures)?;
     let a = analyse(&ids, &capped_ids, &runs, &outages, &mut failures);
 
-    // Exactly one row per job, in the archive (raw counts per table).
-    let rows = cluster
-        .psql(&format!(
-            "SELECT id::text, sum(h), sum(a), sum(d) FROM (\
-             SELECT id, 1 AS h, 0 AS a, 0 AS d FROM {SCHEMA}.jobs_hot \
-             UNION ALL SELECT id, 0, 1, 0 FROM {SCHEMA}.jobs_archive \
-             UNION ALL SELECT id, 0, 0, 1 FROM {SCHEMA}.jobs_dlq) t GROUP BY id"
-        ))
-        .await?;
-    let mut presence: HashMap<JobId, (u32, u32, u32)> = HashMap::new();
-    for r in &rows {
-        let f: Vec<&str> = r.split(' ').collect();
-        let id: JobId = f.first().ok_or("empty psql row")?.parse().map_err(err)?;
-        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u32>().ok()).unwrap_or(99);
-        presence.insert(id, (n(1), n(2), n(3)));
-    }
-    let not_once: Vec<String> = ids
-        .iter()
-        .filter_map(|id| match presence.get(id) {
-            Some((0, 1, 0)) => None,
-            Some((h, a, d)) => Some(format!("{id}: hot {h}, archive {a}, dead-letter {d}")),
-            None => Some(format!("{id}: in no table")),
-        })
-        .collect();
-    if !not_once.is_empty() {
-        failures.push(format!(
-            "{} jobs are not archived exactly once (and nowhere else), e.g. {:?}",
-            not_once.len(),
-            &not_once[..not_once.len().min(5)]
-        ));
-    }
-    if presence.len() != ids.len() {
-        failures.push(format!("{} rows over the tables for {} enqueued jobs", presence.len(), ids.len()));
-    }
-
-    // Archived under the newest lease a run held.
-    let mut archived_lease: HashMap<JobId, i64> = HashMap::new();
-    let mut filter = ListJobsParams::new(JobTable::Archive);
-    filter.limit = 1000;
-    loop {
-        let page = b.list_jobs(&filter).await.map_err(err)?;
-        for j in &page.jobs {
-            archived_lease.insert(j.id, j.lease.map(|l| l.0).unwrap_or(-1));
-        }
-        match page.next {
-            Some(n) => filter.after = Some(n),
-            None => break,
-        }
-    }
-    let mut wrong_lease = Vec::new();
-    for (id, rs) in &a.by_job {
-        let newest = rs.iter().map(|r| r.lease).max().unwrap_or(-1);
-        if let Some(l) = archived_lease.get(id) {
-            if *l != newest {
-                wrong_lease.push(format!("{id}: archived with lease {l}, newest run held {newest}"));
-            }
-        }
-    }
-    if !wrong_lease.is_empty() {
-        failures.push(format!(
-            "{} jobs archived under a lease other than the newest run's, e.g. {:?}",
-            wrong_lease.len(),
-            &wrong_lease[..wrong_lease.len().min(5)]
-        ));
-    }
+    check_archived(&cluster, &b, &ids, &a, &mut failures).await?;
 
     // ---- Report ---------------------------------------------------------------------------
     println!(
@@ -1366,6 +1272,486 @@ async fn scenario(bin: PgBin) -> Result<(), String> {
     }
 }
 
+/// Every job is in exactly one table, the archive (raw row counts per table through `psql`),
+/// archived under the newest lease any of its runs held.
+async fn check_archived(
+    cluster: &Cluster,
+    b: &PgBackend,
+    ids: &[JobId],
+    a: &Analysis,
+    failures: &mut Vec<String>,
+) -> Result<(), String> {
+    // Exactly one row per job, in the archive (raw counts per table).
+    let rows = cluster
+        .psql(&format!(
+            "SELECT id::text, sum(h), sum(a), sum(d) FROM (\
+             SELECT id, 1 AS h, 0 AS a, 0 AS d FROM {SCHEMA}.jobs_hot \
+             UNION ALL SELECT id, 0, 1, 0 FROM {SCHEMA}.jobs_archive \
+             UNION ALL SELECT id, 0, 0, 1 FROM {SCHEMA}.jobs_dlq) t GROUP BY id"
+        ))
+        .await?;
+    let mut presence: HashMap<JobId, (u32, u32, u32)> = HashMap::new();
+    for r in &rows {
+        let f: Vec<&str> = r.split(' ').collect();
+        let id: JobId = f.first().ok_or("empty psql row")?.parse().map_err(err)?;
+        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u32>().ok()).unwrap_or(99);
+        presence.insert(id, (n(1), n(2), n(3)));
+    }
+    let not_once: Vec<String> = ids
+        .iter()
+        .filter_map(|id| match presence.get(id) {
+            Some((0, 1, 0)) => None,
+            Some((h, a, d)) => Some(format!("{id}: hot {h}, archive {a}, dead-letter {d}")),
+            None => Some(format!("{id}: in no table")),
+        })
+        .collect();
+    if !not_once.is_empty() {
+        failures.push(format!(
+            "{} jobs are not archived exactly once (and nowhere else), e.g. {:?}",
+            not_once.len(),
+            &not_once[..not_once.len().min(5)]
+        ));
+    }
+    if presence.len() != ids.len() {
+        failures.push(format!("{} rows over the tables for {} enqueued jobs", presence.len(), ids.len()));
+    }
+
+    // Archived under the newest lease a run held.
+    let mut archived_lease: HashMap<JobId, i64> = HashMap::new();
+    let mut filter = ListJobsParams::new(JobTable::Archive);
+    filter.limit = 1000;
+    loop {
+        let page = b.list_jobs(&filter).await.map_err(err)?;
+        for j in &page.jobs {
+            archived_lease.insert(j.id, j.lease.map(|l| l.0).unwrap_or(-1));
+        }
+        match page.next {
+            Some(n) => filter.after = Some(n),
+            None => break,
+        }
+    }
+    let mut wrong_lease = Vec::new();
+    for (id, rs) in &a.by_job {
+        let newest = rs.iter().map(|r| r.lease).max().unwrap_or(-1);
+        if let Some(l) = archived_lease.get(id) {
+            if *l != newest {
+                wrong_lease.push(format!("{id}: archived with lease {l}, newest run held {newest}"));
+            }
+        }
+    }
+    if !wrong_lease.is_empty() {
+        failures.push(format!(
+            "{} jobs archived under a lease other than the newest run's, e.g. {:?}",
+            wrong_lease.len(),
+            &wrong_lease[..wrong_lease.len().min(5)]
+        ));
+    }
+    Ok(())
+}
+
+/// After outage `o`: every process still runs, two jobs go to each process's own queue (so
+/// every process has work, whatever the others hold), and each must claim again within
+/// `RESUME_LIMIT` of the server coming back (`o.resumed`, `o.probes`).
+async fn resume_after(
+    o: &mut Outage,
+    procs: &mut [Proc],
+    b: &PgBackend,
+    enq: &mut TestJobs,
+    t0: i64,
+    failures: &mut Vec<String>,
+) -> Result<(), String> {
+    for p in procs.iter_mut() {
+        p.check_alive(&format!("during {}", o.name()))?;
+    }
+    let n = o.n;
+    let probes: Vec<(String, Work)> = (0..PROCESSES)
+        .flat_map(|i| {
+            (0..PROBES).map(move |k| (probe_queue(i), Work { n: 1_000_000 * n as u32 + k, ms: 10, hold: false }))
+        })
+        .collect();
+    enqueue_retrying(b, &probes, enq).await?;
+    o.probes = now_us();
+    let deadline = Instant::now() + RESUME_LIMIT;
+    loop {
+        for (i, p) in procs.iter().enumerate() {
+            o.resumed[i] = o.resumed[i].or_else(|| p.claimed_again(o.up));
+        }
+        if o.resumed.iter().all(Option::is_some) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for p in procs.iter_mut() {
+        p.check_alive(&format!("after {}", o.name()))?;
+    }
+    for (i, r) in o.resumed.iter().enumerate() {
+        if r.is_none() {
+            failures.push(format!(
+                "worker process {i} did not claim within {RESUME_LIMIT:?} after {} (server up at +{:.2} s)",
+                o.name(),
+                secs(o.up - t0)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Closes every process's stdin (a graceful stop) and waits for each to exit and for the end of
+/// its output; a process that exits with an error is a failure.
+async fn stop_workers(procs: &mut [Proc], failures: &mut Vec<String>) -> Result<(), String> {
+    for p in procs.iter_mut() {
+        drop(p.child.stdin.take());
+    }
+    for p in procs.iter_mut() {
+        let status = tokio::time::timeout(Duration::from_secs(30), p.child.wait())
+            .await
+            .map_err(|_| format!("worker process {} did not exit within 30 s of its stdin closing", p.idx))?
+            .map_err(err)?;
+        let o = p.out.clone();
+        wait_until("the end of a worker's output", Duration::from_secs(10), || {
+            let o = o.clone();
+            async move { Ok(o.lock().unwrap().eof) }
+        })
+        .await?;
+        if !status.success() {
+            failures.push(format!("worker process {} exited with {status}: {}", p.idx, p.stderr_text()));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The keyed variant (issue 25): a per-key cap through the same restarts
+
+const KEYED_QUEUE: &str = "outage_keyed";
+/// Concurrency keys of the keyed queue, and the cap on each.
+const KEYS: u32 = 20;
+const KEY_CAP: u32 = 2;
+/// Consecutive jobs (in claim order) of one key: the head of the queue is always a few keys
+/// with many jobs each, so the cap binds and every claim skips keys at their cap.
+const KEY_BLOCK: u32 = 10;
+const KEYED_WORK: Duration = Duration::from_millis(20);
+
+/// The keyed case's outages, each once this share of its jobs is archived: the restarts and
+/// stops of [`PLAN`] but the 45 s one (the zombie-timeout rule it checks has nothing keyed). The
+/// long stop also waits `LONG_STOP_GAP` after the outage before it.
+const KEYED_PLAN: [(Kind, f64); 5] = [
+    (Kind::RestartFast, 0.15),
+    (Kind::RestartImmediate, 0.3),
+    (Kind::ShortStop, 0.45),
+    (Kind::RestartFast, 0.55),
+    (Kind::LongStop, 0.65),
+];
+
+/// The key of the keyed case's job `n`.
+fn key_of(n: u32) -> String {
+    format!("tenant-{:02}", (n / KEY_BLOCK) % KEYS)
+}
+
+/// The database-side per-key check: the most Fetched + Processing jobs any key of the keyed
+/// queue held in a `stats()` sample (`busiest_keys`).
+#[derive(Debug, Default)]
+struct KeySamples {
+    samples: u64,
+    errors: u64,
+    max_running: u64,
+    over: Vec<(i64, String, u64)>,
+}
+
+fn keyed_summary(s: &chokaq::core::StatsSnapshot) -> String {
+    let q = s.queue(KEYED_QUEUE).cloned().unwrap_or_default();
+    let busiest: Vec<String> = q.busiest_keys.iter().map(|k| format!("{} {}", k.key, k.running)).collect();
+    format!("{KEYED_QUEUE}: {} pending, {} processing, busiest keys [{}]", q.pending, q.processing, busiest.join(", "))
+}
+
+async fn keyed_scenario(bin: PgBin) -> Result<(), String> {
+    let jobs = env_number("CHOKAQ_OUTAGE_KEYED_JOBS", 3_000);
+    let t_begin = Instant::now();
+    let t0 = now_us();
+    let rel = |t: i64| secs(t - t0);
+
+    let cluster = Cluster::create(bin.clone()).await?;
+    println!(
+        "    cluster: {} (as {}), port {}, fsync=off; ready after {:.1} s",
+        bin.dir.display(),
+        if bin.as_postgres { "the postgres user" } else { "this user" },
+        cluster.port,
+        t_begin.elapsed().as_secs_f64()
+    );
+    let url = cluster.url();
+    let b = Arc::new(
+        PgBackend::connect(
+            PgConfig::new(url.clone()).schema(SCHEMA).max_connections(3).connect_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .map_err(err)?,
+    );
+    b.migrate().await.map_err(err)?;
+    let keyed = QueueName::new(KEYED_QUEUE).map_err(err)?;
+    let settings = b
+        .control_queue(&keyed, QueueControl::SetKeyMaxWorkers(Some(KEY_CAP)))
+        .await
+        .map_err(|e| format!("the PostgreSQL backend must take a per-key cap: {e}"))?;
+    if settings.key_max_workers != Some(KEY_CAP) {
+        return Err(format!("key_max_workers read back as {:?}, set to {KEY_CAP}", settings.key_max_workers));
+    }
+    let queues = [KEYED_QUEUE.to_string()].into_iter().chain((0..PROCESSES).map(probe_queue));
+    for q in queues {
+        let q = QueueName::new(q).map_err(err)?;
+        b.control_queue(&q, QueueControl::SetZombieTimeout(Some(ZOMBIE_TIMEOUT))).await.map_err(err)?;
+        b.control_queue(&q, QueueControl::SetFetchedTimeout(Some(FETCHED_TIMEOUT))).await.map_err(err)?;
+    }
+
+    // The jobs, each with its key.
+    let mut enq = TestJobs::default();
+    let mut key_by_job: HashMap<JobId, String> = HashMap::new();
+    let all: Vec<u32> = (0..jobs).collect();
+    for chunk in all.chunks(MAX_ENQUEUE_BATCH) {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for &n in chunk {
+            let w = Work { n, ms: KEYED_WORK.as_millis() as u64, hold: false };
+            batch.push(
+                NewJob::build(KEYED_QUEUE, Work::KIND)
+                    .map_err(err)?
+                    .concurrency_key(key_of(n))
+                    .payload(&w)
+                    .map_err(err)?,
+            );
+        }
+        let out = b.enqueue_many(batch).await.map_err(err)?;
+        if out.len() != chunk.len() {
+            return Err(format!("enqueue_many returned {} results for {} jobs", out.len(), chunk.len()));
+        }
+        for (&n, e) in chunk.iter().zip(out) {
+            key_by_job.insert(e.id, key_of(n));
+            enq.ids.push(e.id);
+        }
+    }
+    println!(
+        "    {jobs} jobs on {KEYED_QUEUE} over {KEYS} keys (blocks of {KEY_BLOCK} a key in claim order), \
+         key_max_workers {KEY_CAP}, handlers {KEYED_WORK:?}; {PROCESSES} worker processes x concurrency \
+         {CONCURRENCY}; heartbeat {HEARTBEAT:?}, zombie timeout {ZOMBIE_TIMEOUT:?}, maintenance every \
+         {MAINTENANCE_INTERVAL:?}; {} outages",
+        KEYED_PLAN.len()
+    );
+
+    let files = std::env::temp_dir().join(format!("chokaq_outage_keyed_runs_{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&files).map_err(err)?;
+    let mut procs = Vec::new();
+    for i in 0..PROCESSES {
+        procs.push(Proc::spawn(i, &url, &files, &[KEYED_QUEUE]).await?);
+    }
+
+    // The database-side per-key sampler.
+    let keyed_samples: Arc<Mutex<KeySamples>> = Arc::default();
+    let sampler_stop = CancellationToken::new();
+    let sampler = {
+        let (b, ks, stop) = (b.clone(), keyed_samples.clone(), sampler_stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+                let s = b.stats().await;
+                let mut c = ks.lock().unwrap();
+                match s {
+                    Ok(s) => {
+                        c.samples += 1;
+                        let busiest = s.queue(KEYED_QUEUE).map(|q| q.busiest_keys.clone()).unwrap_or_default();
+                        for k in busiest {
+                            c.max_running = c.max_running.max(k.running);
+                            if k.running > u64::from(KEY_CAP) {
+                                c.over.push((now_us(), k.key, k.running));
+                            }
+                        }
+                    }
+                    Err(_) => c.errors += 1,
+                }
+            }
+        })
+    };
+
+    let mut failures: Vec<String> = Vec::new();
+    let mut outages: Vec<Outage> = Vec::new();
+    let mut last_up = 0i64;
+    for (kind, share) in KEYED_PLAN {
+        let n = outages.len() + 1;
+        let seen: Arc<Mutex<String>> = Arc::default();
+        let target = (f64::from(jobs) * share) as u64;
+        let gap = if kind == Kind::LongStop { us(LONG_STOP_GAP) } else { 0 };
+        wait_until(&format!("the moment for outage {n} ({kind:?})"), Duration::from_secs(120), || {
+            let (b, seen) = (b.clone(), seen.clone());
+            async move {
+                let s = b.stats().await.map_err(err)?;
+                *seen.lock().unwrap() = keyed_summary(&s);
+                let archived = s.queue(KEYED_QUEUE).map_or(0, |q| q.archived);
+                Ok(archived >= target && now_us() >= last_up + gap)
+            }
+        })
+        .await?;
+        let before = seen.lock().unwrap().clone();
+        let down = now_us();
+        let lost_before: Vec<u64> = procs.iter().map(|p| p.lost_by(down)).collect();
+        cluster.outage(kind).await?;
+        let up = now_us();
+        last_up = up;
+        let can_expire = up - down >= us(ZOMBIE_TIMEOUT) - us(EXPIRY_SLACK);
+        let mut o = Outage {
+            n,
+            kind,
+            down,
+            up,
+            zombie: ZOMBIE_TIMEOUT,
+            can_expire,
+            before,
+            probes: 0,
+            resumed: vec![None; PROCESSES],
+            lost_before,
+        };
+        resume_after(&mut o, &mut procs, &b, &mut enq, t0, &mut failures).await?;
+        println!(
+            "    {}: down at +{:.2} s for {:.2} s{}; before: {}; claiming again after {}",
+            o.name(),
+            rel(down),
+            secs(up - down),
+            if can_expire { " (can expire leases)" } else { "" },
+            o.before,
+            o.resumed
+                .iter()
+                .enumerate()
+                .map(|(i, r)| match r {
+                    Some(t) => format!("p{i} {:.2} s", secs(t - up)),
+                    None => format!("p{i} never"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        outages.push(o);
+    }
+    let ids = enq.ids.clone();
+    let total = ids.len() as u64;
+
+    let drained = wait_until(&format!("all {total} jobs finished"), Duration::from_secs(60 + total / 100), || {
+        let b = b.clone();
+        async move {
+            let s = b.stats().await.map_err(err)?;
+            Ok(s.hot() == 0 && s.archived + s.dead == total)
+        }
+    })
+    .await;
+    let drained_at = now_us();
+    if let Err(e) = &drained {
+        let s = b.stats().await.map(|s| format!("{} archived, {} dead; {}", s.archived, s.dead, keyed_summary(&s)));
+        failures.push(format!("{e}; now: {}", s.unwrap_or_else(|e| e.to_string())));
+    }
+    for p in &mut procs {
+        p.check_alive("before the graceful stop")?;
+    }
+    sampler_stop.cancel();
+    let _ = sampler.await;
+    stop_workers(&mut procs, &mut failures).await?;
+    let elapsed = t_begin.elapsed();
+
+    // ---- Analysis -----------------------------------------------------------------------
+    let runs = read_runs(&procs, &mut failures)?;
+    let a = analyse(&ids, &std::collections::HashSet::new(), &runs, &outages, &mut failures);
+    check_archived(&cluster, &b, &ids, &a, &mut failures).await?;
+    // Per key, the most handlers at once on live leases (a run whose lease was lost stops
+    // counting when the server came back from the outage that expired it), and in all.
+    let peaks = peaks_by_group(&runs, &a.live_until, |id| key_by_job.get(id).cloned());
+    let over: Vec<String> = peaks
+        .iter()
+        .filter(|(_, (live, _))| *live > KEY_CAP as usize)
+        .map(|(k, (live, _))| format!("{k}: {live}"))
+        .collect();
+    if !over.is_empty() {
+        failures.push(format!(
+            "the per-key cap was exceeded: handlers of one key ran at once on live leases (key_max_workers \
+             {KEY_CAP}): {over:?}"
+        ));
+    }
+    let max_live = peaks.values().map(|(l, _)| *l).max().unwrap_or(0);
+    let max_all = peaks.values().map(|(_, all)| *all).max().unwrap_or(0);
+    let at_cap = peaks.values().filter(|(l, _)| *l == KEY_CAP as usize).count();
+    if peaks.len() != KEYS as usize {
+        failures.push(format!("handlers ran for {} keys, {KEYS} enqueued", peaks.len()));
+    }
+    if max_live < KEY_CAP as usize {
+        failures.push(format!(
+            "the per-key cap never bound (at most {max_live} handlers of a key at once): the case checks nothing"
+        ));
+    }
+
+    // ---- Report ---------------------------------------------------------------------------
+    println!(
+        "    drained at +{:.2} s; {} handler runs for {total} jobs: {} re-runs",
+        rel(drained_at),
+        runs.len(),
+        a.reruns.len()
+    );
+    let mut causes: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &a.reruns {
+        *causes.entry(r.cause.clone()).or_default() += 1;
+    }
+    for (cause, n) in &causes {
+        println!("      {n:>5} x {cause}");
+    }
+    for r in a.reruns.iter().filter(|r| !r.explained).take(8) {
+        println!("      e.g. {}", r.detail);
+    }
+    println!(
+        "    overlapping runs of one job: {} pairs ({} with the older lease lost to an outage)",
+        a.overlaps, a.overlaps_explained
+    );
+    let c = keyed_samples.lock().unwrap();
+    println!(
+        "    key cap {KEY_CAP} on {KEYED_QUEUE}: per key at most {max_live} handlers at once on live leases ({at_cap} \
+         of {} keys reached {KEY_CAP}; {max_all} counting runs whose lease was already lost); database samples: \
+         at most {} Fetched + Processing of a key in {} samples ({} failed during outages)",
+        peaks.len(),
+        c.max_running,
+        c.samples,
+        c.errors
+    );
+    if !c.over.is_empty() {
+        failures.push(format!(
+            "the per-key cap was exceeded in the database: {} samples over {KEY_CAP}, e.g. {:?}",
+            c.over.len(),
+            c.over.iter().take(3).map(|(t, k, n)| format!("{k} {n} at +{:.2} s", rel(*t))).collect::<Vec<_>>()
+        ));
+    }
+    if c.samples == 0 {
+        failures.push("no database sample of the keyed queue succeeded".to_string());
+    }
+    drop(c);
+    for p in &procs {
+        let o = p.out.lock().unwrap();
+        println!(
+            "    worker p{} {}: {}",
+            p.idx,
+            o.worker_id.as_deref().unwrap_or("?"),
+            o.report.as_deref().unwrap_or("no report")
+        );
+        for l in &o.logs {
+            println!("      log {l}");
+        }
+    }
+    println!("    total {:.1} s", elapsed.as_secs_f64());
+
+    if failures.is_empty() {
+        let _ = std::fs::remove_dir_all(&files);
+        Ok(())
+    } else {
+        Err(format!(
+            "{} check(s) failed (runs and worker logs kept in {}):\n  - {}",
+            failures.len(),
+            files.display(),
+            failures.join("\n  - ")
+        ))
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Analysis of the handler runs
 
@@ -1446,6 +1832,8 @@ struct Analysis {
     overlaps_explained: usize,
     cap_live: usize,
     cap_all: usize,
+    /// Until when each run's lease was live, for runs whose lease was lost (`(job, lease)`).
+    live_until: HashMap<(JobId, i64), i64>,
 }
 
 /// The last outage `older`'s lease lived into before `newer` began: `older` was claimed
@@ -1651,9 +2039,26 @@ fn analyse(
     }
 
     // The cap: the most capped handlers at once, on live leases and in all.
-    let mut live_events: Vec<(i64, i32)> = Vec::new();
-    let mut all_events: Vec<(i64, i32)> = Vec::new();
-    for r in runs.iter().filter(|r| capped.contains(&r.job)) {
+    let peaks = peaks_by_group(runs, &live_until, |id| capped.contains(id).then(String::new));
+    (a.cap_live, a.cap_all) = peaks.get("").copied().unwrap_or_default();
+    a.live_until = live_until;
+    a
+}
+
+/// Per group (`group_of` a job; None: in none), the most handlers of the group that ran at
+/// once: on live leases (a run counts until `live_until` of its lease, when it has one), and in
+/// all. Ends come before starts at the same instant.
+fn peaks_by_group(
+    runs: &[Run],
+    live_until: &HashMap<(JobId, i64), i64>,
+    group_of: impl Fn(&JobId) -> Option<String>,
+) -> BTreeMap<String, (usize, usize)> {
+    // (time, +1 at a start / -1 at an end), on live leases and in all.
+    type Events = Vec<(i64, i32)>;
+    let mut events: BTreeMap<String, (Events, Events)> = BTreeMap::new();
+    for r in runs {
+        let Some(g) = group_of(&r.job) else { continue };
+        let (live_events, all_events) = events.entry(g).or_default();
         let end = r.end_or_max();
         all_events.push((r.start, 1));
         all_events.push((end, -1));
@@ -1663,8 +2068,7 @@ fn analyse(
             live_events.push((live_end, -1));
         }
     }
-    let peak = |mut ev: Vec<(i64, i32)>| {
-        // Ends before starts at the same instant.
+    let peak = |mut ev: Events| {
         ev.sort();
         let (mut cur, mut max) = (0i32, 0i32);
         for (_, d) in ev {
@@ -1673,7 +2077,5 @@ fn analyse(
         }
         max as usize
     };
-    a.cap_live = peak(live_events);
-    a.cap_all = peak(all_events);
-    a
+    events.into_iter().map(|(g, (live, all))| (g, (peak(live), peak(all)))).collect()
 }
