@@ -32,6 +32,10 @@ pub(crate) enum Workload {
     Pickup,
     /// `--mp-processes` worker processes of `chokaq/examples/multi_process.rs`.
     MultiProcess,
+    /// Issue 25's keyed workloads: the keyed drain, the hot key and the keyed claim.
+    Keyed,
+    /// Issue 25's rate-limited queue.
+    Rate,
     Claim,
     /// Claim cost with a million jobs due tomorrow and a trickle of due ones.
     Scheduled,
@@ -164,11 +168,30 @@ pub(crate) struct Args {
     /// chokaq --features postgres --example multi_process` in this workspace).
     #[arg(long)]
     pub(crate) mp_exe: Option<std::path::PathBuf>,
+    /// Keys of the keyed drain (its jobs are --jobs, key i mod keys) and jobs of one key each
+    /// in the hot-key workload.
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) keyed_keys: u32,
+    /// The per-key cap (key_max_workers) of the keyed drain and the keyed claim.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) key_cap: u32,
+    /// Jobs of the hot key (cap 1) in the hot-key workload (default: half of --jobs).
+    #[arg(long)]
+    pub(crate) hot_jobs: Option<u32>,
+    /// The rate limit of the rate-limited queue, N/PERIOD (e.g. 500/1s, 10/250ms).
+    #[arg(long, default_value = "500/1s")]
+    pub(crate) rate_limit: String,
+    /// How long the claim loops drive the rate-limited queue, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) rate_secs: u32,
+    /// Concurrent claim loops on the rate-limited queue.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) rate_claimers: u32,
     /// Which workloads to run (comma separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,claim,scheduled,list"
+        default_value = "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,list"
     )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
@@ -247,6 +270,16 @@ impl Args {
         if self.backlog_small < 10 * self.claim_queues || self.backlog_large < self.backlog_small {
             return bad("need --backlog-large >= --backlog-small >= 10 x --claim-queues");
         }
+        if self.keyed_keys == 0 || self.keyed_keys > 1_000_000 || self.key_cap == 0 || self.key_cap > 1000 {
+            return bad("--keyed-keys must be 1 to 1000000 and --key-cap 1 to 1000");
+        }
+        if self.hot_jobs == Some(0) {
+            return bad("--hot-jobs must be at least 1");
+        }
+        self.rate_limit()?;
+        if self.rate_secs == 0 || self.rate_secs > 3600 || self.rate_claimers == 0 || self.rate_claimers > 100 {
+            return bad("--rate-secs must be 1 to 3600 and --rate-claimers 1 to 100");
+        }
         if self.claim_samples == 0 || self.pickup_jobs == 0 {
             return bad("--claim-samples and --pickup-jobs must be at least 1");
         }
@@ -275,6 +308,30 @@ impl Args {
 
     pub(crate) fn mp_jobs(&self) -> u32 {
         self.mp_jobs.unwrap_or(self.jobs)
+    }
+
+    /// Jobs of the hot key (at least 1).
+    pub(crate) fn hot_jobs(&self) -> u32 {
+        self.hot_jobs.unwrap_or(self.jobs / 2).max(1)
+    }
+
+    /// `--rate-limit`, parsed (a queue-wide limit).
+    pub(crate) fn rate_limit(&self) -> Result<chokaq::core::RateLimit> {
+        chokaq::core::RateLimit::parse(&self.rate_limit, false)
+    }
+
+    /// The keyed workloads' settings.
+    pub(crate) fn keyed(&self) -> crate::bench::KeyedSettings {
+        crate::bench::KeyedSettings {
+            jobs: u64::from(self.jobs),
+            keys: self.keyed_keys,
+            cap: self.key_cap,
+            hot_jobs: u64::from(self.hot_jobs()),
+            claim_backlog: u64::from(self.backlog_small),
+            claim_queues: self.claim_queues,
+            claim_samples: self.claim_samples,
+            min_poll_ms: self.min_poll_ms,
+        }
     }
 }
 
@@ -305,7 +362,10 @@ mod tests {
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
         assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
         assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
-        assert_eq!(a.workloads.len(), 13);
+        assert_eq!(a.workloads.len(), 15);
+        assert_eq!((a.keyed_keys, a.key_cap, a.hot_jobs(), a.rate_secs, a.rate_claimers), (1_000, 2, 50_000, 10, 4));
+        assert_eq!(a.rate_limit().unwrap().to_string(), "500/1000ms");
+        assert_eq!(args(&["--jobs", "600"]).hot_jobs(), 300);
         assert!(a.has(Workload::RawB500) && Workload::RawB500.name() == "raw-b500");
         let mut sorted = a.workloads.clone();
         sorted.sort();
@@ -331,6 +391,11 @@ mod tests {
             &["--single-jobs", "4"],
             &["--mp-processes", "0"],
             &["--heartbeat-rounds", "0"],
+            &["--key-cap", "0"],
+            &["--hot-jobs", "0"],
+            &["--rate-limit", "0/1s"],
+            &["--rate-limit", "500/0ms"],
+            &["--rate-secs", "0"],
         ] {
             let e = args(bad).check().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");

@@ -284,6 +284,128 @@ pub(crate) struct MultiFigures {
     pub(crate) per_process: Vec<u64>,
 }
 
+/// The keyed workloads (issue 25): the keyed drain, the hot key and the keyed claim. With
+/// `unsupported` (the backend's `control_queue` answered `Unsupported` for the per-key cap)
+/// nothing was measured.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyedFigures {
+    pub(crate) unsupported: bool,
+    pub(crate) keys: u32,
+    pub(crate) cap: u32,
+    pub(crate) concurrency: u32,
+    /// The keyed drain: `--jobs` jobs over `keys` keys at `cap`.
+    pub(crate) drain: Option<Rate>,
+    /// The hot key: jobs of the hot key (cap 1), and of one key each (`keys` of them).
+    pub(crate) hot_jobs: u64,
+    pub(crate) cold_jobs: u64,
+    /// Seconds until the last of the one-key jobs' handlers returned: alone, and behind the hot key.
+    pub(crate) cold_alone_s: Option<f64>,
+    pub(crate) cold_with_hot_s: Option<f64>,
+    /// Jobs of the hot key completed while the one-key jobs drained.
+    pub(crate) hot_ran: u64,
+    /// Claim-10 latency with `claim_backlog` distinct keys in the backlog.
+    pub(crate) claim_backlog: u64,
+    pub(crate) claim: Option<Latency>,
+}
+
+impl KeyedFigures {
+    /// The keyed drain's jobs/s.
+    pub(crate) fn drain_per_s(&self) -> Option<f64> {
+        self.drain.as_ref().map(Rate::per_s)
+    }
+
+    /// The one-key jobs' drain time behind the hot key over their time alone.
+    pub(crate) fn hot_ratio(&self) -> Option<f64> {
+        Some(self.cold_with_hot_s? / self.cold_alone_s?)
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "unsupported": self.unsupported,
+            "keys": self.keys,
+            "key_max_workers": self.cap,
+            "concurrency": self.concurrency,
+            "drain": self.drain.as_ref().map(|d| json!({
+                "jobs": d.jobs, "seconds": round3(d.secs), "jobs_per_s": round1(d.per_s()),
+            })),
+            "hot": json!({
+                "hot_jobs": self.hot_jobs, "cold_jobs": self.cold_jobs,
+                "cold_alone_s": self.cold_alone_s.map(round3), "cold_with_hot_s": self.cold_with_hot_s.map(round3),
+                "hot_ran_meanwhile": self.hot_ran, "ratio": self.hot_ratio().map(round3),
+            }),
+            "claim": json!({ "backlog": self.claim_backlog, "distinct_keys": self.claim_backlog,
+                             "latency": self.claim.map(|l| l.json()) }),
+        })
+    }
+}
+
+/// The rate-limited queue: every start's database stamp, read back from the archive.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RateFigures {
+    /// The backend's `control_queue` answered `Unsupported` for the rate limit.
+    pub(crate) unsupported: bool,
+    pub(crate) limit: Option<chokaq::core::RateLimit>,
+    pub(crate) secs: u32,
+    pub(crate) claimers: u32,
+    /// Claim calls (empty ones too).
+    pub(crate) claims: u64,
+    pub(crate) starts: u64,
+    /// The most stamps in any half-open window `[s, s + per)`.
+    pub(crate) max_in_window: u64,
+    /// From the first stamp to the last, seconds.
+    pub(crate) span_s: f64,
+    /// The most starts the limit allows over the span: `jobs x (floor(span / per) + 1)`.
+    pub(crate) allowed: u64,
+}
+
+impl RateFigures {
+    /// Fills `starts`, `max_in_window`, `span_s` and `allowed` from the start stamps
+    /// (microseconds, any order).
+    pub(crate) fn set_stamps(&mut self, mut stamps: Vec<i64>) {
+        let Some(limit) = self.limit else { return };
+        stamps.sort_unstable();
+        let per = limit.per_millis() * 1000;
+        self.starts = stamps.len() as u64;
+        self.max_in_window = max_in_window(&stamps, per);
+        let span = match (stamps.first(), stamps.last()) {
+            (Some(a), Some(b)) => b - a,
+            _ => 0,
+        };
+        self.span_s = span as f64 / 1e6;
+        self.allowed =
+            if stamps.is_empty() { 0 } else { u64::from(limit.jobs) * (span / per) as u64 + u64::from(limit.jobs) };
+    }
+
+    /// Starts over the starts the limit allows over the run's span.
+    pub(crate) fn utilisation(&self) -> Option<f64> {
+        (self.allowed > 0).then(|| self.starts as f64 / self.allowed as f64)
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "unsupported": self.unsupported,
+            "limit": self.limit.map(|l| l.to_string()),
+            "seconds": self.secs, "claimers": self.claimers, "claims": self.claims,
+            "starts": self.starts, "span_s": round3(self.span_s), "allowed": self.allowed,
+            "max_in_window": (!self.unsupported).then_some(self.max_in_window),
+            "utilisation": self.utilisation().map(round3),
+        })
+    }
+}
+
+/// The most of the sorted `stamps` in any half-open window `[s, s + width)`; the busiest
+/// window starts at a stamp.
+pub(crate) fn max_in_window(stamps: &[i64], width: i64) -> u64 {
+    let (mut lo, mut best) = (0usize, 0usize);
+    for hi in 0..stamps.len() {
+        while stamps[hi] - stamps[lo] >= width {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best as u64
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Results {
     pub(crate) enqueue: Option<Rate>,
@@ -308,6 +430,9 @@ pub(crate) struct Results {
     pub(crate) multi: Option<MultiFigures>,
     /// The list workload's JSON (`list_page_ms` and `list`).
     pub(crate) list: Option<serde_json::Value>,
+    /// The keyed workloads and the rate limit (None: not run).
+    pub(crate) keyed: Option<KeyedFigures>,
+    pub(crate) rate: Option<RateFigures>,
 }
 
 impl Results {
@@ -350,6 +475,22 @@ mod tests {
         assert!(quantile(&[], 0.5).is_nan());
         let l = Latency::of(vec![3.0, 1.0, 2.0]);
         assert_eq!((l.samples, l.p50, l.max, l.mean), (3, 2.0, 3.0, 2.0));
+    }
+
+    #[test]
+    fn rate_window_and_utilisation() {
+        // Window 1,000 us: [0, 1000) holds 0, 500, 999; 1000 starts the next window.
+        assert_eq!(max_in_window(&[0, 500, 999, 1000, 1999], 1000), 3);
+        assert_eq!(max_in_window(&[0, 1000, 2000], 1000), 1);
+        assert_eq!(max_in_window(&[], 1000), 0);
+        assert_eq!(max_in_window(&[5, 5, 5], 1), 3);
+        let limit = chokaq::core::RateLimit::new(2, std::time::Duration::from_millis(1));
+        let mut f = RateFigures { limit: Some(limit), ..Default::default() };
+        // Span 2,500 us over 1 ms windows: 2 x (2 + 1) = 6 allowed; 5 starts, at most 2 a window.
+        f.set_stamps(vec![2500, 0, 10, 1200, 1300]);
+        assert_eq!((f.starts, f.max_in_window, f.allowed), (5, 2, 6));
+        assert_eq!(f.utilisation().map(round3), Some(0.833));
+        assert_eq!(RateFigures::default().utilisation(), None);
     }
 
     #[test]

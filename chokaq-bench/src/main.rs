@@ -207,7 +207,15 @@ mod tests {
             // Every workload but the multi-process drain (it builds an example in release
             // mode; `bench::multi` tests how its output is read).
             "--workloads",
-            "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,claim,scheduled,list",
+            "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,keyed,rate,claim,scheduled,list",
+            "--keyed-keys",
+            "50",
+            "--hot-jobs",
+            "200",
+            "--rate-limit",
+            "100/500ms",
+            "--rate-secs",
+            "2",
             "--list-archived",
             "20000",
             "--list-hot",
@@ -228,6 +236,9 @@ mod tests {
             assert!(t["measured"].is_number(), "target not measured: {t}");
         }
         assert_eq!(json["raw_b500"]["batch"], json!(500));
+        // The rate limit held over the start stamps read back (100 a 500 ms window).
+        let max = json["rate_limited_max_in_window"].as_u64().unwrap();
+        assert!(max > 0 && max <= 100, "rate_limited_max_in_window {max}: {json}");
         for filter in ["queue", "kind", "tag", "last_10_min", "status_processing"] {
             assert!(json["list_page_ms"][filter].is_number(), "list_page_ms.{filter}: {json}");
         }

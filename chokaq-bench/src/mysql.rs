@@ -88,6 +88,29 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
         "raw SKIP LOCKED loop x{loops} batch {}: {raw:.0} jobs/s ({raw_retries} batches retried after 1213/1205)",
         args.raw_batch
     );
+    // Issue 25's workloads (before the claim cost, which leaves its large backlog behind).
+    let dynb: Arc<dyn Backend> = b.clone();
+    let keyed = if args.has(Workload::Keyed) {
+        Some(crate::bench::keyed(&dynb, &args.keyed(), &crate::bench::NoSettle).await?)
+    } else {
+        None
+    };
+    let rate = if args.has(Workload::Rate) {
+        let settle = crate::bench::NoSettle;
+        Some(
+            crate::bench::rate_limited(
+                &dynb,
+                args.rate_limit()?,
+                args.rate_secs,
+                args.rate_claimers,
+                args.min_poll_ms,
+                &settle,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     // Claim cost at two backlogs.
     let small = claim_cost(b, args, u64::from(args.backlog_small), 0).await?;
     let large = claim_cost(b, args, u64::from(args.backlog_large), u64::from(args.backlog_small)).await?;
@@ -112,6 +135,19 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
             "large_vs_small_p50": large.0 / small.0,
         },
     });
+    // Null when not run or unsupported (see `bench::keyed`).
+    let drain8 = drains.iter().find(|d| d["concurrency"] == json!(8)).and_then(|d| d["jobs_per_s"].as_f64());
+    let k = keyed.as_ref();
+    let keyed_per_s = k.and_then(|k| k.drain_per_s());
+    out["keyed_drain_jobs_per_s"] = json!(keyed_per_s);
+    out["keyed_drain_vs_drain"] = json!(keyed_per_s.zip(drain8).map(|(k, d)| k / d));
+    out["keyed_hot_ratio"] = json!(k.and_then(|k| k.hot_ratio()));
+    out["claim_ms_p50_keys_10k"] = json!(k.and_then(|k| k.claim.map(|l| l.p50)));
+    let r = rate.as_ref().filter(|x| !x.unsupported);
+    out["rate_limited_max_in_window"] = json!(r.map(|x| x.max_in_window));
+    out["rate_limited_utilisation"] = json!(r.and_then(|x| x.utilisation()));
+    out["keyed"] = json!(k.map(|k| k.json()));
+    out["rate_limited"] = json!(rate.as_ref().map(|x| x.json()));
     if let Some(list) = list {
         out["list_page_ms"] = list["list_page_ms"].clone();
         out["list"] = list["list"].clone();

@@ -8,10 +8,13 @@ mod capped;
 mod claim;
 mod drain;
 mod heartbeat;
+mod keyed;
 mod multi;
 mod pickup;
 mod raw;
 mod single;
+
+pub(crate) use keyed::{keyed, rate_limited, KeyedSettings, NoSettle, Settle};
 
 use std::fmt;
 use std::sync::Arc;
@@ -50,6 +53,24 @@ pub(crate) struct Bench {
     pub(crate) stats_flush: bool,
     /// The schema of `pg_walinspect`, when it could be used: index entries are counted.
     pub(crate) walinspect: Option<String>,
+}
+
+/// PostgreSQL between a fill and a timed part: VACUUM ANALYZE of the hot table, as before
+/// every drain.
+pub(crate) struct PgSettle {
+    pg: Arc<PgBackend>,
+    schema: String,
+}
+
+#[async_trait::async_trait]
+impl Settle for PgSettle {
+    async fn settle(&self) -> Result<()> {
+        sqlx::raw_sql(&format!("VACUUM (ANALYZE) \"{}\".jobs_hot", self.schema))
+            .execute(self.pg.pool())
+            .await
+            .map_err(map_sqlx_error)?;
+        Ok(())
+    }
 }
 
 /// The start of a measured window: WAL position and, optionally, one table's counters.
@@ -114,6 +135,18 @@ impl Bench {
         }
         if let Some(exe) = mp_exe {
             res.multi = Some(self.multi_process(&exe).await?);
+        }
+        if self.args.has(Workload::Keyed) {
+            let settle = PgSettle { pg: self.pg.clone(), schema: self.schema.clone() };
+            res.keyed = Some(keyed(&self.timed, &self.args.keyed(), &settle).await?);
+        }
+        if self.args.has(Workload::Rate) {
+            let settle = PgSettle { pg: self.pg.clone(), schema: self.schema.clone() };
+            let a = &self.args;
+            res.rate = Some(
+                rate_limited(&self.timed, a.rate_limit()?, a.rate_secs, a.rate_claimers, a.min_poll_ms, &settle)
+                    .await?,
+            );
         }
         if self.args.has(Workload::Claim) {
             let small = self.claim_cost(u64::from(self.args.backlog_small), res).await?;

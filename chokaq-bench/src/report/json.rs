@@ -54,6 +54,20 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
     o.insert("claim_ms_p50_backlog_10k".into(), json!(r.claims.first().map(|c| round3(c.all_queues.p50))));
     o.insert("claim_ms_p50_backlog_1m".into(), json!(r.claims.get(1).map(|c| round3(c.all_queues.p50))));
     o.insert("claim_ms_p50_scheduled_1m".into(), json!(r.scheduled.as_ref().map(|s| round3(s.all_queues.p50))));
+    // Issue 25: null when not run, or when the backend does not support the control.
+    let keyed = r.keyed.as_ref();
+    o.insert("keyed_drain_jobs_per_s".into(), json!(f(keyed.and_then(|k| k.drain_per_s()))));
+    o.insert(
+        "keyed_drain_vs_drain".into(),
+        json!(f3(keyed.and_then(|k| k.drain_per_s()).zip(r.main_drain()).map(|(k, d)| k / d.rate.per_s()))),
+    );
+    o.insert("keyed_hot_ratio".into(), json!(f3(keyed.and_then(|k| k.hot_ratio()))));
+    o.insert("claim_ms_p50_keys_10k".into(), json!(f3(keyed.and_then(|k| k.claim.map(|l| l.p50)))));
+    let rate = r.rate.as_ref().filter(|x| !x.unsupported);
+    o.insert("rate_limited_max_in_window".into(), json!(rate.map(|x| x.max_in_window)));
+    o.insert("rate_limited_utilisation".into(), json!(f3(rate.and_then(|x| x.utilisation()))));
+    o.insert("keyed".into(), json!(keyed.map(|k| k.json())));
+    o.insert("rate_limited".into(), json!(r.rate.as_ref().map(|x| x.json())));
     if let Some(list) = &r.list {
         o.insert("list_page_ms".into(), list["list_page_ms"].clone());
         o.insert("list".into(), list["list"].clone());
@@ -206,6 +220,13 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
             "mp_processes": args.mp_processes,
             "mp_concurrency": args.mp_concurrency,
             "mp_jobs": args.mp_jobs(),
+            "keyed_jobs": args.jobs,
+            "keyed_keys": args.keyed_keys,
+            "key_cap": args.key_cap,
+            "hot_jobs": args.hot_jobs(),
+            "rate_limit": args.rate_limit,
+            "rate_secs": args.rate_secs,
+            "rate_claimers": args.rate_claimers,
             "workloads": args.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
         }),
     );
@@ -215,7 +236,7 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
 
 /// The keys a full run puts at the top level of its JSON line (the default settings).
 #[cfg(test)]
-pub(crate) const HEADLINE_KEYS: [&str; 30] = [
+pub(crate) const HEADLINE_KEYS: [&str; 36] = [
     "enqueue_jobs_per_s",
     "enqueue_single_concurrent_jobs_per_s",
     "raw_insert_single_concurrent_per_s",
@@ -244,6 +265,12 @@ pub(crate) const HEADLINE_KEYS: [&str; 30] = [
     "claim_ms_p50_scheduled_1m",
     "pickup_ms_p50",
     "pickup_ms_p99",
+    "keyed_drain_jobs_per_s",
+    "keyed_drain_vs_drain",
+    "keyed_hot_ratio",
+    "claim_ms_p50_keys_10k",
+    "rate_limited_max_in_window",
+    "rate_limited_utilisation",
     "per_job",
     "targets",
 ];
@@ -271,6 +298,37 @@ mod tests {
             (json!(0.5), json!(0.77))
         );
         assert_eq!(j["heartbeat_hot_share"], json!(0.95));
+        assert_eq!(
+            [
+                &j["keyed_drain_jobs_per_s"],
+                &j["keyed_drain_vs_drain"],
+                &j["keyed_hot_ratio"],
+                &j["claim_ms_p50_keys_10k"]
+            ],
+            [&json!(720.0), &json!(0.8), &json!(1.8), &json!(2.4)]
+        );
+        assert_eq!(
+            (j["rate_limited_max_in_window"].clone(), j["rate_limited_utilisation"].clone()),
+            (json!(500), json!(0.95))
+        );
+        // A backend without the keyed controls: null figures, flagged.
+        let mut u = sample_results();
+        u.keyed = Some(crate::figures::KeyedFigures { unsupported: true, ..Default::default() });
+        u.rate = Some(crate::figures::RateFigures { unsupported: true, ..Default::default() });
+        let ju = to_json(&args(&[]), &json!({}), &u);
+        for key in [
+            "keyed_drain_jobs_per_s",
+            "keyed_hot_ratio",
+            "claim_ms_p50_keys_10k",
+            "rate_limited_max_in_window",
+            "rate_limited_utilisation",
+        ] {
+            assert!(ju[key].is_null(), "{key}: {}", ju[key]);
+        }
+        assert_eq!(
+            (ju["keyed"]["unsupported"].clone(), ju["rate_limited"]["unsupported"].clone()),
+            (json!(true), json!(true))
+        );
         assert_eq!(j["drain_hot_share"], json!(0.0));
         // 8,000 index entries over 900 jobs; 100 round trips; 1,000 B of WAL a job.
         let d = &j["per_job"]["chokaq_drain"];

@@ -48,8 +48,8 @@ fn per_job_columns(r: &Results) -> [(&'static str, Option<PerJob>, Option<TableC
 #[cfg(test)]
 pub(crate) fn sample_results() -> Results {
     use crate::figures::{
-        ClaimFigures, Costs, HeartbeatFigures, Latency, MultiFigures, PickupFigures, Rate, ScheduledFigures,
-        SingleFigures,
+        ClaimFigures, Costs, HeartbeatFigures, KeyedFigures, Latency, MultiFigures, PickupFigures, Rate, RateFigures,
+        ScheduledFigures, SingleFigures,
     };
     let rate = |jobs: u64, secs: f64| Rate { jobs, secs, wal_bytes: jobs as i64 * 1000 };
     let p50 = |ms: f64| Latency { p50: ms, ..Default::default() };
@@ -85,6 +85,30 @@ pub(crate) fn sample_results() -> Results {
         scheduled: Some(ScheduledFigures { scheduled: 1_000_000, due: 5, all_queues: p50(40.0) }),
         pickup: Some(PickupFigures { latency: p50(4.0), ..Default::default() }),
         multi: Some(MultiFigures { processes: 4, concurrency: 8, rate: rate(1200, 1.0), per_process: vec![300; 4] }),
+        keyed: Some(KeyedFigures {
+            keys: 1000,
+            cap: 2,
+            concurrency: 8,
+            drain: Some(rate(720, 1.0)),
+            hot_jobs: 50_000,
+            cold_jobs: 1000,
+            cold_alone_s: Some(0.5),
+            cold_with_hot_s: Some(0.9),
+            hot_ran: 10,
+            claim_backlog: 10_000,
+            claim: Some(p50(2.4)),
+            ..Default::default()
+        }),
+        rate: Some(RateFigures {
+            limit: Some(chokaq::core::RateLimit::new(500, std::time::Duration::from_secs(1))),
+            secs: 10,
+            claimers: 4,
+            starts: 4750,
+            max_in_window: 500,
+            span_s: 9.5,
+            allowed: 5000,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

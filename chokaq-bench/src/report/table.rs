@@ -202,6 +202,7 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
             None => println!("heartbeat: HOT share not measured (PostgreSQL before 15)"),
         }
     }
+    print_keyed(r);
     println!();
     println!("targets");
     println!("{}", "-".repeat(100));
@@ -245,6 +246,76 @@ fn drain_name(d: &DrainFigures) -> String {
                 format!("{} slots", d.concurrency)
             };
             format!("drain, {shape}, max_workers {cap}, h {} ms", d.handler_ms)
+        }
+    }
+}
+
+/// Issue 25's figures: the keyed drain beside the drain, the hot key, the keyed claim beside
+/// the claim at 10k, the rate-limited queue ("n/a (unsupported)" on a backend without them).
+fn print_keyed(r: &Results) {
+    if r.keyed.is_none() && r.rate.is_none() {
+        return;
+    }
+    const NA: &str = "n/a (unsupported)";
+    println!();
+    println!("keys and rate limits");
+    println!("{}", "-".repeat(100));
+    if let Some(k) = &r.keyed {
+        let drain = r.main_drain().map(|d| d.rate.per_s());
+        match k.drain_per_s() {
+            Some(x) => println!(
+                "{:<36} {:>12.0} jobs/s  ({} jobs, {} keys, key_max_workers {}, {} slots); drain_jobs_per_s {}, ratio {}",
+                "keyed drain",
+                x,
+                k.drain.as_ref().map_or(0, |d| d.jobs),
+                k.keys,
+                k.cap,
+                k.concurrency,
+                opt(drain, 0),
+                opt(drain.map(|d| x / d), 3)
+            ),
+            None => println!("{:<36} {NA}", "keyed drain"),
+        }
+        match k.hot_ratio() {
+            Some(x) => println!(
+                "{:<36} {:>12.3}          ({} jobs of one key each: {} s alone, {} s behind {} jobs of one key at cap 1; {} of those ran meanwhile)",
+                "keyed hot ratio",
+                x,
+                k.cold_jobs,
+                opt(k.cold_alone_s, 3),
+                opt(k.cold_with_hot_s, 3),
+                k.hot_jobs,
+                k.hot_ran
+            ),
+            None => println!("{:<36} {NA}", "keyed hot ratio"),
+        }
+        match k.claim {
+            Some(l) => println!(
+                "{:<36} {:>12.3} ms      ({} distinct keys in the backlog; claim_ms_p50_backlog_10k {} ms)",
+                "claim 10 p50, keyed backlog",
+                l.p50,
+                k.claim_backlog,
+                opt(r.claims.first().map(|c| c.all_queues.p50), 3)
+            ),
+            None => println!("{:<36} {NA}", "claim 10 p50, keyed backlog"),
+        }
+    }
+    if let Some(x) = &r.rate {
+        if x.unsupported {
+            println!("{:<36} {NA}", "rate limited");
+        } else {
+            println!(
+                "{:<36} {:>12}          (limit {}; {} starts by {} claim loops in {} s, span {:.3} s, {} allowed: utilisation {})",
+                "rate limited: max in a window",
+                x.max_in_window,
+                x.limit.map_or_else(String::new, |l| l.to_string()),
+                x.starts,
+                x.claimers,
+                x.secs,
+                x.span_s,
+                x.allowed,
+                opt(x.utilisation(), 3)
+            );
         }
     }
 }

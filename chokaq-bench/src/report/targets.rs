@@ -2,7 +2,7 @@
 //! bound), with the value it measured and its verdict.
 
 use crate::args::Args;
-use crate::figures::{Rate, Results};
+use crate::figures::{KeyedFigures, Rate, RateFigures, Results};
 
 use super::{ratio, vs_raw};
 
@@ -13,6 +13,8 @@ pub(super) struct Target {
     pub(super) measured: Option<f64>,
     pub(super) threshold: f64,
     pub(super) at_least: bool,
+    /// Not measured because the backend does not support what it needs.
+    pub(super) unsupported: bool,
 }
 
 impl Target {
@@ -24,6 +26,7 @@ impl Target {
         match self.met() {
             Some(true) => "MET",
             Some(false) => "NOT MET",
+            None if self.unsupported => "n/a (unsupported)",
             None => "n/a (not run)",
         }
     }
@@ -36,7 +39,58 @@ fn target(
     threshold: f64,
     at_least: bool,
 ) -> Target {
-    Target { name: name.into(), rule: rule.into(), measured, threshold, at_least }
+    Target { name: name.into(), rule: rule.into(), measured, threshold, at_least, unsupported: false }
+}
+
+/// The keyed and rate-limit targets (issue 25).
+fn keyed_targets(args: &Args, r: &Results) -> Vec<Target> {
+    let keyed = r.keyed.as_ref();
+    let keyed_unsupported = keyed.is_some_and(|k| k.unsupported);
+    let rate = r.rate.as_ref();
+    let rate_unsupported = rate.is_some_and(|x| x.unsupported);
+    let limit = args.rate_limit().map(|l| l.jobs).unwrap_or(0);
+    let claim_small = r.claims.first().map(|c| c.all_queues.p50);
+    let mut v = vec![
+        target(
+            "keyed_drain_vs_drain",
+            "keyed_drain_jobs_per_s >= 0.8 x drain_jobs_per_s",
+            ratio(keyed.and_then(KeyedFigures::drain_per_s), r.main_drain().map(|d| d.rate.per_s())),
+            0.8,
+            true,
+        ),
+        target("keyed_hot_ratio", "keyed_hot_ratio <= 2", keyed.and_then(KeyedFigures::hot_ratio), 2.0, false),
+        target(
+            "claim_keys_vs_10k",
+            "claim_ms_p50_keys_10k <= 1.5 x claim_ms_p50_backlog_10k",
+            ratio(keyed.and_then(|k| k.claim.map(|l| l.p50)), claim_small),
+            1.5,
+            false,
+        ),
+    ];
+    for t in &mut v {
+        t.unsupported = keyed_unsupported;
+    }
+    let mut rate_targets = vec![
+        target(
+            "rate_limited_max_in_window",
+            format!("rate_limited_max_in_window <= {limit} (--rate-limit {})", args.rate_limit),
+            rate.filter(|x| !x.unsupported).map(|x| x.max_in_window as f64),
+            f64::from(limit),
+            false,
+        ),
+        target(
+            "rate_limited_utilisation",
+            "rate_limited_utilisation >= 0.9 (starts / (jobs x (floor(span / per) + 1)))",
+            rate.and_then(RateFigures::utilisation),
+            0.9,
+            true,
+        ),
+    ];
+    for t in &mut rate_targets {
+        t.unsupported = rate_unsupported;
+    }
+    v.extend(rate_targets);
+    v
 }
 
 pub(super) fn targets(args: &Args, r: &Results) -> Vec<Target> {
@@ -48,7 +102,7 @@ pub(super) fn targets(args: &Args, r: &Results) -> Vec<Target> {
     let single = r.single.as_ref().map(|s| s.client.per_s());
     let single_raw = r.single.as_ref().map(|s| s.raw.per_s());
     let h = args.handler_ms;
-    vec![
+    let mut v = vec![
         target("drain_vs_raw", "drain_jobs_per_s >= 1.5 x raw_drain_jobs_per_s", vs_raw, 1.5, true),
         target("drain_vs_raw_min", "drain_jobs_per_s >= 0.9 x raw_min_drain_jobs_per_s", vs_raw_min, 0.9, true),
         target("drain_vs_raw_b500", "drain_jobs_per_s >= 0.45 x raw_b500_drain_jobs_per_s", vs_raw_b500, 0.45, true),
@@ -104,7 +158,9 @@ pub(super) fn targets(args: &Args, r: &Results) -> Vec<Target> {
         ),
         target("pickup_p50", "pickup_ms_p50 <= 5 ms", r.pickup.as_ref().map(|p| p.latency.p50), 5.0, false),
         target("enqueue_rate", "enqueue_jobs_per_s >= 50,000", r.enqueue.as_ref().map(Rate::per_s), 50_000.0, true),
-    ]
+    ];
+    v.extend(keyed_targets(args, r));
+    v
 }
 
 #[cfg(test)]
@@ -135,6 +191,12 @@ mod tests {
             ("heartbeat_hot", 0.95, true),
             ("pickup_p50", 4.0, true),
             ("enqueue_rate", 60_000.0, true),
+            // 720 / 900; 0.9 s / 0.5 s; 2.4 ms / 2.0 ms.
+            ("keyed_drain_vs_drain", 0.8, true),
+            ("keyed_hot_ratio", 1.8, true),
+            ("claim_keys_vs_10k", 1.2, true),
+            ("rate_limited_max_in_window", 500.0, true),
+            ("rate_limited_utilisation", 0.95, true),
         ];
         let want: Vec<(String, f64, Option<bool>)> =
             want.iter().map(|(n, m, ok)| (n.to_string(), *m, Some(*ok))).collect();
@@ -156,6 +218,21 @@ mod tests {
         let want = [("drain_vs_raw", "MET"), ("drain_vs_raw_min", "MET"), ("drain_vs_raw_b500", "MET")];
         assert_eq!(got[..3], want.map(|(n, v)| (n.to_string(), v)));
         assert_eq!(got[3], ("drain_wal_per_job".to_string(), "NOT MET"), "1,001 B a job");
+        // A backend without the keyed controls: no figure, and the verdict says why.
+        let mut r2 = sample_results();
+        r2.keyed = Some(crate::figures::KeyedFigures { unsupported: true, ..Default::default() });
+        r2.rate = Some(crate::figures::RateFigures { unsupported: true, ..Default::default() });
+        let all = targets(&a, &r2);
+        for n in [
+            "keyed_drain_vs_drain",
+            "keyed_hot_ratio",
+            "claim_keys_vs_10k",
+            "rate_limited_max_in_window",
+            "rate_limited_utilisation",
+        ] {
+            let t = all.iter().find(|t| t.name == n).unwrap();
+            assert_eq!((t.measured, t.verdict()), (None, "n/a (unsupported)"), "{n}");
+        }
         // The handler time names the capped targets.
         let names: Vec<String> = targets(&args(&["--handler-ms", "10"]), &r).into_iter().map(|t| t.name).collect();
         assert!(names.contains(&"capped_spread_efficiency_h10".to_string()), "{names:?}");
