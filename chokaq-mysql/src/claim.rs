@@ -8,6 +8,20 @@
 //! picked rows as the mark changed them (the columns it sets are known), so nothing is read
 //! back. An idle poll is the probe alone.
 //!
+//! A guarded queue (a queue cap, a per-key cap or a rate limit, issue 25) takes its control
+//! row `FOR UPDATE`, so its claimers take turns, and counts after the lock, each a statement
+//! of its own: the queue's active jobs (`active_count`), the starts of a queue-wide window
+//! (`window_total`, entries stamped after `t - per`, later stamps too), the running jobs per
+//! key (`key_running`, the non-NULL range of `jobs_hot_key_running`) and the starts per key
+//! of a by-key window (`window_by_key`). A key with nothing left is left out of the pick
+//! (`claim_pick_keyed`), so it holds back no other key; the starts of a rate-limited queue go
+//! to the log in the claim's transaction, stamped with the claim's time (Start mode's
+//! `started_at`). The cost, against an unguarded queue: the claims of one guarded queue are
+//! serial (the control row is held from the count to the commit, a few milliseconds per
+//! claim on a local server), and a claim runs two to four more statements (the counts, the
+//! log insert). An unguarded queue keeps the share lock and the plan it had; jobs without a
+//! key never rewrite their `jobs_hot_key_running` entry after the insert.
+//!
 //! Lock order, the same for every claimer (so racing claimers cannot deadlock): the control
 //! rows of the capped queues in name order (`FOR UPDATE`: claimers of a capped queue take
 //! turns, and the active count that follows, a fresh READ COMMITTED snapshot, sees every claim

@@ -198,8 +198,12 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     // `ADD COLUMN IF NOT EXISTS`): `run` takes "duplicate column" (1060) and "duplicate key
     // name" (1061) from a `migrate_add_*` step as done already. Each `ALTER` is atomic.
     //  - `concurrency_key` on the three job tables, copied by every move;
-    //  - jobs_hot_key_running: per queue, Fetched / Processing (1, 2) rows by key: the claim's
-    //    per-key running counts and the stats' busiest keys read only this index's range;
+    //  - `running_key`, a stored generated column: the key of a Fetched / Processing (1, 2)
+    //    job, else NULL; jobs_hot_key_running (queue, running_key): the claim's per-key
+    //    running counts and the stats' busiest keys read only its non-NULL range. A job
+    //    without a key never changes its entry after the insert (InnoDB rewrites a secondary
+    //    entry only when its columns change), so queues without keys pay no index write per
+    //    claim or start for it; a keyed job changes it when it starts and stops running;
     //  - the queue control row's key cap and rate limit (`rate_by_key` 0/1).
     ("migrate_add_hot_concurrency_key", "ALTER TABLE {schema}.jobs_hot ADD COLUMN concurrency_key VARBINARY(255) NULL"),
     (
@@ -208,8 +212,13 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ),
     ("migrate_add_dlq_concurrency_key", "ALTER TABLE {schema}.jobs_dlq ADD COLUMN concurrency_key VARBINARY(255) NULL"),
     (
+        "migrate_add_hot_running_key",
+        "ALTER TABLE {schema}.jobs_hot ADD COLUMN running_key VARBINARY(255) \
+         AS (CASE WHEN status IN (1, 2) THEN concurrency_key END) STORED",
+    ),
+    (
         "migrate_add_hot_key_running",
-        "ALTER TABLE {schema}.jobs_hot ADD INDEX jobs_hot_key_running (queue, status, concurrency_key)",
+        "ALTER TABLE {schema}.jobs_hot ADD INDEX jobs_hot_key_running (queue, running_key)",
     ),
     ("migrate_add_queues_key_max_workers", "ALTER TABLE {schema}.queues ADD COLUMN key_max_workers BIGINT NULL"),
     ("migrate_add_queues_rate_jobs", "ALTER TABLE {schema}.queues ADD COLUMN rate_jobs BIGINT NULL"),

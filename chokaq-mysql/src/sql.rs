@@ -251,8 +251,8 @@ statements! {
     /// Fetched + Processing jobs per concurrency key of a queue (a range of
     /// `jobs_hot_key_running`, as small as the running set), read after the queue row's lock
     /// like `active_count`: (queue).
-    key_running: "SELECT concurrency_key AS k, count(*) AS n FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_key_running) \
-         WHERE queue = ? AND status IN (1, 2) AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
+    key_running: "SELECT running_key AS k, count(*) AS n FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_key_running) \
+         WHERE queue = ? AND running_key IS NOT NULL GROUP BY running_key",
     /// The starts a queue-wide rate window holds: every entry of the queue stamped after
     /// `t - per` (later stamps count too), read after the queue row's lock: (queue, t - per).
     window_total: "SELECT count(*) FROM {schema}.starts WHERE queue = ? AND stamp > ?",
@@ -491,8 +491,8 @@ statements! {
          fetched_timeout_us, updated_at, key_max_workers, rate_jobs, rate_per_ms, rate_by_key FROM {schema}.queues",
     /// Fetched + Processing jobs per queue and concurrency key (the `busiest_keys`; a range of
     /// `jobs_hot_key_running` per queue).
-    stats_keys: "SELECT queue, concurrency_key AS k, count(*) AS n FROM {schema}.jobs_hot \
-         WHERE status IN (1, 2) AND concurrency_key IS NOT NULL GROUP BY queue, concurrency_key",
+    stats_keys: "SELECT queue, running_key AS k, count(*) AS n FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_key_running) \
+         WHERE running_key IS NOT NULL GROUP BY queue, running_key",
 
     // --- get_job: (id) ---------------------------------------------------------------------
     get_hot: concat!(select_job!(jobs_hot), " WHERE id = ?"),
