@@ -17,9 +17,9 @@
 //! (`claim_pick_keyed`), so it holds back no other key; the starts of a rate-limited queue go
 //! to the log in the claim's transaction, stamped with the claim's time (Start mode's
 //! `started_at`). The cost, against an unguarded queue: the claims of one guarded queue are
-//! serial (the control row is held from the count to the commit, a few milliseconds per
-//! claim on a local server), and a claim runs two to four more statements (the counts, the
-//! log insert). An unguarded queue keeps the share lock and the plan it had; jobs without a
+//! serial (the control row is held from the count to the commit: one claim's round trips at
+//! a time, as for a capped queue today), and a claim runs one to four more statements (the
+//! counts, the log insert). An unguarded queue keeps the share lock and the plan it had; jobs without a
 //! key never rewrite their `jobs_hot_key_running` entry after the insert.
 //!
 //! Lock order, the same for every claimer (so racing claimers cannot deadlock): the control
