@@ -444,7 +444,9 @@ $fn$;
 -- in the window, each in a NEW statement (a fresh snapshot under READ COMMITTED: it sees
 -- every claim the previous holder of the lock committed). The lock is held until the claim
 -- commits, so no other claimer counts the key before the rows taken here are visible. The
--- walk reads without locking; claim() locks what it keeps, skipping rows taken meanwhile.
+-- walk only decides how many rows each key gives (in claim order, as the memory backend
+-- does); each key's rows are then read in a last, fresh statement (after every lock: a row
+-- another claimer took before the lock is not in it), and claim() locks what it keeps.
 CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queue text, p_allow integer, p_kcap integer,
                                                    p_rate integer, p_per_ms bigint)
 RETURNS uuid[]
@@ -454,6 +456,9 @@ DECLARE
     v_ids  uuid[] := '{}';
     v_keys text[] := '{}';
     v_room integer[] := '{}';
+    v_take integer[] := '{}';
+    v_got  integer := 0;
+    v_delay text := current_setting('chokaq.test_claim_delay_ms', true);
     v_r    record;
     v_n    integer;
     v_run  integer;
@@ -476,10 +481,17 @@ BEGIN
     LOOP
         IF v_r.ck IS NULL THEN
             v_ids := v_ids || v_r.id;
+            v_got := v_got + 1;
         ELSE
             k := array_position(v_keys, v_r.ck);
             IF k IS NULL THEN
+                -- Test hook ('key'): the first key met, before its lock (tests/common/cap_race.rs).
+                IF cardinality(v_keys) = 0 AND nullif(v_delay, '') IS NOT NULL
+                   AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
+                    PERFORM pg_sleep(v_delay::numeric / 1000);
+                END IF;
                 v_keys := v_keys || v_r.ck;
+                v_take := v_take || 0;
                 k := cardinality(v_keys);
                 IF p_kcap IS NOT NULL AND v_r.seen >= p_kcap THEN
                     v_room := v_room || 0;
@@ -507,12 +519,26 @@ BEGIN
                 END IF;
             END IF;
             IF v_room[k] > 0 THEN
-                v_ids := v_ids || v_r.id;
+                v_take[k] := v_take[k] + 1;
                 v_room[k] := v_room[k] - 1;
+                v_got := v_got + 1;
             END IF;
         END IF;
-        EXIT WHEN cardinality(v_ids) >= p_allow;
+        EXIT WHEN v_got >= p_allow;
     END LOOP;
+    -- Each key's rows, fresh: its first `take` Pending due rows in claim order.
+    IF coalesce(0 < ANY (v_take), false) THEN
+        v_ids := v_ids || ARRAY(
+            SELECT c.id
+              FROM unnest(v_keys, v_take) AS r(k, n)
+             CROSS JOIN LATERAL (
+                   SELECT x.id FROM {schema}.jobs_hot x
+                    WHERE x.queue = p_queue AND x.concurrency_key = r.k AND x.status = 0 AND x.due_at <= now()
+                    ORDER BY x.priority DESC, x.due_at, x.id
+                    LIMIT r.n
+             ) c
+             WHERE r.n > 0);
+    END IF;
     RETURN v_ids;
 END
 $fn$;
@@ -532,7 +558,7 @@ AS $fn$
     ),
     up AS (
         UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
-          FROM (SELECT x.id FROM k LEFT JOIN {schema}.queues c ON c.name = k.q
+           WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM k LEFT JOIN {schema}.queues c ON c.name = k.q
                  CROSS JOIN LATERAL (
                        SELECT x.id FROM {schema}.jobs_hot x
                         WHERE x.queue = k.q AND x.concurrency_key = k.k AND x.status = 4
@@ -543,8 +569,7 @@ AS $fn$
                                                                             AND y.concurrency_key = k.k
                                                                             AND y.status IN (0, 1, 2)))
                               END
-                          FOR UPDATE SKIP LOCKED) x) d
-         WHERE h.id = d.id AND h.status = 4
+                          FOR UPDATE SKIP LOCKED) x))
         RETURNING 1
     )
     SELECT count(*)::integer FROM up

@@ -77,7 +77,7 @@ macro_rules! promote {
          WHERE f.concurrency_key IS NOT NULL GROUP BY f.queue, f.concurrency_key),
      promoted AS (
         UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
-          FROM (SELECT x.id FROM fr LEFT JOIN {schema}.queues c ON c.name = fr.queue
+           WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM fr LEFT JOIN {schema}.queues c ON c.name = fr.queue
                  CROSS JOIN LATERAL (
                        SELECT x.id FROM {schema}.jobs_hot x
                         WHERE x.queue = fr.queue AND x.concurrency_key = fr.k AND x.status = 4
@@ -88,8 +88,7 @@ macro_rules! promote {
                                                         WHERE y.queue = fr.queue AND y.concurrency_key = fr.k
                                                           AND y.status IN (0, 1, 2)))
                               END
-                          FOR UPDATE SKIP LOCKED) x) d
-         WHERE h.id = d.id AND h.status = 4
+                          FOR UPDATE SKIP LOCKED) x))
      )"
         )
     };
@@ -517,7 +516,7 @@ woke AS (SELECT pg_notify('{channel}', up.name) FROM up),
 k AS (SELECT DISTINCT b.concurrency_key AS k FROM {schema}.jobs_hot b WHERE b.queue = $1 AND b.status = 4),
 promoted AS (
     UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
-      FROM (SELECT x.id FROM k CROSS JOIN LATERAL (
+       WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM k CROSS JOIN LATERAL (
                    SELECT x.id FROM {schema}.jobs_hot x
                     WHERE x.queue = $1 AND x.concurrency_key = k.k AND x.status = 4
                     ORDER BY x.priority DESC, x.due_at, x.id
@@ -526,8 +525,7 @@ promoted AS (
                                                              WHERE y.queue = $1 AND y.concurrency_key = k.k
                                                                AND y.status IN (0, 1, 2)))
                           END
-                      FOR UPDATE SKIP LOCKED) x) d
-     WHERE h.id = d.id AND h.status = 4
+                      FOR UPDATE SKIP LOCKED) x))
 )
 SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
 );
