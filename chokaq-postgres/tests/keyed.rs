@@ -7,8 +7,8 @@ mod common;
 use std::time::Instant;
 
 use chokaq_core::{
-    Backend, CancelOutcome, ClaimMode, ClaimParams, JobLocation, JobStatus, JobTable, LeaseRef,
-    ListJobsParams, NewJob, QueueControl, RescueParams, WorkerId,
+    Backend, CancelOutcome, ClaimMode, ClaimParams, JobLocation, JobStatus, JobTable, LeaseRef, ListJobsParams, NewJob,
+    QueueControl, RescueParams, WorkerId,
 };
 use common::{job, q};
 

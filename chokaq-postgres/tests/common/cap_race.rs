@@ -227,8 +227,9 @@ fn rand_u32() -> u32 {
 /// Issue 25, the per-key guard: key `k` of a queue with key cap 1 has two Pending jobs; claim A
 /// (limit 1) is held by the test hook at `at`: 'key' (its walk has read the rows, the key is
 /// not locked or counted yet) or 'take' (the key is locked and counted, its rows not yet
-/// taken). Meanwhile a higher-priority job of `k` is enqueued and claimer B claims. Whatever
-/// the order, the key ends with at most 1 running job: at 'key', B takes the new job and A's
+/// taken). Meanwhile a higher-priority job of `k` comes back (requeue_dead) and claimer B
+/// claims. Whatever
+/// the order, the key ends with at most 1 running job: at 'key', B takes the requeued job and A's
 /// count after its lock must see it; at 'take', A holds the key's lock until it commits, so B
 /// must skip the key. (No race of the conformance suite can catch a count taken before the
 /// lock or a lock given up before the commit here: each key's rows are taken as a prefix of
@@ -238,6 +239,11 @@ pub async fn keyed_claim_in_flight(db: &PgBackend, at: &str) -> Result<String, S
     let e = |e: chokaq_core::Error| e.to_string();
     let queue = format!("key-{at}-{:08x}", rand_u32());
     let keyed = |p: i32| job(&queue).priority(p).concurrency_key("k");
+    // The job that comes back ahead of the others: a dead letter, requeued while A is held.
+    let ahead = db.enqueue_many(vec![keyed(10)]).await.map_err(e)?[0].id;
+    if db.cancel(ahead).await.map_err(e)? != chokaq_core::CancelOutcome::Cancelled {
+        return Err("the job to requeue was not cancelled".into());
+    }
     db.enqueue_many(vec![keyed(0), keyed(0)]).await.map_err(e)?;
     db.control_queue(&q(&queue), chokaq_core::QueueControl::SetKeyMaxWorkers(Some(1))).await.map_err(e)?;
     let held = Delayed::new(HOLD_MS, at).await?;
@@ -247,7 +253,9 @@ pub async fn keyed_claim_in_flight(db: &PgBackend, at: &str) -> Result<String, S
     let a = tokio::spawn(run_held(held, db.schema().to_string(), call, xid_tx));
     let xid = xid_rx.await.map_err(|e| e.to_string())?;
     until_sleeping(db, pid).await?;
-    db.enqueue_many(vec![keyed(10)]).await.map_err(e)?;
+    if db.requeue_dead(ahead).await.map_err(e)? != chokaq_core::RequeueOutcome::Requeued {
+        return Err("the dead letter was not requeued".into());
+    }
     let b = db.claim(&ClaimParams::new(WorkerId::random(), vec![q(&queue)], 1, ClaimMode::Start)).await.map_err(e)?;
     let a_open = open_tx(db, xid).await?;
     let a_n = a.await.map_err(|e| e.to_string())??;
