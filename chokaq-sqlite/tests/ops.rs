@@ -1144,3 +1144,51 @@ async fn rate_log_stamps_are_started_at_and_rescue_prunes_them() {
     assert_eq!(claim(&b, w, "rl", 10, ClaimMode::Start).await.len(), 1, "the window is free again");
     raw.close().await.unwrap();
 }
+
+/// One claim over a keyed queue and a plain one: each queue gives its first jobs in claim
+/// order that its rules let through, and the merge is the one global claim order (the keyed
+/// queue's saturated key holds back neither its other key nor the other queue).
+#[tokio::test]
+async fn keyed_claim_over_two_queues_keeps_the_global_order() {
+    let (b, _db) = fresh().await;
+    let mut keyed = Vec::new();
+    for (key, priority) in [("x", 5), ("x", 5), ("x", 5), ("y", 0)] {
+        keyed.push(job("ka").concurrency_key(key).priority(priority));
+    }
+    let keyed: Vec<JobId> = b.enqueue_many(keyed).await.unwrap().into_iter().map(|e| e.id).collect();
+    let plain: Vec<JobId> = b
+        .enqueue_many((0..3).map(|_| job("kb").priority(1)).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    b.control_queue(&q("ka"), QueueControl::SetKeyMaxWorkers(Some(1))).await.unwrap();
+    let params = |limit| ClaimParams::new(WorkerId::random(), vec![q("kb"), q("ka")], limit, ClaimMode::Start);
+    let got: Vec<JobId> = b.claim(&params(4)).await.unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(got, vec![keyed[0], plain[0], plain[1], plain[2]]);
+    let got: Vec<JobId> = b.claim(&params(10)).await.unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(got, vec![keyed[3]], "x at its cap of 1, y free");
+    assert!(b.claim(&params(10)).await.unwrap().is_empty());
+}
+
+/// A per-key cap and a by-key rate limit together: each key takes the smaller room.
+#[tokio::test]
+async fn key_cap_and_by_key_rate_take_the_smaller_room() {
+    use chokaq_core::RateLimit;
+    let (b, _db) = fresh().await;
+    let jobs: Vec<NewJob> =
+        ["a", "a", "a", "a", "b", "b", "b", "b"].iter().map(|k| job("kr").concurrency_key(*k)).collect();
+    b.enqueue_many(jobs).await.unwrap();
+    b.control_queue(&q("kr"), QueueControl::SetKeyMaxWorkers(Some(2))).await.unwrap();
+    let limit = RateLimit::new(3, secs(3600)).by_key();
+    b.control_queue(&q("kr"), QueueControl::SetRateLimit(Some(limit))).await.unwrap();
+    let w = WorkerId::random();
+    let first = claim(&b, w, "kr", 10, ClaimMode::Start).await;
+    assert_eq!(first.len(), 4, "2 per key (the cap binds first)");
+    let leases: Vec<_> = first.iter().map(|j| j.lease_ref()).collect();
+    assert_eq!(b.complete(w, &leases).await.unwrap().done.len(), 4);
+    let second = claim(&b, w, "kr", 10, ClaimMode::Start).await;
+    assert_eq!(second.len(), 2, "1 per key (3 starts per hour per key: the rate binds now)");
+    assert!(claim(&b, w, "kr", 10, ClaimMode::Start).await.is_empty());
+}
