@@ -177,7 +177,8 @@ impl Bench {
                 for i in (t..n).step_by(tasks as usize) {
                     let payload = json!({ "n": from + i }).to_string();
                     let c0 = Instant::now();
-                    // The same binds as the backend's enqueue of one job without key or delay.
+                    // The same binds as the backend's enqueue of one job without idempotency key, delay
+                    // or concurrency key.
                     let q = sqlx::query_as(&insert)
                         .bind(vec![JobId::new().0])
                         .bind(vec![RAW_QUEUE])
@@ -189,6 +190,8 @@ impl Bench {
                         .bind(vec![None::<DateTime<Utc>>])
                         .bind(vec![None::<i64>])
                         .bind(vec![DEFAULT_MAX_ATTEMPTS])
+                        .bind(vec![None::<&str>])
+                        // No concurrency key (issue 25).
                         .bind(vec![None::<&str>]);
                     let rows: Vec<(uuid::Uuid, i64)> = match conn.as_mut() {
                         Some(c) => q.fetch_all(c).await,
