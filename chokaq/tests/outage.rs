@@ -1465,7 +1465,7 @@ fn keyed_summary(s: &chokaq::core::StatsSnapshot) -> String {
 }
 
 async fn keyed_scenario(bin: PgBin) -> Result<(), String> {
-    let jobs = env_number("CHOKAQ_OUTAGE_KEYED_JOBS", 3_000);
+    let jobs = env_number("CHOKAQ_OUTAGE_KEYED_JOBS", 4_000);
     let t_begin = Instant::now();
     let t0 = now_us();
     let rel = |t: i64| secs(t - t0);
