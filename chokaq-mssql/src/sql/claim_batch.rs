@@ -47,11 +47,11 @@
 //!      `Slots = least(Freed, MaxWorkers - (Active - Freed))`, never below 0.
 //! 7. (`complete_and_claim` only) The `@Done` rows move to `JobsArchive` (the complete's
 //!    move), and the ids archived under the given leases and this worker are returned.
-//! 7b. Keyed and rate-limited ("guarded") queues (issue 25): their cap row was taken waiting
+//! 8. Keyed and rate-limited ("guarded") queues (issue 25): their cap row was taken waiting
 //!    and exclusive in step 6 (never the handoff); [`KEYS`] reads the claim time again, counts
 //!    each key's running jobs and the rate windows after the locks, and chooses their rows in
 //!    rounds that skip full keys (`docs/sqlserver.md`, keyed caps and rate limits).
-//! 8. THE claim: one `UPDATE … OUTPUT INSERTED`, per queue a bounded `FORCESEEK` on
+//! 9. THE claim: one `UPDATE … OUTPUT INSERTED`, per queue a bounded `FORCESEEK` on
 //!    `IX_JobsHot_Pending` (`TOP (min(limit, Slots))` inside `CROSS APPLY`,
 //!    `UPDLOCK, READPAST, ROWLOCK`), the best `@Limit` across queues numbered by
 //!    `ROW_NUMBER` over those few rows.
