@@ -57,12 +57,27 @@ enum Fault {
     /// `enqueue_tick` skips the compare-and-set on the schedule row: it inserts the tick's job
     /// and leaves the uniqueness to the idempotency key (live jobs only).
     TickSkipsCas,
+    /// The per-key cap is checked before the claim acts: each key's running count is read,
+    /// then (after a yield: the window) the claim runs with the key cap lifted, keeping only
+    /// what the stale counts allowed (issue 25).
+    KeyCheckThenAct,
+    /// The claim ignores the concurrency key: the per-key cap is never applied.
+    KeyIgnored,
+    /// A key slot is freed twice: a complete that finds its job already archived by the same
+    /// lease (a repeat whose first reply was lost) frees the key's slot again, as a
+    /// counter-based limiter that decrements on every outcome call does (Solid Queue's
+    /// semaphore released twice).
+    KeyFreedTwice,
+    /// The rate window is off by one: a claim may start `jobs + 1` per window.
+    RateOffByOne,
 }
 
 #[derive(Debug)]
 struct Broken {
     inner: MemoryBackend,
     fault: Option<Fault>,
+    /// `KeyFreedTwice`: extra key slots per queue, freed by repeated completes.
+    extra_key_slots: std::sync::Mutex<std::collections::HashMap<QueueName, u32>>,
 }
 
 impl Broken {
@@ -165,6 +180,74 @@ impl Backend for Broken {
                 return out;
             }
         }
+        if req.queues.len() == 1 {
+            let q = &req.queues[0];
+            let st = self.inner.queue_settings(q).await?;
+            match (self.fault, st.key_max_workers, st.rate_limit) {
+                (Some(Fault::KeyIgnored), Some(cap), _) => {
+                    self.inner.control_queue(q, QueueControl::SetKeyMaxWorkers(None)).await?;
+                    let out = self.inner.claim(req).await;
+                    self.inner.control_queue(q, QueueControl::SetKeyMaxWorkers(Some(cap))).await?;
+                    return out;
+                }
+                (Some(Fault::KeyFreedTwice), Some(cap), _) => {
+                    let extra = self.extra_key_slots.lock().unwrap().get(q).copied().unwrap_or(0);
+                    self.inner.control_queue(q, QueueControl::SetKeyMaxWorkers(Some(cap + extra))).await?;
+                    let out = self.inner.claim(req).await;
+                    self.inner.control_queue(q, QueueControl::SetKeyMaxWorkers(Some(cap))).await?;
+                    return out;
+                }
+                (Some(Fault::KeyCheckThenAct), Some(cap), _) => {
+                    let mut running: std::collections::HashMap<String, u32> = Default::default();
+                    for status in [JobStatus::Fetched, JobStatus::Processing] {
+                        let mut params = ListJobsParams::new(JobTable::Hot);
+                        (params.queue, params.status, params.limit) = (Some(q.clone()), Some(status), 1000);
+                        for r in self.inner.list_jobs(&params).await?.jobs {
+                            if let Some(k) = r.concurrency_key {
+                                *running.entry(k).or_insert(0) += 1;
+                            }
+                        }
+                    }
+                    tokio::task::yield_now().await; // the window between "count" and "take"
+                    self.inner.control_queue(q, QueueControl::SetKeyMaxWorkers(None)).await?;
+                    let out = self.inner.claim(req).await;
+                    self.inner.control_queue(q, QueueControl::SetKeyMaxWorkers(Some(cap))).await?;
+                    let mut keep = Vec::new();
+                    let mut back = Vec::new();
+                    for j in out? {
+                        match &j.concurrency_key {
+                            Some(k) if running.get(k).copied().unwrap_or(0) >= cap => back.push(j),
+                            Some(k) => {
+                                *running.entry(k.clone()).or_insert(0) += 1;
+                                keep.push(j);
+                            }
+                            None => keep.push(j),
+                        }
+                    }
+                    for j in back {
+                        let l = [j.lease_ref()];
+                        match j.status {
+                            JobStatus::Fetched => self.inner.release(req.worker, &l).await?,
+                            _ => {
+                                self.inner
+                                    .force(j.id, &JobPatch { status: Some(JobStatus::Fetched), ..Default::default() })
+                                    .await?;
+                                self.inner.release(req.worker, &l).await?
+                            }
+                        };
+                    }
+                    return Ok(keep);
+                }
+                (Some(Fault::RateOffByOne), _, Some(limit)) => {
+                    let wider = chokaq_core::RateLimit { jobs: limit.jobs + 1, ..limit };
+                    self.inner.control_queue(q, QueueControl::SetRateLimit(Some(wider))).await?;
+                    let out = self.inner.claim(req).await;
+                    self.inner.control_queue(q, QueueControl::SetRateLimit(Some(limit))).await?;
+                    return out;
+                }
+                _ => {}
+            }
+        }
         self.inner.claim(req).await
     }
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
@@ -214,6 +297,15 @@ impl Backend for Broken {
                 }
             }
             return Ok(fixed);
+        }
+        if self.fault == Some(Fault::KeyFreedTwice) {
+            for l in leases {
+                if let Some(r) = self.inner.get_job(l.id).await? {
+                    if r.location == JobLocation::Archived && r.lease == Some(l.lease) && r.concurrency_key.is_some() {
+                        *self.extra_key_slots.lock().unwrap().entry(r.queue.clone()).or_insert(0) += 1;
+                    }
+                }
+            }
         }
         if self.fault == Some(Fault::CompleteIgnoresLease) {
             let mut cur = Vec::new();
@@ -412,7 +504,8 @@ impl TestSupport for Broken {
 }
 
 async fn outcomes(fault: Option<Fault>, cases: &[&str]) -> Vec<(String, std::result::Result<(), String>)> {
-    let b: Arc<dyn TestBackend> = Arc::new(Broken { inner: MemoryBackend::new(), fault });
+    let b: Arc<dyn TestBackend> =
+        Arc::new(Broken { inner: MemoryBackend::new(), fault, extra_key_slots: Default::default() });
     run_cases(b, cases, None).await
 }
 
@@ -445,6 +538,26 @@ async fn heartbeat_ignoring_the_lease_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_then_act_cap_is_caught() {
     assert_caught(Fault::CapCheckThenAct, &["cap_race_strict"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_then_act_key_cap_is_caught() {
+    assert_caught(Fault::KeyCheckThenAct, &["keyed_race_tasks"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ignoring_the_key_is_caught() {
+    assert_caught(Fault::KeyIgnored, &["keyed_cap_binds_each_key", "keyed_no_head_of_line_blocking"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn freeing_a_key_slot_twice_is_caught() {
+    assert_caught(Fault::KeyFreedTwice, &["keyed_repeated_outcomes_keep_count"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_window_off_by_one_is_caught() {
+    assert_caught(Fault::RateOffByOne, &["rate_limits_starts_in_window", "rate_race_tasks"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -534,8 +647,11 @@ async fn unknown_case_names_are_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn printed_suite_counts_failures() {
-    let broken: Arc<dyn TestBackend> =
-        Arc::new(Broken { inner: MemoryBackend::new(), fault: Some(Fault::CompleteIgnoresLease) });
+    let broken: Arc<dyn TestBackend> = Arc::new(Broken {
+        inner: MemoryBackend::new(),
+        fault: Some(Fault::CompleteIgnoresLease),
+        extra_key_slots: Default::default(),
+    });
     let s = chokaq_conformance::run_suite(broken, Some("lease_wrong_lease"), None, 2).await;
     assert_eq!((s.passed, s.failed), (0, 1));
     let clean: Arc<dyn TestBackend> = Arc::new(MemoryBackend::new());

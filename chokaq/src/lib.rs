@@ -89,6 +89,9 @@ mod backend_doc_snippets {
     #[doc = include_str!("../../docs/contract.md")]
     struct Contract;
 
+    #[doc = include_str!("../../docs/limits.md")]
+    struct Limits;
+
     #[doc = include_str!("../../docs/performance.md")]
     struct Performance;
 

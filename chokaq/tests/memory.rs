@@ -106,3 +106,8 @@ async fn bad_enqueue_is_invalid_input_and_changes_nothing() {
 async fn dropped_worker_hands_back() {
     common::dropped_worker_hands_back(backend()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_cap_under_the_runtime() {
+    common::keyed_cap_under_the_runtime(backend()).await.unwrap();
+}

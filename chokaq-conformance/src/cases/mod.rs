@@ -47,12 +47,14 @@ mod hold;
 mod hostile;
 mod idempotency;
 mod isolation;
+mod keyed;
 mod lease;
 mod lifecycle;
 mod notify;
 mod outcome;
 mod pause;
 mod periodic;
+mod rate;
 mod rescue;
 mod retry;
 mod schedule;
@@ -195,6 +197,8 @@ groups!(
     claim,
     cap,
     cap_race,
+    keyed,
+    rate,
     lease,
     hold,
     complete_and_claim,

@@ -1,0 +1,514 @@
+//! Keyed: the per-key cap (`key_max_workers`) is a strict bound on Fetched + Processing jobs
+//! per concurrency key of a queue, cluster-wide, next to the queue's own cap; a key at its cap
+//! never holds back other keys.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chokaq_core::{
+    BackendExt, ClaimMode, ClaimedJob, DeadReason, ErrorKind, FailAction, Fenced, JobId, JobLocation, JobStatus,
+    JobTable, LeaseRef, ListJobsParams, NewJob, QueueControl, QueueName, WorkerId,
+};
+
+use crate::child::ChildLine;
+use crate::ctx::{CaseResult, Ctx, Failure, AGED};
+use crate::{ensure, ensure_eq};
+
+super::cases!(keyed:
+    cap_binds_each_key,
+    no_head_of_line_blocking,
+    counts_fetched_and_processing,
+    cap_lowered_while_running,
+    cap_zero_and_cleared,
+    with_queue_cap,
+    key_round_trips,
+    repeated_outcomes_keep_count,
+    rescue_frees_only_by_moving,
+    sigkill_holder [MULTI_PROCESS],
+    race_tasks,
+    race_processes [MULTI_PROCESS],
+    bad_input,
+);
+
+/// A job of `queue` with concurrency key `key` (None: no key) and priority `priority`.
+pub(crate) fn keyed_job(cx: &Ctx, queue: &QueueName, key: Option<&str>, priority: i32) -> NewJob {
+    let j = cx.job(queue).priority(priority);
+    match key {
+        Some(k) => j.concurrency_key(k),
+        None => j,
+    }
+}
+
+/// Enqueues `n` jobs of each `(key, n)` in one call; returns the ids in order.
+pub(crate) async fn enqueue_keyed(
+    cx: &Ctx,
+    queue: &QueueName,
+    spec: &[(Option<&str>, usize)],
+) -> Result<Vec<JobId>, Failure> {
+    let mut jobs = Vec::new();
+    for (key, n) in spec {
+        for _ in 0..*n {
+            jobs.push(keyed_job(cx, queue, *key, 0));
+        }
+    }
+    let out = cx.backend.enqueue_many(jobs).await?;
+    Ok(out.into_iter().map(|e| e.id).collect())
+}
+
+/// Claimed jobs per key (`"-"` for no key).
+pub(crate) fn per_key(jobs: &[ClaimedJob]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for j in jobs {
+        *m.entry(j.concurrency_key.clone().unwrap_or_else(|| "-".into())).or_insert(0) += 1;
+    }
+    m
+}
+
+fn counts(spec: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    spec.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+}
+
+async fn set_key_cap(cx: &Ctx, q: &QueueName, cap: Option<u32>) -> CaseResult {
+    let st = cx.backend.control_queue(q, QueueControl::SetKeyMaxWorkers(cap)).await?;
+    ensure_eq!(st.key_max_workers, cap, "key_max_workers returned by control_queue");
+    Ok(())
+}
+
+/// Cap 2 per key: one batch claim takes two jobs of each key and every key-less job; the
+/// stats show the setting and the busiest keys with their running counts.
+pub async fn cap_binds_each_key(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    enqueue_keyed(&cx, &q, &[(Some("a"), 5), (Some("b"), 5), (None, 3)]).await?;
+    set_key_cap(&cx, &q, Some(2)).await?;
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, 20, ClaimMode::Reserve).await?;
+    ensure_eq!(per_key(&got), counts(&[("-", 3), ("a", 2), ("b", 2)]), "jobs per key of one claim under key cap 2");
+    ensure_eq!(cx.claim(w, &q, 20, ClaimMode::Start).await?.len(), 0, "claim with every key at its cap");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.pending, s.fetched), (6, 7), "(pending, fetched)");
+    let busiest: Vec<(String, u64)> = s.busiest_keys.iter().map(|k| (k.key.clone(), k.running)).collect();
+    ensure_eq!(busiest, vec![("a".to_string(), 2), ("b".to_string(), 2)], "busiest keys (key, running)");
+    ensure_eq!(s.settings.and_then(|s| s.key_max_workers), Some(2), "key_max_workers in the stats' settings");
+    ensure_eq!(cx.backend.queue_settings(&q).await?.key_max_workers, Some(2), "queue_settings key_max_workers");
+    Ok(())
+}
+
+/// A key at its cap with many due jobs of the highest priority never holds back the other
+/// keys: each claim skips it and takes the next due jobs of other keys, in claim order.
+pub async fn no_head_of_line_blocking(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let mut jobs: Vec<NewJob> = (0..30).map(|_| keyed_job(&cx, &q, Some("hot"), 10)).collect();
+    for k in 0..5 {
+        jobs.push(keyed_job(&cx, &q, Some(&format!("k{k}")), 0));
+    }
+    jobs.push(keyed_job(&cx, &q, None, 0));
+    let ids: Vec<JobId> = cx.backend.enqueue_many(jobs).await?.into_iter().map(|e| e.id).collect();
+    set_key_cap(&cx, &q, Some(1)).await?;
+    let w = WorkerId::random();
+    let first = cx.claim(w, &q, 3, ClaimMode::Start).await?;
+    let first_ids: Vec<JobId> = first.iter().map(|j| j.id).collect();
+    ensure_eq!(first_ids, vec![ids[0], ids[30], ids[31]], "first claim: the hot key's first job, then k0 and k1");
+    let mut rest = Vec::new();
+    for _ in 0..4 {
+        let got = cx.claim(w, &q, 1, ClaimMode::Start).await?;
+        ensure_eq!(got.len(), 1, "a claim of 1 with the hot key at its cap and other keys due");
+        rest.push(got[0].id);
+    }
+    ensure_eq!(rest, ids[32..36].to_vec(), "claims of 1 take k2, k3, k4 and the key-less job, in claim order");
+    ensure_eq!(cx.claim(w, &q, 10, ClaimMode::Start).await?.len(), 0, "claim with only the hot key left, at its cap");
+    // The hot key's next job comes when its running one finishes.
+    ensure!(cx.backend.complete_one(w, first[0].lease_ref()).await?.done().is_some(), "complete lost its lease");
+    let next = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ids[1]], "claim after the hot job finished");
+    Ok(())
+}
+
+/// Fetched and Processing both count against a key; completing or releasing frees its slot.
+pub async fn counts_fetched_and_processing(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    enqueue_keyed(&cx, &q, &[(Some("a"), 5)]).await?;
+    set_key_cap(&cx, &q, Some(2)).await?;
+    let w = WorkerId::random();
+    let reserved = cx.claim(w, &q, 1, ClaimMode::Reserve).await?;
+    let started = cx.claim(w, &q, 1, ClaimMode::Start).await?;
+    ensure!(reserved.len() == 1 && started.len() == 1, "expected one reserved and one started job");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Hold).await?.len(), 0, "claim with one Fetched + one Processing of a");
+    ensure!(cx.backend.complete_one(w, started[0].lease_ref()).await?.done().is_some(), "complete lost its lease");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 1, "claim after a completion freed a's slot");
+    ensure!(cx.backend.release_one(w, reserved[0].lease_ref()).await?.done().is_some(), "release lost its lease");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Reserve).await?.len(), 1, "claim after a release freed a's slot");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Reserve).await?.len(), 0, "claim with a at its cap again");
+    Ok(())
+}
+
+/// Lowering the cap never stops running jobs; new claims of the key wait until its count is
+/// under the new cap.
+pub async fn cap_lowered_while_running(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    enqueue_keyed(&cx, &q, &[(Some("a"), 6)]).await?;
+    set_key_cap(&cx, &q, Some(3)).await?;
+    let w = WorkerId::random();
+    let running = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(running.len(), 3, "claim under key cap 3");
+    set_key_cap(&cx, &q, Some(1)).await?;
+    ensure_eq!(cx.claim(w, &q, 10, ClaimMode::Start).await?.len(), 0, "claim right after lowering the cap to 1");
+    for (i, j) in running.iter().enumerate() {
+        ensure!(cx.backend.complete_one(w, j.lease_ref()).await?.done().is_some(), "complete {i} lost its lease");
+        let want = if i == 2 { 1 } else { 0 };
+        ensure_eq!(cx.claim(w, &q, 10, ClaimMode::Start).await?.len(), want, "claim after {} of 3 finished", i + 1);
+    }
+    Ok(())
+}
+
+/// Cap 0 lets no keyed job through (key-less ones still run); clearing the cap lets all of
+/// them through.
+pub async fn cap_zero_and_cleared(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    enqueue_keyed(&cx, &q, &[(Some("a"), 3), (Some("b"), 3), (None, 2)]).await?;
+    set_key_cap(&cx, &q, Some(0)).await?;
+    let w = WorkerId::random();
+    ensure_eq!(per_key(&cx.claim(w, &q, 20, ClaimMode::Reserve).await?), counts(&[("-", 2)]), "claim under key cap 0");
+    set_key_cap(&cx, &q, None).await?;
+    let got = cx.claim(w, &q, 20, ClaimMode::Reserve).await?;
+    ensure_eq!(per_key(&got), counts(&[("a", 3), ("b", 3)]), "claim with the key cap cleared");
+    ensure_eq!(cx.backend.queue_settings(&q).await?.key_max_workers, None, "queue_settings key_max_workers");
+    Ok(())
+}
+
+/// The queue's cap and the per-key cap hold together.
+pub async fn with_queue_cap(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    enqueue_keyed(&cx, &q, &[(Some("a"), 5), (Some("b"), 5)]).await?;
+    set_key_cap(&cx, &q, Some(2)).await?;
+    cx.backend.set_max_workers(&q, Some(3)).await?;
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(got.len(), 3, "claim under queue cap 3");
+    ensure!(per_key(&got).values().all(|&n| n <= 2), "a key over its cap of 2: {:?}", per_key(&got));
+    ensure_eq!(cx.claim(w, &q, 10, ClaimMode::Start).await?.len(), 0, "claim with the queue at its cap");
+    cx.backend.set_max_workers(&q, None).await?;
+    let more = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(more.len(), 1, "claim with the queue cap cleared (keys a and b at 2 each)");
+    Ok(())
+}
+
+/// The key is stored, returned by claim, get_job and list_jobs, and kept through the archive,
+/// the dead letters and a requeue.
+pub async fn key_round_trips(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let key = "tenant-42 Ünïcödé 東京";
+    let ok = cx.enqueue(keyed_job(&cx, &q, Some(key), 1)).await?;
+    let bad = cx.enqueue(keyed_job(&cx, &q, Some(key), 0)).await?;
+    let plain = cx.enqueue(keyed_job(&cx, &q, None, 0)).await?;
+    let rec = cx.record(ok).await?;
+    ensure_eq!(rec.concurrency_key.as_deref(), Some(key), "key of the pending job");
+    ensure_eq!(cx.record(plain).await?.concurrency_key, None, "key of a job without one");
+    let mut params = ListJobsParams::new(JobTable::Hot);
+    params.queue = Some(q.clone());
+    let page = cx.backend.list_jobs(&params).await?;
+    let listed: HashMap<JobId, Option<String>> = page.jobs.iter().map(|r| (r.id, r.concurrency_key.clone())).collect();
+    ensure_eq!(listed.get(&ok).cloned().flatten().as_deref(), Some(key), "key in list_jobs");
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, 3, ClaimMode::Start).await?;
+    ensure_eq!(got.len(), 3, "claim of the three jobs");
+    let by_id: HashMap<JobId, &ClaimedJob> = got.iter().map(|j| (j.id, j)).collect();
+    ensure_eq!(by_id[&ok].concurrency_key.as_deref(), Some(key), "key of the claimed job");
+    ensure_eq!(by_id[&plain].concurrency_key, None, "key of the claimed job without one");
+    ensure!(cx.backend.complete_one(w, by_id[&ok].lease_ref()).await?.done().is_some(), "complete lost its lease");
+    let archived = cx.record(ok).await?;
+    ensure_eq!(
+        (archived.location, archived.concurrency_key.as_deref()),
+        (JobLocation::Archived, Some(key)),
+        "archived"
+    );
+    let out = cx
+        .backend
+        .fail(w, by_id[&bad].lease_ref(), FailAction::DeadLetter { reason: DeadReason::Failed, error: "no".into() })
+        .await?;
+    ensure!(matches!(out, Fenced::Done(_)), "fatal fail lost its lease");
+    let dead = cx.record(bad).await?;
+    ensure_eq!(
+        (dead.location, dead.concurrency_key.as_deref()),
+        (JobLocation::Dead(DeadReason::Failed), Some(key)),
+        "dead-lettered"
+    );
+    cx.backend.requeue_dead(bad).await?;
+    let back = cx.record(bad).await?;
+    ensure_eq!(
+        (back.location, back.concurrency_key.as_deref()),
+        (JobLocation::Hot(JobStatus::Pending), Some(key)),
+        "requeued"
+    );
+    Ok(())
+}
+
+/// A repeated complete (its first reply lost) and a repeated fail report the outcome that
+/// stands and free the key's slot once: the key never runs more than its cap afterwards.
+pub async fn repeated_outcomes_keep_count(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    enqueue_keyed(&cx, &q, &[(Some("a"), 4)]).await?;
+    set_key_cap(&cx, &q, Some(1)).await?;
+    let w = WorkerId::random();
+    let j1 = cx.claim_one_started(w, &q).await?;
+    ensure_eq!(cx.backend.complete_one(w, j1.lease_ref()).await?, Fenced::Done(()), "complete");
+    ensure_eq!(cx.backend.complete_one(w, j1.lease_ref()).await?, Fenced::Done(()), "the repeated complete");
+    ensure_eq!(cx.backend.complete_one(w, j1.lease_ref()).await?, Fenced::Done(()), "a third complete");
+    let j2 = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(j2.len(), 1, "claim after one job of a finished (reported done three times)");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim with a at its cap of 1");
+    let fatal = FailAction::DeadLetter { reason: DeadReason::Failed, error: "boom".into() };
+    ensure!(matches!(cx.backend.fail(w, j2[0].lease_ref(), fatal.clone()).await?, Fenced::Done(_)), "fail");
+    ensure!(matches!(cx.backend.fail(w, j2[0].lease_ref(), fatal).await?, Fenced::Done(_)), "the repeated fail");
+    let j3 = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(j3.len(), 1, "claim after a failure (reported twice)");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim with a at its cap of 1 again");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.pending, s.processing, s.archived, s.dead), (1, 1, 1, 1), "(pending, processing, archived, dead)");
+    Ok(())
+}
+
+/// A rescue that leaves a fresh job alone leaves its key's slot taken; once the job's
+/// heartbeat is old, the rescue moves it back to Pending and only that frees the slot.
+pub async fn rescue_frees_only_by_moving(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let ids = enqueue_keyed(&cx, &q, &[(Some("a"), 2)]).await?;
+    set_key_cap(&cx, &q, Some(1)).await?;
+    let w = WorkerId::random();
+    let j = cx.claim_one_started(w, &q).await?;
+    ensure_eq!(j.id, ids[0], "first job of a");
+    cx.backend.rescue(&crate::ctx::rescue_params()).await?;
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim after a rescue of fresh jobs");
+    cx.age(j.id, AGED).await?;
+    cx.rescue_until_at(j.id, JobLocation::Hot(JobStatus::Pending)).await?;
+    let again = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(again.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ids[0]], "claim after the rescue (same job)");
+    ensure_eq!(again[0].attempt, 2, "attempt of the rescued job's second run");
+    ensure_eq!(cx.backend.complete_one(w, j.lease_ref()).await?, Fenced::LeaseLost, "the first run's lease");
+    Ok(())
+}
+
+/// A child process holds a keyed job (start mode) and is killed with SIGKILL. Its key's slot
+/// stays taken (no early release by any other path) until its heartbeat is old and rescue
+/// moves the job; then the key runs again.
+pub async fn sigkill_holder(cx: Ctx) -> CaseResult {
+    let launcher = cx.children().ok_or("no child launcher")?.clone();
+    let q = cx.queue();
+    let ids = enqueue_keyed(&cx, &q, &[(Some("a"), 3)]).await?;
+    set_key_cap(&cx, &q, Some(1)).await?;
+    let mut child = launcher.spawn("hold", &q, 1)?;
+    let held = loop {
+        match tokio::time::timeout(crate::POLL_DEADLINE, child.next())
+            .await
+            .map_err(|_| Failure("child did not report a held job in time".into()))??
+        {
+            Some(ChildLine::Held(id, _)) => break id,
+            Some(ChildLine::Error(e)) => return Err(format!("child failed: {e}").into()),
+            Some(_) => continue,
+            None => return Err("child exited without holding a job".into()),
+        }
+    };
+    ensure_eq!(held, ids[0], "job the child holds");
+    child.child.start_kill().map_err(|e| Failure(format!("SIGKILL failed: {e}")))?;
+    let status = child.child.wait().await.map_err(|e| Failure(format!("wait: {e}")))?;
+    ensure!(!status.success(), "killed child exited successfully ({status})");
+    let w = WorkerId::random();
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim of key a after its holder died");
+    cx.backend.rescue(&crate::ctx::rescue_params()).await?;
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim after a rescue of a fresh heartbeat");
+    cx.age(held, AGED).await?;
+    cx.rescue_until_at(held, JobLocation::Hot(JobStatus::Pending)).await?;
+    let got = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![held], "claim after the rescue");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim with a at its cap again");
+    Ok(())
+}
+
+/// Watches the queue's busiest keys from the database while a race runs; records the most
+/// running jobs any key had in one snapshot, and stops the race when it exceeds `cap`.
+fn watch_keys(
+    cx: &Ctx,
+    q: &QueueName,
+    cap: u32,
+    stop: Arc<AtomicU64>,
+    max_db: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<Result<(), Failure>> {
+    let (cx, q) = (cx.clone(), q.clone());
+    tokio::spawn(async move {
+        while stop.load(Ordering::SeqCst) == 0 {
+            let s = cx.queue_stats(&q).await?;
+            let top = s.busiest_keys.first().map(|k| k.running).unwrap_or(0);
+            max_db.fetch_max(top, Ordering::SeqCst);
+            if top > u64::from(cap) {
+                stop.store(2, Ordering::SeqCst);
+            }
+            tokio::task::yield_now().await;
+        }
+        Ok(())
+    })
+}
+
+/// Racing claimer tasks over many keys (cap 2 each) and key-less jobs: an in-process count per
+/// key goes up after a claim returns and down before the completion is sent, so it exceeds the
+/// cap only if the database let too many out; the database's busiest keys are watched too.
+pub async fn race_tasks(cx: Ctx) -> CaseResult {
+    const CAP: u32 = 2;
+    let q = cx.queue();
+    let keys: Vec<String> = (0..8).map(|k| format!("k{k}")).collect();
+    let mut spec: Vec<(Option<&str>, usize)> = keys.iter().map(|k| (Some(k.as_str()), 12)).collect();
+    spec.push((None, 20));
+    let ids = enqueue_keyed(&cx, &q, &spec).await?;
+    let total = ids.len() as u64;
+    set_key_cap(&cx, &q, Some(CAP)).await?;
+    let held: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let max_held = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicU64::new(0));
+    let max_db = Arc::new(AtomicU64::new(0));
+    let watcher = watch_keys(&cx, &q, CAP, stop.clone(), max_db.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..cx.stress.claimers.max(6) {
+        let (cx, q, held, max_held, done, stop) =
+            (cx.clone(), q.clone(), held.clone(), max_held.clone(), done.clone(), stop.clone());
+        tasks.spawn(async move {
+            let w = WorkerId::random();
+            let mut progress = crate::cases::Progress::new();
+            while done.load(Ordering::SeqCst) < total && stop.load(Ordering::SeqCst) == 0 {
+                let now_done = done.load(Ordering::SeqCst);
+                ensure!(!progress.stalled(now_done), "keyed race: no job finished for 60 s ({now_done} of {total})");
+                let mode = [ClaimMode::Reserve, ClaimMode::Start, ClaimMode::Hold][t % 3];
+                let got = cx.claim(w, &q, 4, mode).await?;
+                if got.is_empty() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                {
+                    let mut h = held.lock().expect("held map");
+                    for j in got.iter().filter_map(|j| j.concurrency_key.as_ref()) {
+                        let n = h.entry(j.clone()).or_insert(0);
+                        *n += 1;
+                        max_held.fetch_max(u64::from(*n), Ordering::SeqCst);
+                        if *n > CAP {
+                            stop.store(1, Ordering::SeqCst);
+                            return Err(Failure(format!("key {j}: {n} jobs held at once by workers (cap {CAP})")));
+                        }
+                    }
+                }
+                let leases: Vec<LeaseRef> = got.iter().map(|j| j.lease_ref()).collect();
+                if mode == ClaimMode::Reserve {
+                    let s = cx.backend.start(w, &leases).await?;
+                    ensure!(s.lost.is_empty(), "start lost leases {:?}", s.lost);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                {
+                    let mut h = held.lock().expect("held map");
+                    for k in got.iter().filter_map(|j| j.concurrency_key.as_ref()) {
+                        *h.get_mut(k).expect("counted above") -= 1;
+                    }
+                }
+                let c = cx.backend.complete(w, &leases).await?;
+                ensure!(c.lost.is_empty(), "complete lost leases {:?}", c.lost);
+                done.fetch_add(c.done.len() as u64, Ordering::SeqCst);
+            }
+            Ok::<(), Failure>(())
+        });
+    }
+    let mut first_err = None;
+    while let Some(r) = tasks.join_next().await {
+        if let Err(e) = r.map_err(|e| Failure(format!("claimer panicked: {e}"))).and_then(|r| r) {
+            stop.store(1, Ordering::SeqCst);
+            first_err.get_or_insert(e);
+        }
+    }
+    stop.fetch_max(1, Ordering::SeqCst);
+    watcher.await.map_err(|e| Failure(format!("watcher panicked: {e}")))??;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let max_db = max_db.load(Ordering::SeqCst);
+    ensure!(max_db <= u64::from(CAP), "the stats showed a key with {max_db} running jobs (cap {CAP})");
+    ensure!(max_held.load(Ordering::SeqCst) <= u64::from(CAP), "workers held more than {CAP} jobs of one key");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.archived, s.pending + s.fetched + s.processing), (total, 0), "(archived, live) after the race");
+    Ok(())
+}
+
+/// Child OS processes (and this one) race over a keyed queue: every job claimed exactly once,
+/// and no snapshot of the database ever shows a key over its cap.
+pub async fn race_processes(cx: Ctx) -> CaseResult {
+    const CAP: u32 = 1;
+    let launcher = cx.children().ok_or("no child launcher")?.clone();
+    let q = cx.queue();
+    let keys: Vec<String> = (0..6).map(|k| format!("k{k}")).collect();
+    let spec: Vec<(Option<&str>, usize)> = keys.iter().map(|k| (Some(k.as_str()), 15)).collect();
+    let ids = enqueue_keyed(&cx, &q, &spec).await?;
+    set_key_cap(&cx, &q, Some(CAP)).await?;
+    let stop = Arc::new(AtomicU64::new(0));
+    let max_db = Arc::new(AtomicU64::new(0));
+    let watcher = watch_keys(&cx, &q, CAP, stop.clone(), max_db.clone());
+    let mut procs = Vec::new();
+    for p in 0..cx.stress.processes.max(3) {
+        procs.push(launcher.spawn("claim-all", &q, 1 + (p as u32 % 4))?);
+    }
+    let mut readers = tokio::task::JoinSet::new();
+    for mut p in procs {
+        readers.spawn(async move {
+            let mut claims = Vec::new();
+            let mut done = false;
+            while let Some(line) = p.next().await? {
+                match line {
+                    ChildLine::Claimed(id, l) => claims.push((id, l)),
+                    ChildLine::Done => done = true,
+                    ChildLine::Lost(id) => return Err(Failure(format!("child lost the lease of {id}"))),
+                    ChildLine::Error(e) => return Err(Failure(format!("child failed: {e}"))),
+                    ChildLine::Ready | ChildLine::Held(..) | ChildLine::Tick(..) => {}
+                }
+            }
+            let status = p.child.wait().await.map_err(|e| Failure(format!("waiting for child: {e}")))?;
+            ensure!(done && status.success(), "child ended without 'done' (exit {status})");
+            Ok::<_, Failure>(claims)
+        });
+    }
+    let mut all = Vec::new();
+    let mut first_err = None;
+    while let Some(r) = readers.join_next().await {
+        match r.map_err(|e| Failure(format!("reader panicked: {e}"))).and_then(|r| r) {
+            Ok(c) => all.extend(c),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    stop.fetch_max(1, Ordering::SeqCst);
+    watcher.await.map_err(|e| Failure(format!("watcher panicked: {e}")))??;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let max_db = max_db.load(Ordering::SeqCst);
+    ensure!(max_db <= u64::from(CAP), "the stats showed a key with {max_db} running jobs (cap {CAP})");
+    let distinct: HashSet<JobId> = all.iter().map(|(id, _)| *id).collect();
+    ensure_eq!((distinct.len(), all.len()), (ids.len(), ids.len()), "(distinct jobs claimed, claims)");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!(s.archived, ids.len() as u64, "archived after the race");
+    Ok(())
+}
+
+/// An invalid key is invalid input and inserts nothing (the whole batch); an out-of-range
+/// per-key cap is invalid input and changes nothing.
+pub async fn bad_input(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let long = "k".repeat(chokaq_core::validate::MAX_CONCURRENCY_KEY_LEN + 1);
+    for bad in ["", "a\nb", "nul\0key", "\u{1b}[31m", "line\u{2028}sep", long.as_str()] {
+        let batch = vec![keyed_job(&cx, &q, Some("fine"), 0), keyed_job(&cx, &q, Some(bad), 0)];
+        let err = cx.backend.enqueue_many(batch).await.err().ok_or(format!("key {bad:?} was accepted"))?;
+        ensure_eq!(err.kind(), ErrorKind::InvalidInput, "error kind for key {bad:?} ({err})");
+    }
+    ensure_eq!(cx.queue_stats(&q).await?.pending, 0, "jobs inserted by rejected batches");
+    set_key_cap(&cx, &q, Some(3)).await?;
+    let over = chokaq_core::validate::MAX_QUEUE_WORKERS + 1;
+    let err = cx.backend.control_queue(&q, QueueControl::SetKeyMaxWorkers(Some(over))).await.err();
+    ensure_eq!(err.map(|e| e.kind()), Some(ErrorKind::InvalidInput), "error kind for key cap {over}");
+    ensure_eq!(cx.backend.queue_settings(&q).await?.key_max_workers, Some(3), "key cap after the rejected change");
+    Ok(())
+}
