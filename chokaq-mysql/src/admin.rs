@@ -21,12 +21,38 @@ pub(crate) async fn rescue(b: &MysqlBackend, params: &RescueParams) -> Result<Re
     }
     let mut report = b.retrying(Path::Other, || rescue_once(b, params)).await?;
     if report.ran {
+        prune_starts(b).await?;
         // The retention purges, each batch its own short transaction.
         for req in &params.purge {
             report.purged += purge(b, req).await?;
         }
     }
     Ok(report)
+}
+
+/// Most starts-log entries one prune statement deletes; a rescue runs at most
+/// [`PRUNE_BATCHES`] of them.
+const PRUNE_BATCH: i64 = 10_000;
+const PRUNE_BATCHES: usize = 100;
+
+/// The rescue's prune of the starts log (after its transaction, in autocommitted batches: the
+/// log's rows are locked by nobody else, and a claim never waits for them): the entries no
+/// rate window can see any more, and every entry of a queue without a limit.
+async fn prune_starts(b: &MysqlBackend) -> Result<()> {
+    for _ in 0..PRUNE_BATCHES {
+        let n = b
+            .retrying(Path::Other, || async {
+                let mut conn = b.pool.acquire().await.map_err(map_err)?;
+                let now = b.now(&mut conn).await?;
+                let q = sqlx::query(&b.sql.prune_starts).bind(now).bind(PRUNE_BATCH);
+                Ok(q.execute(&mut *conn).await.map_err(map_err)?.rows_affected())
+            })
+            .await?;
+        if n < PRUNE_BATCH as u64 {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// One rescue transaction: the `rescue` lock row (`SKIP LOCKED`: one rescue at a time, the
@@ -166,12 +192,8 @@ pub(crate) async fn control_queue(b: &MysqlBackend, queue: &QueueName, control: 
         QueueControl::SetZombieTimeout(d) => {
             (&b.sql.set_zombie_timeout, d.map(|d| dur_us("zombie_timeout", d)).transpose()?)
         }
-        QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => {
-            return Err(chokaq_core::Error::new(
-                chokaq_core::ErrorKind::Unsupported,
-                "keyed caps and rate limits are not in this backend yet (issue 25)",
-            ))
-        }
+        QueueControl::SetKeyMaxWorkers(m) => (&b.sql.set_key_max_workers, m.map(i64::from)),
+        QueueControl::SetRateLimit(_) => (&b.sql.set_rate_limit, None),
         QueueControl::SetZombiePolicy(_) => (&b.sql.set_zombie_policy, None),
         QueueControl::SetFetchedTimeout(d) => {
             (&b.sql.set_fetched_timeout, d.map(|d| dur_us("fetched_timeout", d)).transpose()?)
@@ -189,6 +211,11 @@ pub(crate) async fn control_queue(b: &MysqlBackend, queue: &QueueName, control: 
             .map_err(map_err)?;
         let q = match control {
             QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)),
+            // `SetRateLimit(None)` clears all three columns.
+            QueueControl::SetRateLimit(l) => sqlx::query(sql)
+                .bind(l.map(|l| i64::from(l.jobs)))
+                .bind(l.map(|l| l.per_millis()))
+                .bind(i64::from(l.is_some_and(|l| l.by_key))),
             _ => sqlx::query(sql).bind(value),
         };
         q.bind(now).bind(queue.as_str()).execute(&mut *tx).await.map_err(map_err)?;

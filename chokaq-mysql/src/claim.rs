@@ -8,6 +8,20 @@
 //! picked rows as the mark changed them (the columns it sets are known), so nothing is read
 //! back. An idle poll is the probe alone.
 //!
+//! A guarded queue (a queue cap, a per-key cap or a rate limit, issue 25) takes its control
+//! row `FOR UPDATE`, so its claimers take turns, and counts after the lock, each a statement
+//! of its own: the queue's active jobs (`active_count`), the starts of a queue-wide window
+//! (`window_total`, entries stamped after `t - per`, later stamps too), the running jobs per
+//! key (`key_running`, the non-NULL range of `jobs_hot_key_running`) and the starts per key
+//! of a by-key window (`window_by_key`). A key with nothing left is left out of the pick
+//! (`claim_pick_keyed`), so it holds back no other key; the starts of a rate-limited queue go
+//! to the log in the claim's transaction, stamped with the claim's time (Start mode's
+//! `started_at`). The cost, against an unguarded queue: the claims of one guarded queue are
+//! serial (the control row is held from the count to the commit: one claim's round trips at
+//! a time, as for a capped queue today), and a claim runs one to four more statements (the
+//! counts, the log insert). An unguarded queue keeps the share lock and the plan it had; jobs without a
+//! key never rewrite their `jobs_hot_key_running` entry after the insert.
+//!
 //! Lock order, the same for every claimer (so racing claimers cannot deadlock): the control
 //! rows of the capped queues in name order (`FOR UPDATE`: claimers of a capped queue take
 //! turns, and the active count that follows, a fresh READ COMMITTED snapshot, sees every claim
@@ -27,6 +41,8 @@ use chokaq_core::{
     validate, BatchOutcome, ClaimMode, ClaimParams, ClaimedJob, DeadReason, JobStatus, Lease, LeaseRef, QueueName,
     Result, WorkerId,
 };
+use std::collections::HashMap;
+
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
@@ -42,14 +58,57 @@ struct Candidate {
     id: uuid::Uuid,
     priority: i64,
     due: i64,
+    /// Its queue is rate limited: the start goes to the log.
+    logged: bool,
 }
 
-/// A queue the probe found work in: its cap as read then, and whether due Scheduled rows wait
-/// for promotion.
+/// A queue the probe found work in: whether it was guarded then (a queue cap, a key cap or a
+/// rate limit: its claimers take turns on the control row), whether it had a key cap, and
+/// whether due Scheduled rows wait for promotion.
 struct Open<'a> {
     queue: &'a QueueName,
-    cap: Option<u32>,
+    guarded: bool,
+    keyed: bool,
     scheduled: bool,
+}
+
+/// What a claim may take from one queue, as read under its control row's lock.
+struct Take<'a> {
+    queue: &'a QueueName,
+    take: i64,
+    scheduled: bool,
+    /// Per-key allowances (a key cap or a per-key rate limit), else `None`.
+    keys: Option<Keys>,
+    /// Rate limited: every start of this claim in the queue is logged.
+    logged: bool,
+}
+
+/// The per-key allowances of one keyed queue for one claim.
+struct Keys {
+    /// A key cap of 0: no keyed job may be taken.
+    none: bool,
+    /// What a key not in `left` may take.
+    default: i64,
+    /// What the keys seen (running, in a rate window, or taken by this claim) may take still.
+    left: HashMap<String, i64>,
+}
+
+/// Per-key counts: (key, n) rows of `key_running` / `window_by_key`.
+async fn key_counts(
+    conn: &mut sqlx::MySqlConnection,
+    sql: &str,
+    queue: &QueueName,
+    since: Option<i64>,
+) -> Result<HashMap<String, i64>> {
+    let mut q = sqlx::query(sql).bind(queue.as_str());
+    if let Some(since) = since {
+        q = q.bind(since);
+    }
+    let mut out = HashMap::new();
+    for r in q.fetch_all(&mut *conn).await.map_err(map_err)? {
+        out.insert(rows::text(&r, "k")?, r.try_get::<i64, _>("n").map_err(map_err)?);
+    }
+    Ok(out)
 }
 
 /// What the probe found: the database clock and the queues worth a transaction, name order.
@@ -120,6 +179,8 @@ async fn plan<'a>(b: &MysqlBackend, req: &'a ClaimParams) -> Result<Plan<'a>> {
         now = Some(row.try_get::<i64, _>("now_us").map_err(map_err)?);
         let known = row.try_get::<i64, _>("known").map_err(map_err)? != 0;
         let cap: Option<i64> = row.try_get("max_workers").map_err(map_err)?;
+        let keyed = row.try_get::<Option<i64>, _>("key_max_workers").map_err(map_err)?.is_some();
+        let rated = row.try_get::<Option<i64>, _>("rate_jobs").map_err(map_err)?.is_some();
         let paused = row.try_get::<Option<i64>, _>("is_paused").map_err(map_err)?.unwrap_or(0) != 0;
         let active = row.try_get::<Option<i64>, _>("is_active").map_err(map_err)?.unwrap_or(1) != 0;
         let pending = row.try_get::<i64, _>("pending_due").map_err(map_err)? != 0;
@@ -131,7 +192,7 @@ async fn plan<'a>(b: &MysqlBackend, req: &'a ClaimParams) -> Result<Plan<'a>> {
         if !known {
             missing.push(queue);
         }
-        open.push(Open { queue, cap, scheduled });
+        open.push(Open { queue, guarded: cap.is_some() || keyed || rated, keyed, scheduled });
     }
     open.sort_by(|a, b| a.queue.cmp(b.queue));
     let now = now.ok_or_else(|| corrupt("the claim's probe returned no row"))?;
@@ -160,76 +221,67 @@ async fn claim_in(
     let start = req.mode == ClaimMode::Start;
     // Start and Hold set the heartbeat (the claim is the first one); Reserve clears it.
     let beat = matches!(req.mode, ClaimMode::Start | ClaimMode::Hold);
-    // (queue, how many it may give, whether due Scheduled rows wait for promotion)
-    let mut takes: Vec<(&QueueName, i64, bool)> = Vec::with_capacity(plan.open.len());
+    let mut takes: Vec<Take<'_>> = Vec::with_capacity(plan.open.len());
     for o in &plan.open {
-        let take = match o.cap {
-            None => {
-                // Share-lock the control row, so a control changing it waits for this claim;
-                // a cap or pause set meanwhile: start again.
-                let row = sqlx::query(&b.sql.share_queue)
-                    .bind(o.queue.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(map_err)?;
-                let Some(row) = row else { return Ok(None) };
-                let capped = row.try_get::<Option<i64>, _>("max_workers").map_err(map_err)?.is_some();
-                let paused = row.try_get::<i64, _>("is_paused").map_err(map_err)? != 0;
-                let active = row.try_get::<i64, _>("is_active").map_err(map_err)? != 0;
-                if capped || paused || !active {
-                    return Ok(None);
-                }
-                limit
+        if !o.guarded {
+            // Share-lock the control row, so a control changing it waits for this claim; a
+            // guard or pause set meanwhile: start again.
+            let row = sqlx::query(&b.sql.share_queue)
+                .bind(o.queue.as_str())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(map_err)?;
+            let Some(row) = row else { return Ok(None) };
+            let guarded = ["max_workers", "key_max_workers", "rate_jobs"]
+                .iter()
+                .map(|c| row.try_get::<Option<i64>, _>(*c).map(|v| v.is_some()))
+                .collect::<std::result::Result<Vec<bool>, _>>()
+                .map_err(map_err)?
+                .contains(&true);
+            let paused = row.try_get::<i64, _>("is_paused").map_err(map_err)? != 0;
+            let active = row.try_get::<i64, _>("is_active").map_err(map_err)? != 0;
+            if guarded || paused || !active {
+                return Ok(None);
             }
-            Some(_) => {
-                // The row is ours, and with it the cap as it stands now (a control may have
-                // changed it since the probe).
-                let row = sqlx::query(&b.sql.lock_queue)
-                    .bind(o.queue.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(map_err)?;
-                let Some(row) = row else { continue };
-                let max: Option<i64> = row.try_get("max_workers").map_err(map_err)?;
-                let paused = row.try_get::<i64, _>("is_paused").map_err(map_err)? != 0;
-                let active = row.try_get::<i64, _>("is_active").map_err(map_err)? != 0;
-                if paused || !active {
-                    continue;
-                }
-                let Some(max) = max else {
-                    takes.push((o.queue, limit, o.scheduled));
-                    continue;
-                };
-                let active: i64 = sqlx::query_scalar(&b.sql.active_count)
-                    .bind(o.queue.as_str())
-                    .fetch_one(&mut **tx)
-                    .await
-                    .map_err(map_err)?;
-                (max - active).clamp(0, limit)
-            }
-        };
-        if take > 0 {
-            takes.push((o.queue, take, o.scheduled));
+            takes.push(Take { queue: o.queue, take: limit, scheduled: o.scheduled, keys: None, logged: false });
+            continue;
+        }
+        if let Some(t) = guarded_take(b, tx, o, limit, now).await? {
+            takes.push(t);
         }
     }
     let mut candidates: Vec<Candidate> = Vec::new();
-    for (q, take, scheduled) in takes {
-        if scheduled {
-            promote(b, tx, q, now).await?;
+    for t in takes.iter_mut() {
+        if t.take <= 0 {
+            continue;
         }
-        let pick = if b.faults.claim_read_then_update {
-            // Broken on purpose: the rows are read without a lock, then updated by id.
-            b.sql.claim_pick.replace(" FOR UPDATE SKIP LOCKED", "")
-        } else {
-            b.sql.claim_pick.clone()
+        if t.scheduled {
+            promote(b, tx, t.queue, now).await?;
+        }
+        let rows = match &mut t.keys {
+            Some(keys) => pick_keyed(b, tx, t.queue, now, t.take, keys).await?,
+            None => {
+                let pick = if b.faults.claim_read_then_update {
+                    // Broken on purpose: the rows are read without a lock, then updated by id.
+                    b.sql.claim_pick.replace(" FOR UPDATE SKIP LOCKED", "")
+                } else {
+                    b.sql.claim_pick.clone()
+                };
+                sqlx::query(&pick)
+                    .bind(t.queue.as_str())
+                    .bind(now)
+                    .bind(t.take)
+                    .fetch_all(&mut **tx)
+                    .await
+                    .map_err(map_err)?
+            }
         };
-        let rows =
-            sqlx::query(&pick).bind(q.as_str()).bind(now).bind(take).fetch_all(&mut **tx).await.map_err(map_err)?;
         for row in rows {
             candidates.push(Candidate {
                 id: row.try_get("id").map_err(map_err)?,
                 priority: row.try_get::<i32, _>("priority").map_err(map_err)?.into(),
                 due: row.try_get("due_at").map_err(map_err)?,
+                logged: t.logged,
                 row,
             });
         }
@@ -275,6 +327,18 @@ async fn claim_in(
     if taken != count as u64 && !b.faults.claim_read_then_update {
         return Err(corrupt(format!("claim locked {count} rows but marked {taken}")));
     }
+    // The starts of rate-limited queues, stamped with the claim's time (Start mode's
+    // `started_at`), in this transaction.
+    let logged: Vec<uuid::Uuid> = candidates.iter().filter(|c| c.logged).map(|c| c.id).collect();
+    for chunk in logged.chunks(CHUNK) {
+        let n = shape(chunk.len());
+        let sql = expand(&b.sql.log_starts, n);
+        let mut q = sqlx::query(&sql).bind(now);
+        for i in 0..n {
+            q = q.bind(chunk[i.min(chunk.len() - 1)]);
+        }
+        q.execute(&mut **tx).await.map_err(map_err)?;
+    }
     let at = rows::ts(now)?;
     let mut out = Vec::with_capacity(candidates.len());
     for (i, c) in candidates.iter().enumerate() {
@@ -292,6 +356,153 @@ async fn claim_in(
         }
     }
     Ok(Some(out))
+}
+
+/// A guarded queue (a queue cap, a key cap or a rate limit): its control row locked
+/// `FOR UPDATE` (claimers of the queue take turns), its settings as they stand now, then the
+/// counts, each a statement that starts after the lock (READ COMMITTED: a fresh snapshot that
+/// sees every claim the previous holder committed): the queue's active jobs, its window's
+/// starts, the running jobs and window starts per key. `None`: nothing to take (paused,
+/// inactive, no control row).
+async fn guarded_take<'a>(
+    b: &MysqlBackend,
+    tx: &mut Tx,
+    o: &Open<'a>,
+    limit: i64,
+    now: i64,
+) -> Result<Option<Take<'a>>> {
+    // Broken on purpose (check-then-act): the per-key counts are read before the lock.
+    let early = if b.faults.key_check_before_lock && o.keyed {
+        let mut conn = b.pool.acquire().await.map_err(map_err)?;
+        Some(key_counts(&mut conn, &b.sql.key_running, o.queue, None).await?)
+    } else {
+        None
+    };
+    let row = sqlx::query(&b.sql.lock_queue).bind(o.queue.as_str()).fetch_optional(&mut **tx).await.map_err(map_err)?;
+    let Some(row) = row else { return Ok(None) };
+    let int = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(map_err);
+    let (max, key_cap, rate_jobs, rate_per_ms) =
+        (int("max_workers")?, int("key_max_workers")?, int("rate_jobs")?, int("rate_per_ms")?);
+    let by_key = row.try_get::<i64, _>("rate_by_key").map_err(map_err)? != 0;
+    let paused = row.try_get::<i64, _>("is_paused").map_err(map_err)? != 0;
+    let active = row.try_get::<i64, _>("is_active").map_err(map_err)? != 0;
+    if paused || !active {
+        return Ok(None);
+    }
+    let mut take = limit;
+    if let Some(max) = max {
+        let active: i64 = sqlx::query_scalar(&b.sql.active_count)
+            .bind(o.queue.as_str())
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(map_err)?;
+        take = (max - active).clamp(0, take);
+    }
+    // A bucket may take `jobs - started`; the broken variant one more.
+    let slack = i64::from(b.faults.rate_window_off_by_one);
+    let rate = rate_jobs.zip(rate_per_ms).map(|(jobs, ms)| (jobs, now - ms * 1000));
+    if let (Some((jobs, since)), false) = (rate, by_key) {
+        let started: i64 = sqlx::query_scalar(&b.sql.window_total)
+            .bind(o.queue.as_str())
+            .bind(since)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(map_err)?;
+        take = take.min((jobs + slack - started).max(0));
+    }
+    let keyed_rate = rate.filter(|_| by_key);
+    let keys = if key_cap.is_some() || keyed_rate.is_some() {
+        let running = match (key_cap, early) {
+            (None, _) => HashMap::new(),
+            (Some(_), Some(early)) => early,
+            (Some(_), None) => key_counts(tx, &b.sql.key_running, o.queue, None).await?,
+        };
+        let window = match keyed_rate {
+            Some((_, since)) => key_counts(tx, &b.sql.window_by_key, o.queue, Some(since)).await?,
+            None => HashMap::new(),
+        };
+        // What key `k` may take: under its cap and in its window, whichever is less.
+        let allow = |k: &str| {
+            let by_cap = key_cap.map(|cap| cap - running.get(k).copied().unwrap_or(0));
+            let by_rate = keyed_rate.map(|(jobs, _)| jobs + slack - window.get(k).copied().unwrap_or(0));
+            by_cap.into_iter().chain(by_rate).min().unwrap_or(i64::MAX).max(0)
+        };
+        let left = running.keys().chain(window.keys()).map(|k| (k.clone(), allow(k))).collect();
+        let default = key_cap.into_iter().chain(keyed_rate.map(|(jobs, _)| jobs + slack)).min().unwrap_or(i64::MAX);
+        Some(Keys { none: key_cap == Some(0), default, left })
+    } else {
+        None
+    };
+    Ok(Some(Take { queue: o.queue, take, scheduled: o.scheduled, keys, logged: rate.is_some() }))
+}
+
+/// A keyed queue's pick: due Pending rows in claim order, locked, at most `take`, none of a
+/// key beyond its allowance. Keys with nothing left are left out by the statement (they
+/// hold back nobody); when a pick returns more rows of a key than it may take, the extra rows
+/// are dropped (locked until the commit, not claimed), the key joins the left-out ones, and
+/// the pick goes on after the last row returned. Every round but the last exhausts a key
+/// that this claim took from, so it ends within `take + 1` rounds.
+async fn pick_keyed(
+    b: &MysqlBackend,
+    tx: &mut Tx,
+    q: &QueueName,
+    now: i64,
+    take: i64,
+    keys: &mut Keys,
+) -> Result<Vec<MySqlRow>> {
+    let mut full: Vec<String> = keys.left.iter().filter(|(_, n)| **n <= 0).map(|(k, _)| k.clone()).collect();
+    full.sort_unstable();
+    let mut out: Vec<MySqlRow> = Vec::new();
+    let mut cursor: Option<(i32, i64, uuid::Uuid)> = None;
+    loop {
+        let want = take - out.len() as i64;
+        if want <= 0 {
+            break;
+        }
+        let (p, d, id) = cursor.unwrap_or((0, 0, uuid::Uuid::nil()));
+        let rows = sqlx::query(&b.sql.claim_pick_keyed)
+            .bind(q.as_str())
+            .bind(now)
+            .bind(i64::from(!keys.none))
+            .bind(serde_json::to_string(&full)?)
+            .bind(i64::from(cursor.is_some()))
+            .bind(p)
+            .bind(p)
+            .bind(d)
+            .bind(d)
+            .bind(id)
+            .bind(want)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(map_err)?;
+        let got = rows.len() as i64;
+        let mut dropped = false;
+        for row in rows {
+            cursor = Some((
+                row.try_get("priority").map_err(map_err)?,
+                row.try_get("due_at").map_err(map_err)?,
+                row.try_get("id").map_err(map_err)?,
+            ));
+            let Some(key) = rows::opt_text(&row, "concurrency_key")? else {
+                out.push(row);
+                continue;
+            };
+            let left = keys.left.entry(key.clone()).or_insert(keys.default);
+            if *left > 0 {
+                *left -= 1;
+                if *left == 0 {
+                    full.push(key);
+                }
+                out.push(row);
+            } else {
+                dropped = true;
+            }
+        }
+        if got < want || !dropped {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// The due Scheduled jobs of a queue become Pending first (at most 1,000 per call), named by

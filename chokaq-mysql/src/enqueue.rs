@@ -75,6 +75,7 @@ pub(crate) async fn insert_one(
         .bind(now)
         .bind(now)
         .bind(job.created_by.as_deref())
+        .bind(job.concurrency_key.as_deref())
         .execute(&mut **tx)
         .await;
     match (res, &job.idempotency_key) {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
-    validate, JobId, JobPage, JobRecord, JobTable, ListJobsParams, QueueName, QueueSettings, QueueStats, Result,
-    StatsSnapshot,
+    validate, JobId, JobPage, JobRecord, JobTable, KeyCount, ListJobsParams, QueueName, QueueSettings, QueueStats,
+    Result, StatsSnapshot, MAX_BUSIEST_KEYS,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
@@ -67,6 +67,16 @@ pub(crate) async fn stats(b: &MysqlBackend) -> Result<StatsSnapshot> {
         let qs = entry(&mut per, text(&r, "queue")?);
         qs.dead += count(&r)?;
         qs.cancelled += cancelled;
+    }
+    // The busiest keys, from the same snapshot: most running first, ties by key.
+    for r in sqlx::query(&b.sql.stats_keys).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let key = text(&r, "k")?;
+        let running = count(&r)?;
+        entry(&mut per, text(&r, "queue")?).busiest_keys.push(KeyCount { key, running });
+    }
+    for qs in per.values_mut() {
+        qs.busiest_keys.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
+        qs.busiest_keys.truncate(MAX_BUSIEST_KEYS);
     }
     for r in sqlx::query(&b.sql.stats_queues).fetch_all(&mut *tx).await.map_err(map_err)? {
         let name = QueueName::new(text(&r, "name")?)?;

@@ -10,9 +10,12 @@
 //!   read-only REPEATABLE READ transaction, whose plain reads take no locks.
 //! - **The claim** locks due rows `FOR UPDATE SKIP LOCKED` in priority and due order, gives
 //!   them leases reserved from a counter row (an autocommitted statement on a pool of its own,
-//!   after the rows are locked), and reads back exactly the rows it took, by lease. A capped
-//!   queue's control row is locked `FOR UPDATE` first (queues in name order) and its active
-//!   count read after: the cap is strict.
+//!   after the rows are locked), and reads back exactly the rows it took, by lease. A guarded
+//!   queue's control row (a queue cap, a per-key cap or a rate limit set) is locked
+//!   `FOR UPDATE` first (queues in name order) and its counts read after, each in a statement
+//!   of its own (a fresh READ COMMITTED snapshot): the active jobs, the running jobs per key,
+//!   the starts in the rate window. Every cap and window is strict; the claimers of a guarded
+//!   queue take turns, one claim transaction at a time.
 //! - **Moves** (complete, dead-letter, requeue) lock the row, `INSERT ... SELECT` it into the
 //!   target table and delete it, in one transaction.
 //! - **Deadlocks** (1213) and lock wait timeouts (1205) are retried inside the call and

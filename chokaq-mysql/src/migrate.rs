@@ -11,11 +11,11 @@
 use chokaq_core::{Error, ErrorKind, Result};
 use sqlx::MySqlConnection;
 
-use crate::error::map_err;
+use crate::error::{map_err, mysql_code};
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -193,13 +193,70 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
             table_options!()
         ),
     ),
+    // Version 2 (issue 25): concurrency keys, per-key caps and rate limits. Added with
+    // `ALTER TABLE` (a database of version 1 has the tables already; MySQL 8 has no
+    // `ADD COLUMN IF NOT EXISTS`): `run` takes "duplicate column" (1060) and "duplicate key
+    // name" (1061) from a `migrate_add_*` step as done already. Each `ALTER` is atomic.
+    //  - `concurrency_key` on the three job tables, copied by every move;
+    //  - `running_key`, a stored generated column: the key of a Fetched / Processing (1, 2)
+    //    job, else NULL; jobs_hot_key_running (queue, running_key): the claim's per-key
+    //    running counts and the stats' busiest keys read only its non-NULL range. A job
+    //    without a key never changes its entry after the insert (InnoDB rewrites a secondary
+    //    entry only when its columns change), so queues without keys pay no index write per
+    //    claim or start for it; a keyed job changes it when it starts and stops running;
+    //  - the queue control row's key cap and rate limit (`rate_by_key` 0/1).
+    ("migrate_add_hot_concurrency_key", "ALTER TABLE {schema}.jobs_hot ADD COLUMN concurrency_key VARBINARY(255) NULL"),
+    (
+        "migrate_add_archive_concurrency_key",
+        "ALTER TABLE {schema}.jobs_archive ADD COLUMN concurrency_key VARBINARY(255) NULL",
+    ),
+    ("migrate_add_dlq_concurrency_key", "ALTER TABLE {schema}.jobs_dlq ADD COLUMN concurrency_key VARBINARY(255) NULL"),
+    (
+        "migrate_add_hot_running_key",
+        "ALTER TABLE {schema}.jobs_hot ADD COLUMN running_key VARBINARY(255) \
+         AS (CASE WHEN status IN (1, 2) THEN concurrency_key END) STORED",
+    ),
+    (
+        "migrate_add_hot_key_running",
+        "ALTER TABLE {schema}.jobs_hot ADD INDEX jobs_hot_key_running (queue, running_key)",
+    ),
+    ("migrate_add_queues_key_max_workers", "ALTER TABLE {schema}.queues ADD COLUMN key_max_workers BIGINT NULL"),
+    ("migrate_add_queues_rate_jobs", "ALTER TABLE {schema}.queues ADD COLUMN rate_jobs BIGINT NULL"),
+    ("migrate_add_queues_rate_per_ms", "ALTER TABLE {schema}.queues ADD COLUMN rate_per_ms BIGINT NULL"),
+    ("migrate_add_queues_rate_by_key", "ALTER TABLE {schema}.queues ADD COLUMN rate_by_key TINYINT NOT NULL DEFAULT 0"),
+    // The starts log of rate-limited queues: one row per job a claim took (queue, its key or
+    // NULL, the claim's stamp), written in the claim's transaction, pruned by rescue.
+    // starts_window: a window's count per queue (`stamp > t - per`) and per key (grouped from
+    // the same range, covering), and the prune.
+    (
+        "migrate_starts",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.starts (\
+             id BIGINT NOT NULL AUTO_INCREMENT, \
+             queue VARBINARY(512) NOT NULL, \
+             ckey VARBINARY(255) NULL, \
+             stamp BIGINT NOT NULL, \
+             PRIMARY KEY (id), \
+             KEY starts_window (queue, stamp, ckey))",
+            table_options!()
+        ),
+    ),
 ];
+
+/// "Duplicate column name" and "duplicate key name": a `migrate_add_*` step applied already.
+const DUP_FIELDNAME: u16 = 1060;
+const DUP_KEYNAME: u16 = 1061;
 
 /// Applies [`MIGRATIONS`] on `conn`, refuses a database whose schema is newer than this
 /// library, and records the version.
 pub(crate) async fn run(conn: &mut MySqlConnection, sql: &Statements, now: i64) -> Result<()> {
-    for (_, ddl) in &sql.migrations {
-        sqlx::query(ddl).execute(&mut *conn).await.map_err(map_err)?;
+    for (name, ddl) in &sql.migrations {
+        match sqlx::query(ddl).execute(&mut *conn).await {
+            Ok(_) => {}
+            Err(e)
+                if name.starts_with("migrate_add_") && matches!(mysql_code(&e), Some(DUP_FIELDNAME | DUP_KEYNAME)) => {}
+            Err(e) => return Err(map_err(e)),
+        }
     }
     let newest: Option<i64> = sqlx::query_scalar(&sql.newest_version).fetch_one(&mut *conn).await.map_err(map_err)?;
     if newest.is_some_and(|v| v > SCHEMA_VERSION) {

@@ -78,7 +78,7 @@ macro_rules! cols {
     () => {
         "id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, max_attempts, lease, \
          worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, cancel_requested, \
-         created_by"
+         created_by, concurrency_key"
     };
 }
 pub(crate) use cols;
@@ -211,10 +211,11 @@ statements! {
     /// The live job holding an idempotency key in a queue: (queue, key).
     find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE queue = ? AND idempotency_key = ?",
     /// (id, queue, kind, payload, tags, key, priority, scheduled at, now, max attempts,
-    /// scheduled at, now, now, created by): Scheduled (3) when due later than now.
+    /// scheduled at, now, now, created by, concurrency key): Scheduled (3) when due later than
+    /// now.
     insert_job: "INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, \
-         attempt, max_attempts, scheduled_at, created_at, updated_at, created_by) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 3 ELSE 0 END, 0, ?, ?, ?, ?, ?)",
+         attempt, max_attempts, scheduled_at, created_at, updated_at, created_by, concurrency_key) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 3 ELSE 0 END, 0, ?, ?, ?, ?, ?, ?)",
 
     // --- claim -----------------------------------------------------------------------------
     /// The claim's first statement, one branch per queue joined by `UNION ALL` ([`probe`]),
@@ -224,7 +225,7 @@ statements! {
     /// (branch index, queue, queue, queue) per queue.
     claim_probe: concat!(
         "SELECT ? AS i, ", now_us!(), " AS now_us, q.name IS NOT NULL AS known, q.max_workers, q.is_paused, \
-         q.is_active, EXISTS (SELECT 1 FROM {schema}.jobs_hot WHERE queue = ? AND status = 0 AND due_at <= ",
+         q.is_active, q.key_max_workers, q.rate_jobs, EXISTS (SELECT 1 FROM {schema}.jobs_hot WHERE queue = ? AND status = 0 AND due_at <= ",
         now_us!(),
         ") AS pending_due, EXISTS (SELECT 1 FROM {schema}.jobs_hot WHERE queue = ? AND status = 3 AND due_at <= ",
         now_us!(),
@@ -232,17 +233,32 @@ statements! {
     ),
     /// A queue's control row.
     queue_settings: "SELECT max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
-         fetched_timeout_us, updated_at FROM {schema}.queues WHERE name = ?",
-    /// Locks a capped queue's control row and reads its cap as it stands now (a locking read
-    /// returns the latest committed version); claimers of the queue take turns here: (queue).
-    lock_queue: "SELECT max_workers, is_paused, is_active FROM {schema}.queues WHERE name = ? FOR UPDATE",
-    /// Share-locks an uncapped queue's control row, returning its cap: a control that changes
-    /// the row waits for the claims in flight, and a claim that starts after it reads the new
-    /// cap (`cap_first_set_binds_racing_claimers`): (queue).
-    share_queue: "SELECT max_workers, is_paused, is_active FROM {schema}.queues WHERE name = ? LOCK IN SHARE MODE",
+         fetched_timeout_us, updated_at, key_max_workers, rate_jobs, rate_per_ms, rate_by_key FROM {schema}.queues \
+         WHERE name = ?",
+    /// Locks a guarded queue's control row (a queue cap, a key cap or a rate limit set) and
+    /// reads its settings as they stand now (a locking read returns the latest committed
+    /// version); claimers of the queue take turns here: (queue).
+    lock_queue: "SELECT max_workers, is_paused, is_active, key_max_workers, rate_jobs, rate_per_ms, rate_by_key \
+         FROM {schema}.queues WHERE name = ? FOR UPDATE",
+    /// Share-locks an unguarded queue's control row, returning its guards: a control that
+    /// changes the row waits for the claims in flight, and a claim that starts after it reads
+    /// the new settings (`cap_first_set_binds_racing_claimers`): (queue).
+    share_queue: "SELECT max_workers, is_paused, is_active, key_max_workers, rate_jobs \
+         FROM {schema}.queues WHERE name = ? LOCK IN SHARE MODE",
     /// Fetched + Processing jobs of a queue, read after the queue row's lock (READ COMMITTED:
     /// a fresh snapshot sees every claim the previous holder committed): (queue).
     active_count: "SELECT count(*) FROM {schema}.jobs_hot WHERE queue = ? AND status IN (1, 2)",
+    /// Fetched + Processing jobs per concurrency key of a queue (a range of
+    /// `jobs_hot_key_running`, as small as the running set), read after the queue row's lock
+    /// like `active_count`: (queue).
+    key_running: "SELECT running_key AS k, count(*) AS n FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_key_running) \
+         WHERE queue = ? AND running_key IS NOT NULL GROUP BY running_key",
+    /// The starts a queue-wide rate window holds: every entry of the queue stamped after
+    /// `t - per` (later stamps count too), read after the queue row's lock: (queue, t - per).
+    window_total: "SELECT count(*) FROM {schema}.starts WHERE queue = ? AND stamp > ?",
+    /// The same per key (entries without a key are not in a key's window): (queue, t - per).
+    window_by_key: "SELECT ckey AS k, count(*) AS n FROM {schema}.starts WHERE queue = ? AND stamp > ? \
+         AND ckey IS NOT NULL GROUP BY ckey",
     /// The due Scheduled jobs of a queue, at most 1,000 per call (a plain read of the
     /// `jobs_hot_due` range): (queue, now).
     due_scheduled: "SELECT id FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_due) \
@@ -259,6 +275,24 @@ statements! {
         ", due_at FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
          AND due_at <= ? ORDER BY priority DESC, due_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
     ),
+    /// `claim_pick` for a queue with a key cap or a per-key rate limit: keys that may take no
+    /// more (a JSON array of them) are left out, so they hold back nobody; with keyed 0 every
+    /// keyed job is (a key cap of 0); and it goes on after a cursor (the last row of the
+    /// previous pick of this claim, in claim order): (queue, now, keyed 0/1, full keys JSON,
+    /// cursor 0/1, priority, priority, due, due, id, limit).
+    claim_pick_keyed: concat!(
+        "SELECT ",
+        cols!(),
+        ", due_at FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
+         AND due_at <= ? AND (concurrency_key IS NULL OR (? = 1 AND concurrency_key NOT IN \
+         (SELECT j.k FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(255) PATH '$')) AS j))) \
+         AND (? = 0 OR priority < ? OR (priority = ? AND (due_at > ? OR (due_at = ? AND id > ?)))) \
+         ORDER BY priority DESC, due_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+    ),
+    /// Appends the starts of the jobs this claim took from rate-limited queues (rows it holds,
+    /// marked already) to the log, stamped with the claim's time: (stamp, ids).
+    log_starts: "INSERT INTO {schema}.starts (queue, ckey, stamp) SELECT queue, concurrency_key, ? \
+         FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids})",
     /// Reserves (n) leases in an autocommitted statement of its own (the counter row's lock is
     /// held only for it); the driver reports the last one as the last insert id.
     next_leases: "UPDATE {schema}.counters SET value = LAST_INSERT_ID(value + ?) WHERE name = 'lease'",
@@ -314,7 +348,7 @@ statements! {
         now_us!(),
         "), ",
         now_us!(),
-        ", last_error, cancel_requested, created_by, ",
+        ", last_error, cancel_requested, created_by, concurrency_key, ",
         now_us!(),
         " FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) \
          AND worker_id = ? AND status IN (1, 2) FOR UPDATE"
@@ -344,7 +378,8 @@ statements! {
         cols!(),
         ", finished_at, reason) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
          max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?, \
-         COALESCE(?, last_error), cancel_requested, created_by, ?, ? FROM {schema}.jobs_hot WHERE id = ?"
+         COALESCE(?, last_error), cancel_requested, created_by, concurrency_key, ?, ? FROM {schema}.jobs_hot \
+         WHERE id = ?"
     ),
     /// Fetched -> Pending for a job locked by `lock_held`: (now, id).
     release: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
@@ -387,6 +422,13 @@ statements! {
     retry_zombie: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
          cancel_requested = 0, updated_at = ? WHERE id = ?",
 
+    /// The starts log keeps only what a rate window can still see: the entries of a queue
+    /// with a limit stamped after `now - per`; every other entry goes (a queue without a
+    /// limit keeps none), in batches: (now, batch size).
+    prune_starts: "DELETE FROM {schema}.starts WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues AS q \
+         WHERE q.name = starts.queue AND q.rate_per_ms IS NOT NULL AND starts.stamp > ? - q.rate_per_ms * 1000) \
+         ORDER BY id LIMIT ?",
+
     // --- cancel ----------------------------------------------------------------------------
     /// A live job's status and whether it is held, locked: (id).
     hot_status: "SELECT status, heartbeat_at IS NOT NULL AS held FROM {schema}.jobs_hot WHERE id = ? FOR UPDATE",
@@ -410,6 +452,10 @@ statements! {
     set_zombie_timeout: "UPDATE {schema}.queues SET zombie_timeout_us = ?, updated_at = ? WHERE name = ?",
     set_fetched_timeout: "UPDATE {schema}.queues SET fetched_timeout_us = ?, updated_at = ? WHERE name = ?",
     set_zombie_policy: "UPDATE {schema}.queues SET zombie_policy = ?, updated_at = ? WHERE name = ?",
+    set_key_max_workers: "UPDATE {schema}.queues SET key_max_workers = ?, updated_at = ? WHERE name = ?",
+    /// (jobs or NULL, per ms or NULL, by key 0/1, now, queue): NULLs and 0 clear the limit.
+    set_rate_limit: "UPDATE {schema}.queues SET rate_jobs = ?, rate_per_ms = ?, rate_by_key = ?, updated_at = ? \
+         WHERE name = ?",
 
     // --- requeue ---------------------------------------------------------------------------
     /// (id), locked.
@@ -419,7 +465,7 @@ statements! {
         "INSERT INTO {schema}.jobs_hot (",
         cols!(),
         ", expired_holds) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
-         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?, last_error, 0, created_by, 0 \
+         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?, last_error, 0, created_by, concurrency_key, 0 \
          FROM {schema}.jobs_dlq WHERE id = ?"
     ),
     /// (id).
@@ -442,7 +488,11 @@ statements! {
          FROM {schema}.jobs_dlq GROUP BY queue",
     /// Every control row: a queue with one is listed even with no job.
     stats_queues: "SELECT name, max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
-         fetched_timeout_us, updated_at FROM {schema}.queues",
+         fetched_timeout_us, updated_at, key_max_workers, rate_jobs, rate_per_ms, rate_by_key FROM {schema}.queues",
+    /// Fetched + Processing jobs per queue and concurrency key (the `busiest_keys`; a range of
+    /// `jobs_hot_key_running` per queue).
+    stats_keys: "SELECT queue, running_key AS k, count(*) AS n FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_key_running) \
+         WHERE running_key IS NOT NULL GROUP BY queue, running_key",
 
     // --- get_job: (id) ---------------------------------------------------------------------
     get_hot: concat!(select_job!(jobs_hot), " WHERE id = ?"),

@@ -36,6 +36,18 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { move_two_transactions: true, ..f },
             cases: &["stats_readers_see_consistent_sums", "stress_kill_connections_nothing_lost"],
         },
+        // Issue 25 (a): the per-key running counts read before the control row's lock.
+        Tooth {
+            fault: "key_check_before_lock",
+            faults: Faults { key_check_before_lock: true, ..f },
+            cases: &["keyed_race_tasks"],
+        },
+        // Issue 25 (d): the rate window off by one (`started <= jobs` lets one start too many).
+        Tooth {
+            fault: "rate_window_off_by_one",
+            faults: Faults { rate_window_off_by_one: true, ..f },
+            cases: &["rate_limits_starts_in_window", "rate_race_tasks"],
+        },
     ]
 }
 
