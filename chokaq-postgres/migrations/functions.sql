@@ -46,6 +46,17 @@
 --    were taken meanwhile comes back short; the loop tops up from the others, at most three
 --    rounds. A capped queue's allowance shrinks by its whole quota each round.
 --
+-- 6. Keys and rate limits (issue 25). A queue with a per-key cap or a per-key rate limit is
+--    "keyed": its rows come from key_candidates() below (a walk in claim order under per-key
+--    locks, each key counted in a fresh statement after its lock), merged with the other
+--    queues' rows in claim order, and locked by id, skipping locked rows; keyed queues do not
+--    top up. A queue-wide rate limit is counted like a cap: under the control row FOR NO KEY
+--    UPDATE SKIP LOCKED, the starts log counted in a new statement (`jobs` less the entries
+--    stamped after now() - per, later stamps too), with no lock-free handoff. Every claim of a
+--    rate-limited queue appends one starts entry per job, stamped now() (the same now() as a
+--    started job's started_at), in this transaction. Queues with neither setting keep the plan
+--    above, statement for statement.
+--
 -- Test hook: a session that sets `chokaq.test_claim_delay_ms` sleeps that long after the first
 -- statement (`chokaq.test_claim_delay_at` unset or 'first') or after the cap and lock steps,
 -- just before taking rows ('take'). Only tests set it (tests/concurrency.rs); unset, it costs
@@ -77,6 +88,19 @@ DECLARE
     v_freed   integer;
     v_locked  boolean;
     v_delay   text := current_setting('chokaq.test_claim_delay_ms', true);
+    v_ratedq  text[];
+    v_km      integer;
+    v_rj      integer;
+    v_rp      bigint;
+    v_rb      boolean;
+    v_kcap    integer[];
+    v_rjobs   integer[];
+    v_rper    bigint[];
+    v_rbykey  boolean[];
+    v_logq    text[] := '{}';
+    v_kids    uuid[] := '{}';
+    v_kpick   uuid[] := '{}';
+    v_qlist   text[];
     i         integer;
 BEGIN
     IF p_mode IS NULL OR p_mode NOT IN (0, 1, 2) THEN
@@ -89,17 +113,20 @@ BEGIN
     -- this call, so an empty claim locks nothing and writes nothing (a row lock is a write: the
     -- commit would wait for its WAL flush, five times the cost of an empty claim).
     SELECT coalesce(array_agg(r.q ORDER BY r.q), '{}'),
-           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE w.work AND c.max_workers IS NULL), '{}'),
-           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE w.work AND c.name IS NULL), '{}'),
-           -- Capped with room. The CASE keeps the count from running for uncapped queues (a
-           -- comparison with NULL would still run it: every Fetched and Processing row).
            coalesce(array_agg(r.q ORDER BY r.q) FILTER (
-               WHERE w.work AND CASE WHEN c.max_workers IS NULL THEN false
+               WHERE w.work AND c.max_workers IS NULL AND (c.rate_jobs IS NULL OR c.rate_by_key)), '{}'),
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE w.work AND c.name IS NULL), '{}'),
+           -- Capped with room, or rate-limited queue-wide. The CASE keeps the count from running
+           -- for uncapped queues (a comparison with NULL would still run it: every Fetched and
+           -- Processing row).
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (
+               WHERE w.work AND CASE WHEN c.max_workers IS NULL THEN c.rate_jobs IS NOT NULL AND NOT c.rate_by_key
                                      ELSE c.max_workers > (SELECT count(*) FROM {schema}.jobs_hot h
                                                             WHERE h.queue = r.q AND h.status IN (1, 2))
                                 END), '{}'),
-           coalesce(bool_or(w.due), false)
-      INTO v_names, v_open, v_missing, v_capped, v_due
+           coalesce(bool_or(w.due), false),
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE c.rate_jobs IS NOT NULL AND NOT c.rate_by_key), '{}')
+      INTO v_names, v_open, v_missing, v_capped, v_due, v_ratedq
       FROM (SELECT DISTINCT unnest(p_queues) AS q) r
       LEFT JOIN {schema}.queues c ON c.name = r.q
      CROSS JOIN LATERAL (
@@ -121,6 +148,10 @@ BEGIN
         RETURN;
     END IF;
     v_allow := array_fill(0, ARRAY[cardinality(v_names)]);
+    v_kcap := array_fill(NULL::integer, ARRAY[cardinality(v_names)]);
+    v_rjobs := array_fill(NULL::integer, ARRAY[cardinality(v_names)]);
+    v_rper := array_fill(NULL::bigint, ARRAY[cardinality(v_names)]);
+    v_rbykey := array_fill(false, ARRAY[cardinality(v_names)]);
 
     IF nullif(v_delay, '') IS NOT NULL
        AND coalesce(nullif(current_setting('chokaq.test_claim_delay_at', true), ''), 'first') = 'first' THEN
@@ -154,8 +185,9 @@ BEGIN
             SELECT m.q, '-infinity' FROM unnest(v_missing) AS m(q) ORDER BY m.q
                 ON CONFLICT (name) DO NOTHING;
         END IF;
-        FOR v_q, v_max, v_paused, v_active IN
-            SELECT c.name, c.max_workers, c.is_paused, c.is_active
+        FOR v_q, v_max, v_paused, v_active, v_km, v_rj, v_rp, v_rb IN
+            SELECT c.name, c.max_workers, c.is_paused, c.is_active, c.key_max_workers, c.rate_jobs, c.rate_per_ms,
+                   c.rate_by_key
               FROM {schema}.queues c
              WHERE c.name = ANY (v_open)
              ORDER BY c.name
@@ -164,10 +196,15 @@ BEGIN
             i := array_position(v_names, v_q);
             IF v_paused OR NOT v_active THEN
                 v_allow[i] := 0;
-            ELSIF v_max IS NULL THEN
+            ELSIF v_max IS NULL AND (v_rj IS NULL OR v_rb) THEN
                 v_allow[i] := p_limit;
+                v_kcap[i] := v_km;
+                v_rjobs[i] := v_rj;
+                v_rper[i] := v_rp;
+                v_rbykey[i] := v_rb;
             ELSE
-                -- Capped since the first statement: counted as a capped queue.
+                -- Capped (or rate-limited queue-wide) since the first statement: counted as a
+                -- capped queue.
                 v_capped := v_capped || v_q;
             END IF;
         END LOOP;
@@ -178,9 +215,11 @@ BEGIN
         i := array_position(v_names, v_q);
         v_freed := coalesce(p_freed[array_position(p_freed_queues, v_q)], 0);
         v_locked := false;
-        IF v_freed < p_limit THEN
-            SELECT c.max_workers, c.is_paused, c.is_active
-              INTO v_max, v_paused, v_active
+        -- A queue-wide rate limit has no lock-free handoff: its window is counted under the row.
+        IF v_freed < p_limit OR v_q = ANY (v_ratedq) THEN
+            SELECT c.max_workers, c.is_paused, c.is_active, c.key_max_workers, c.rate_jobs, c.rate_per_ms,
+                   c.rate_by_key
+              INTO v_max, v_paused, v_active, v_km, v_rj, v_rp, v_rb
               FROM {schema}.queues c
              WHERE c.name = v_q
                FOR NO KEY UPDATE SKIP LOCKED;
@@ -188,26 +227,55 @@ BEGIN
         END IF;
         IF NOT v_locked THEN
             -- The handoff: without the counting lock, at most the freed slots.
-            CONTINUE WHEN v_freed = 0;
-            SELECT c.max_workers, c.is_paused, c.is_active
-              INTO v_max, v_paused, v_active
+            CONTINUE WHEN v_freed = 0 OR v_q = ANY (v_ratedq);
+            SELECT c.max_workers, c.is_paused, c.is_active, c.key_max_workers, c.rate_jobs, c.rate_per_ms,
+                   c.rate_by_key
+              INTO v_max, v_paused, v_active, v_km, v_rj, v_rp, v_rb
               FROM {schema}.queues c
              WHERE c.name = v_q
                FOR KEY SHARE;
             CONTINUE WHEN NOT FOUND;
+            -- Rate-limited queue-wide since the first statement: nothing without the row.
+            CONTINUE WHEN v_rj IS NOT NULL AND NOT v_rb;
         END IF;
         IF v_paused OR NOT v_active THEN
             v_allow[i] := 0;
-        ELSIF v_max IS NULL THEN
-            v_allow[i] := p_limit;
         ELSE
-            SELECT count(*) INTO v_busy
-              FROM {schema}.jobs_hot h
-             WHERE h.queue = v_q AND h.status IN (1, 2);
-            v_allow[i] := greatest(0, least(p_limit, v_max - v_busy));
-            IF NOT v_locked THEN
-                v_allow[i] := least(v_allow[i], v_freed);
+            v_allow[i] := p_limit;
+            v_kcap[i] := v_km;
+            v_rjobs[i] := v_rj;
+            v_rper[i] := v_rp;
+            v_rbykey[i] := v_rb;
+            IF v_max IS NOT NULL THEN
+                SELECT count(*) INTO v_busy
+                  FROM {schema}.jobs_hot h
+                 WHERE h.queue = v_q AND h.status IN (1, 2);
+                v_allow[i] := greatest(0, least(p_limit, v_max - v_busy));
+                IF NOT v_locked THEN
+                    v_allow[i] := least(v_allow[i], v_freed);
+                END IF;
             END IF;
+            IF v_rj IS NOT NULL AND NOT v_rb THEN
+                -- The queue's window, in a new statement under the row: every start the
+                -- previous holder committed is in it.
+                SELECT count(*) INTO v_busy
+                  FROM {schema}.starts s
+                 WHERE s.queue = v_q AND s.stamp > now() - v_rp * interval '1 millisecond';
+                v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- Keyed queues (a per-key cap, or a rate limit per key): their candidates, walked once
+    -- under per-key locks; their allowance is spent here (no top-up rounds for them).
+    FOR j IN 1 .. cardinality(v_names) LOOP
+        IF v_rjobs[j] IS NOT NULL THEN
+            v_logq := v_logq || v_names[j];
+        END IF;
+        IF v_allow[j] > 0 AND (v_kcap[j] IS NOT NULL OR (v_rjobs[j] IS NOT NULL AND v_rbykey[j])) THEN
+            v_kids := v_kids || {schema}.key_candidates(v_names[j], least(v_allow[j], p_limit), v_kcap[j],
+                                                        CASE WHEN v_rbykey[j] THEN v_rjobs[j] END, v_rper[j]);
+            v_allow[j] := 0;
         END IF;
     END LOOP;
 
@@ -216,7 +284,7 @@ BEGIN
     END IF;
 
     LOOP
-        EXIT WHEN v_left <= 0 OR NOT coalesce(0 < ANY (v_allow), false);
+        EXIT WHEN v_left <= 0 OR (NOT coalesce(0 < ANY (v_allow), false) AND cardinality(v_kids) = 0);
         v_round := v_round + 1;
 
         -- How many queues may still give rows, and the last of them (plain expressions, no
@@ -228,7 +296,33 @@ BEGIN
                 i := j;
             END IF;
         END LOOP;
-        IF v_count = 1 THEN
+        IF cardinality(v_kids) > 0 THEN
+            -- Keyed candidates: merged with the other queues' first rows in claim order.
+            SELECT coalesce(array_agg(p.id) FILTER (WHERE p.keyed), '{}'),
+                   coalesce(array_agg(p.q) FILTER (WHERE NOT p.keyed), '{}')
+              INTO v_kpick, v_qlist
+              FROM (SELECT u.q, u.id, u.keyed
+                      FROM (SELECT r.q, c.priority, c.due_at, c.id, false AS keyed
+                              FROM unnest(v_names, v_allow) AS r(q, allow)
+                             CROSS JOIN LATERAL (
+                                   SELECT h.priority, h.due_at, h.id
+                                     FROM {schema}.jobs_hot h
+                                    WHERE h.queue = r.q AND h.status = 0 AND h.due_at <= now()
+                                    ORDER BY h.priority DESC, h.due_at, h.id
+                                    LIMIT least(r.allow, v_left)
+                             ) c
+                             WHERE r.allow > 0
+                            UNION ALL
+                            SELECT k.queue, k.priority, k.due_at, k.id, true
+                              FROM {schema}.jobs_hot k
+                             WHERE k.id = ANY (v_kids)) u
+                     ORDER BY u.priority DESC, u.due_at, u.id
+                     LIMIT v_left) p;
+            v_kids := '{}';
+            SELECT coalesce(array_agg(t.q), '{}'), coalesce(array_agg(t.k), '{}')
+              INTO v_qn, v_qk
+              FROM (SELECT x.q, count(*)::integer AS k FROM unnest(v_qlist) AS x(q) GROUP BY x.q) t;
+        ELSIF v_count = 1 THEN
             -- One queue: its skip-locked seek takes exactly what it returns.
             v_qn := ARRAY[v_names[i]];
             v_qk := ARRAY[least(v_allow[i], v_left)];
@@ -251,11 +345,57 @@ BEGIN
                              LIMIT v_left) p
                      GROUP BY p.q) t;
         END IF;
-        v_want := 0;
+        v_want := cardinality(v_kpick);
         FOR j IN 1 .. coalesce(cardinality(v_qk), 0) LOOP
             v_want := v_want + v_qk[j];
         END LOOP;
         EXIT WHEN v_want = 0;
+
+        IF cardinality(v_kpick) > 0 OR cardinality(v_logq) > 0 THEN
+            -- Keyed picks locked by id (a row taken meanwhile is skipped), and the starts of
+            -- rate-limited queues logged with the claim's now().
+            RETURN QUERY
+            WITH u AS (
+                UPDATE {schema}.jobs_hot h
+                   SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
+                       attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
+                       started_at   = CASE WHEN p_mode = 2 THEN now() ELSE h.started_at END,
+                       heartbeat_at = CASE WHEN p_mode = 0 THEN NULL ELSE now() END,
+                       lease        = nextval('{schema}.lease_seq'),
+                       worker_id    = p_worker,
+                       updated_at   = now()
+                 WHERE h.id = ANY (ARRAY(
+                       SELECT c.id
+                         FROM unnest(v_qn, v_qk) AS r(q, quota)
+                        CROSS JOIN LATERAL (
+                              SELECT x.id
+                                FROM {schema}.jobs_hot x
+                               WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
+                               ORDER BY x.priority DESC, x.due_at, x.id
+                               LIMIT r.quota
+                                 FOR UPDATE SKIP LOCKED
+                        ) c) || ARRAY(
+                       SELECT x.id
+                         FROM {schema}.jobs_hot x
+                        WHERE x.id = ANY (v_kpick) AND x.status = 0 AND x.due_at <= now()
+                          FOR UPDATE SKIP LOCKED))
+                RETURNING h.*
+            ),
+            lg AS (
+                INSERT INTO {schema}.starts (queue, ckey, stamp)
+                SELECT u.queue, u.concurrency_key, now() FROM u WHERE u.queue = ANY (v_logq)
+            )
+            SELECT * FROM u;
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            v_kpick := '{}';
+            EXIT WHEN v_got = v_want OR v_round >= 3;
+            FOR j IN 1 .. cardinality(v_qn) LOOP
+                i := array_position(v_names, v_qn[j]);
+                v_allow[i] := greatest(0, v_allow[i] - v_qk[j]);
+            END LOOP;
+            CONTINUE;
+        END IF;
 
         -- The rows are locked in a sub-select whose ids the update finds by primary key (a
         -- join planned a hash join over a sequential scan of the whole table).
@@ -294,6 +434,147 @@ BEGIN
 END
 $fn$;
 
+-- The candidates of a keyed queue (claim() step 6): at most `p_allow` Pending due rows of
+-- `p_queue` in claim order, each key taking at most what its limits leave. A keyless row is
+-- bound by neither per-key limit. A key met for the first time: skipped when this snapshot
+-- already counts `p_kcap` Fetched + Processing rows of it (no lock); else its per-key lock,
+-- taken without waiting (an advisory transaction lock on a hash of schema, queue and key; held
+-- by another claimer: the key is skipped for this call; a hash collision only makes a claimer
+-- skip a key), then its Fetched + Processing count and, with a rate limit per key, its starts
+-- in the window, each in a NEW statement (a fresh snapshot under READ COMMITTED: it sees
+-- every claim the previous holder of the lock committed). The lock is held until the claim
+-- commits, so no other claimer counts the key before the rows taken here are visible. The
+-- walk only decides how many rows each key gives (in claim order, as the memory backend
+-- does); each key's rows are then read in a last, fresh statement (after every lock: a row
+-- another claimer took before the lock is not in it), and claim() locks what it keeps.
+CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queue text, p_allow integer, p_kcap integer,
+                                                   p_rate integer, p_per_ms bigint)
+RETURNS uuid[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    v_ids  uuid[] := '{}';
+    v_keys text[] := '{}';
+    v_room integer[] := '{}';
+    v_take integer[] := '{}';
+    v_got  integer := 0;
+    v_delay text := current_setting('chokaq.test_claim_delay_ms', true);
+    v_r    record;
+    v_n    integer;
+    v_run  integer;
+    k      integer;
+BEGIN
+    IF p_allow <= 0 THEN
+        RETURN v_ids;
+    END IF;
+    FOR v_r IN
+        SELECT x.id, x.concurrency_key AS ck,
+               CASE WHEN x.concurrency_key IS NULL OR p_kcap IS NULL THEN 0
+                    ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
+                                                 WHERE y.queue = p_queue AND y.concurrency_key = x.concurrency_key
+                                                   AND y.status IN (1, 2)
+                                                 LIMIT p_kcap) z)
+               END AS seen
+          FROM {schema}.jobs_hot x
+         WHERE x.queue = p_queue AND x.status = 0 AND x.due_at <= now()
+         ORDER BY x.priority DESC, x.due_at, x.id
+    LOOP
+        IF v_r.ck IS NULL THEN
+            v_ids := v_ids || v_r.id;
+            v_got := v_got + 1;
+        ELSE
+            k := array_position(v_keys, v_r.ck);
+            IF k IS NULL THEN
+                -- Test hook ('key'): the first key met, before its lock (tests/common/cap_race.rs).
+                IF cardinality(v_keys) = 0 AND nullif(v_delay, '') IS NOT NULL
+                   AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
+                    PERFORM pg_sleep(v_delay::numeric / 1000);
+                END IF;
+                v_keys := v_keys || v_r.ck;
+                v_take := v_take || 0;
+                k := cardinality(v_keys);
+                IF p_kcap IS NOT NULL AND v_r.seen >= p_kcap THEN
+                    v_room := v_room || 0;
+                ELSIF NOT pg_try_advisory_xact_lock(
+                          hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || v_r.ck, 25)) THEN
+                    v_room := v_room || 0;
+                ELSE
+                    v_n := p_allow;
+                    IF p_kcap IS NOT NULL THEN
+                        -- The key's count: a new statement, after the lock.
+                        SELECT count(*) INTO v_run
+                          FROM {schema}.jobs_hot y
+                         WHERE y.queue = p_queue AND y.concurrency_key = v_r.ck AND y.status IN (1, 2);
+                        v_n := least(v_n, p_kcap - v_run);
+                    END IF;
+                    IF p_rate IS NOT NULL THEN
+                        -- The key's window: a new statement, after the lock.
+                        SELECT count(*) INTO v_run
+                          FROM {schema}.starts s
+                         WHERE s.queue = p_queue AND s.ckey = v_r.ck
+                           AND s.stamp > now() - p_per_ms * interval '1 millisecond';
+                        v_n := least(v_n, p_rate - v_run);
+                    END IF;
+                    v_room := v_room || greatest(v_n, 0);
+                END IF;
+            END IF;
+            IF v_room[k] > 0 THEN
+                v_take[k] := v_take[k] + 1;
+                v_room[k] := v_room[k] - 1;
+                v_got := v_got + 1;
+            END IF;
+        END IF;
+        EXIT WHEN v_got >= p_allow;
+    END LOOP;
+    -- Each key's rows, fresh: its first `take` Pending due rows in claim order.
+    IF coalesce(0 < ANY (v_take), false) THEN
+        v_ids := v_ids || ARRAY(
+            SELECT c.id
+              FROM unnest(v_keys, v_take) AS r(k, n)
+             CROSS JOIN LATERAL (
+                   SELECT x.id FROM {schema}.jobs_hot x
+                    WHERE x.queue = p_queue AND x.concurrency_key = r.k AND x.status = 0 AND x.due_at <= now()
+                    ORDER BY x.priority DESC, x.due_at, x.id
+                    LIMIT r.n
+             ) c
+             WHERE r.n > 0);
+    END IF;
+    RETURN v_ids;
+END
+$fn$;
+
+-- Promotion of Blocked rows (status 4, migration 13) of the given keys (`p_queues`,
+-- `p_keys` pairwise; NULL keys ignored): per key, up to the queue's per-key cap less the
+-- key's Pending + Fetched + Processing rows (counted in this function's own statement: a fresh
+-- snapshot), all of them when the queue has no per-key cap, in claim order, skipping rows
+-- another session holds. Returns how many were promoted. Called by complete_and_claim and
+-- by rescue's sweep; the other moves promote in their own statement (`promote!`, sql.rs).
+CREATE OR REPLACE FUNCTION {schema}.promote_blocked(p_queues text[], p_keys text[])
+RETURNS integer
+LANGUAGE sql VOLATILE
+AS $fn$
+    WITH k AS (
+        SELECT DISTINCT u.q, u.k FROM unnest(p_queues, p_keys) AS u(q, k) WHERE u.k IS NOT NULL
+    ),
+    up AS (
+        UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
+           WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM k LEFT JOIN {schema}.queues c ON c.name = k.q
+                 CROSS JOIN LATERAL (
+                       SELECT x.id FROM {schema}.jobs_hot x
+                        WHERE x.queue = k.q AND x.concurrency_key = k.k AND x.status = 4
+                        ORDER BY x.priority DESC, x.due_at, x.id
+                        LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
+                                   ELSE greatest(0, c.key_max_workers - (SELECT count(*) FROM {schema}.jobs_hot y
+                                                                          WHERE y.queue = k.q
+                                                                            AND y.concurrency_key = k.k
+                                                                            AND y.status IN (0, 1, 2)))
+                              END
+                          FOR UPDATE SKIP LOCKED) x))
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM up
+$fn$;
+
 -- Complete and claim in one call: moves the Fetched or Processing jobs whose (id, lease) this
 -- worker still holds to the archive (as the complete statement does: a Fetched job's run is
 -- counted, attempt + 1, started_at kept or now()), then claims through claim() in the same
@@ -309,6 +590,8 @@ DECLARE
     v_done   uuid[];
     v_fqueue text[];
     v_freed  integer[];
+    v_kq     text[];
+    v_kk     text[];
     v_row    {schema}.jobs_hot;
     v_any    boolean := false;
 BEGIN
@@ -321,21 +604,31 @@ BEGIN
     ),
     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
     ins AS (
-        INSERT INTO {schema}.jobs_archive (id, queue, kind, payload, tags, idempotency_key, priority, attempt,
-                                           max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at,
-                                           started_at, updated_at, last_error, created_by, finished_at)
-        SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority,
+        INSERT INTO {schema}.jobs_archive (id, queue, kind, payload, tags, concurrency_key, idempotency_key,
+                                           priority, attempt, max_attempts, lease, worker_id, heartbeat_at,
+                                           scheduled_at, created_at, started_at, updated_at, last_error, created_by,
+                                           finished_at)
+        SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority,
                CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts,
                g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, coalesce(g.started_at, now()),
                now(), g.last_error, g.created_by, now()
           FROM g
-        RETURNING id, queue
+        RETURNING id, queue, concurrency_key
     ),
-    per AS (SELECT ins.queue, count(*)::integer AS n FROM ins GROUP BY ins.queue)
+    per AS (SELECT ins.queue, count(*)::integer AS n FROM ins GROUP BY ins.queue),
+    keyed AS (SELECT DISTINCT ins.queue, ins.concurrency_key FROM ins WHERE ins.concurrency_key IS NOT NULL)
     SELECT coalesce((SELECT array_agg(ins.id) FROM ins), '{}'),
            coalesce((SELECT array_agg(per.queue ORDER BY per.queue) FROM per), '{}'),
-           coalesce((SELECT array_agg(per.n ORDER BY per.queue) FROM per), '{}')
-      INTO v_done, v_fqueue, v_freed;
+           coalesce((SELECT array_agg(per.n ORDER BY per.queue) FROM per), '{}'),
+           (SELECT array_agg(keyed.queue) FROM keyed),
+           (SELECT array_agg(keyed.concurrency_key) FROM keyed)
+      INTO v_done, v_fqueue, v_freed, v_kq, v_kk;
+
+    -- The completed keys' Blocked rows, before the claim (a new statement: it counts without
+    -- the rows just archived), so the claim may take them.
+    IF v_kq IS NOT NULL THEN
+        PERFORM {schema}.promote_blocked(v_kq, v_kk);
+    END IF;
 
     FOR v_row IN SELECT * FROM {schema}.claim(p_worker, p_queues, p_limit, p_mode, v_fqueue, v_freed) LOOP
         o_done := v_done;

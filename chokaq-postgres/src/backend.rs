@@ -13,10 +13,10 @@ use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
     Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef,
-    ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RequeueOutcome,
-    RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams,
-    TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
-    ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
+    ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RateLimit,
+    RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket,
+    ThroughputParams, TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess,
+    WorkerRegistration, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -324,6 +324,34 @@ impl PgBackend {
     }
 }
 
+impl PgBackend {
+    /// `SetRateLimit`, validated by the caller: the three columns in one upsert, under the
+    /// same locks as [`PgBackend::set_control`].
+    async fn set_rate_limit(&self, queue: &QueueName, limit: Option<RateLimit>) -> Result<QueueSettings> {
+        let jobs = limit
+            .map(|l| i32::try_from(l.jobs).map_err(|_| Error::invalid(format!("rate limit {} is too large", l.jobs))))
+            .transpose()?;
+        let per = limit.map(|l| l.per_millis());
+        let by_key = limit.is_some_and(|l| l.by_key);
+        let row = with_retry(|| async {
+            let mut tx = self.kept.begin().await?;
+            sqlx::query(&self.sql().control_ensure).bind(queue.as_str()).execute(&mut *tx).await?;
+            sqlx::query(&self.sql().control_lock).bind(queue.as_str()).execute(&mut *tx).await?;
+            let row = sqlx::query(&self.sql().control_rate_limit)
+                .bind(queue.as_str())
+                .bind(jobs)
+                .bind(per)
+                .bind(by_key)
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(row)
+        })
+        .await?;
+        rows::queue_settings(&row)
+    }
+}
+
 /// The claim functions' `p_mode`: 0 reserve, 1 hold, 2 start (`migrations/functions.sql`).
 fn mode_code(mode: ClaimMode) -> i16 {
     match mode {
@@ -594,6 +622,9 @@ impl Backend for PgBackend {
                     .bind(limit)
                     .fetch_one(&mut *tx)
                     .await?;
+                // Keys with Blocked rows and room (a lost promotion), then the starts log.
+                sqlx::query(&self.sql().rescue_sweep).execute(&mut *tx).await?;
+                sqlx::query(&self.sql().rescue_prune_starts).execute(&mut *tx).await?;
                 tx.commit().await?;
                 Ok(RescueReport {
                     ran: true,
@@ -665,10 +696,15 @@ impl Backend for PgBackend {
                     };
                     self.set_control(&s.control_zombie_policy, queue, code).await
                 }
-                QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => Err(Error::new(
-                    chokaq_core::ErrorKind::Unsupported,
-                    "keyed caps and rate limits are not in this backend yet (issue 25)",
-                )),
+                QueueControl::SetKeyMaxWorkers(max) => {
+                    let max = max
+                        .map(|m| {
+                            i32::try_from(m).map_err(|_| Error::invalid(format!("key_max_workers {m} is too large")))
+                        })
+                        .transpose()?;
+                    self.set_control(&s.control_key_max_workers, queue, max).await
+                }
+                QueueControl::SetRateLimit(limit) => self.set_rate_limit(queue, limit).await,
             }
         }
         .await

@@ -26,6 +26,7 @@ pub(crate) struct NewRow {
     delay_us: Option<i64>,
     max_attempts: i32,
     created_by: Option<String>,
+    concurrency_key: Option<String>,
 }
 
 /// Where enqueue runs: on the backend's pool (each statement retried by [`with_retry`]) or on
@@ -99,6 +100,7 @@ impl PgBackend {
                 delay_us,
                 max_attempts: job.max_attempts,
                 created_by: job.created_by,
+                concurrency_key: job.concurrency_key,
             });
         }
         Ok((rows, slots))
@@ -122,6 +124,7 @@ impl PgBackend {
             .bind(batch.iter().map(|r| r.delay_us).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.max_attempts).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.created_by.as_deref()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| r.concurrency_key.as_deref()).collect::<Vec<_>>())
     }
 
     /// Inserts `rows` (one statement), then resolves the keys that were taken to the live

@@ -44,6 +44,7 @@ migrations! {
     10, "handoff", "0010_handoff";
     11, "hold", "0011_hold";
     12, "list_kind", "0012_list_kind";
+    13, "keys", "0013_keys";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chokaq_core::{
     validate, BatchOutcome, ClaimedJob, DeadReason, Error, ErrorKind, JobId, JobKind, JobLocation, JobRecord,
-    JobStatus, Lease, LeaseRef, QueueName, QueueSettings, QueueStats, Result, StatsSnapshot, Timestamp, WorkerId,
-    ZombiePolicy,
+    JobStatus, KeyCount, Lease, LeaseRef, QueueName, QueueSettings, QueueStats, RateLimit, Result, StatsSnapshot,
+    Timestamp, WorkerId, ZombiePolicy,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -27,7 +27,7 @@ pub(crate) fn claimed(row: &PgRow) -> Result<(ClaimedJob, Timestamp)> {
     let lease: Option<i64> = get(row, "lease")?;
     let worker: Option<Uuid> = get(row, "worker_id")?;
     let job = ClaimedJob {
-        concurrency_key: None,
+        concurrency_key: get(row, "concurrency_key")?,
         id: JobId(get(row, "id")?),
         queue: QueueName::new(get::<String>(row, "queue")?)?,
         kind: JobKind::new(get::<String>(row, "kind")?)?,
@@ -59,7 +59,7 @@ pub(crate) fn record(row: &PgRow) -> Result<JobRecord> {
         _ => JobLocation::Dead(DeadReason::parse(&get::<String>(row, "reason")?)?),
     };
     Ok(JobRecord {
-        concurrency_key: None,
+        concurrency_key: get(row, "concurrency_key")?,
         id: JobId(get(row, "id")?),
         location,
         queue: QueueName::new(get::<String>(row, "queue")?)?,
@@ -95,9 +95,20 @@ fn settings_named(row: &PgRow, name: String) -> Result<QueueSettings> {
     let zt: Option<i64> = get(row, "zombie_timeout_ms")?;
     let ft: Option<i64> = get(row, "fetched_timeout_ms")?;
     let policy: i16 = get(row, "zombie_policy")?;
+    let key_max: Option<i32> = get(row, "key_max_workers")?;
+    let rate_jobs: Option<i32> = get(row, "rate_jobs")?;
+    let rate_per: Option<i64> = get(row, "rate_per_ms")?;
+    let rate_limit = match (rate_jobs, rate_per) {
+        (Some(jobs), Some(ms)) => Some(RateLimit {
+            jobs: jobs.max(0) as u32,
+            per: Duration::from_millis(ms.max(0) as u64),
+            by_key: get(row, "rate_by_key")?,
+        }),
+        _ => None,
+    };
     Ok(QueueSettings {
-        key_max_workers: None,
-        rate_limit: None,
+        key_max_workers: key_max.map(|m| m.max(0) as u32),
+        rate_limit,
         name: QueueName::new(name)?,
         max_workers: max.map(|m| m.max(0) as u32),
         is_paused: get(row, "is_paused")?,
@@ -127,8 +138,16 @@ pub(crate) fn stats(rows: &[PgRow]) -> Result<StatsSnapshot> {
         snap.taken_at = row.try_get("taken_at").map_err(map_sqlx_error)?;
         let Some(queue) = row.try_get::<Option<String>, _>("queue").map_err(map_sqlx_error)? else { continue };
         let settings = if get::<bool>(row, "controlled")? { Some(settings_named(row, queue.clone())?) } else { None };
+        let keys: Option<Vec<String>> = get(row, "busy_keys")?;
+        let counts: Option<Vec<i64>> = get(row, "busy_counts")?;
+        let busiest_keys = keys
+            .unwrap_or_default()
+            .into_iter()
+            .zip(counts.unwrap_or_default())
+            .map(|(key, n)| KeyCount { key, running: count(n) })
+            .collect();
         snap.push(QueueStats {
-            busiest_keys: Vec::new(),
+            busiest_keys,
             queue,
             pending: get_i("pending")?,
             fetched: get_i("fetched")?,

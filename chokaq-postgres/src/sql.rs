@@ -14,24 +14,24 @@ use crate::migrate::{FUNCTIONS, MIGRATIONS, MIGRATION_NAMES};
 /// Columns copied by a move from the hot table into the archive.
 macro_rules! archive_cols {
     () => {
-        "id, queue, kind, payload, tags, idempotency_key, priority, attempt, max_attempts, lease, worker_id, \
-         heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, created_by, finished_at"
+        "id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, attempt, max_attempts, lease, \
+         worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, created_by, finished_at"
     };
 }
 
 /// Columns of a dead-letter row written by a move.
 macro_rules! dlq_cols {
     () => {
-        "id, queue, kind, payload, tags, idempotency_key, priority, attempt, max_attempts, lease, worker_id, \
-         heartbeat_at, scheduled_at, created_at, started_at, updated_at, created_by, finished_at, reason, error"
+        "id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, attempt, max_attempts, lease, \
+         worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, created_by, finished_at, reason, error"
     };
 }
 
 /// Values for [`dlq_cols`] from a deleted hot row `g`, followed by the reason and error.
 macro_rules! dlq_vals {
     () => {
-        "g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, g.attempt, g.max_attempts, \
-         g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.created_by, now()"
+        "g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, g.attempt, \
+         g.max_attempts, g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.created_by, now()"
     };
 }
 
@@ -55,10 +55,42 @@ macro_rules! guard {
 /// if it was started first (its run counts: `attempt + 1`; `started_at` is kept, else now).
 macro_rules! archive_vals_started {
     () => {
-        "g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, \
+        "g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, \
          CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts, g.lease, g.worker_id, \
          g.heartbeat_at, g.scheduled_at, g.created_at, coalesce(g.started_at, now()), now(), g.last_error, \
          g.created_by, now()"
+    };
+}
+
+/// The promotion after a move, as two CTEs (`fr`, `promoted`): `$freed` names the rows the
+/// statement moves out of Pending, Fetched or Processing (queue, concurrency_key); for each
+/// keyed one, up to the cap less what the key still holds (the statement's snapshot counts the
+/// moved rows: they are added back) of the key's Blocked rows become Pending again, in claim
+/// order, skipping rows another session holds. Keyless moves read nothing here. An index
+/// optimisation only (migration 13): the claim's guard keeps the cap.
+macro_rules! promote {
+    ($freed:literal) => {
+        concat!(
+            "fr AS (SELECT f.queue, f.concurrency_key AS k, count(*) AS n FROM ",
+            $freed,
+            " f
+         WHERE f.concurrency_key IS NOT NULL GROUP BY f.queue, f.concurrency_key),
+     promoted AS (
+        UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
+           WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM fr LEFT JOIN {schema}.queues c ON c.name = fr.queue
+                 CROSS JOIN LATERAL (
+                       SELECT x.id FROM {schema}.jobs_hot x
+                        WHERE x.queue = fr.queue AND x.concurrency_key = fr.k AND x.status = 4
+                        ORDER BY x.priority DESC, x.due_at, x.id
+                        LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
+                                   ELSE greatest(0, c.key_max_workers + fr.n
+                                                    - (SELECT count(*) FROM {schema}.jobs_hot y
+                                                        WHERE y.queue = fr.queue AND y.concurrency_key = fr.k
+                                                          AND y.status IN (0, 1, 2)))
+                              END
+                          FOR UPDATE SKIP LOCKED) x))
+     )"
+        )
     };
 }
 
@@ -67,29 +99,53 @@ macro_rules! archive_vals_started {
 macro_rules! queue_cols {
     () => {
         "name, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, fetched_timeout_ms, \
-         nullif(updated_at, '-infinity') AS updated_at"
+         key_max_workers, rate_jobs, rate_per_ms, rate_by_key, nullif(updated_at, '-infinity') AS updated_at"
     };
 }
 
 const ENQUEUE: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[],
-                         $8::timestamptz[], $9::int8[], $10::int4[], $11::text[])
+                         $8::timestamptz[], $9::int8[], $10::int4[], $11::text[], $12::text[])
         WITH ORDINALITY AS t(id, queue, kind, payload, tags, idempotency_key, priority, scheduled_at, delay_us,
-                             max_attempts, created_by, ord)
+                             max_attempts, created_by, ckey, ord)
 ),
 due AS (
     SELECT i.*, CASE WHEN i.delay_us IS NULL THEN i.scheduled_at
                      ELSE now() + i.delay_us * interval '1 microsecond' END AS at
       FROM input i
 ),
+-- The status: Scheduled (3) when due later; a due keyed job of a queue with a per-key cap is
+-- Blocked (4) when its key already holds that many Pending, Fetched or Processing rows,
+-- counting the batch's own due rows of the key before it in claim order (an index
+-- optimisation only: see migration 13); else Pending (0). Keyless rows skip the window.
+st AS (
+    SELECT d.id, d.queue, d.kind, d.payload, d.tags, d.idempotency_key, d.priority, d.max_attempts, d.created_by,
+           d.ckey, d.ord, d.at, CASE WHEN d.at > now() THEN 3 ELSE 0 END AS status
+      FROM due d
+     WHERE d.ckey IS NULL
+        OR NOT EXISTS (SELECT 1 FROM {schema}.queues c WHERE c.name = d.queue AND c.key_max_workers IS NOT NULL)
+    UNION ALL
+    SELECT k.id, k.queue, k.kind, k.payload, k.tags, k.idempotency_key, k.priority, k.max_attempts, k.created_by,
+           k.ckey, k.ord, k.at,
+           CASE WHEN k.at > now() THEN 3
+                WHEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
+                                             WHERE y.queue = k.queue AND y.concurrency_key = k.ckey
+                                               AND y.status IN (0, 1, 2)
+                                             LIMIT k.kcap) z) + k.rk - 1 >= k.kcap THEN 4
+                ELSE 0 END
+      FROM (SELECT d.*, c.key_max_workers AS kcap,
+                   row_number() OVER (PARTITION BY d.queue, d.ckey
+                                      ORDER BY d.at > now(), d.priority DESC, d.at, d.ord) AS rk
+              FROM due d JOIN {schema}.queues c ON c.name = d.queue AND c.key_max_workers IS NOT NULL
+             WHERE d.ckey IS NOT NULL) k
+),
 ins AS (
-    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, max_attempts,
-                                   scheduled_at, status, created_by)
+    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority,
+                                   max_attempts, scheduled_at, status, created_by)
     SELECT i.id, i.queue, i.kind, i.payload::jsonb, ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)),
-           i.idempotency_key, i.priority, i.max_attempts, i.at, CASE WHEN i.at > now() THEN 3 ELSE 0 END,
-           i.created_by
-      FROM due i
+           i.ckey, i.idempotency_key, i.priority, i.max_attempts, i.at, i.status, i.created_by
+      FROM st i
      -- Keyed rows in one order for every batch (queue, key), so that two batches whose keys
      -- overlap wait on each other at most once and never deadlock (40P01 seen in
      -- idempotency_concurrent_overlapping_batches with the input order).
@@ -152,6 +208,9 @@ const RELEASE: &str = concat!(
         RETURNING h.id
      ),
      g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.cancel_requested RETURNING h.*),
+     ",
+    promote!("g"),
+    ",
      dead AS (INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -164,7 +223,10 @@ const RELEASE: &str = concat!(
 const COMPLETE: &str = concat!(
     "WITH l AS (",
     guard!("IN (1, 2)"),
-    "), g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*)
+    "), g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
+     ",
+    promote!("g"),
+    "
      INSERT INTO {schema}.jobs_archive (",
     archive_cols!(),
     ") SELECT ",
@@ -217,15 +279,22 @@ const FAIL: &str = concat!(
                last_error = CASE WHEN l.act = 'retry' THEN $6::text ELSE h.last_error END,
                updated_at = now()
           FROM l WHERE h.id = l.id AND l.act IN ('retry', 'snooze')
-        RETURNING h.scheduled_at
+        RETURNING h.scheduled_at, h.queue, h.concurrency_key, h.status
      ),
      g AS (
         DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.act IN ('dead', 'cancelled') RETURNING h.*
      ),
+     ",
+    promote!(
+        "(SELECT g.queue, g.concurrency_key FROM g UNION ALL
+                 SELECT back.queue, back.concurrency_key FROM back WHERE back.status = 3)"
+    ),
+    ",
      dead AS (
         INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
-    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, l.eff, g.max_attempts,
+    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, l.eff,
+               g.max_attempts,
                g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at,
                CASE WHEN l.st = 1 THEN now() ELSE g.started_at END, now(), g.created_by, now(),
                CASE WHEN l.act = 'cancelled' THEN 'cancelled' WHEN $4::text = 'retry' THEN 'failed'
@@ -244,7 +313,10 @@ const DEAD_UNDECODABLE: &str = concat!(
         DELETE FROM {schema}.jobs_hot h
          WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status IN (1, 2)
         RETURNING h.*
-     )
+     ),
+     ",
+    promote!("g"),
+    "
      INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -261,6 +333,9 @@ const CANCEL: &str = concat!(
           FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE
      ),
      g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND NOT l.running RETURNING h.*),
+     ",
+    promote!("(SELECT g.queue, g.concurrency_key FROM g WHERE g.status IN (0, 1, 2))"),
+    ",
      dead AS (INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -314,6 +389,9 @@ const RESCUE_FETCHED: &str = concat!(
         RETURNING h.id
      ),
      g AS (DELETE FROM {schema}.jobs_hot h USING f WHERE h.id = f.id AND f.act IN ('cancelled', 'zombie') RETURNING h.*),
+     ",
+    promote!("g"),
+    ",
      dead AS (INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -347,6 +425,9 @@ const RESCUE_ZOMBIES: &str = concat!(
         RETURNING h.id
      ),
      g AS (DELETE FROM {schema}.jobs_hot h USING z WHERE h.id = z.id AND NOT z.retry RETURNING h.*),
+     ",
+    promote!("g"),
+    ",
      dead AS (INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
     ") SELECT ",
@@ -356,6 +437,21 @@ const RESCUE_ZOMBIES: &str = concat!(
        FROM g RETURNING id)
      SELECT (SELECT count(*) FROM back) AS retried, (SELECT count(*) FROM dead) AS dead"
 );
+
+/// Rescue's sweep of Blocked rows (migration 13): every key with Blocked rows, promoted up to
+/// its room (`promote_blocked`), so that a promotion lost to a race (an enqueue that read the
+/// key at its cap while the last running job of it moved) costs latency, never a job.
+const RESCUE_SWEEP: &str = "
+SELECT coalesce({schema}.promote_blocked(array_agg(k.queue), array_agg(k.concurrency_key)), 0)
+  FROM (SELECT DISTINCT b.queue, b.concurrency_key FROM {schema}.jobs_hot b WHERE b.status = 4) k";
+
+/// Rescue prunes the starts log: entries no window can see any more (older than the queue's
+/// window), all entries of queues without a rate limit.
+const RESCUE_PRUNE_STARTS: &str = "
+DELETE FROM {schema}.starts s
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues c
+                    WHERE c.name = s.queue AND c.rate_per_ms IS NOT NULL
+                      AND s.stamp > now() - c.rate_per_ms * interval '1 millisecond')";
 
 /// control_queue, first: the queue's control row, created when missing (`$1` queue) with
 /// `updated_at` '-infinity' (what a claim creates: no control has set anything yet). Its own
@@ -403,6 +499,53 @@ const CONTROL_ZOMBIE_TIMEOUT: &str = control!("zombie_timeout_ms");
 const CONTROL_ZOMBIE_POLICY: &str = control!("zombie_policy");
 const CONTROL_FETCHED_TIMEOUT: &str = control!("fetched_timeout_ms");
 
+/// The per-key cap (`$1` queue, `$2` cap or NULL), and in the same statement the promotion of
+/// the queue's Blocked rows the new cap leaves room for (a raised cap: per key, up to the cap
+/// less its Pending + Fetched + Processing rows; a cleared one: all), skipping rows another
+/// session holds (rescue's sweep takes those later).
+const CONTROL_KEY_MAX_WORKERS: &str = concat!(
+    "
+WITH up AS (
+    INSERT INTO {schema}.queues AS c (name, key_max_workers) VALUES ($1, $2)
+    ON CONFLICT (name) DO UPDATE SET key_max_workers = EXCLUDED.key_max_workers, updated_at = now()
+    RETURNING ",
+    queue_cols!(),
+    "
+),
+woke AS (SELECT pg_notify('{channel}', up.name) FROM up),
+k AS (SELECT DISTINCT b.concurrency_key AS k FROM {schema}.jobs_hot b WHERE b.queue = $1 AND b.status = 4),
+promoted AS (
+    UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
+       WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM k CROSS JOIN LATERAL (
+                   SELECT x.id FROM {schema}.jobs_hot x
+                    WHERE x.queue = $1 AND x.concurrency_key = k.k AND x.status = 4
+                    ORDER BY x.priority DESC, x.due_at, x.id
+                    LIMIT CASE WHEN $2::int4 IS NULL THEN NULL
+                               ELSE greatest(0, $2::int4 - (SELECT count(*) FROM {schema}.jobs_hot y
+                                                             WHERE y.queue = $1 AND y.concurrency_key = k.k
+                                                               AND y.status IN (0, 1, 2)))
+                          END
+                      FOR UPDATE SKIP LOCKED) x))
+)
+SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
+);
+
+/// The rate limit: `$1` queue, `$2` jobs, `$3` window in milliseconds, `$4` per key (all NULL
+/// and false: no limit). The starts log stays (rescue prunes it).
+const CONTROL_RATE_LIMIT: &str = concat!(
+    "
+WITH up AS (
+    INSERT INTO {schema}.queues AS c (name, rate_jobs, rate_per_ms, rate_by_key) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (name) DO UPDATE SET rate_jobs = EXCLUDED.rate_jobs, rate_per_ms = EXCLUDED.rate_per_ms,
+                                     rate_by_key = EXCLUDED.rate_by_key, updated_at = now()
+    RETURNING ",
+    queue_cols!(),
+    "
+),
+woke AS (SELECT pg_notify('{channel}', up.name) FROM up)
+SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
+);
+
 const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM {schema}.queues WHERE name = $1");
 
 /// `$1` id. Moves a dead letter back to Pending, attempt 0, expired_holds 0 (a fresh row); a
@@ -410,11 +553,11 @@ const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM {schema}.q
 const REQUEUE: &str = "
 WITH g AS (DELETE FROM {schema}.jobs_dlq d WHERE d.id = $1 RETURNING d.*),
 ins AS (
-    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, attempt,
-                                   max_attempts, lease, worker_id, scheduled_at, created_at, updated_at,
+    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, status,
+                                   attempt, max_attempts, lease, worker_id, scheduled_at, created_at, updated_at,
                                    last_error, created_by, expired_holds)
-    SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.idempotency_key, g.priority, 0, 0, g.max_attempts, NULL,
-           NULL, NULL, g.created_at, now(), g.error, g.created_by, 0
+    SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, 0, 0,
+           g.max_attempts, NULL, NULL, NULL, g.created_at, now(), g.error, g.created_by, 0
       FROM g
     RETURNING id, queue
 ),
@@ -432,11 +575,21 @@ macro_rules! stats {
             "
 WITH h AS (
     SELECT queue,
-           count(*) FILTER (WHERE status IN (0, 3)) AS pending,
+           count(*) FILTER (WHERE status IN (0, 3, 4)) AS pending,
            count(*) FILTER (WHERE status = 1) AS fetched,
            count(*) FILTER (WHERE status = 2) AS processing,
-           min(due_at) FILTER (WHERE status IN (0, 3) AND due_at <= now()) AS oldest_due_at
+           min(due_at) FILTER (WHERE status IN (0, 3, 4) AND due_at <= now()) AS oldest_due_at
       FROM {schema}.jobs_hot GROUP BY queue
+),
+-- The busiest keys of each queue: most Fetched + Processing first, ties by key (bytewise).
+bk AS (
+    SELECT queue, array_agg(k ORDER BY n DESC, k COLLATE \"C\") AS busy_keys,
+           array_agg(n ORDER BY n DESC, k COLLATE \"C\") AS busy_counts
+      FROM (SELECT queue, k, n, row_number() OVER (PARTITION BY queue ORDER BY n DESC, k COLLATE \"C\") AS rn
+              FROM (SELECT queue, concurrency_key AS k, count(*) AS n FROM {schema}.jobs_hot
+                     WHERE concurrency_key IS NOT NULL AND status IN (1, 2) GROUP BY queue, concurrency_key) x) y
+     WHERE rn <= 5
+     GROUP BY queue
 ),
 a AS (",
             $archived,
@@ -447,7 +600,7 @@ d AS (
 ),
 c AS (
     SELECT name AS queue, max_workers, is_paused, is_active, zombie_timeout_ms, zombie_policy, fetched_timeout_ms,
-           updated_at
+           key_max_workers, rate_jobs, rate_per_ms, rate_by_key, updated_at
       FROM {schema}.queues WHERE updated_at <> '-infinity'
 ),
 q AS (
@@ -456,10 +609,12 @@ q AS (
            coalesce(a.estimated, false) AS archived_estimated, coalesce(d.dead, 0) AS dead,
            coalesce(d.cancelled, 0) AS cancelled, h.oldest_due_at, c.updated_at IS NOT NULL AS controlled,
            c.max_workers, c.is_paused, c.is_active, c.zombie_timeout_ms, c.zombie_policy, c.fetched_timeout_ms,
-           c.updated_at
+           c.key_max_workers, c.rate_jobs, c.rate_per_ms, c.rate_by_key, c.updated_at
       FROM h FULL JOIN a USING (queue) FULL JOIN d USING (queue) FULL JOIN c USING (queue)
 )
-SELECT t.taken_at, q.* FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true ORDER BY q.queue"
+SELECT t.taken_at, q.*, bk.busy_keys, bk.busy_counts
+  FROM (SELECT now() AS taken_at) t LEFT JOIN q ON true LEFT JOIN bk ON bk.queue = q.queue
+ ORDER BY q.queue"
         )
     };
 }
@@ -526,8 +681,8 @@ macro_rules! hot_record {
         concat!(
             "'hot'::text AS loc, id, queue, kind, ",
             $payload,
-            " AS payload, tags, idempotency_key, priority, \
-             CASE WHEN status = 3 THEN 0::int2 ELSE status END AS status, \
+            " AS payload, tags, concurrency_key, idempotency_key, priority, \
+             CASE WHEN status IN (3, 4) THEN 0::int2 ELSE status END AS status, \
              NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
              heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
         )
@@ -538,7 +693,7 @@ macro_rules! archive_record {
         concat!(
             "'archive'::text AS loc, id, queue, kind, ",
             $payload,
-            " AS payload, tags, idempotency_key, priority, \
+            " AS payload, tags, concurrency_key, idempotency_key, priority, \
              NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
              created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
              created_by"
@@ -550,7 +705,7 @@ macro_rules! dlq_record {
         concat!(
             "'dead'::text AS loc, id, queue, kind, ",
             $payload,
-            " AS payload, tags, idempotency_key, priority, NULL::int2 AS status, \
+            " AS payload, tags, concurrency_key, idempotency_key, priority, NULL::int2 AS status, \
              reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
              updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
         )
@@ -586,7 +741,25 @@ pub(crate) fn list_columns(table: JobTable, without_payloads: bool) -> &'static 
 
 /// The listing of `p` in `schema` (validated), rendered for PostgreSQL.
 pub(crate) fn list_query(schema: &str, p: &ListJobsParams) -> Result<ListQuery> {
-    listing::list_query(SqlDialect::Postgres, schema, list_columns(p.table, p.without_payloads), p)
+    let mut q = listing::list_query(SqlDialect::Postgres, schema, list_columns(p.table, p.without_payloads), p)?;
+    if p.table == JobTable::Hot && p.status == Some(chokaq_core::JobStatus::Pending) {
+        q.sql = with_blocked(&q.sql)?;
+    }
+    Ok(q)
+}
+
+/// The Pending filter of a hot listing (`"status" IN ($a, $b)`: Pending and Scheduled, as
+/// `chokaq_core::listing` renders it) with Blocked (4, migration 13) added: it reads as Pending.
+fn with_blocked(sql: &str) -> Result<String> {
+    const AT: &str = "\"status\" IN (";
+    let start = sql
+        .find(AT)
+        .ok_or_else(|| chokaq_core::Error::new(chokaq_core::ErrorKind::Other, "listing: no status filter"))?;
+    let close = sql[start..]
+        .find(')')
+        .ok_or_else(|| chokaq_core::Error::new(chokaq_core::ErrorKind::Other, "listing: status filter not closed"))?
+        + start;
+    Ok(format!("{}, 4{}", &sql[..close], &sql[close..]))
 }
 
 /// One batch of a purge: rows finished more than `$1` microseconds ago, filtered by the
@@ -884,6 +1057,8 @@ statements! {
     rescue_lock = RESCUE_LOCK;
     rescue_fetched = RESCUE_FETCHED;
     rescue_zombies = RESCUE_ZOMBIES;
+    rescue_sweep = RESCUE_SWEEP;
+    rescue_prune_starts = RESCUE_PRUNE_STARTS;
     control_ensure = CONTROL_ENSURE;
     control_lock = CONTROL_LOCK;
     control_paused = CONTROL_PAUSED;
@@ -891,6 +1066,8 @@ statements! {
     control_max_workers = CONTROL_MAX_WORKERS;
     control_zombie_timeout = CONTROL_ZOMBIE_TIMEOUT;
     control_fetched_timeout = CONTROL_FETCHED_TIMEOUT;
+    control_key_max_workers = CONTROL_KEY_MAX_WORKERS;
+    control_rate_limit = CONTROL_RATE_LIMIT;
     notify_queues = NOTIFY_QUEUES;
     tx_status = TX_STATUS;
     control_zombie_policy = CONTROL_ZOMBIE_POLICY;

@@ -308,6 +308,21 @@ async fn a_control_binds_a_handoff_in_flight(#[case] pause: bool) {
     f.drop().await;
 }
 
+/// Issue 25: the per-key cap binds a claim held before its key's lock ('key': its count comes
+/// after the lock) and one held after it ('take': the lock is held until it commits), while a
+/// higher-priority job of the key is enqueued and claimed from another session
+/// (`common::cap_race::keyed_claim_in_flight`).
+#[rstest::rstest]
+#[case::key("key")]
+#[case::take("take")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_cap_binds_a_claim_in_flight(#[case] at: &str) {
+    let f = fixture!();
+    let what = common::cap_race::keyed_claim_in_flight(&f.db, at).await.unwrap();
+    eprintln!("{what}");
+    f.drop().await;
+}
+
 /// Issue 26 item 19: cases of one run share a schema, and so the REPEATABLE READ test role;
 /// several asking for it at once all get it (none fails with "role already exists"), and
 /// every handle works: it reads the schema's tables (the grants are there) and its sessions

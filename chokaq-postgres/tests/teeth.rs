@@ -41,6 +41,16 @@ fn first_cap_in_flight_first(b: Arc<PgBackend>) -> BoxFuture<'static, Result<Str
     Box::pin(async move { common::cap_race::uncapped_claim_in_flight(&b, "first").await })
 }
 
+/// `common::cap_race::keyed_claim_in_flight`, the claim held before its key's lock.
+fn key_in_flight_key(b: Arc<PgBackend>) -> BoxFuture<'static, Result<String, String>> {
+    Box::pin(async move { common::cap_race::keyed_claim_in_flight(&b, "key").await })
+}
+
+/// `common::cap_race::keyed_claim_in_flight`, the claim held after its key's lock and count.
+fn key_in_flight_take(b: Arc<PgBackend>) -> BoxFuture<'static, Result<String, String>> {
+    Box::pin(async move { common::cap_race::keyed_claim_in_flight(&b, "take").await })
+}
+
 fn teeth() -> Vec<Tooth> {
     let f = Faults::default();
     vec![
@@ -105,6 +115,30 @@ fn teeth() -> Vec<Tooth> {
                 ("pg_first_cap_binds_a_claim_held_before_its_rows", first_cap_in_flight_take),
                 ("pg_first_cap_binds_a_claim_held_after_its_first_statement", first_cap_in_flight_first),
             ],
+        },
+        Tooth {
+            fault: "key_count_before_lock",
+            faults: Faults { key_count_before_lock: true, ..f },
+            cases: &["keyed_race_tasks"],
+            checks: &[("pg_key_counted_after_its_lock", key_in_flight_key)],
+        },
+        Tooth {
+            fault: "key_ignored",
+            faults: Faults { key_ignored: true, ..f },
+            cases: &["keyed_cap_binds_each_key", "keyed_no_head_of_line_blocking"],
+            checks: &[],
+        },
+        Tooth {
+            fault: "key_lock_freed_early",
+            faults: Faults { key_lock_freed_early: true, ..f },
+            cases: &["keyed_race_tasks"],
+            checks: &[("pg_key_lock_held_until_commit", key_in_flight_take)],
+        },
+        Tooth {
+            fault: "rate_window_off_by_one",
+            faults: Faults { rate_window_off_by_one: true, ..f },
+            cases: &["rate_limits_starts_in_window", "rate_by_key", "rate_race_tasks"],
+            checks: &[],
         },
         Tooth {
             fault: "start_not_repeatable",

@@ -106,6 +106,9 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
             }
         }
     }
+    // The starts log keeps only what a rate window can still see (all of a queue's entries
+    // once its limit is cleared).
+    sqlx::query(&b.sql.rate_prune).bind(now).execute(&mut *tx).await.map_err(map_err)?;
     commit(tx).await?;
     b.notify(queues);
     // The retention purges: each batch is its own write transaction, and SQLite's write lock
@@ -162,12 +165,8 @@ pub(crate) async fn control_queue(
         QueueControl::SetZombieTimeout(d) => {
             (&b.sql.set_zombie_timeout, d.map(|d| dur_us("zombie_timeout", d)).transpose()?)
         }
-        QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => {
-            return Err(chokaq_core::Error::new(
-                chokaq_core::ErrorKind::Unsupported,
-                "keyed caps and rate limits are not in this backend yet (issue 25)",
-            ))
-        }
+        QueueControl::SetKeyMaxWorkers(m) => (&b.sql.set_key_max_workers, m.map(i64::from)),
+        QueueControl::SetRateLimit(_) => (&b.sql.set_rate_limit, None),
         QueueControl::SetZombiePolicy(_) => (&b.sql.set_zombie_policy, None),
         QueueControl::SetFetchedTimeout(d) => {
             (&b.sql.set_fetched_timeout, d.map(|d| dur_us("fetched_timeout", d)).transpose()?)
@@ -176,14 +175,30 @@ pub(crate) async fn control_queue(
     let mut tx = b.begin_write().await?;
     let now = now_us();
     sqlx::query(&b.sql.ensure_queue).bind(queue.as_str()).bind(now).execute(&mut *tx).await.map_err(map_err)?;
-    let q = match control {
-        QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)),
-        _ => sqlx::query(sql).bind(value),
-    };
-    q.bind(now).bind(queue.as_str()).execute(&mut *tx).await.map_err(map_err)?;
+    match control {
+        QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)).bind(now).bind(queue.as_str()),
+        // Jobs, period and by-key together: None clears all three.
+        QueueControl::SetRateLimit(l) => sqlx::query(sql)
+            .bind(l.map(|l| i64::from(l.jobs)))
+            .bind(l.map(|l| l.per_millis()))
+            .bind(l.map(|l| i64::from(l.by_key)))
+            .bind(now)
+            .bind(queue.as_str()),
+        _ => sqlx::query(sql).bind(value).bind(now).bind(queue.as_str()),
+    }
+    .execute(&mut *tx)
+    .await
+    .map_err(map_err)?;
     let settings = b.read_settings(&mut tx, queue).await?;
     commit(tx).await?;
-    if matches!(control, QueueControl::Resume | QueueControl::Activate | QueueControl::SetMaxWorkers(_)) {
+    if matches!(
+        control,
+        QueueControl::Resume
+            | QueueControl::Activate
+            | QueueControl::SetMaxWorkers(_)
+            | QueueControl::SetKeyMaxWorkers(_)
+            | QueueControl::SetRateLimit(_)
+    ) {
         b.notify([queue.as_str().to_string()]);
     }
     Ok(settings)

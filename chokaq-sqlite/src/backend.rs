@@ -29,6 +29,28 @@ use crate::{admin, claim, inspect, lease, migrate, periodic, workers};
 /// A transaction on one of the pools.
 pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
 
+/// Deliberately broken claims for the conformance suite's teeth test (`tests/teeth.rs`;
+/// settable with the feature `fault-injection`, every switch is off otherwise). Never in
+/// production. Each is a real bug shape of keyed caps and rate limits (issue 25).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Check-then-act: the claim counts each key's running jobs in a read snapshot *before*
+    /// it takes the write lock, and claims under the lock on that count without counting
+    /// again: two claimers that both read "a has 0 running" each take the key's full cap.
+    pub key_check_then_act: bool,
+    /// The claim ignores the per-key cap (treats every queue as having none).
+    pub key_ignored: bool,
+    /// Frees a key slot twice (the Solid Queue semaphore bug): instead of counting the key's
+    /// Fetched + Processing rows, the claim reads a slot ledger (`fault_key_slots`: queue, key,
+    /// used) that it increments per job taken and that every outcome call reported done
+    /// decrements, a repeated complete or fail (its first reply lost, reported done again)
+    /// included, so a repeat frees the slot a second time and the key runs over its cap.
+    pub key_slot_double_free: bool,
+    /// The rate window off by one: a bucket may take while its count of starts in the window
+    /// is `<= jobs` instead of `< jobs`, so each window lets `jobs + 1` starts through.
+    pub rate_off_by_one: bool,
+}
+
 /// The SQLite backend. Cheap to clone; clones share the pools.
 #[derive(Clone)]
 pub struct SqliteBackend {
@@ -40,6 +62,7 @@ pub struct SqliteBackend {
     pub(crate) sql: Arc<Statements>,
     pub(crate) max_payload_bytes: usize,
     pub(crate) wake: broadcast::Sender<Wake>,
+    pub(crate) faults: Faults,
 }
 
 impl fmt::Debug for SqliteBackend {
@@ -74,7 +97,21 @@ impl SqliteBackend {
             .await
             .map_err(map_err)?;
         let (wake, _) = broadcast::channel(1024);
-        Ok(SqliteBackend { writer, reader, sql, max_payload_bytes: cfg.max_payload_bytes, wake })
+        Ok(SqliteBackend {
+            writer,
+            reader,
+            sql,
+            max_payload_bytes: cfg.max_payload_bytes,
+            wake,
+            faults: Faults::default(),
+        })
+    }
+
+    /// The same backend with deliberately broken claims (teeth tests only).
+    #[cfg(feature = "fault-injection")]
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
     }
 
     /// Closes the pools (waits for connections in use to come back).
@@ -229,6 +266,7 @@ impl Backend for SqliteBackend {
                     .bind(scheduled)
                     .bind(now)
                     .bind(job.created_by.as_deref())
+                    .bind(job.concurrency_key.as_deref())
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;

@@ -1,7 +1,23 @@
 //! The claim: a read-snapshot look for work, then the decision under the write lock.
+//!
+//! Keys and rate limits (issue 25, `docs/contract.md`): SQLite has one writer, and the claim's
+//! `BEGIN IMMEDIATE` takes the write lock before its first read, so every count below (the
+//! queue's active jobs, each key's Fetched + Processing jobs, each rate bucket's starts in the
+//! window) is read under the lock, in statements that start after it is held, and no other
+//! claimer can change it before this transaction commits: the per-key cap and the rate limit
+//! are strict the way the queue cap is, with no lock of their own.
+//!
+//! A queue with neither a per-key cap nor a by-key rate limit keeps the plain plan: its first
+//! `take` due jobs in claim order (a queue-wide rate limit only lowers `take`). A queue with
+//! either walks its due jobs in claim order a page at a time ([`select_guarded`]): keys with
+//! no room left are excluded in SQL (the page statement gets them as a JSON array), the rest
+//! are taken while their room lasts, so a key at its cap never holds back other keys and the
+//! walk reads about `take` rows plus the rows of keys that fill up during this very claim.
+
+use std::collections::HashMap;
 
 use chokaq_core::{validate, ClaimMode, ClaimParams, ClaimedJob, DeadReason, JobStatus, QueueName, Result};
-use sqlx::sqlite::SqliteRow;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Row;
 
 use crate::backend::{commit, SqliteBackend};
@@ -13,6 +29,145 @@ struct Candidate {
     id: uuid::Uuid,
     priority: i64,
     due: i64,
+    /// The queue is rate-limited: the claim logs this job's start.
+    logged: bool,
+    /// The queue has a per-key cap (the slot ledger of `Faults::key_slot_double_free`).
+    keyed: bool,
+}
+
+/// Rows of `(ckey, n)` as a map.
+fn key_map(rows: Vec<SqliteRow>) -> Result<HashMap<String, i64>> {
+    rows.iter()
+        .map(|r| Ok((r.try_get::<String, _>("ckey").map_err(map_err)?, r.try_get::<i64, _>("n").map_err(map_err)?)))
+        .collect()
+}
+
+/// What the keys of one queue may still take in this claim.
+struct KeyRoom {
+    /// The per-key cap, if any.
+    cap: Option<i64>,
+    /// Fetched + Processing jobs per key (keys with none are absent).
+    running: HashMap<String, i64>,
+    /// The by-key rate limit's starts allowed per window, if any.
+    rate: Option<i64>,
+    /// Starts per key in the current window.
+    started: HashMap<String, i64>,
+}
+
+impl KeyRoom {
+    /// How many more jobs of `key` may be taken, before this claim took any.
+    fn room(&self, key: &str) -> i64 {
+        let mut room = i64::MAX;
+        if let Some(cap) = self.cap {
+            room = room.min(cap - self.running.get(key).copied().unwrap_or(0));
+        }
+        if let Some(jobs) = self.rate {
+            room = room.min(jobs - self.started.get(key).copied().unwrap_or(0));
+        }
+        room
+    }
+
+    /// The keys with no room at all.
+    fn full(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.running.keys().chain(self.started.keys()).cloned().collect();
+        keys.sort();
+        keys.dedup();
+        keys.retain(|k| self.room(k) <= 0);
+        keys
+    }
+}
+
+/// The first `take` due jobs of `queue` in claim order that the keys' room lets through (a key
+/// cap of 0 lets no keyed job through; jobs without a key are bound by neither per-key rule).
+async fn select_guarded(
+    b: &SqliteBackend,
+    conn: &mut SqliteConnection,
+    queue: &QueueName,
+    now: i64,
+    take: i64,
+    room: &KeyRoom,
+) -> Result<Vec<(uuid::Uuid, i64, i64)>> {
+    let no_keyed = i64::from(room.cap == Some(0));
+    let mut excluded = room.full();
+    let mut taken: HashMap<String, i64> = HashMap::new();
+    let mut out = Vec::new();
+    let page = (take * 2 + 16).min(1000);
+    let mut after: Option<(i64, i64, uuid::Uuid)> = None;
+    loop {
+        let rows = sqlx::query(&b.sql.claim_candidates_keyed)
+            .bind(queue.as_str())
+            .bind(now)
+            .bind(no_keyed)
+            .bind(serde_json::to_string(&excluded)?)
+            .bind(after.map(|a| a.0))
+            .bind(after.map(|a| a.1))
+            .bind(after.map(|a| a.2))
+            .bind(page)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        let n = i64::try_from(rows.len()).map_err(|_| corrupt("page size"))?;
+        for r in rows {
+            let id: uuid::Uuid = r.try_get("id").map_err(map_err)?;
+            let priority: i64 = r.try_get("priority").map_err(map_err)?;
+            let due: i64 = r.try_get("due").map_err(map_err)?;
+            after = Some((priority, due, id));
+            if let Some(key) = r.try_get::<Option<String>, _>("ckey").map_err(map_err)? {
+                let left = room.room(&key) - taken.get(&key).copied().unwrap_or(0);
+                if left <= 0 {
+                    // Filled earlier in this page: the next pages exclude it already.
+                    continue;
+                }
+                *taken.entry(key.clone()).or_insert(0) += 1;
+                if left == 1 {
+                    excluded.push(key);
+                }
+            }
+            out.push((id, priority, due));
+            if out.len() as i64 == take {
+                return Ok(out);
+            }
+        }
+        if n < page {
+            return Ok(out);
+        }
+    }
+}
+
+/// `Faults::key_check_then_act`: each key's running count read in a read snapshot before the
+/// write lock (the bug: the claim then trusts it under the lock).
+async fn stale_key_counts(b: &SqliteBackend, queues: &[&QueueName]) -> Result<HashMap<String, HashMap<String, i64>>> {
+    let mut tx = b.begin_read().await?;
+    let mut out = HashMap::new();
+    for q in queues {
+        let rows = sqlx::query(&b.sql.key_running).bind(q.as_str()).fetch_all(&mut *tx).await.map_err(map_err)?;
+        out.insert(q.as_str().to_string(), key_map(rows)?);
+    }
+    tx.rollback().await.map_err(map_err)?;
+    Ok(out)
+}
+
+/// `Faults::key_slot_double_free`: frees the slot of job `id`'s key in the broken ledger (on
+/// every outcome reported done, repeats included).
+pub(crate) async fn fault_free_slot(b: &SqliteBackend, conn: &mut SqliteConnection, id: uuid::Uuid) -> Result<()> {
+    if !b.faults.key_slot_double_free {
+        return Ok(());
+    }
+    sqlx::query(&b.sql.fault_ledger_create).execute(&mut *conn).await.map_err(map_err)?;
+    let row = sqlx::query(&b.sql.fault_job_key).bind(id).fetch_optional(&mut *conn).await.map_err(map_err)?;
+    if let Some(row) = row {
+        let queue: String = row.try_get("queue").map_err(map_err)?;
+        if let Some(key) = row.try_get::<Option<String>, _>("ckey").map_err(map_err)? {
+            sqlx::query(&b.sql.fault_ledger_add)
+                .bind(queue)
+                .bind(key)
+                .bind(-1_i64)
+                .execute(&mut *conn)
+                .await
+                .map_err(map_err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether any of `queues` may have a claimable job, judged from a read snapshot.
@@ -29,6 +184,18 @@ async fn may_have_work(b: &SqliteBackend, queues: &[&QueueName]) -> Result<bool>
             let active: i64 =
                 sqlx::query_scalar(&b.sql.active_count).bind(q.as_str()).fetch_one(&mut *tx).await.map_err(map_err)?;
             if active >= i64::from(max) {
+                continue;
+            }
+        }
+        // A queue-wide rate limit whose window is full (a stale snapshot only delays a poll).
+        if let Some(limit) = s.rate_limit.filter(|l| !l.by_key) {
+            let used: i64 = sqlx::query_scalar(&b.sql.rate_count_queue)
+                .bind(q.as_str())
+                .bind(now - limit.per_millis() * 1000)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            if used >= i64::from(limit.jobs) {
                 continue;
             }
         }
@@ -64,7 +231,9 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
     if !may_have_work(b, &queues).await? {
         return Ok(Vec::new());
     }
+    let mut stale = if b.faults.key_check_then_act { Some(stale_key_counts(b, &queues).await?) } else { None };
     let mut tx = b.begin_write().await?;
+    // The claim's stamp: `updated_at`, a Start claim's `started_at`, and the starts log's.
     let now = now_us();
     let mut candidates: Vec<Candidate> = Vec::new();
     for q in queues {
@@ -74,7 +243,7 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
         }
         // Strict cap: the active count is read under the write lock, so no other claimer
         // can change it before this transaction commits. Uncapped queues skip the count.
-        let take = match settings.max_workers {
+        let mut take = match settings.max_workers {
             None => limit,
             Some(max) => {
                 let active: i64 = sqlx::query_scalar(&b.sql.active_count)
@@ -85,27 +254,85 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
                 (i64::from(max) - active).clamp(0, limit)
             }
         };
+        let key_cap = settings.key_max_workers.filter(|_| !b.faults.key_ignored).map(i64::from);
+        let rate = settings.rate_limit;
+        // The window of a claim stamped `now`: starts stamped after `now - per` (later ones
+        // count too). A bucket may take `jobs - count` more.
+        let since = rate.map(|l| now - l.per_millis() * 1000).unwrap_or(now);
+        let slack = i64::from(b.faults.rate_off_by_one);
+        if let Some(limit) = rate.filter(|l| !l.by_key) {
+            let used: i64 = sqlx::query_scalar(&b.sql.rate_count_queue)
+                .bind(q.as_str())
+                .bind(since)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            take = take.min(i64::from(limit.jobs) + slack - used).max(0);
+        }
         if take == 0 {
             continue;
         }
         // The due Scheduled jobs become Pending first (at most 1,000 per call; the next call
         // promotes the rest).
         sqlx::query(&b.sql.promote_due).bind(q.as_str()).bind(now).execute(&mut *tx).await.map_err(map_err)?;
-        let rows = sqlx::query(&b.sql.claim_candidates)
-            .bind(q.as_str())
-            .bind(now)
-            .bind(take)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        for r in rows {
-            candidates.push(Candidate {
-                id: r.try_get("id").map_err(map_err)?,
-                priority: r.try_get("priority").map_err(map_err)?,
-                due: r.try_get("due").map_err(map_err)?,
-            });
+        let by_key_rate = rate.filter(|l| l.by_key);
+        let picked: Vec<(uuid::Uuid, i64, i64)> = if key_cap.is_none() && by_key_rate.is_none() {
+            let rows = sqlx::query(&b.sql.claim_candidates)
+                .bind(q.as_str())
+                .bind(now)
+                .bind(take)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get("id").map_err(map_err)?,
+                        r.try_get("priority").map_err(map_err)?,
+                        r.try_get("due").map_err(map_err)?,
+                    ))
+                })
+                .collect::<Result<_>>()?
+        } else {
+            let running = match key_cap {
+                None => HashMap::new(),
+                Some(_) if b.faults.key_slot_double_free => {
+                    sqlx::query(&b.sql.fault_ledger_create).execute(&mut *tx).await.map_err(map_err)?;
+                    key_map(
+                        sqlx::query(&b.sql.fault_ledger_read)
+                            .bind(q.as_str())
+                            .fetch_all(&mut *tx)
+                            .await
+                            .map_err(map_err)?,
+                    )?
+                }
+                Some(_) => match stale.as_mut().and_then(|s| s.remove(q.as_str())) {
+                    Some(counted_before_the_lock) => counted_before_the_lock,
+                    None => key_map(
+                        sqlx::query(&b.sql.key_running).bind(q.as_str()).fetch_all(&mut *tx).await.map_err(map_err)?,
+                    )?,
+                },
+            };
+            let started = match by_key_rate {
+                None => HashMap::new(),
+                Some(_) => key_map(
+                    sqlx::query(&b.sql.rate_count_keys)
+                        .bind(q.as_str())
+                        .bind(since)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(map_err)?,
+                )?,
+            };
+            let room = KeyRoom { cap: key_cap, running, rate: by_key_rate.map(|l| i64::from(l.jobs) + slack), started };
+            select_guarded(b, &mut tx, q, now, take, &room).await?
+        };
+        for (id, priority, due) in picked {
+            candidates.push(Candidate { id, priority, due, logged: rate.is_some(), keyed: key_cap.is_some() });
         }
     }
+    // Each queue gave its first `take` jobs in claim order that its rules let through; the
+    // first `limit` of their merge is what one walk over all of them would take.
     candidates.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.due.cmp(&b.due)).then(a.id.cmp(&b.id)));
     candidates.truncate(req.limit as usize);
     if candidates.is_empty() {
@@ -133,7 +360,31 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
         // the reason, in this transaction, instead of failing its neighbours (and every later
         // claim, which would meet it again).
         match rows::claimed(&row) {
-            Ok(job) => out.push(job),
+            Ok(job) => {
+                if c.logged {
+                    // One start per job, stamped with the claim's time (a Start claim's
+                    // `started_at`), in the claim's transaction.
+                    sqlx::query(&b.sql.rate_log)
+                        .bind(job.queue.as_str())
+                        .bind(job.concurrency_key.as_deref())
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                }
+                if c.keyed && b.faults.key_slot_double_free {
+                    if let Some(key) = job.concurrency_key.as_deref() {
+                        sqlx::query(&b.sql.fault_ledger_add)
+                            .bind(job.queue.as_str())
+                            .bind(key)
+                            .bind(1_i64)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(map_err)?;
+                    }
+                }
+                out.push(job);
+            }
             Err(e) => {
                 let reason =
                     validate::error_text(&format!("undecodable row, dead-lettered by the claim: {}", e.message()));

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
-    validate, JobId, JobPage, JobRecord, JobTable, ListJobsParams, QueueName, QueueSettings, QueueStats, Result,
-    StatsSnapshot,
+    validate, JobId, JobPage, JobRecord, JobTable, KeyCount, ListJobsParams, QueueName, QueueSettings, QueueStats,
+    Result, StatsSnapshot, MAX_BUSIEST_KEYS,
 };
 use sqlx::Row;
 
@@ -74,6 +74,13 @@ pub(crate) async fn stats(b: &SqliteBackend) -> Result<StatsSnapshot> {
         let name = QueueName::new(r.try_get::<String, _>("name").map_err(map_err)?)?;
         let settings = rows::settings(&r, &name)?;
         entry(&mut per, name.to_string()).settings = Some(settings);
+    }
+    // The busiest keys, from the same snapshot (most running first, ties by key).
+    let top = i64::try_from(MAX_BUSIEST_KEYS).unwrap_or(i64::MAX);
+    for r in sqlx::query(&b.sql.stats_busiest_keys).bind(top).fetch_all(&mut *tx).await.map_err(map_err)? {
+        let queue: String = r.try_get("queue").map_err(map_err)?;
+        let key: String = r.try_get("ckey").map_err(map_err)?;
+        entry(&mut per, queue).busiest_keys.push(KeyCount { key, running: count(&r)? });
     }
     tx.rollback().await.map_err(map_err)?;
     let mut queues: Vec<QueueStats> = per.into_values().collect();

@@ -112,6 +112,10 @@ pub(crate) async fn complete(b: &SqliteBackend, worker: WorkerId, leases: &[Leas
                 .map_err(map_err)?
                 .is_some()
         };
+        if done {
+            // A no-op unless the teeth test's `Faults::key_slot_double_free` is on.
+            crate::claim::fault_free_slot(b, &mut tx, l.id.0).await?;
+        }
         entries.push((l.id, done));
     }
     commit(tx).await?;
@@ -148,7 +152,12 @@ pub(crate) async fn fail(
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
-        tx.rollback().await.map_err(map_err)?;
+        if stood.is_some() && b.faults.key_slot_double_free {
+            crate::claim::fault_free_slot(b, &mut tx, lease.id.0).await?;
+            commit(tx).await?;
+        } else {
+            tx.rollback().await.map_err(map_err)?;
+        }
         let Some(stood) = stood else { return Ok(Fenced::LeaseLost) };
         let at: Option<i64> = stood.try_get("at").map_err(map_err)?;
         let reason: Option<String> = stood.try_get("reason").map_err(map_err)?;
@@ -224,6 +233,8 @@ pub(crate) async fn fail(
             FailOutcome::Snoozed { until: ts(until)? }
         }
     };
+    // A no-op unless the teeth test's `Faults::key_slot_double_free` is on.
+    crate::claim::fault_free_slot(b, &mut tx, lease.id.0).await?;
     commit(tx).await?;
     Ok(Fenced::Done(result))
 }
@@ -266,6 +277,10 @@ pub(crate) async fn release(b: &SqliteBackend, worker: WorkerId, leases: &[Lease
                 cancelled && b.dead_letter(&mut tx, now, l.id, DeadReason::Cancelled, None).await?
             }
         };
+        if done {
+            // A no-op unless the teeth test's `Faults::key_slot_double_free` is on.
+            crate::claim::fault_free_slot(b, &mut tx, l.id.0).await?;
+        }
         entries.push((l.id, done));
     }
     commit(tx).await?;

@@ -53,6 +53,6 @@ mod sql;
 mod testing;
 mod workers;
 
-pub use backend::SqliteBackend;
+pub use backend::{Faults, SqliteBackend};
 pub use config::SqliteConfig;
 pub use sql::all_statements;

@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 8;
+pub(crate) const SCHEMA_VERSION: i64 = 9;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -185,6 +185,39 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ("migrate_jobs_dlq_kind", "CREATE INDEX IF NOT EXISTS {schema}.jobs_dlq_kind ON jobs_dlq (kind, id)"),
     ("migrate_drop_archive_queue", "DROP INDEX IF EXISTS {schema}.jobs_archive_queue"),
     ("migrate_drop_dlq_queue", "DROP INDEX IF EXISTS {schema}.jobs_dlq_queue"),
+    // Version 9: concurrency keys and rate limits (issue 25, docs/contract.md "Keys and rate
+    // limits"). The key is a column of the three job tables (the moves copy it with the rest of
+    // `cols!()`); the queue's control row holds the per-key cap and the rate limit (`rate_jobs`
+    // and `rate_per_ms` both NULL: no limit).
+    ("migrate_add_column_hot_key", "ALTER TABLE {schema}.jobs_hot ADD COLUMN concurrency_key TEXT"),
+    ("migrate_add_column_archive_key", "ALTER TABLE {schema}.jobs_archive ADD COLUMN concurrency_key TEXT"),
+    ("migrate_add_column_dlq_key", "ALTER TABLE {schema}.jobs_dlq ADD COLUMN concurrency_key TEXT"),
+    ("migrate_add_column_key_max_workers", "ALTER TABLE {schema}.queues ADD COLUMN key_max_workers INTEGER"),
+    ("migrate_add_column_rate_jobs", "ALTER TABLE {schema}.queues ADD COLUMN rate_jobs INTEGER"),
+    ("migrate_add_column_rate_per_ms", "ALTER TABLE {schema}.queues ADD COLUMN rate_per_ms INTEGER"),
+    ("migrate_add_column_rate_by_key", "ALTER TABLE {schema}.queues ADD COLUMN rate_by_key INTEGER NOT NULL DEFAULT 0"),
+    // The per-key running count of the claim (and the stats' busiest keys): only Fetched and
+    // Processing rows with a key are in it, so its size is the keyed jobs running, whatever the
+    // backlog.
+    (
+        "migrate_jobs_hot_key_running",
+        "CREATE INDEX IF NOT EXISTS {schema}.jobs_hot_key_running ON jobs_hot (queue, concurrency_key) \
+         WHERE concurrency_key IS NOT NULL AND status IN (1, 2)",
+    ),
+    // The starts log of rate-limited queues: one row per job a claim took, stamped with the
+    // claim's time (µs; a Start claim's `started_at`). `ckey` is the job's key (NULL: none).
+    // Counted by (queue, stamp) ranges, the key read from the index (covering).
+    (
+        "migrate_rate_starts",
+        "CREATE TABLE IF NOT EXISTS {schema}.rate_starts (\
+         queue TEXT NOT NULL, \
+         ckey TEXT, \
+         stamp INTEGER NOT NULL)",
+    ),
+    (
+        "migrate_rate_starts_window",
+        "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_window ON rate_starts (queue, stamp, ckey)",
+    ),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chokaq_core::{
     chrono::{DateTime, Utc},
     validate, ClaimedJob, DeadReason, Error, JobId, JobKind, JobLocation, JobRecord, JobStatus, Lease, QueueName,
-    QueueSettings, Result, Timestamp, WorkerId, ZombiePolicy,
+    QueueSettings, RateLimit, Result, Timestamp, WorkerId, ZombiePolicy,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
@@ -98,7 +98,7 @@ pub(crate) fn record(row: &SqliteRow, from: Src) -> Result<JobRecord> {
     let kind: String = get(row, "kind")?;
     let cancel_requested: i64 = get(row, "cancel_requested")?;
     Ok(JobRecord {
-        concurrency_key: None,
+        concurrency_key: get(row, "concurrency_key")?,
         id: JobId(get::<Uuid>(row, "id")?),
         location,
         queue: QueueName::new(queue).map_err(|_| corrupt("queue"))?,
@@ -131,7 +131,7 @@ pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
         _ => return Err(corrupt("claimed row is not hot")),
     };
     Ok(ClaimedJob {
-        concurrency_key: None,
+        concurrency_key: r.concurrency_key,
         id: r.id,
         queue: r.queue,
         kind: r.kind,
@@ -159,9 +159,21 @@ pub(crate) fn settings(row: &SqliteRow, queue: &QueueName) -> Result<QueueSettin
     let fetched_us: Option<i64> = get(row, "fetched_timeout_us")?;
     let zombie_us: Option<i64> = get(row, "zombie_timeout_us")?;
     let policy: String = get(row, "zombie_policy")?;
+    let key_max: Option<i64> = get(row, "key_max_workers")?;
+    let rate_jobs: Option<i64> = get(row, "rate_jobs")?;
+    let rate_per_ms: Option<i64> = get(row, "rate_per_ms")?;
+    let rate_limit = match (rate_jobs, rate_per_ms) {
+        (Some(jobs), Some(ms)) => Some(RateLimit {
+            jobs: u32::try_from(jobs).map_err(|_| corrupt("rate_jobs"))?,
+            per: Duration::from_millis(u64::try_from(ms).map_err(|_| corrupt("rate_per_ms"))?),
+            by_key: get::<i64>(row, "rate_by_key")? != 0,
+        }),
+        (None, None) => None,
+        _ => return Err(corrupt("rate_jobs and rate_per_ms: one is NULL")),
+    };
     Ok(QueueSettings {
-        key_max_workers: None,
-        rate_limit: None,
+        key_max_workers: key_max.map(|m| u32::try_from(m).map_err(|_| corrupt("key_max_workers"))).transpose()?,
+        rate_limit,
         name: queue.clone(),
         max_workers: max_workers.map(|m| u32::try_from(m).map_err(|_| corrupt("max_workers"))).transpose()?,
         is_paused: get::<i64>(row, "is_paused")? != 0,

@@ -57,7 +57,7 @@ macro_rules! cols {
     () => {
         "id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, max_attempts, lease, \
          worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, cancel_requested, \
-         created_by"
+         created_by, concurrency_key"
     };
 }
 
@@ -215,15 +215,15 @@ statements! {
     /// queue, `?2` key.
     find_by_key: "SELECT id FROM {schema}.jobs_hot WHERE queue = ?1 AND idempotency_key = ?2",
     /// `?1` id, `?2` queue, `?3` kind, `?4` payload, `?5` tags, `?6` key, `?7` priority,
-    /// `?8` max attempts, `?9` scheduled at, `?10` now, `?11` created by.
+    /// `?8` max attempts, `?9` scheduled at, `?10` now, `?11` created by, `?12` concurrency key.
     insert_job: "INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, idempotency_key, priority, status, \
-         attempt, max_attempts, scheduled_at, created_at, updated_at, created_by) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?9 > ?10 THEN 3 ELSE 0 END, 0, ?8, ?9, ?10, ?10, ?11)",
+         attempt, max_attempts, scheduled_at, created_at, updated_at, created_by, concurrency_key) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?9 > ?10 THEN 3 ELSE 0 END, 0, ?8, ?9, ?10, ?10, ?11, ?12)",
 
     // --- claim -----------------------------------------------------------------------------
     /// A queue's control row: `?1` name.
     queue_settings: "SELECT max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
-         fetched_timeout_us, updated_at \
+         fetched_timeout_us, key_max_workers, rate_jobs, rate_per_ms, rate_by_key, updated_at \
          FROM {schema}.queues WHERE name = ?1",
     /// Fetched + Processing jobs of a queue: `?1` queue.
     active_count: "SELECT count(*) FROM {schema}.jobs_hot WHERE queue = ?1 AND status IN (1, 2)",
@@ -240,6 +240,30 @@ statements! {
     claim_candidates: "SELECT id, priority, coalesce(scheduled_at, created_at) AS due FROM {schema}.jobs_hot \
          WHERE queue = ?1 AND status = 0 AND coalesce(scheduled_at, created_at) <= ?2 \
          ORDER BY priority DESC, coalesce(scheduled_at, created_at) ASC, id ASC LIMIT ?3",
+    /// Fetched + Processing jobs per key of a queue (keys with none are absent): `?1` queue. The
+    /// range of `jobs_hot_key_running`: as many rows as keyed jobs running.
+    key_running: "SELECT concurrency_key AS ckey, count(*) AS n FROM {schema}.jobs_hot \
+         WHERE queue = ?1 AND concurrency_key IS NOT NULL AND status IN (1, 2) GROUP BY concurrency_key",
+    /// A page of a keyed or rate-limited queue's due Pending jobs in claim order, after a
+    /// position and without the keys that may take nothing more: `?1` queue, `?2` now, `?3` 1
+    /// when no keyed job may be taken (a key cap of 0), `?4` the excluded keys (a JSON array),
+    /// `?5`/`?6`/`?7` the priority, due time and id of the last row of the previous page (NULL
+    /// on the first), `?8` the page size.
+    claim_candidates_keyed: "SELECT id, priority, coalesce(scheduled_at, created_at) AS due, \
+         concurrency_key AS ckey FROM {schema}.jobs_hot \
+         WHERE queue = ?1 AND status = 0 AND coalesce(scheduled_at, created_at) <= ?2 \
+         AND (concurrency_key IS NULL OR (?3 = 0 AND concurrency_key NOT IN (SELECT value FROM json_each(?4)))) \
+         AND (?5 IS NULL OR priority < ?5 OR (priority = ?5 AND (coalesce(scheduled_at, created_at) > ?6 \
+           OR (coalesce(scheduled_at, created_at) = ?6 AND id > ?7)))) \
+         ORDER BY priority DESC, coalesce(scheduled_at, created_at) ASC, id ASC LIMIT ?8",
+    /// Starts of a queue stamped after `?2` (its window's start): `?1` queue.
+    rate_count_queue: "SELECT count(*) FROM {schema}.rate_starts WHERE queue = ?1 AND stamp > ?2",
+    /// Starts per key of a queue stamped after `?2`: `?1` queue (a covering range of
+    /// `rate_starts_window`).
+    rate_count_keys: "SELECT ckey, count(*) AS n FROM {schema}.rate_starts \
+         WHERE queue = ?1 AND stamp > ?2 AND ckey IS NOT NULL GROUP BY ckey",
+    /// Logs one start: `?1` queue, `?2` key, `?3` stamp (the claim's now).
+    rate_log: "INSERT INTO {schema}.rate_starts (queue, ckey, stamp) VALUES (?1, ?2, ?3)",
     /// Reserves `?1` leases; returns the last one.
     next_leases: "UPDATE {schema}.counters SET value = value + ?1 WHERE name = 'lease' RETURNING value",
     /// Claims one Pending job: `?1` status, `?2` worker, `?3` lease, `?4` now, `?5` 1 when
@@ -275,7 +299,8 @@ statements! {
         cols!(),
         ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
          attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
-         coalesce(started_at, ?1), ?1, last_error, cancel_requested, created_by, ?1 FROM {schema}.jobs_hot \
+         coalesce(started_at, ?1), ?1, last_error, cancel_requested, created_by, concurrency_key, ?1 \
+         FROM {schema}.jobs_hot \
          WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status IN (1, 2)"
     ),
     /// Whether this worker already completed the job with this lease (a repeated complete: the
@@ -307,7 +332,8 @@ statements! {
         cols!(),
         ", finished_at, reason) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
          max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, \
-         coalesce(?4, last_error), cancel_requested, created_by, ?1, ?3 FROM {schema}.jobs_hot WHERE id = ?2"
+         coalesce(?4, last_error), cancel_requested, created_by, concurrency_key, ?1, ?3 FROM {schema}.jobs_hot \
+         WHERE id = ?2"
     ),
     /// Fetched -> Pending, unless a cancel was requested (see `release_cancelled`): `?1` now,
     /// `?2` id, `?3` lease, `?4` worker.
@@ -348,6 +374,11 @@ statements! {
          WHERE h.status = 2 \
            AND coalesce(h.heartbeat_at, h.started_at, h.updated_at) < ?1 - coalesce(q.zombie_timeout_us, ?2) \
          ORDER BY h.id LIMIT ?3",
+    /// The starts log keeps what a rate window can still see: entries of queues without a limit
+    /// go, and those stamped at or before their queue's window start: `?1` now.
+    rate_prune: "DELETE FROM {schema}.rate_starts WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues q \
+         WHERE q.name = rate_starts.queue AND q.rate_jobs IS NOT NULL AND q.rate_per_ms IS NOT NULL \
+         AND rate_starts.stamp > ?1 - q.rate_per_ms * 1000)",
     /// A zombie back to Pending: `?1` now, `?2` id.
     retry_zombie: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
          cancel_requested = 0, updated_at = ?1 WHERE id = ?2",
@@ -368,6 +399,11 @@ statements! {
     set_zombie_timeout: "UPDATE {schema}.queues SET zombie_timeout_us = ?1, updated_at = ?2 WHERE name = ?3",
     set_fetched_timeout: "UPDATE {schema}.queues SET fetched_timeout_us = ?1, updated_at = ?2 WHERE name = ?3",
     set_zombie_policy: "UPDATE {schema}.queues SET zombie_policy = ?1, updated_at = ?2 WHERE name = ?3",
+    set_key_max_workers: "UPDATE {schema}.queues SET key_max_workers = ?1, updated_at = ?2 WHERE name = ?3",
+    /// `?1` jobs, `?2` period (ms), `?3` by key (0/1), `?4` now, `?5` queue: all NULL clears
+    /// the limit (`rate_by_key` back to 0).
+    set_rate_limit: "UPDATE {schema}.queues SET rate_jobs = ?1, rate_per_ms = ?2, rate_by_key = coalesce(?3, 0), \
+         updated_at = ?4 WHERE name = ?5",
 
     // --- requeue ---------------------------------------------------------------------------
     /// `?1` id.
@@ -378,7 +414,7 @@ statements! {
         "INSERT INTO {schema}.jobs_hot (",
         cols!(),
         ", expired_holds) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
-         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by, 0 \
+         max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?1, last_error, 0, created_by, concurrency_key, 0 \
          FROM {schema}.jobs_dlq WHERE id = ?2"
     ),
     /// `?1` id.
@@ -403,7 +439,13 @@ statements! {
          GROUP BY queue",
     /// Every control row.
     stats_queues: "SELECT name, max_workers, is_paused, is_active, zombie_timeout_us, zombie_policy, \
-         fetched_timeout_us, updated_at FROM {schema}.queues",
+         fetched_timeout_us, key_max_workers, rate_jobs, rate_per_ms, rate_by_key, updated_at FROM {schema}.queues",
+    /// The keys with the most Fetched + Processing jobs of each queue (at most `?1` per queue),
+    /// most running first, ties by key: the range of `jobs_hot_key_running`.
+    stats_busiest_keys: "SELECT queue, ckey, n FROM (SELECT queue, concurrency_key AS ckey, count(*) AS n, \
+         row_number() OVER (PARTITION BY queue ORDER BY count(*) DESC, concurrency_key) AS rn \
+         FROM {schema}.jobs_hot WHERE concurrency_key IS NOT NULL AND status IN (1, 2) \
+         GROUP BY queue, concurrency_key) WHERE rn <= ?1 ORDER BY queue, rn",
 
     // --- get_job: `?1` id ------------------------------------------------------------------
     get_hot: concat!(select_job!(jobs_hot), " WHERE id = ?1"),
@@ -458,6 +500,22 @@ statements! {
     drop_versions: "DROP TABLE IF EXISTS {schema}.versions",
     drop_workers: "DROP TABLE IF EXISTS {schema}.workers",
     drop_schedules: "DROP TABLE IF EXISTS {schema}.schedules",
+    drop_rate_starts: "DROP TABLE IF EXISTS {schema}.rate_starts",
+    drop_fault_key_slots: "DROP TABLE IF EXISTS {schema}.fault_key_slots",
+
+    // --- fault injection (feature `fault-injection`, `Faults::key_slot_double_free`) -------
+    /// The broken slot ledger (created on first use by a backend with the fault).
+    fault_ledger_create: "CREATE TABLE IF NOT EXISTS {schema}.fault_key_slots (queue TEXT NOT NULL, \
+         ckey TEXT NOT NULL, used INTEGER NOT NULL, PRIMARY KEY (queue, ckey))",
+    /// The ledger's slots in use per key of a queue: `?1` queue.
+    fault_ledger_read: "SELECT ckey, used AS n FROM {schema}.fault_key_slots WHERE queue = ?1",
+    /// Adds `?3` (negative: frees) to the slots of key `?2` of queue `?1`.
+    fault_ledger_add: "INSERT INTO {schema}.fault_key_slots (queue, ckey, used) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (queue, ckey) DO UPDATE SET used = used + excluded.used",
+    /// A job's queue and key, wherever it is: `?1` id.
+    fault_job_key: "SELECT queue, concurrency_key AS ckey FROM {schema}.jobs_hot WHERE id = ?1 \
+         UNION ALL SELECT queue, concurrency_key FROM {schema}.jobs_archive WHERE id = ?1 \
+         UNION ALL SELECT queue, concurrency_key FROM {schema}.jobs_dlq WHERE id = ?1 LIMIT 1",
 }
 
 #[cfg(test)]

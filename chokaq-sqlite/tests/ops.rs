@@ -825,8 +825,61 @@ async fn migration_7_adds_expired_holds_to_an_older_file() {
         .unwrap();
     assert_eq!(n, 0);
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    // This library's version (8: the listing's indexes).
-    assert_eq!(v, 8);
+    // This library's version (9: concurrency keys and rate limits).
+    assert_eq!(v, 9);
+}
+
+/// Version 9 adds the concurrency key to the three job tables, the per-key cap and the rate
+/// limit to the control rows, the starts log and the running-key index to a version-8 file
+/// (all dropped again and the version row removed stand in for one): existing rows read with
+/// no key and no limits, a second run is a no-op, and the new settings work on the file.
+#[tokio::test]
+async fn migration_9_adds_keys_and_rate_limits_to_an_older_file() {
+    use chokaq_core::RateLimit;
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let id = b.enqueue(job("m9")).await.unwrap().id;
+    let q = q("m9");
+    b.control_queue(&q, QueueControl::Pause).await.unwrap();
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    for ddl in [
+        "DROP INDEX jobs_hot_key_running",
+        "DROP TABLE rate_starts",
+        "ALTER TABLE jobs_hot DROP COLUMN concurrency_key",
+        "ALTER TABLE jobs_archive DROP COLUMN concurrency_key",
+        "ALTER TABLE jobs_dlq DROP COLUMN concurrency_key",
+        "ALTER TABLE queues DROP COLUMN key_max_workers",
+        "ALTER TABLE queues DROP COLUMN rate_jobs",
+        "ALTER TABLE queues DROP COLUMN rate_per_ms",
+        "ALTER TABLE queues DROP COLUMN rate_by_key",
+        "DELETE FROM versions WHERE version >= 9",
+    ] {
+        sqlx::query(ddl).execute(&mut raw).await.unwrap();
+    }
+    b.migrate().await.unwrap();
+    b.migrate().await.unwrap();
+    assert_eq!(b.get_job(id).await.unwrap().unwrap().concurrency_key, None);
+    let st = b.queue_settings(&q).await.unwrap();
+    assert!(st.is_paused);
+    assert_eq!((st.key_max_workers, st.rate_limit), (None, None));
+    let st = b.control_queue(&q, QueueControl::SetKeyMaxWorkers(Some(2))).await.unwrap();
+    assert_eq!(st.key_max_workers, Some(2));
+    let limit = RateLimit::new(5, std::time::Duration::from_secs(1)).by_key();
+    let st = b.control_queue(&q, QueueControl::SetRateLimit(Some(limit))).await.unwrap();
+    assert_eq!(st.rate_limit, Some(limit));
+    let st = b.control_queue(&q, QueueControl::SetRateLimit(None)).await.unwrap();
+    assert_eq!((st.key_max_workers, st.rate_limit), (Some(2), None));
+    let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
+    assert_eq!(v, 9);
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_schema WHERE name IN \
+         ('rate_starts', 'rate_starts_window', 'jobs_hot_key_running')",
+    )
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(n, 3);
+    raw.close().await.unwrap();
 }
 
 /// Version 8: the archive and the dead letters have (queue, id) and (kind, id), the `(queue)`
@@ -1014,4 +1067,128 @@ async fn rescue_of_held_jobs_counts_expiries_and_requeue_resets_them() {
     let rep = b.rescue(&params).await.unwrap();
     assert_eq!((rep.fetched_released, rep.zombies_dead), (0, 1));
     assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Cancelled));
+}
+
+/// The statements of keyed and rate-limited claims read index ranges, never the whole table
+/// nor a sort: the page of due jobs walks `jobs_hot_claim` in claim order, the per-key running
+/// count reads `jobs_hot_key_running` (only running keyed rows), the starts log is counted
+/// through `rate_starts_window`, and the stats' busiest keys read only running rows (the
+/// running-key index or the `(status, updated_at)` one, as the planner likes).
+#[tokio::test]
+async fn keyed_and_rate_statements_read_their_indexes() {
+    use sqlx::{Connection, Row};
+    let (_b, db) = fresh().await;
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    let all = chokaq_sqlite::all_statements("main").unwrap();
+    let sql = |name: &str| all.iter().find(|(n, _)| *n == name).map(|(_, s)| s.clone()).unwrap();
+    for (name, index) in [
+        ("claim_candidates_keyed", "jobs_hot_claim"),
+        ("key_running", "jobs_hot_key_running"),
+        ("rate_count_queue", "rate_starts_window"),
+        ("rate_count_keys", "rate_starts_window"),
+        ("stats_busiest_keys", "jobs_hot_key_running|jobs_hot_status (status=?)"),
+    ] {
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {}", sql(name))).fetch_all(&mut raw).await.unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
+        assert!(plan.iter().any(|d| index.split('|').any(|i| d.contains(i))), "{name}: {plan:?}");
+        assert!(!plan.iter().any(|d| d.starts_with("SCAN jobs_hot") && !d.contains("INDEX")), "{name}: {plan:?}");
+        if name == "claim_candidates_keyed" {
+            assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{name} sorts: {plan:?}");
+        }
+    }
+    raw.close().await.unwrap();
+}
+
+/// A Start claim of a rate-limited queue logs one start per job stamped with the job's
+/// `started_at` (the rule the cases read windows back by); the rescue prunes the entries its
+/// queue's window no longer sees, and all of a queue whose limit was cleared.
+#[tokio::test]
+async fn rate_log_stamps_are_started_at_and_rescue_prunes_them() {
+    use chokaq_core::RateLimit;
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let (limited, cleared) = (q("rl"), q("rl_cleared"));
+    for queue in [&limited, &cleared] {
+        let jobs: Vec<NewJob> = (0..4).map(|i| job(queue.as_str()).concurrency_key(format!("k{}", i % 2))).collect();
+        b.enqueue_many(jobs).await.unwrap();
+        let limit = RateLimit::new(3, secs(3600));
+        b.control_queue(queue, QueueControl::SetRateLimit(Some(limit))).await.unwrap();
+    }
+    let w = WorkerId::random();
+    let got = claim(&b, w, "rl", 10, ClaimMode::Start).await;
+    assert_eq!(got.len(), 3, "a window of 3 starts");
+    assert!(claim(&b, w, "rl", 10, ClaimMode::Start).await.is_empty());
+    assert_eq!(claim(&b, w, "rl_cleared", 10, ClaimMode::Reserve).await.len(), 3);
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    let stamps: Vec<(String, Option<String>, i64)> =
+        sqlx::query_as("SELECT queue, ckey, stamp FROM rate_starts WHERE queue = 'rl' ORDER BY ckey")
+            .fetch_all(&mut raw)
+            .await
+            .unwrap();
+    let mut want: Vec<(String, Option<String>, i64)> = got
+        .iter()
+        .map(|j| ("rl".to_string(), j.concurrency_key.clone(), j.started_at.unwrap().timestamp_micros()))
+        .collect();
+    want.sort();
+    assert_eq!(stamps, want);
+    b.control_queue(&cleared, QueueControl::SetRateLimit(None)).await.unwrap();
+    b.rescue(&RescueParams::default()).await.unwrap();
+    let left: Vec<(String, i64)> =
+        sqlx::query_as("SELECT queue, count(*) FROM rate_starts GROUP BY queue").fetch_all(&mut raw).await.unwrap();
+    assert_eq!(left, vec![("rl".to_string(), 3)], "the cleared queue's entries are pruned, the window's kept");
+    // Entries older than the window go (aged by hand: the window is an hour).
+    sqlx::query("UPDATE rate_starts SET stamp = stamp - 3600000000").execute(&mut raw).await.unwrap();
+    b.rescue(&RescueParams::default()).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM rate_starts").fetch_one(&mut raw).await.unwrap();
+    assert_eq!(n, 0);
+    assert_eq!(claim(&b, w, "rl", 10, ClaimMode::Start).await.len(), 1, "the window is free again");
+    raw.close().await.unwrap();
+}
+
+/// One claim over a keyed queue and a plain one: each queue gives its first jobs in claim
+/// order that its rules let through, and the merge is the one global claim order (the keyed
+/// queue's saturated key holds back neither its other key nor the other queue).
+#[tokio::test]
+async fn keyed_claim_over_two_queues_keeps_the_global_order() {
+    let (b, _db) = fresh().await;
+    let mut keyed = Vec::new();
+    for (key, priority) in [("x", 5), ("x", 5), ("x", 5), ("y", 0)] {
+        keyed.push(job("ka").concurrency_key(key).priority(priority));
+    }
+    let keyed: Vec<JobId> = b.enqueue_many(keyed).await.unwrap().into_iter().map(|e| e.id).collect();
+    let plain: Vec<JobId> = b
+        .enqueue_many((0..3).map(|_| job("kb").priority(1)).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    b.control_queue(&q("ka"), QueueControl::SetKeyMaxWorkers(Some(1))).await.unwrap();
+    let params = |limit| ClaimParams::new(WorkerId::random(), vec![q("kb"), q("ka")], limit, ClaimMode::Start);
+    let got: Vec<JobId> = b.claim(&params(4)).await.unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(got, vec![keyed[0], plain[0], plain[1], plain[2]]);
+    let got: Vec<JobId> = b.claim(&params(10)).await.unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(got, vec![keyed[3]], "x at its cap of 1, y free");
+    assert!(b.claim(&params(10)).await.unwrap().is_empty());
+}
+
+/// A per-key cap and a by-key rate limit together: each key takes the smaller room.
+#[tokio::test]
+async fn key_cap_and_by_key_rate_take_the_smaller_room() {
+    use chokaq_core::RateLimit;
+    let (b, _db) = fresh().await;
+    let jobs: Vec<NewJob> =
+        ["a", "a", "a", "a", "b", "b", "b", "b"].iter().map(|k| job("kr").concurrency_key(*k)).collect();
+    b.enqueue_many(jobs).await.unwrap();
+    b.control_queue(&q("kr"), QueueControl::SetKeyMaxWorkers(Some(2))).await.unwrap();
+    let limit = RateLimit::new(3, secs(3600)).by_key();
+    b.control_queue(&q("kr"), QueueControl::SetRateLimit(Some(limit))).await.unwrap();
+    let w = WorkerId::random();
+    let first = claim(&b, w, "kr", 10, ClaimMode::Start).await;
+    assert_eq!(first.len(), 4, "2 per key (the cap binds first)");
+    let leases: Vec<_> = first.iter().map(|j| j.lease_ref()).collect();
+    assert_eq!(b.complete(w, &leases).await.unwrap().done.len(), 4);
+    let second = claim(&b, w, "kr", 10, ClaimMode::Start).await;
+    assert_eq!(second.len(), 2, "1 per key (3 starts per hour per key: the rate binds now)");
+    assert!(claim(&b, w, "kr", 10, ClaimMode::Start).await.is_empty());
 }

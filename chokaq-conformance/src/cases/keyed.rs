@@ -18,6 +18,7 @@ use crate::{ensure, ensure_eq};
 
 super::cases!(keyed:
     cap_binds_each_key,
+    backlog_beyond_the_cap,
     no_head_of_line_blocking,
     counts_fetched_and_processing,
     cap_lowered_while_running,
@@ -92,6 +93,58 @@ pub async fn cap_binds_each_key(cx: Ctx) -> CaseResult {
     ensure_eq!(busiest, vec![("a".to_string(), 2), ("b".to_string(), 2)], "busiest keys (key, running)");
     ensure_eq!(s.settings.and_then(|s| s.key_max_workers), Some(2), "key_max_workers in the stats' settings");
     ensure_eq!(cx.backend.queue_settings(&q).await?.key_max_workers, Some(2), "queue_settings key_max_workers");
+    Ok(())
+}
+
+/// The cap set before the jobs come: a key's backlog beyond its cap waits (and reads as
+/// Pending everywhere: stats, get_job, list_jobs), and every way a slot frees lets exactly as
+/// many more through: a cancel of a reserved job, a completion, a dead letter.
+pub async fn backlog_beyond_the_cap(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    set_key_cap(&cx, &q, Some(2)).await?;
+    let ids = enqueue_keyed(&cx, &q, &[(Some("a"), 6), (Some("b"), 1), (None, 1)]).await?;
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.pending, s.fetched, s.processing), (8, 0, 0), "(pending, fetched, processing) after enqueue");
+    for id in &ids {
+        ensure_eq!(cx.record(*id).await?.location, JobLocation::Hot(JobStatus::Pending), "location of {id}");
+    }
+    let mut params = ListJobsParams::new(JobTable::Hot);
+    (params.queue, params.status) = (Some(q.clone()), Some(JobStatus::Pending));
+    ensure_eq!(cx.backend.list_jobs(&params).await?.jobs.len(), 8, "Pending jobs listed");
+    let w = WorkerId::random();
+    let first = cx.claim(w, &q, 10, ClaimMode::Reserve).await?;
+    ensure_eq!(per_key(&first), counts(&[("-", 1), ("a", 2), ("b", 1)]), "first claim under key cap 2");
+    ensure_eq!(cx.claim(w, &q, 10, ClaimMode::Start).await?.len(), 0, "claim with a at its cap");
+    // A cancel of a reserved job of a frees one slot of a.
+    let a1 = first.iter().find(|j| j.concurrency_key.as_deref() == Some("a")).ok_or("no job of a")?;
+    ensure_eq!(cx.backend.cancel(a1.id).await?, chokaq_core::CancelOutcome::Cancelled, "cancel of a reserved job");
+    let next = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(per_key(&next), counts(&[("a", 1)]), "claim after the cancel");
+    // A dead letter frees one.
+    let fatal = FailAction::DeadLetter { reason: DeadReason::Failed, error: "no".into() };
+    ensure!(matches!(cx.backend.fail(w, next[0].lease_ref(), fatal).await?, Fenced::Done(_)), "fail lost its lease");
+    let after_fail = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(per_key(&after_fail), counts(&[("a", 1)]), "claim after the dead letter");
+    // Completions free one each; the rest of a drains two at a time at most.
+    let mut held: Vec<LeaseRef> = first.iter().filter(|j| j.id != a1.id).map(|j| j.lease_ref()).collect();
+    let started = cx.backend.start(w, &held).await?;
+    ensure_eq!(started.done.len(), 3, "started the reserved jobs");
+    held.push(after_fail[0].lease_ref());
+    let mut archived = 0;
+    for round in 0..10 {
+        let out = cx.backend.complete(w, &held).await?;
+        ensure!(out.lost.is_empty(), "round {round}: complete lost {:?}", out.lost);
+        archived += out.done.len();
+        let got = cx.claim(w, &q, 10, ClaimMode::Start).await?;
+        ensure!(per_key(&got).values().all(|&n| n <= 2), "round {round}: {:?}", per_key(&got));
+        if got.is_empty() {
+            break;
+        }
+        held = got.iter().map(|j| j.lease_ref()).collect();
+    }
+    ensure_eq!(archived, 6, "jobs archived (a: 4, b: 1, key-less: 1)");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.pending, s.fetched, s.processing, s.archived, s.dead), (0, 0, 0, 6, 2), "final counts");
     Ok(())
 }
 
@@ -374,6 +427,7 @@ pub async fn race_tasks(cx: Ctx) -> CaseResult {
         tasks.spawn(async move {
             let w = WorkerId::random();
             let mut progress = crate::cases::Progress::new();
+            let mut round = 0u64;
             while done.load(Ordering::SeqCst) < total && stop.load(Ordering::SeqCst) == 0 {
                 let now_done = done.load(Ordering::SeqCst);
                 ensure!(!progress.stalled(now_done), "keyed race: no job finished for 60 s ({now_done} of {total})");
@@ -396,6 +450,20 @@ pub async fn race_tasks(cx: Ctx) -> CaseResult {
                     }
                 }
                 let leases: Vec<LeaseRef> = got.iter().map(|j| j.lease_ref()).collect();
+                round += 1;
+                if mode == ClaimMode::Reserve && round % 3 == 0 {
+                    // Jobs come back mid-race: released to Pending (their slots free, and
+                    // they may be earlier in claim order than what others are taking).
+                    {
+                        let mut h = held.lock().expect("held map");
+                        for k in got.iter().filter_map(|j| j.concurrency_key.as_ref()) {
+                            *h.get_mut(k).expect("counted above") -= 1;
+                        }
+                    }
+                    let r = cx.backend.release(w, &leases).await?;
+                    ensure!(r.lost.is_empty(), "release lost leases {:?}", r.lost);
+                    continue;
+                }
                 if mode == ClaimMode::Reserve {
                     let s = cx.backend.start(w, &leases).await?;
                     ensure!(s.lost.is_empty(), "start lost leases {:?}", s.lost);

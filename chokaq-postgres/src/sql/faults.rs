@@ -53,6 +53,67 @@ pub struct Faults {
     /// Enqueue inserts a batch's rows in the batch's order, as before the fix: two batches
     /// whose idempotency keys overlap in different orders can deadlock (40P01).
     pub enqueue_in_batch_order: bool,
+    /// Issue 25, check-then-act: the claim's per-key count is the one its walk read before it
+    /// took the key's lock (the walk's snapshot), not a new statement after the lock; each
+    /// key's rows are still read fresh after the lock, so a claim committed in between is
+    /// missed by the count and its key goes over the cap. Functions script.
+    pub key_count_before_lock: bool,
+    /// Issue 25: no per-key filter at all: a key-capped (or per-key rate-limited) queue is
+    /// claimed as a plain one. Functions script.
+    pub key_ignored: bool,
+    /// Issue 25, a key slot freed twice: the per-key lock is a session lock, released by an
+    /// explicit unlock as soon as the key is counted (and "again" by the end of the
+    /// transaction, which no longer holds it): the next claimer counts the key before this
+    /// claim's rows are committed. Functions script.
+    pub key_lock_freed_early: bool,
+    /// Issue 25: the rate window compared with <= instead of <: `jobs + 1` starts per window,
+    /// queue-wide and per key. Functions script.
+    pub rate_window_off_by_one: bool,
+}
+
+/// The functions script with `from` replaced by `to`, `from` found exactly once.
+fn replace_once(script: &str, from: &str, to: &str) -> String {
+    assert_eq!(script.matches(from).count(), 1, "the functions script changed: {from}");
+    script.replacen(from, to, 1)
+}
+
+/// The functions script with the issue 25 faults `faults` names.
+fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
+    if faults.key_count_before_lock {
+        script = replace_once(
+            &script,
+            "                        SELECT count(*) INTO v_run
+                          FROM {schema}.jobs_hot y
+                         WHERE y.queue = p_queue AND y.concurrency_key = v_r.ck AND y.status IN (1, 2);",
+            "                        v_run := v_r.seen;",
+        );
+    }
+    if faults.key_ignored {
+        script = replace_once(
+            &script,
+            "IF v_allow[j] > 0 AND (v_kcap[j] IS NOT NULL OR (v_rjobs[j] IS NOT NULL AND v_rbykey[j])) THEN",
+            "IF false THEN",
+        );
+    }
+    if faults.key_lock_freed_early {
+        script = replace_once(&script, "ELSIF NOT pg_try_advisory_xact_lock(", "ELSIF NOT pg_try_advisory_lock(");
+        script = replace_once(
+            &script,
+            "                    v_room := v_room || greatest(v_n, 0);",
+            "                    v_room := v_room || greatest(v_n, 0);
+                    PERFORM pg_advisory_unlock(
+                        hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || v_r.ck, 25));",
+        );
+    }
+    if faults.rate_window_off_by_one {
+        script = replace_once(&script, "v_n := least(v_n, p_rate - v_run);", "v_n := least(v_n, p_rate - v_run + 1);");
+        script = replace_once(
+            &script,
+            "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));",
+            "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy + 1));",
+        );
+    }
+    script
 }
 
 /// The SET list of a broken claim's UPDATE of `jobs_hot h`, from the parameters `p`: what the
@@ -275,6 +336,18 @@ impl Statements {
         if faults.first_cap_ignored {
             s.functions = render(&functions_first_cap_ignored(), schema);
         }
+        if faults.key_count_before_lock
+            || faults.key_ignored
+            || faults.key_lock_freed_early
+            || faults.rate_window_off_by_one
+        {
+            let base = if faults.first_cap_ignored {
+                functions_first_cap_ignored()
+            } else {
+                crate::migrate::FUNCTIONS.to_string()
+            };
+            s.functions = render(&functions_keyed_faults(base, &faults), schema);
+        }
         if faults.start_not_repeatable {
             s.start = render(START_FETCHED_ONLY, schema);
         }
@@ -313,6 +386,10 @@ mod tests {
             (Faults { handoff_ignores_cap: true, ..f }, vec!["complete_and_claim"]),
             (Faults { first_cap_ignored: true, ..f }, vec!["functions"]),
             (Faults { start_not_repeatable: true, ..f }, vec!["start"]),
+            (Faults { key_count_before_lock: true, ..f }, vec!["functions"]),
+            (Faults { key_ignored: true, ..f }, vec!["functions"]),
+            (Faults { key_lock_freed_early: true, ..f }, vec!["functions"]),
+            (Faults { rate_window_off_by_one: true, ..f }, vec!["functions"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");

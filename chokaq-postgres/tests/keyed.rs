@@ -1,0 +1,144 @@
+//! Issue 25 on PostgreSQL: Blocked rows (status 4, migration 13) keep a key's backlog at its
+//! cap out of the claim index (no head-of-line walk), read as Pending everywhere, and come
+//! back through the moves, a raised or cleared cap and rescue's sweep.
+
+mod common;
+
+use std::time::Instant;
+
+use chokaq_core::{
+    Backend, CancelOutcome, ClaimMode, ClaimParams, JobLocation, JobStatus, JobTable, LeaseRef, ListJobsParams, NewJob,
+    QueueControl, RescueParams, WorkerId,
+};
+use common::{job, q};
+
+fn keyed(queue: &str, key: &str, priority: i32) -> NewJob {
+    job(queue).priority(priority).concurrency_key(key)
+}
+
+async fn statuses(db: &chokaq_postgres::PgBackend, queue: &str) -> Vec<(i16, i64)> {
+    let sql = format!(
+        "SELECT status, count(*) FROM \"{}\".jobs_hot WHERE queue = $1 GROUP BY status ORDER BY status",
+        db.schema()
+    );
+    sqlx::query_as(&sql).bind(queue).fetch_all(db.pool()).await.unwrap()
+}
+
+async fn key_cap(db: &chokaq_postgres::PgBackend, queue: &str, cap: Option<u32>) {
+    db.control_queue(&q(queue), QueueControl::SetKeyMaxWorkers(cap)).await.unwrap();
+}
+
+/// One key with 50,000 jobs at cap 1, enqueued ahead (higher priority) of 1,000 one-job keys:
+/// 49,999 of the hot key's rows are Blocked, so the claim's walk reads only Pending rows (the
+/// EXPLAIN ANALYZE of its walk shows the rows it read), and the 1,000 keys drain in claims of
+/// 10 as if the hot key were not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hot_key_at_its_cap_is_not_walked() {
+    let f = fixture!();
+    let db = &f.db;
+    let queue = "hot";
+    key_cap(db, queue, Some(1)).await;
+    for _ in 0..50 {
+        db.enqueue_many((0..1000).map(|_| keyed(queue, "hot", 10)).collect()).await.unwrap();
+    }
+    db.enqueue_many((0..1000).map(|k| keyed(queue, &format!("k{k}"), 0)).collect()).await.unwrap();
+    assert_eq!(statuses(db, queue).await, vec![(0, 1001), (4, 49_999)], "(status, rows) after the enqueue");
+    let s = db.stats().await.unwrap();
+    let qs = s.queues.iter().find(|x| x.queue == queue).unwrap();
+    assert_eq!(qs.pending, 51_000, "Blocked reads as Pending in the stats");
+
+    sqlx::query(&format!("ANALYZE \"{}\".jobs_hot", db.schema())).execute(db.pool()).await.unwrap();
+    // The walk of key_candidates (functions.sql), as it runs for a claim of 10.
+    let walk = format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT x.id, x.concurrency_key FROM \"{}\".jobs_hot x \
+          WHERE x.queue = $1 AND x.status = 0 AND x.due_at <= now() \
+          ORDER BY x.priority DESC, x.due_at, x.id LIMIT 11",
+        db.schema()
+    );
+    let plan: serde_json::Value = sqlx::query_scalar(&walk).bind(queue).fetch_one(db.pool()).await.unwrap();
+    let top = &plan[0]["Plan"];
+    let scan = &top["Plans"][0];
+    let rows = scan["Actual Rows"].as_f64().unwrap();
+    let buffers = scan["Shared Hit Blocks"].as_i64().unwrap_or(0) + scan["Shared Read Blocks"].as_i64().unwrap_or(0);
+    eprintln!("walk: {} on {:?}, {rows} rows read, {buffers} buffers", scan["Node Type"], scan["Index Name"]);
+    assert!(rows <= 11.0, "the walk read {rows} rows for a claim of 10");
+
+    let w = WorkerId::random();
+    let started = Instant::now();
+    let mut claims = 0;
+    let mut done = 0;
+    let mut longest = 0u128;
+    while done < 1001 {
+        let t = Instant::now();
+        let got = db.claim(&ClaimParams::new(w, vec![q(queue)], 10, ClaimMode::Start)).await.unwrap();
+        longest = longest.max(t.elapsed().as_micros());
+        claims += 1;
+        assert!(!got.is_empty(), "a claim found nothing with {} of 1,001 done", done);
+        let hot = got.iter().filter(|j| j.concurrency_key.as_deref() == Some("hot")).count();
+        assert!(hot <= 1, "a claim took {hot} jobs of the hot key (cap 1)");
+        let leases: Vec<LeaseRef> =
+            got.iter().filter(|j| j.concurrency_key.as_deref() != Some("hot")).map(|j| j.lease_ref()).collect();
+        done += db.complete(w, &leases).await.unwrap().done.len();
+        if hot == 1 {
+            done += 1; // the hot key's job stays running: its key is at the cap throughout
+        }
+    }
+    eprintln!(
+        "1,000 keys beside the hot key: {claims} claims of 10 in {:?}, the longest {longest} us",
+        started.elapsed()
+    );
+    assert_eq!(statuses(db, queue).await, vec![(2, 1), (4, 49_999)], "(status, rows) after the drain");
+    f.drop().await;
+}
+
+/// Blocked rows read as Pending (get_job, list_jobs' Pending filter, stats, cancel), a
+/// completion promotes the next one, raising the cap promotes up to it, and rescue's sweep
+/// promotes a key whose promotion was lost (forced here), without going over the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_rows_read_as_pending_and_come_back() {
+    let f = fixture!();
+    let db = &f.db;
+    let queue = "blocked";
+    key_cap(db, queue, Some(1)).await;
+    let ids: Vec<_> = db
+        .enqueue_many((0..5).map(|i| keyed(queue, "a", 5 - i)).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(statuses(db, queue).await, vec![(0, 1), (4, 4)]);
+    let rec = db.get_job(ids[4]).await.unwrap().unwrap();
+    assert_eq!(rec.location, JobLocation::Hot(JobStatus::Pending), "a Blocked job reads as Pending");
+    let mut params = ListJobsParams::new(JobTable::Hot);
+    params.queue = Some(q(queue));
+    params.status = Some(JobStatus::Pending);
+    assert_eq!(db.list_jobs(&params).await.unwrap().jobs.len(), 5, "Pending listing");
+    assert_eq!(db.cancel(ids[4]).await.unwrap(), CancelOutcome::Cancelled, "cancel of a Blocked job");
+
+    let w = WorkerId::random();
+    let first = db.claim(&ClaimParams::new(w, vec![q(queue)], 5, ClaimMode::Start)).await.unwrap();
+    assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ids[0]]);
+    db.complete(w, &[first[0].lease_ref()]).await.unwrap();
+    assert_eq!(statuses(db, queue).await, vec![(0, 1), (4, 2)], "the completion promoted one");
+    key_cap(db, queue, Some(2)).await;
+    assert_eq!(statuses(db, queue).await, vec![(0, 2), (4, 1)], "raising the cap to 2 promoted one more");
+    let two = db.claim(&ClaimParams::new(w, vec![q(queue)], 5, ClaimMode::Start)).await.unwrap();
+    assert_eq!(two.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ids[1], ids[2]], "claim order");
+    let leases: Vec<LeaseRef> = two.iter().map(|j| j.lease_ref()).collect();
+    // A lost promotion: the moves' promotion undone by hand, the key then has no live row.
+    db.complete(w, &leases).await.unwrap();
+    sqlx::query(&format!("UPDATE \"{}\".jobs_hot SET status = 4 WHERE queue = $1 AND status = 0", db.schema()))
+        .bind(queue)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    assert!(db.claim(&ClaimParams::new(w, vec![q(queue)], 5, ClaimMode::Start)).await.unwrap().is_empty());
+    let report = db.rescue(&RescueParams::default()).await.unwrap();
+    assert!(report.ran, "rescue ran");
+    let last = db.claim(&ClaimParams::new(w, vec![q(queue)], 5, ClaimMode::Start)).await.unwrap();
+    assert_eq!(last.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ids[3]], "after rescue's sweep");
+    key_cap(db, queue, None).await;
+    assert_eq!(statuses(db, queue).await, vec![(2, 1)]);
+    f.drop().await;
+}
