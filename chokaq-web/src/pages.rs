@@ -216,7 +216,7 @@ pub async fn queue(
         s.push_str(&form(&ctx, &a("key-cap"), &[], &key_cap_input, None));
         let rate = settings.rate_limit;
         let rate_input = format!(
-            "<label>Rate <input type=\"text\" name=\"rate\" value=\"{}\" placeholder=\"none, or e.g. 500/1s\" size=\"10\" \
+            "<label>Rate <input type=\"text\" name=\"rate\" value=\"{}\" placeholder=\"e.g. 500/1s\" size=\"10\" title=\"N/PERIOD (ms, s, m, h, d), empty for none\" \
              pattern=\"\\s*([0-9]+/[0-9]*(ms|s|m|h|d)|[Nn][Oo][Nn][Ee])?\\s*\"></label>\
              <label><input type=\"checkbox\" name=\"by_key\" value=\"on\"{}> per key</label>{}",
             rate.map(|r| esc(&html::rate(&RateLimit { by_key: false, ..r }))).unwrap_or_default(),
