@@ -2,11 +2,15 @@
 
 use std::sync::Arc;
 
-use chokaq::core::{JobLocation, JobStatus, JobTable, ListJobsParams, QueueControl, QueueSettings, Timestamp};
+use chokaq::core::{
+    JobLocation, JobStatus, JobTable, KeyCount, ListJobsParams, QueueControl, QueueSettings, QueueStats, RateLimit,
+    Timestamp,
+};
 use chokaq::{Backend, ConnectOptions, ErrorKind, JobId, JobKind, JobRecord, QueueName};
 use serde::Serialize;
 
 use crate::output::{self, age, clip, opt_time, since, time, Table};
+use crate::parse::rate_text;
 use crate::{
     Cli, CliResult, Command, DeadAction, Exit, Failure, JobAction, ListArgs, QueueAction, StatusArg, TableArg,
 };
@@ -114,6 +118,8 @@ fn action_word(done: &str) -> &'static str {
         "activated" => "activate",
         "deactivated" => "deactivate",
         "cap set" => "cap",
+        "key cap set" => "key-cap",
+        "rate limit set" => "rate-limit",
         _ => "zombie-timeout",
     }
 }
@@ -156,6 +162,7 @@ struct JobView<'a> {
     attempt: i32,
     max_attempts: i32,
     tags: &'a [String],
+    concurrency_key: Option<&'a str>,
     idempotency_key: Option<&'a str>,
     worker_id: Option<String>,
     created_at: Timestamp,
@@ -185,6 +192,7 @@ impl<'a> JobView<'a> {
             attempt: r.attempt,
             max_attempts: r.max_attempts,
             tags: &r.tags,
+            concurrency_key: r.concurrency_key.as_deref(),
             idempotency_key: r.idempotency_key.as_deref(),
             worker_id: r.worker_id.map(|w| w.to_string()),
             created_at: r.created_at,
@@ -207,9 +215,17 @@ struct QueueView {
     paused: bool,
     active: bool,
     max_workers: Option<u32>,
+    /// The per-key cap (`null`: none).
+    key_max_workers: Option<u32>,
+    /// `{"jobs": N, "per": MILLISECONDS, "by_key": BOOL}` (`null`: none).
+    rate_limit: Option<RateLimit>,
     zombie_timeout_seconds: Option<f64>,
     zombie_policy: &'static str,
     updated_at: Option<Timestamp>,
+    /// `queues list` only: the keys with the most Fetched + Processing jobs (see
+    /// [`QueueStats::busiest_keys`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    busiest_keys: Option<Vec<KeyCount>>,
 }
 
 impl QueueView {
@@ -219,14 +235,91 @@ impl QueueView {
             paused: s.is_paused,
             active: s.is_active,
             max_workers: s.max_workers,
+            key_max_workers: s.key_max_workers,
+            rate_limit: s.rate_limit,
             zombie_timeout_seconds: s.zombie_timeout.map(|d| d.as_secs_f64()),
             zombie_policy: match s.zombie_policy {
                 chokaq::core::ZombiePolicy::Retry => "retry",
                 chokaq::core::ZombiePolicy::DeadLetter => "dead_letter",
             },
             updated_at: s.updated_at,
+            busiest_keys: None,
         }
     }
+}
+
+/// A queue's per-key cap as a table cell.
+fn key_cap_text(s: Option<&QueueSettings>) -> String {
+    s.and_then(|s| s.key_max_workers).map_or_else(|| "none".into(), |n| n.to_string())
+}
+
+/// A queue's rate limit as a table cell.
+fn rate_limit_text(s: Option<&QueueSettings>) -> String {
+    s.and_then(|s| s.rate_limit).map_or_else(|| "none".into(), |r| rate_text(&r))
+}
+
+/// The keyed limits of `stats`: one row per busiest key of each queue (its running count),
+/// with the queue's per-key cap and rate limit; a queue with a cap or a limit but no running
+/// keyed job gets one row with `-` for the key. `None` when no queue has any of it.
+pub(crate) fn keys_table(queues: &[QueueStats]) -> Option<Table> {
+    let mut t = Table::new(&["QUEUE", ">KEY-CAP", "RATE", "KEY", ">RUNNING"]);
+    let mut any = false;
+    for q in queues {
+        let s = q.settings.as_ref();
+        let limited = s.is_some_and(|s| s.key_max_workers.is_some() || s.rate_limit.is_some());
+        if !limited && q.busiest_keys.is_empty() {
+            continue;
+        }
+        any = true;
+        let (cap, rate) = (key_cap_text(s), rate_limit_text(s));
+        if q.busiest_keys.is_empty() {
+            t.row(vec![q.queue.clone(), cap.clone(), rate.clone(), "-".into(), "-".into()]);
+        }
+        for k in &q.busiest_keys {
+            t.row(vec![q.queue.clone(), cap.clone(), rate.clone(), clip(&k.key, 60), k.running.to_string()]);
+        }
+    }
+    any.then_some(t)
+}
+
+/// The busiest keys of `queues list`: one row per key. `None` when no queue has a running
+/// keyed job.
+pub(crate) fn busiest_table(queues: &[QueueStats]) -> Option<Table> {
+    let mut t = Table::new(&["QUEUE", "BUSIEST KEY", ">RUNNING"]);
+    let mut any = false;
+    for q in queues {
+        for k in &q.busiest_keys {
+            any = true;
+            t.row(vec![q.queue.clone(), clip(&k.key, 60), k.running.to_string()]);
+        }
+    }
+    any.then_some(t)
+}
+
+/// A queue's state in `stats`.
+fn queue_state(q: &QueueStats) -> &'static str {
+    match (q.is_active(), q.is_paused()) {
+        (false, _) => "inactive",
+        (true, true) => "paused",
+        (true, false) => "running",
+    }
+}
+
+/// One queue of `stats --json`.
+pub(crate) fn stats_queue_json(q: &QueueStats, lag: Option<std::time::Duration>) -> serde_json::Value {
+    let s = q.settings.as_ref();
+    serde_json::json!({
+        "queue": q.queue, "state": queue_state(q), "paused": q.is_paused(), "active": q.is_active(),
+        "max_workers": s.and_then(|s| s.max_workers),
+        "key_max_workers": s.and_then(|s| s.key_max_workers),
+        "rate_limit": s.and_then(|s| s.rate_limit),
+        "pending": q.pending, "fetched": q.fetched,
+        "processing": q.processing, "archived": q.archived, "dead": q.dead,
+        "failed": q.failed(), "cancelled": q.cancelled,
+        "oldest_due_at": q.oldest_due_at,
+        "lag_seconds": lag.map(|d| d.as_secs_f64()),
+        "busiest_keys": q.busiest_keys,
+    })
 }
 
 impl Cx {
@@ -246,27 +339,9 @@ impl Cx {
         let schedules = self.backend.list_schedules().await?;
         let now = s.taken_at.unwrap_or_else(chrono::Utc::now);
         let lag = |t: Option<Timestamp>| t.map(|t| since(now, t));
-        let state = |q: &chokaq::core::QueueStats| match (q.is_active(), q.is_paused()) {
-            (false, _) => "inactive",
-            (true, true) => "paused",
-            (true, false) => "running",
-        };
+        let state = queue_state;
         if self.json {
-            let queues: Vec<_> = s
-                .queues
-                .iter()
-                .map(|q| {
-                    serde_json::json!({
-                        "queue": q.queue, "state": state(q), "paused": q.is_paused(), "active": q.is_active(),
-                        "max_workers": q.settings.as_ref().and_then(|s| s.max_workers),
-                        "pending": q.pending, "fetched": q.fetched,
-                        "processing": q.processing, "archived": q.archived, "dead": q.dead,
-                        "failed": q.failed(), "cancelled": q.cancelled,
-                        "oldest_due_at": q.oldest_due_at,
-                        "lag_seconds": lag(q.oldest_due_at).map(|d| d.as_secs_f64()),
-                    })
-                })
-                .collect();
+            let queues: Vec<_> = s.queues.iter().map(|q| stats_queue_json(q, lag(q.oldest_due_at))).collect();
             output::json(&serde_json::json!({
                 "taken_at": s.taken_at,
                 "total": { "pending": s.pending, "fetched": s.fetched, "processing": s.processing,
@@ -318,6 +393,10 @@ impl Cx {
             String::new(),
         ]);
         t.print();
+        if let Some(keys) = keys_table(&s.queues) {
+            println!();
+            keys.print();
+        }
         print_schedules(&schedules);
         Ok(Exit::Ok)
     }
@@ -352,6 +431,20 @@ impl Cx {
             QueueAction::Activate { queue, create } => (queue, QueueControl::Activate, "activated", create),
             QueueAction::Deactivate { queue, create } => (queue, QueueControl::Deactivate, "deactivated", create),
             QueueAction::Cap { queue, max, create } => (queue, QueueControl::SetMaxWorkers(max.0), "cap set", create),
+            QueueAction::KeyCap { queue, max, create } => {
+                (queue, QueueControl::SetKeyMaxWorkers(max.0), "key cap set", create)
+            }
+            QueueAction::RateLimit { queue, limit, by_key, create } => {
+                let limit = match (limit.0, by_key) {
+                    (None, true) => {
+                        return Err(Failure::new(Exit::Usage, "--by-key needs a limit, not `none`").hint(
+                            "`chokaq queues rate-limit Q none` removes the limit, whether it was per key or not",
+                        ))
+                    }
+                    (limit, by_key) => limit.map(|l| RateLimit { by_key, ..l }),
+                };
+                (queue, QueueControl::SetRateLimit(limit), "rate limit set", create)
+            }
             QueueAction::ZombieTimeout { queue, timeout, create } => {
                 (queue, QueueControl::SetZombieTimeout(timeout.0), "zombie timeout set", create)
             }
@@ -403,17 +496,27 @@ impl Cx {
             });
         }
         if self.json {
-            output::json(&all.iter().map(QueueView::of).collect::<Vec<_>>());
+            let views: Vec<_> = all
+                .iter()
+                .zip(&stats.queues)
+                .map(|(s, q)| QueueView { busiest_keys: Some(q.busiest_keys.clone()), ..QueueView::of(s) })
+                .collect();
+            output::json(&views);
         } else if all.is_empty() {
             println!("no queues (a queue is listed once it holds a job or has settings)");
         } else {
             self.print_queues(&all);
+            if let Some(keys) = busiest_table(&stats.queues) {
+                println!();
+                keys.print();
+            }
         }
         Ok(Exit::Ok)
     }
 
     fn print_queues(&self, all: &[QueueSettings]) {
-        let mut t = Table::new(&["QUEUE", "STATE", ">CAP", ">ZOMBIE-TIMEOUT", "ZOMBIE-POLICY", "UPDATED"]);
+        let mut t =
+            Table::new(&["QUEUE", "STATE", ">CAP", ">KEY-CAP", "RATE", ">ZOMBIE-TIMEOUT", "ZOMBIE-POLICY", "UPDATED"]);
         for s in all {
             let v = QueueView::of(s);
             let state = match (s.is_active, s.is_paused) {
@@ -425,6 +528,8 @@ impl Cx {
                 v.queue,
                 state.into(),
                 s.max_workers.map_or_else(|| "none".into(), |n| n.to_string()),
+                key_cap_text(Some(s)),
+                rate_limit_text(Some(s)),
                 s.zombie_timeout.map_or_else(|| "default".into(), age),
                 v.zombie_policy.into(),
                 opt_time(s.updated_at),
@@ -541,6 +646,7 @@ impl Cx {
         kv("priority", v.priority.to_string());
         kv("attempt", format!("{}/{}", v.attempt, v.max_attempts));
         kv("tags", if v.tags.is_empty() { "-".into() } else { v.tags.join(",") });
+        kv("concurrency key", v.concurrency_key.unwrap_or("-").into());
         kv("idempotency key", v.idempotency_key.unwrap_or("-").into());
         kv("worker", v.worker_id.clone().unwrap_or_else(|| "-".into()));
         kv("created", time(v.created_at));
@@ -649,4 +755,98 @@ fn print_schedules(all: &[chokaq::core::ScheduleRow]) {
         ]);
     }
     t.print();
+}
+
+#[cfg(test)]
+mod tests {
+    use chokaq::core::memory::MemoryBackend;
+    use chokaq::core::{ClaimMode, ClaimParams};
+    use chokaq::{BackendExt, NewJob, WorkerId};
+
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    fn rows(t: &Table) -> Vec<Vec<String>> {
+        t.render().lines().map(|l| l.split_whitespace().map(String::from).collect()).collect()
+    }
+
+    /// Issue 25 on the memory backend (the reference): `stats` shows each queue's key cap,
+    /// rate limit and busiest keys with exact running counts (the cap holds: 2 of 3 for key
+    /// a), hostile keys escaped; `--json` carries the same; `queues list` has the columns.
+    #[test]
+    fn keyed_limits_in_stats_and_queue_lists() {
+        block_on(async {
+            let b = MemoryBackend::new();
+            let (k, r, plain) =
+                (QueueName::new("keyed").unwrap(), QueueName::new("rated").unwrap(), QueueName::new("plain").unwrap());
+            for key in ["a", "a", "a", "b", "c\u{202e}x"] {
+                b.enqueue(NewJob::build(k.as_str(), "t").unwrap().concurrency_key(key)).await.unwrap();
+            }
+            b.enqueue(NewJob::build(k.as_str(), "t").unwrap()).await.unwrap();
+            b.enqueue(NewJob::build(plain.as_str(), "t").unwrap()).await.unwrap();
+            b.control_queue(&k, QueueControl::SetKeyMaxWorkers(Some(2))).await.unwrap();
+            let limit = RateLimit::parse("500/1s", true).unwrap();
+            b.control_queue(&r, QueueControl::SetRateLimit(Some(limit))).await.unwrap();
+            let got =
+                b.claim(&ClaimParams::new(WorkerId::random(), vec![k.clone()], 10, ClaimMode::Start)).await.unwrap();
+            assert_eq!(got.len(), 5, "2 of key a, b, the hostile key and the key-less job");
+
+            let s = b.stats().await.unwrap();
+            let t = keys_table(&s.queues).expect("a keys table");
+            let out = t.render();
+            assert!(!out.contains('\u{202e}'), "{out:?}");
+            assert_eq!(
+                rows(&t),
+                vec![
+                    vec!["QUEUE", "KEY-CAP", "RATE", "KEY", "RUNNING"],
+                    vec!["keyed", "2", "none", "a", "2"],
+                    vec!["keyed", "2", "none", "b", "1"],
+                    vec!["keyed", "2", "none", "c\\u{202e}x", "1"],
+                    vec!["rated", "none", "500/1s", "per", "key", "-", "-"],
+                ],
+                "{out}"
+            );
+            let q = s.queue("keyed").unwrap();
+            let v = stats_queue_json(q, None);
+            assert_eq!(v["key_max_workers"], serde_json::json!(2));
+            assert_eq!(v["rate_limit"], serde_json::Value::Null);
+            assert_eq!(
+                v["busiest_keys"],
+                serde_json::json!([
+                    {"key": "a", "running": 2}, {"key": "b", "running": 1}, {"key": "c\u{202e}x", "running": 1}
+                ])
+            );
+            let v = stats_queue_json(s.queue("rated").unwrap(), None);
+            assert_eq!(v["rate_limit"], serde_json::json!({"jobs": 500, "per": 1000, "by_key": true}));
+            assert_eq!(v["busiest_keys"], serde_json::json!([]));
+            assert_eq!(v["key_max_workers"], serde_json::Value::Null);
+
+            let busiest = busiest_table(&s.queues).expect("busiest keys");
+            assert_eq!(
+                rows(&busiest),
+                vec![
+                    vec!["QUEUE", "BUSIEST", "KEY", "RUNNING"],
+                    vec!["keyed", "a", "2"],
+                    vec!["keyed", "b", "1"],
+                    vec!["keyed", "c\\u{202e}x", "1"],
+                ]
+            );
+            let view = serde_json::to_value(QueueView::of(&b.queue_settings(&r).await.unwrap())).unwrap();
+            assert_eq!(view["rate_limit"], serde_json::json!({"jobs": 500, "per": 1000, "by_key": true}));
+            assert!(view.get("busiest_keys").is_none(), "{view}");
+            assert_eq!(rate_limit_text(Some(&b.queue_settings(&r).await.unwrap())), "500/1s per key");
+            assert_eq!(rate_limit_text(None), "none");
+
+            // No keyed queue, no table.
+            let other = MemoryBackend::new();
+            other.enqueue(NewJob::build(plain.as_str(), "t").unwrap()).await.unwrap();
+            other.control_queue(&plain, QueueControl::SetMaxWorkers(Some(1))).await.unwrap();
+            let s = other.stats().await.unwrap();
+            assert!(keys_table(&s.queues).is_none());
+            assert!(busiest_table(&s.queues).is_none());
+        });
+    }
 }

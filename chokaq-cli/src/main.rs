@@ -149,7 +149,7 @@ pub enum Command {
     /// Jobs per queue and state, with each queue's lag (age of its oldest due job).
     Stats,
     /// List queues with their settings, or change one (pause, resume, activate, deactivate,
-    /// cap, zombie-timeout).
+    /// cap, key-cap, rate-limit, zombie-timeout).
     Queues {
         #[command(subcommand)]
         action: Option<QueueAction>,
@@ -248,6 +248,28 @@ pub enum QueueAction {
         queue: String,
         #[arg(value_parser = parse::cap, value_name = "N|none")]
         max: parse::Cap,
+        #[command(flatten)]
+        create: CreateArg,
+    },
+    /// Cap how many jobs of each concurrency key run at once in the queue over every worker: a
+    /// number, or `none`. Jobs without a key are not bound by it (the queue's cap still is).
+    KeyCap {
+        queue: String,
+        #[arg(value_parser = parse::cap, value_name = "N|none")]
+        max: parse::Cap,
+        #[command(flatten)]
+        create: CreateArg,
+    },
+    /// Limit how many of the queue's jobs start per period over every worker: N/PERIOD (e.g.
+    /// 500/1s, 10/250ms, 100/1m, 1000/1h; periods of 1ms to 1d), or `none`. With --by-key the
+    /// limit holds for each concurrency key apart (jobs without a key are then not limited).
+    RateLimit {
+        queue: String,
+        #[arg(value_parser = parse::rate, value_name = "N/PERIOD|none")]
+        limit: parse::Rate,
+        /// One limit per concurrency key instead of one for the whole queue.
+        #[arg(long)]
+        by_key: bool,
         #[command(flatten)]
         create: CreateArg,
     },

@@ -1,9 +1,9 @@
 //! Parsers of command-line values: durations (`7d`, `1h30m`, `500ms`), caps (`N` or `none`),
-//! times (RFC 3339 or an age).
+//! rate limits (`N/PERIOD` or `none`), times (RFC 3339 or an age).
 
 use std::time::Duration;
 
-use chokaq::core::Timestamp;
+use chokaq::core::{RateLimit, Timestamp};
 
 /// `7d`, `12h`, `30m`, `45s`, `500ms`, combined (`1h30m`), or a bare number of seconds.
 pub fn duration(s: &str) -> Result<Duration, String> {
@@ -66,6 +66,30 @@ pub fn cap(s: &str) -> Result<Cap, String> {
     t.parse::<u32>().map(|n| Cap(Some(n))).map_err(|_| format!("bad cap {s:?}: expected a whole number or `none`"))
 }
 
+/// A rate limit (`N/PERIOD`, queue-wide until `--by-key` says otherwise), or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate(pub Option<RateLimit>);
+
+/// A rate limit: `N/PERIOD` as [`RateLimit::parse`] takes it (`500/1s`, `10/250ms`), range
+/// checked, or `none` (no limit).
+pub fn rate(s: &str) -> Result<Rate, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(Rate(None));
+    }
+    RateLimit::parse(s, false).map(|r| Rate(Some(r))).map_err(|e| e.message().to_string())
+}
+
+/// A rate limit as people write it: `500/1s`, `10/250ms`, `100/1m` (the largest unit that
+/// divides the period), with ` per key` for a per-key limit.
+pub fn rate_text(r: &RateLimit) -> String {
+    let ms = r.per.as_millis();
+    let period = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")]
+        .iter()
+        .find(|(unit, _)| ms > 0 && ms % unit == 0)
+        .map_or_else(|| format!("{ms}ms"), |(unit, name)| format!("{}{name}", ms / unit));
+    format!("{}/{period}{}", r.jobs, if r.by_key { " per key" } else { "" })
+}
+
 /// An RFC 3339 time (`2026-01-31T12:00:00Z`), or an age (`2h`: two hours before now).
 pub fn time(s: &str) -> Result<Timestamp, String> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
@@ -95,6 +119,33 @@ mod tests {
         assert_eq!(cap("none").unwrap(), Cap(None));
         assert_eq!(cap("12").unwrap(), Cap(Some(12)));
         assert!(cap("-1").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(rate("none").unwrap(), Rate(None));
+        assert_eq!(rate(" NONE ").unwrap(), Rate(None));
+        let r = rate("500/1s").unwrap().0.unwrap();
+        assert_eq!((r.jobs, r.per, r.by_key), (500, Duration::from_secs(1), false));
+        assert_eq!(rate("10/250ms").unwrap().0.unwrap().per, Duration::from_millis(250));
+        for (bad, needle) in [
+            ("0/1s", "jobs must be 1"),
+            ("5/0s", "period"),
+            ("5/2d", "period"),
+            ("5", "N/PERIOD"),
+            ("x/1s", "N/PERIOD"),
+        ] {
+            let e = rate(bad).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let text = |s: &str, by_key: bool| rate_text(&RateLimit::parse(s, by_key).unwrap());
+        assert_eq!(text("500/1s", false), "500/1s");
+        assert_eq!(text("500/1000ms", false), "500/1s");
+        assert_eq!(text("10/250ms", true), "10/250ms per key");
+        assert_eq!(text("100/90s", false), "100/90s");
+        assert_eq!(text("100/120s", false), "100/2m");
+        assert_eq!(text("1/1d", false), "1/1d");
+        assert_eq!(text("7/1500ms", false), "7/1500ms");
     }
 
     #[test]

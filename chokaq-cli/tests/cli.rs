@@ -44,6 +44,8 @@ macro_rules! ensure_eq {
     };
 }
 
+#[path = "cases/keyed.rs"]
+mod keyed;
 #[path = "cases/operator.rs"]
 mod operator;
 
@@ -559,7 +561,7 @@ async fn queues(db: Arc<Db>) -> TestResult {
     ensure!(!settings().await?.is_active, "deactivated");
     let t = db.ok_table(&["queues"])?;
     let row = rows(&t).into_iter().find(|r| r[0] == qs).ok_or("queue not listed")?;
-    ensure_eq!(row[1..5], ["inactive", "none", "default", "retry"], "listed row");
+    ensure_eq!(row[1..7], ["inactive", "none", "none", "none", "default", "retry"], "listed row");
     db.ok_json(&["queues", "activate", qs])?;
     ensure!(settings().await?.is_active, "activated");
     let v = db.ok_json(&["queues", "cap", qs, "3"])?;
@@ -1015,6 +1017,8 @@ fn main() -> ExitCode {
             trial("web", kind, web),
             trial("schedules", kind, schedules),
             trial("hostile_text", kind, operator::hostile_text),
+            trial("keyed_controls", kind, keyed::keyed_controls),
+            trial("keyed_stats", kind, keyed::keyed_stats),
             trial("confirmations", kind, operator::confirmations),
         ];
         #[cfg(unix)]

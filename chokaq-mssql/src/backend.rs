@@ -418,12 +418,20 @@ impl Backend for MssqlBackend {
         async move {
             let op = "control_queue";
             control.validate()?;
-            let (code, max, zombie_ms, policy) = control_params(control)?;
+            let p = control_params(control)?;
             let name = queue.as_str().to_string();
-            let row = first_row(
-                op,
-                self.run(op, &self.sql().control_queue, &[&name, &code, &max, &zombie_ms, &policy]).await?,
-            )?;
+            let params: [&dyn ToSql; 9] = [
+                &name,
+                &p.code,
+                &p.max,
+                &p.timeout_ms,
+                &p.policy,
+                &p.key_max,
+                &p.rate_jobs,
+                &p.rate_per_ms,
+                &p.rate_by_key,
+            ];
+            let row = first_row(op, self.run(op, &self.sql().control_queue, &params).await?)?;
             decode_queue(op, &row)
         }
         .await
@@ -728,6 +736,16 @@ mod tests {
         invalid(b.control_queue(&q, QueueControl::SetZombieTimeout(Some(forever))).await, "zombie_timeout");
         let too_many = validate::MAX_QUEUE_WORKERS + 1;
         invalid(b.control_queue(&q, QueueControl::SetMaxWorkers(Some(too_many))).await, "max_workers");
+        // Issue 25: a per-key cap or a rate limit out of range, a bad concurrency key.
+        let keys = QueueControl::SetKeyMaxWorkers(Some(validate::MAX_QUEUE_WORKERS + 1));
+        assert_eq!(b.control_queue(&q, keys).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+        let rate = chokaq_core::RateLimit::new(0, std::time::Duration::from_secs(1));
+        assert_eq!(
+            b.control_queue(&q, QueueControl::SetRateLimit(Some(rate))).await.unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+        let long_key = NewJob::build("q", "k").unwrap().concurrency_key("k".repeat(256));
+        assert_eq!(b.enqueue_many(vec![long_key]).await.unwrap_err().kind(), ErrorKind::InvalidInput);
         invalid(b.fail(w, lease, FailAction::Snooze { delay: forever }).await, "snooze delay");
         let big = serde_json::Value::String("x".repeat(1_000_000));
         let jobs: Vec<NewJob> = (0..40).map(|_| NewJob::build("q", "k").unwrap().json(big.clone())).collect();

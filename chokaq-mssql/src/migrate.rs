@@ -8,7 +8,11 @@
 //! the archive's `(FinishedAtUtc, Queue)` index) is a fifth batch of its own, `sql::workers`'s
 //! `MIGRATE_WORKERS`, under the same lock row. Schema version 7 (`JobsHot.ExpiredHolds` and the
 //! index `IX_JobsHot_Held`, for `ClaimMode::Hold`) and schema version 8 (the `QueueLocks`
-//! table: the claim's per-queue gate and cap rows) are part of `MIGRATE_OBJECTS`. Every
+//! table: the claim's per-queue gate and cap rows) are part of `MIGRATE_OBJECTS`. Schema version 9
+//! (issue 25: `ConcurrencyKey` on the job tables, the per-key cap and rate-limit columns of
+//! `Queues`, the `StartsLog` table) adds its columns and table in `MIGRATE_OBJECTS` and their
+//! indexes in `MIGRATE_KEYS`, a batch of its own sent right after it (a batch cannot name a
+//! column it adds itself). Every
 //! earlier version's batches are kept in `tests/upgrade/` and the upgrade from each is tested
 //! (`tests/upgrade.rs`).
 
@@ -21,6 +25,7 @@ pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_schema, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_locks, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_objects, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_keys, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_lock_escalation, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_workers, &[]).await?;
     Ok(())

@@ -11,8 +11,8 @@ use chokaq_core::chrono::{DateTime, NaiveDateTime, Utc};
 use chokaq_core::uuid::Uuid;
 use chokaq_core::{
     BatchOutcome, CancelOutcome, ClaimedJob, DeadReason, Enqueued, FailOutcome, Fenced, HeartbeatReport, JobId,
-    JobKind, JobLocation, JobRecord, JobStatus, Lease, LeaseRef, QueueName, QueueSettings, QueueStats, RescueReport,
-    Result, StatsSnapshot, Timestamp, WorkerId, ZombiePolicy,
+    JobKind, JobLocation, JobRecord, JobStatus, KeyCount, Lease, LeaseRef, QueueName, QueueSettings, QueueStats,
+    RateLimit, RescueReport, Result, StatsSnapshot, Timestamp, WorkerId, ZombiePolicy, MAX_BUSIEST_KEYS,
 };
 use tiberius::Row;
 
@@ -86,6 +86,7 @@ struct Common {
     updated_at: Timestamp,
     last_error: Option<String>,
     created_by: Option<String>,
+    concurrency_key: Option<String>,
 }
 
 fn decode_common(op: &str, row: &Row) -> Result<Common> {
@@ -113,6 +114,7 @@ fn decode_common(op: &str, row: &Row) -> Result<Common> {
         updated_at: req_ts(op, row, "UpdatedAtUtc")?,
         last_error: col::<&str>(op, row, "LastError")?.map(str::to_string),
         created_by: col::<&str>(op, row, "CreatedBy")?.map(str::to_string),
+        concurrency_key: col::<&str>(op, row, "ConcurrencyKey")?.map(str::to_string),
     })
 }
 
@@ -120,7 +122,7 @@ pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
     let op = "claim";
     let c = decode_common(op, row)?;
     Ok(ClaimedJob {
-        concurrency_key: None,
+        concurrency_key: c.concurrency_key,
         id: c.id,
         queue: c.queue,
         kind: c.kind,
@@ -154,7 +156,7 @@ pub(crate) fn decode_record(op: &str, row: &Row) -> Result<JobRecord> {
     let finished_at = ts(op, row, "FinishedAtUtc")?;
     let c = decode_common(op, row)?;
     Ok(JobRecord {
-        concurrency_key: None,
+        concurrency_key: c.concurrency_key,
         id: c.id,
         location,
         queue: c.queue,
@@ -181,9 +183,17 @@ pub(crate) fn decode_record(op: &str, row: &Row) -> Result<JobRecord> {
 
 pub(crate) fn decode_queue(op: &str, row: &Row) -> Result<QueueSettings> {
     let policy: i16 = req(op, row, "ZombiePolicy")?;
+    let rate_limit = match (col::<i32>(op, row, "RateJobs")?, col::<i64>(op, row, "RatePerMs")?) {
+        (Some(jobs), Some(ms)) => Some(RateLimit {
+            jobs: u32::try_from(jobs).map_err(|_| decode(op, format!("RateJobs {jobs}")))?,
+            per: Duration::from_millis(u64::try_from(ms).map_err(|_| decode(op, format!("RatePerMs {ms}")))?),
+            by_key: col::<bool>(op, row, "RateByKey")?.unwrap_or(false),
+        }),
+        _ => None,
+    };
     Ok(QueueSettings {
-        key_max_workers: None,
-        rate_limit: None,
+        key_max_workers: col::<i32>(op, row, "KeyMaxWorkers")?.map(|n| u32::try_from(n).unwrap_or(0)),
+        rate_limit,
         name: QueueName::new(req::<&str>(op, row, "Name")?)?,
         max_workers: col::<i32>(op, row, "MaxWorkers")?.map(|n| u32::try_from(n).unwrap_or(0)),
         is_paused: req(op, row, "IsPaused")?,
@@ -285,6 +295,19 @@ pub(crate) fn decode_cancel(op: &str, row: &Row) -> Result<CancelOutcome> {
     })
 }
 
+/// A queue's `BusiestKeys` column (`[{"k": key, "n": running}, …]` from `FOR JSON PATH`, NULL
+/// when no keyed job runs), in the order the statement gave: most running first, ties by key.
+pub(crate) fn busiest_keys(op: &str, json: Option<&str>) -> Result<Vec<KeyCount>> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        k: String,
+        n: u64,
+    }
+    let Some(json) = json else { return Ok(Vec::new()) };
+    let entries: Vec<Entry> = serde_json::from_str(json).map_err(|e| decode(op, format!("BusiestKeys: {e}")))?;
+    Ok(entries.into_iter().take(MAX_BUSIEST_KEYS).map(|e| KeyCount { key: e.k, running: e.n }).collect())
+}
+
 /// `stats`' result sets: the `IsSnapshot` / `Now` row, then one row per queue.
 pub(crate) fn decode_stats(op: &str, sets: Vec<Vec<Row>>) -> Result<StatsSnapshot> {
     let has = |r: &Row, name: &str| r.columns().iter().any(|c| c.name() == name);
@@ -303,7 +326,7 @@ pub(crate) fn decode_stats(op: &str, sets: Vec<Vec<Row>>) -> Result<StatsSnapsho
             None => None,
         };
         snap.push(QueueStats {
-            busiest_keys: Vec::new(),
+            busiest_keys: busiest_keys(op, col::<&str>(op, r, "BusiestKeys")?)?,
             queue: req::<&str>(op, r, "Queue")?.to_string(),
             pending: count(op, r, "Pending")?,
             fetched: count(op, r, "Fetched")?,
@@ -347,6 +370,7 @@ mod tests {
             "UpdatedAtUtc",
             "LastError",
             "CreatedBy",
+            "ConcurrencyKey",
         ];
         let record = ["Loc", "Status", "CancelRequested", "FinishedAtUtc", "Reason"];
         let mut expect: Vec<(&str, &String, Vec<&str>)> = vec![
@@ -379,6 +403,11 @@ mod tests {
                     "OldestDue",
                     "Name",
                     "IsPaused",
+                    "KeyMaxWorkers",
+                    "RateJobs",
+                    "RatePerMs",
+                    "RateByKey",
+                    "BusiestKeys",
                 ],
             ),
             ("db_now", &st.db_now, vec!["Now"]),
@@ -394,6 +423,10 @@ mod tests {
             "ZombieTimeoutMs",
             "ZombiePolicy",
             "FetchedTimeoutMs",
+            "KeyMaxWorkers",
+            "RateJobs",
+            "RatePerMs",
+            "RateByKey",
             "UpdatedAtUtc",
         ];
         expect.push(("control_queue", &st.control_queue, queue_cols.clone()));
@@ -411,6 +444,32 @@ mod tests {
                 assert!(sql.contains(&format!("[{c}]")), "{name} does not return [{c}]");
             }
         }
+    }
+
+    /// Issue 25: the busiest keys as `stats` returns them (`FOR JSON PATH`), in its order.
+    #[test]
+    fn busiest_keys_decode_in_the_statements_order() {
+        assert!(busiest_keys("stats", None).unwrap().is_empty());
+        let keys = busiest_keys("stats", Some(r#"[{"k":"b","n":3},{"k":"a","n":1},{"k":"é\"x","n":1}]"#)).unwrap();
+        let got: Vec<(&str, u64)> = keys.iter().map(|k| (k.key.as_str(), k.running)).collect();
+        assert_eq!(got, vec![("b", 3), ("a", 1), ("é\"x", 1)]);
+        assert!(busiest_keys("stats", Some("not json")).is_err());
+        let st = Statements::new("chokaq").unwrap();
+        assert!(st
+            .stats
+            .contains(&format!("SELECT TOP ({}) b.[ConcurrencyKey] AS [k], COUNT_BIG(*) AS [n]", MAX_BUSIEST_KEYS)));
+        assert!(st.stats.contains(
+            "        ORDER BY COUNT_BIG(*) DESC, b.[ConcurrencyKey] ASC\n        FOR JSON PATH\n    ) AS [BusiestKeys]"
+        ));
+        // Inside the one statement that reads the counts, so from the same snapshot.
+        assert!(at_least_once(
+            &st.stats,
+            "WHERE b.[Queue] = y.[Queue] AND b.[Status] IN (1, 2) AND b.[ConcurrencyKey] IS NOT NULL"
+        ));
+    }
+
+    fn at_least_once(s: &str, what: &str) -> bool {
+        s.matches(what).count() == 1
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub(crate) struct Statements {
     pub(crate) migrate_schema: String,
     pub(crate) migrate_locks: String,
     pub(crate) migrate_objects: String,
+    pub(crate) migrate_keys: String,
     pub(crate) migrate_lock_escalation: String,
     pub(crate) enqueue: String,
     pub(crate) claim: String,
@@ -139,6 +140,7 @@ impl Statements {
             migrate_schema: r(migrate::MIGRATE_SCHEMA)?,
             migrate_locks: r(migrate::MIGRATE_LOCKS)?,
             migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
+            migrate_keys: r(migrate::MIGRATE_KEYS)?,
             migrate_lock_escalation: r(migrate::MIGRATE_LOCK_ESCALATION)?,
             enqueue: r(claim::ENQUEUE)?,
             claim: r(&claim_batch::claim())?,
@@ -192,6 +194,7 @@ impl Statements {
             ("migrate_schema", self.migrate_schema.clone()),
             ("migrate_locks", self.migrate_locks.clone()),
             ("migrate_objects", self.migrate_objects.clone()),
+            ("migrate_keys", self.migrate_keys.clone()),
             ("migrate_lock_escalation", self.migrate_lock_escalation.clone()),
             ("enqueue", self.enqueue.clone()),
             ("claim", self.claim.clone()),
@@ -271,7 +274,7 @@ mod tests {
     #[test]
     fn every_statement_names_only_the_schema_it_was_given() {
         let all = all_statements("jobs_x").unwrap();
-        assert_eq!(all.len(), 48);
+        assert_eq!(all.len(), 49);
         let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
@@ -505,7 +508,8 @@ mod tests {
             assert!(!sql.contains("COUNT(*)"), "{name}");
             assert!(!sql.contains("THEN 1 ELSE 0 END)"), "{name}: an INT sum");
         }
-        assert_eq!(st.stats.matches("COUNT_BIG(*)").count(), 4);
+        // Four counts, and the busiest keys' count and its ORDER BY (issue 25).
+        assert_eq!(st.stats.matches("COUNT_BIG(*)").count(), 6);
         assert!(st.stats.contains("SUM(CASE WHEN h.[Status] = 1 THEN CAST(1 AS BIGINT) ELSE 0 END)"));
     }
 
@@ -578,7 +582,7 @@ mod tests {
         let all = all_statements("chokaq").unwrap();
         let st = Statements::new("chokaq").unwrap();
         let mut defined: std::collections::BTreeSet<String> =
-            bracketed(&format!("{}{}{}", st.migrate_locks, st.migrate_objects, st.migrate_workers))
+            bracketed(&format!("{}{}{}{}", st.migrate_locks, st.migrate_objects, st.migrate_keys, st.migrate_workers))
                 .into_iter()
                 .collect();
         for catalog in [
@@ -673,6 +677,7 @@ mod tests {
             ("migrate_schema", 0),
             ("migrate_locks", 0),
             ("migrate_objects", 0),
+            ("migrate_keys", 0),
             ("migrate_lock_escalation", 0),
             ("enqueue", 1),
             ("claim", 4),
@@ -685,7 +690,7 @@ mod tests {
             ("dead_letter_undecodable", 4),
             ("rescue", 4),
             ("cancel", 1),
-            ("control_queue", 5),
+            ("control_queue", 9),
             ("queue_settings", 1),
             ("requeue_dead", 1),
             ("purge_archive", 5),
@@ -723,6 +728,108 @@ mod tests {
             assert_eq!(*name, bname);
             let max = (1..=20).filter(|i| sql.contains(&format!("@P{i}"))).max().unwrap_or(0);
             assert_eq!(max, n, "{name}: highest parameter @P{max}, {n} values bound");
+        }
+    }
+
+    /// Issue 25: schema version 9. The columns (the concurrency key on the three job tables,
+    /// the per-key cap and the rate limit on `Queues`) and the `StartsLog` table are added in
+    /// `migrate_objects`, only where missing, and nothing else there names them (the batch
+    /// compiles against a version-8 table); their indexes and the version record are the next
+    /// batch, `migrate_keys`, under the `migrate` row; the log's lock escalation is disabled.
+    #[test]
+    fn migration_version_9_adds_keys_caps_rates_and_the_starts_log() {
+        let st = Statements::new("chokaq").unwrap();
+        let o = &st.migrate_objects;
+        for table in ["JobsHot", "JobsArchive", "JobsDlq"] {
+            assert!(o.contains(&format!(
+                "IF COL_LENGTH(N'[chokaq].[{table}]', N'ConcurrencyKey') IS NULL\n    ALTER TABLE [chokaq].[{table}] ADD \
+                 [ConcurrencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL;"
+            )));
+        }
+        assert_eq!(o.matches("ConcurrencyKey").count(), 6, "only the three checks and the three ALTERs");
+        for (col, ty) in [("KeyMaxWorkers", "INT NULL"), ("RateJobs", "INT NULL"), ("RatePerMs", "BIGINT NULL")] {
+            assert!(o.contains(&format!(
+                "IF COL_LENGTH(N'[chokaq].[Queues]', N'{col}') IS NULL\n    ALTER TABLE [chokaq].[Queues] ADD [{col}] {ty};"
+            )));
+        }
+        assert!(o.contains("ADD [RateByKey] BIT NOT NULL CONSTRAINT [DF_Queues_RateByKey] DEFAULT (0);"));
+        let log = at(o, "IF OBJECT_ID(N'[chokaq].[StartsLog]', N'U') IS NULL\n    CREATE TABLE [chokaq].[StartsLog] (");
+        assert!(log < at(o, "COMMIT TRANSACTION;"));
+        assert!(!o.contains("IX_JobsHot_ActiveKey") && !o.contains("CX_StartsLog") && !o.contains("VALUES (9,"));
+        let k = &st.migrate_keys;
+        let lock = at(k, "FROM [chokaq].[Locks] AS l WITH (ROWLOCK)\nWHERE l.[Name] = 'migrate';");
+        let active = at(
+            k,
+            "CREATE NONCLUSTERED INDEX [IX_JobsHot_ActiveKey] ON [chokaq].[JobsHot] ([Queue], [ConcurrencyKey]) WHERE \
+             [Status] IN (1, 2) AND [ConcurrencyKey] IS NOT NULL;",
+        );
+        let clustered = at(k, "CREATE CLUSTERED INDEX [CX_StartsLog] ON [chokaq].[StartsLog] ([Queue], [Stamp]);");
+        let v9 = at(
+            k,
+            "IF NOT EXISTS (SELECT 1 FROM [chokaq].[SchemaVersions] WHERE [Version] = 9)\n    INSERT INTO \
+             [chokaq].[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (9, SYSUTCDATETIME());",
+        );
+        assert!(at(k, "BEGIN TRANSACTION;") < lock && lock < active && active < clustered && clustered < v9);
+        assert!(v9 < at(k, "COMMIT TRANSACTION;"));
+        assert!(st
+            .migrate_lock_escalation
+            .contains("ALTER TABLE [chokaq].[StartsLog] SET (LOCK_ESCALATION = DISABLE);"));
+        assert!(st.drop_schema.contains("DROP TABLE IF EXISTS [chokaq].[StartsLog];"));
+        // The migration sends it right after migrate_objects (src/migrate.rs).
+        let run = include_str!("migrate.rs");
+        assert!(at(run, "sql().migrate_objects") < at(run, "sql().migrate_keys"));
+        assert!(at(run, "sql().migrate_keys") < at(run, "sql().migrate_lock_escalation"));
+    }
+
+    /// Issue 25: `control_queue` sets the per-key cap (op 9) and the rate limit (op 10, all
+    /// three columns; NULLs clear it), and every reader of a queue's row returns them.
+    #[test]
+    fn control_sets_and_readers_return_key_caps_and_rate_limits() {
+        let st = Statements::new("chokaq").unwrap();
+        let c = &st.control_queue;
+        assert!(
+            c.contains("    q.[KeyMaxWorkers] = CASE WHEN @Op = 9 THEN @KeyMaxWorkers ELSE q.[KeyMaxWorkers] END,\n")
+        );
+        assert!(c.contains("    q.[RateJobs] = CASE WHEN @Op = 10 THEN @RateJobs ELSE q.[RateJobs] END,\n"));
+        assert!(c.contains("    q.[RatePerMs] = CASE WHEN @Op = 10 THEN @RatePerMs ELSE q.[RatePerMs] END,\n"));
+        assert!(
+            c.contains("    q.[RateByKey] = CASE WHEN @Op = 10 THEN ISNULL(@RateByKey, 0) ELSE q.[RateByKey] END,\n")
+        );
+        assert!(c.contains("        CASE WHEN @Op = 10 THEN ISNULL(@RateByKey, 0) ELSE 0 END,\n"));
+        for sql in [c, &st.queue_settings] {
+            assert!(sql
+                .contains("[FetchedTimeoutMs], [KeyMaxWorkers], [RateJobs], [RatePerMs], [RateByKey], [UpdatedAtUtc]"));
+        }
+        assert!(st.stats.contains("c.[KeyMaxWorkers], c.[RateJobs], c.[RatePerMs], c.[RateByKey], c.[UpdatedAtUtc],"));
+    }
+
+    /// Issue 25: the concurrency key is stored by enqueue, returned by the claim, `get_job`
+    /// and every list, and copied by every move between tables.
+    #[test]
+    fn the_concurrency_key_is_stored_returned_and_copied_by_every_move() {
+        let st = Statements::new("chokaq").unwrap();
+        assert!(st.enqueue.contains("    [ConcurrencyKey] NVARCHAR(255) '$.ck'\n) AS j;"));
+        assert!(st.enqueue.contains("[CancelRequested], [CreatedBy], [ConcurrencyKey]\n)"));
+        assert!(st.enqueue.contains("0, i.[CreatedBy], i.[ConcurrencyKey]\nFROM @In AS i"));
+        assert!(st.claim.contains("INSERTED.[Status], INSERTED.[ConcurrencyKey]\nFROM"));
+        assert!(st.complete_and_claim.contains("INSERTED.[Status], INSERTED.[ConcurrencyKey]\nFROM"));
+        for (name, sql) in [("get_job", &st.get_job), ("list_hot", &st.list_hot), ("list_archive", &st.list_archive)] {
+            assert!(sql.contains(".[CreatedBy], ") && sql.contains(".[ConcurrencyKey], "), "{name}");
+        }
+        assert!(st.list_dlq.contains("t.[ConcurrencyKey], "));
+        for (name, sql, moves) in [
+            ("complete", &st.complete, 1),
+            ("complete_and_claim", &st.complete_and_claim, 1),
+            ("fail", &st.fail, 1),
+            ("release", &st.release, 1),
+            ("rescue", &st.rescue, 2),
+            ("cancel", &st.cancel, 1),
+            ("dead_letter_undecodable", &st.dead_letter_undecodable, 1),
+            ("requeue_dead", &st.requeue_dead, 1),
+        ] {
+            assert_eq!(sql.matches("DELETED.[ConcurrencyKey]").count(), moves, "{name}: copied");
+            let into = sql.matches("], [ConcurrencyKey])").count() + sql.matches("], [ConcurrencyKey]\n)").count();
+            assert_eq!(into, moves, "{name}: into the target's column");
         }
     }
 }

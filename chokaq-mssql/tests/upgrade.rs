@@ -1,4 +1,4 @@
-//! Upgrades (issue 27 item 4): for each earlier schema version N (1 to 7), a fresh schema is
+//! Upgrades (issue 27 item 4): for each earlier schema version N (1 to 8), a fresh schema is
 //! migrated by version N's own batches (`tests/upgrade/vN.sql`, sent as that version sent
 //! them), then by today's `migrate`, and must then pass the whole conformance suite and record
 //! every version up to today's. Each version is one trial (`upgrade_from_vN`), ignored with the
@@ -22,7 +22,7 @@ use chokaq_core::Backend;
 use common::server::{self, exec, CaseFn, CaseResult};
 
 /// Today's schema version: what `SchemaVersions` holds after the upgrade.
-const TODAY: u32 = 8;
+const TODAY: u32 = 9;
 
 fn main() -> ExitCode {
     let cases: Vec<(&'static str, CaseFn)> = vec![
@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         ("upgrade_from_v5", |u| Box::pin(upgrade_from(u, 5))),
         ("upgrade_from_v6", |u| Box::pin(upgrade_from(u, 6))),
         ("upgrade_from_v7", |u| Box::pin(upgrade_from(u, 7))),
+        ("upgrade_from_v8", |u| Box::pin(upgrade_from(u, 8))),
     ];
     assert_eq!(cases.len(), steps::VERSIONS.len(), "one trial per earlier version");
     let always = vec![Trial::test("upgrade_steps_are_complete", || {

@@ -148,6 +148,15 @@ test("dashboard end to end", { timeout: 600_000 }, async (t) => {
       assert.match(await page.locator("#problems").innerText(), /idle: paused/);
     });
 
+    await t.test("3c. a key cap set from the queue page", async () => {
+      await page.goto(`${base}/queues/reports`);
+      await page.fill('input[name="key_max_workers"]', "2");
+      await page.click('button[data-action="key-cap"]');
+      await page.waitForURL(/\/queues\/reports\?done=key-cap$/);
+      assert.match(await page.locator("#flash").innerText(), /Key cap set/);
+      assert.equal(await page.locator("#setting-key-cap").innerText(), "2");
+    });
+
     await t.test("4. a worker runs and the counts move without a reload", async () => {
       await page.goto(base);
       await page.evaluate(() => {

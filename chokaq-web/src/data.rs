@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chokaq_core::{Backend, ErrorKind, Result, ThroughputBucket, ThroughputParams, Timestamp, WorkerProcess};
+use chokaq_core::{
+    Backend, ErrorKind, KeyCount, RateLimit, Result, ThroughputBucket, ThroughputParams, Timestamp, WorkerProcess,
+};
 use serde::Serialize;
 
 pub use crate::chart::Series;
@@ -42,6 +44,13 @@ pub struct QueueRow {
     pub is_paused: bool,
     pub is_active: bool,
     pub max_workers: Option<u32>,
+    /// The per-key cap.
+    pub key_max_workers: Option<u32>,
+    /// The rate limit (`per` in milliseconds).
+    pub rate_limit: Option<RateLimit>,
+    /// The keys with the most Fetched + Processing jobs, most first (at most
+    /// [`chokaq_core::MAX_BUSIEST_KEYS`]).
+    pub busiest_keys: Vec<KeyCount>,
     /// Whether the queue has a control row (it is listed even with no job).
     pub controlled: bool,
     /// Jobs finished over the last hour; None when the backend cannot say.
@@ -151,6 +160,9 @@ fn build(
                 is_paused: q.is_paused(),
                 is_active: q.is_active(),
                 max_workers: q.settings.as_ref().and_then(|s| s.max_workers),
+                key_max_workers: q.settings.as_ref().and_then(|s| s.key_max_workers),
+                rate_limit: q.settings.as_ref().and_then(|s| s.rate_limit),
+                busiest_keys: q.busiest_keys.clone(),
                 controlled: q.settings.is_some(),
                 finished_last_hour: per_minute.as_ref().map(Series::done_total),
                 per_minute,

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use chokaq_core::Timestamp;
+use chokaq_core::{RateLimit, Timestamp};
 
 use crate::Ctx;
 
@@ -142,6 +142,17 @@ pub fn dur(secs: f64) -> String {
     }
 }
 
+/// A rate limit as people write it: `500/1s`, `10/250ms`, `100/1m` (the largest unit that
+/// divides the period), with ` per key` for a per-key limit (the CLI prints the same).
+pub fn rate(r: &RateLimit) -> String {
+    let ms = r.per.as_millis();
+    let period = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")]
+        .iter()
+        .find(|(unit, _)| ms > 0 && ms % unit == 0)
+        .map_or_else(|| format!("{ms}ms"), |(unit, name)| format!("{}{name}", ms / unit));
+    format!("{}/{period}{}", r.jobs, if r.by_key { " per key" } else { "" })
+}
+
 /// `1,234,567`.
 pub fn num(n: u64) -> String {
     let d = n.to_string();
@@ -184,5 +195,10 @@ mod tests {
         assert_eq!(dur(245.0), "4m 05s");
         assert_eq!(dur(12_000.0), "3h 20m");
         assert_eq!(dur(187_200.0), "2d 4h");
+        let r = |s: &str, by_key: bool| rate(&RateLimit::parse(s, by_key).unwrap());
+        assert_eq!(r("500/1s", false), "500/1s");
+        assert_eq!(r("10/250ms", true), "10/250ms per key");
+        assert_eq!(r("100/120s", false), "100/2m");
+        assert_eq!(r("7/1500ms", false), "7/1500ms");
     }
 }

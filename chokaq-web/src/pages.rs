@@ -14,8 +14,8 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Extension, Json};
 use chokaq_core::{
     CancelOutcome, DeadReason, Error, ErrorKind, JobId, JobKind, JobLocation, JobPage, JobRecord, JobStatus, JobTable,
-    ListJobsParams, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueStats, RequeueOutcome, ThroughputParams,
-    Timestamp,
+    ListJobsParams, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueStats, RateLimit, RequeueOutcome,
+    ThroughputParams, Timestamp,
 };
 use serde_json::json;
 
@@ -103,7 +103,7 @@ pub async fn script() -> Response {
 mod overview;
 mod paging;
 pub use overview::{api_overview, overview};
-use overview::{lag_class, state_badges};
+use overview::{lag_class, limit_badges, state_badges};
 
 // ---- queue ------------------------------------------------------------------------------
 
@@ -139,7 +139,8 @@ pub async fn queue(
         s,
         "<div class=\"head\"><h1>Queue <span class=\"mono\">{}</span></h1><span id=\"queue-state\">{}</span></div>{}",
         esc(q.as_str()),
-        state_badges(settings.is_paused, settings.is_active, settings.max_workers),
+        state_badges(settings.is_paused, settings.is_active, settings.max_workers)
+            + &limit_badges(settings.key_max_workers, settings.rate_limit),
         flash(&p)
     );
     s.push_str("<div class=\"cols\"><section><h2>Counts</h2><table class=\"kv\">");
@@ -173,11 +174,15 @@ pub async fn queue(
     let _ = write!(
         s,
         "<tr><th>Paused</th><td id=\"setting-paused\">{}</td></tr><tr><th>Active</th><td id=\"setting-active\">{}</td></tr>\
-         <tr><th>Max workers</th><td id=\"setting-cap\">{}</td></tr><tr><th>Zombie timeout</th><td>{}</td></tr>\
+         <tr><th>Max workers</th><td id=\"setting-cap\">{}</td></tr>\
+         <tr><th>Max workers per key</th><td id=\"setting-key-cap\">{}</td></tr>\
+         <tr><th>Rate limit</th><td id=\"setting-rate\">{}</td></tr><tr><th>Zombie timeout</th><td>{}</td></tr>\
          <tr><th>Zombie policy</th><td>{:?}</td></tr><tr><th>Updated</th><td>{}</td></tr></table>",
         if settings.is_paused { "yes" } else { "no" },
         if settings.is_active { "yes" } else { "no" },
         settings.max_workers.map(|n| n.to_string()).unwrap_or_else(|| "unlimited".into()),
+        settings.key_max_workers.map(|n| n.to_string()).unwrap_or_else(|| "unlimited".into()),
+        settings.rate_limit.map(|r| esc(&html::rate(&r))).unwrap_or_else(|| "none".into()),
         settings.zombie_timeout.map(|d| dur(d.as_secs_f64())).unwrap_or_else(|| "default".into()),
         settings.zombie_policy,
         ts_ago(settings.updated_at, now),
@@ -202,9 +207,27 @@ pub async fn queue(
             button("Set cap", "", "cap")
         );
         s.push_str(&form(&ctx, &a("cap"), &[], &cap_input, None));
+        let key_cap_input = format!(
+            "<label>Per key <input type=\"number\" name=\"key_max_workers\" min=\"0\" max=\"{}\" value=\"{}\" placeholder=\"unlimited\" class=\"num\"></label>{}",
+            chokaq_core::validate::MAX_QUEUE_WORKERS,
+            settings.key_max_workers.map(|n| n.to_string()).unwrap_or_default(),
+            button("Set key cap", "", "key-cap")
+        );
+        s.push_str(&form(&ctx, &a("key-cap"), &[], &key_cap_input, None));
+        let rate = settings.rate_limit;
+        let rate_input = format!(
+            "<label>Rate <input type=\"text\" name=\"rate\" value=\"{}\" placeholder=\"e.g. 500/1s\" size=\"10\" title=\"N/PERIOD (ms, s, m, h, d), empty for none\" \
+             pattern=\"\\s*([0-9]+/[0-9]*(ms|s|m|h|d)|[Nn][Oo][Nn][Ee])?\\s*\"></label>\
+             <label><input type=\"checkbox\" name=\"by_key\" value=\"on\"{}> per key</label>{}",
+            rate.map(|r| esc(&html::rate(&RateLimit { by_key: false, ..r }))).unwrap_or_default(),
+            if rate.is_some_and(|r| r.by_key) { " checked" } else { "" },
+            button("Set rate limit", "", "rate-limit")
+        );
+        s.push_str(&form(&ctx, &a("rate-limit"), &[], &rate_input, None));
         s.push_str("</div>");
     }
     s.push_str("</section></div>");
+    s.push_str(&busiest_keys(&qs, settings.key_max_workers));
     if let Some(sr) = &series {
         s.push_str("<h2>Throughput</h2>");
         s.push_str(&crate::chart::chart("chart-queue", sr, now));
@@ -216,6 +239,35 @@ pub async fn queue(
     );
     s.push_str(&job_table(&ctx, &jobs.jobs, now, false));
     Ok(Html(page(&ctx, &format!("Queue {}", q.as_str()), Nav::None, "queue", &s)).into_response())
+}
+
+/// The queue's busiest keys (Fetched + Processing jobs per concurrency key), keys at the cap
+/// marked; nothing for a queue without running keyed jobs and without a key cap.
+fn busiest_keys(qs: &QueueStats, key_cap: Option<u32>) -> String {
+    if qs.busiest_keys.is_empty() && key_cap.is_none() {
+        return String::new();
+    }
+    let mut s = format!(
+        "<h2>Busiest keys <span class=\"muted small\">(running per concurrency key, top {})</span></h2>\
+         <table class=\"grid\" id=\"busiest-keys\"><thead><tr><th>Key</th><th class=\"n\">Running</th></tr></thead><tbody>",
+        chokaq_core::MAX_BUSIEST_KEYS
+    );
+    if qs.busiest_keys.is_empty() {
+        s.push_str("<tr><td colspan=\"2\" class=\"muted\">No keyed job is running.</td></tr>");
+    }
+    for k in &qs.busiest_keys {
+        let at_cap = key_cap.is_some_and(|c| k.running >= u64::from(c));
+        let _ = write!(
+            s,
+            "<tr{}><td class=\"mono\" data-col=\"key\">{}</td><td class=\"n\" data-col=\"running\">{}{}</td></tr>",
+            if at_cap { " class=\"warn\"" } else { "" },
+            esc(&k.key),
+            num(k.running),
+            if at_cap { " <span class=\"badge warn\">at cap</span>" } else { "" }
+        );
+    }
+    s.push_str("</tbody></table>");
+    s
 }
 
 pub async fn api_queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Path(name): Path<String>) -> Res {
@@ -278,6 +330,26 @@ pub async fn queue_action(
                 QueueControl::SetMaxWorkers(Some(n))
             }
         }
+        "key-cap" => {
+            let raw = field(&f, "key_max_workers").unwrap_or("").trim();
+            if raw.is_empty() {
+                QueueControl::SetKeyMaxWorkers(None)
+            } else {
+                let n: u32 = raw
+                    .parse()
+                    .map_err(|_| bad(&ctx, format!("key_max_workers must be a whole number, got {raw:?}")))?;
+                QueueControl::SetKeyMaxWorkers(Some(n))
+            }
+        }
+        "rate-limit" => {
+            let raw = field(&f, "rate").unwrap_or("").trim();
+            let by_key = matches!(field(&f, "by_key"), Some("on" | "true" | "1"));
+            if raw.is_empty() || raw.eq_ignore_ascii_case("none") {
+                QueueControl::SetRateLimit(None)
+            } else {
+                QueueControl::SetRateLimit(Some(RateLimit::parse(raw, by_key).map_err(|e| backend_fail(&ctx, e))?))
+            }
+        }
         _ => return Err(fail(&ctx, StatusCode::NOT_FOUND, "no such queue action")),
     };
     let settings = st.backend.control_queue(&q, control).await.map_err(|e| backend_fail(&ctx, e))?;
@@ -298,6 +370,8 @@ fn flash(p: &Params) -> String {
         Some("activate") => "Queue activated.".to_string(),
         Some("deactivate") => "Queue deactivated.".to_string(),
         Some("cap") => "Cap set.".to_string(),
+        Some("key-cap") => "Key cap set.".to_string(),
+        Some("rate-limit") => "Rate limit set.".to_string(),
         Some("cancelled") => "Job cancelled.".to_string(),
         Some("requested") => "Cancel requested: the worker stops it at its next heartbeat.".to_string(),
         Some("notlive") => "The job is no longer live: nothing to cancel.".to_string(),
@@ -590,7 +664,8 @@ pub async fn job(
         "<div class=\"cols\"><section><h2>Job</h2><table class=\"kv\" id=\"job-fields\">\
          <tr><th>Queue</th><td><a href=\"{b}/queues/{}\">{}</a></td></tr><tr><th>Kind</th><td class=\"mono\">{}</td></tr>\
          <tr><th>Priority</th><td>{}</td></tr><tr><th>Attempts</th><td id=\"job-attempts\">{} of {}</td></tr>\
-         <tr><th>Tags</th><td>{}</td></tr><tr><th>Idempotency key</th><td class=\"mono\">{}</td></tr>\
+         <tr><th>Tags</th><td>{}</td></tr><tr><th>Concurrency key</th><td class=\"mono\" id=\"job-key\">{}</td></tr>\
+         <tr><th>Idempotency key</th><td class=\"mono\">{}</td></tr>\
          <tr><th>Created by</th><td>{}</td></tr><tr><th>Cancel requested</th><td>{}</td></tr></table></section>",
         enc(j.queue.as_str()),
         esc(j.queue.as_str()),
@@ -603,6 +678,7 @@ pub async fn job(
         } else {
             j.tags.iter().map(|t| format!("<span class=\"tag\">{}</span>", esc(t))).collect::<Vec<_>>().join(" ")
         },
+        opt(j.concurrency_key.clone()),
         opt(j.idempotency_key.clone()),
         opt(j.created_by.clone()),
         if j.cancel_requested { "yes" } else { "no" },

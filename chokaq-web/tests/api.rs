@@ -9,7 +9,8 @@
 //! `mysql://root@127.0.0.1:3306/test`) and once on SQLite (a fresh file in the temp
 //! directory). An unreachable server makes its cases ignored, or failed when
 //! `CHOKAQ_TEST_REQUIRE` names it (`postgres`, `mysql`). Requests go through
-//! `tower::ServiceExt::oneshot` (one case also through a real listener).
+//! `tower::ServiceExt::oneshot` (one case also through a real listener). The keyed cases
+//! (issue 25) run on the memory backend too.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -1050,6 +1051,151 @@ async fn schedules_page(b: Arc<dyn Backend>) -> TestResult {
     Ok(())
 }
 
+/// Issue 25: the key-cap and rate-limit controls need auth and the CSRF token (refused
+/// otherwise, and in read-only mode, changing nothing), take effect, refuse bad values with 400
+/// and nothing written; the queue page shows the key cap, the rate limit and the busiest keys
+/// with exact running counts (a hostile key escaped); the job page shows the concurrency key
+/// escaped; the JSON API carries the fields.
+async fn keyed_controls_and_pages(b: Arc<dyn Backend>) -> TestResult {
+    let qn = q("web-k");
+    let evil = "<img src=x onerror=alert(1)>";
+    let mut ids = Vec::new();
+    for key in ["a", "a", "a", "b", evil] {
+        let j = NewJob::build("web-k", "web.ok.v1").unwrap().concurrency_key(key);
+        ids.push(b.enqueue_many(vec![j]).await.map_err(err)?[0].id);
+    }
+    enqueue(&b, "web-k", "web.ok.v1", 1).await?;
+    let s = session(&b).await?;
+    let settings = || async { b.queue_settings(&qn).await.map_err(err) };
+    let before = settings().await?;
+    let acts: [(&str, Vec<(&str, &str)>); 2] = [
+        ("/queues/web-k/key-cap", vec![("key_max_workers", "2")]),
+        ("/queues/web-k/rate-limit", vec![("rate", "1000/1m"), ("by_key", "on")]),
+    ];
+    // Refused: no auth, no token, a wrong token, read-only.
+    let ro =
+        Session::new(mounted(b.clone(), WebOptions::new(Auth::bearer(TOKEN)).read_only(true)), PREFIX, Some(BEARER))
+            .login()
+            .await?;
+    let other = session(&b).await?.token.unwrap_or_default();
+    for (path, fields) in &acts {
+        let mut anon = s.clone();
+        anon.auth = None;
+        ensure_eq!(anon.post(path, fields).await?.status, StatusCode::UNAUTHORIZED, "{path} without auth");
+        let mut none = s.clone();
+        none.token = None;
+        none.cookie = None;
+        ensure_eq!(none.post(path, fields).await?.status, StatusCode::FORBIDDEN, "{path} without CSRF");
+        let mut wrong = s.clone();
+        wrong.token = Some(other.clone());
+        ensure_eq!(wrong.post(path, fields).await?.status, StatusCode::FORBIDDEN, "{path} with a wrong CSRF token");
+        ensure_eq!(ro.post(path, fields).await?.status, StatusCode::FORBIDDEN, "{path} read-only");
+    }
+    ensure_eq!(settings().await?, before, "refused controls changed nothing");
+    let page = ro.get("/queues/web-k").await?.body;
+    ensure!(!page.contains("data-action=\"key-cap\"") && !page.contains("name=\"rate\""), "read-only shows the forms");
+
+    // Taken: a 303 back to the queue page with its message.
+    for (path, fields) in &acts {
+        let r = s.post(path, fields).await?;
+        ensure_eq!(r.status, StatusCode::SEE_OTHER, "{path}: {}", r.body);
+        let done = path.rsplit('/').next().unwrap_or_default();
+        ensure_eq!(r.header(header::LOCATION), format!("{PREFIX}/queues/web-k?done={done}"), "redirect of {path}");
+    }
+    let st = settings().await?;
+    ensure_eq!(st.key_max_workers, Some(2), "key cap");
+    ensure_eq!(st.rate_limit, Some(chokaq_core::RateLimit::new(1000, Duration::from_secs(60)).by_key()), "rate limit");
+
+    // Bad values: 400, the message says why, nothing written.
+    for (path, fields, needle) in [
+        ("/queues/web-k/key-cap", vec![("key_max_workers", "lots")], "whole number"),
+        ("/queues/web-k/key-cap", vec![("key_max_workers", "1000001")], "key_max_workers"),
+        ("/queues/web-k/key-cap", vec![("key_max_workers", "-1")], "whole number"),
+        ("/queues/web-k/rate-limit", vec![("rate", "0/1s")], "jobs must be 1"),
+        ("/queues/web-k/rate-limit", vec![("rate", "5/0s")], "period"),
+        ("/queues/web-k/rate-limit", vec![("rate", "5/2d")], "period"),
+        ("/queues/web-k/rate-limit", vec![("rate", "5/1w")], "N/PERIOD"),
+        ("/queues/web-k/rate-limit", vec![("rate", "<b>5</b>")], "N/PERIOD"),
+    ] {
+        let r = s.post(path, &fields).await?;
+        ensure_eq!(r.status, StatusCode::BAD_REQUEST, "{path} {fields:?}: {}", r.body);
+        ensure!(r.body.contains(needle), "{path} {fields:?}: the error does not say {needle:?}: {}", r.body);
+        ensure!(!r.body.contains("<b>5"), "an echoed value is escaped: {}", r.body);
+    }
+    ensure_eq!(settings().await?, st, "refused values changed nothing");
+
+    // Running: key a at its cap of 2, b, the hostile key, the key-less job.
+    let (_, got) = claim(&b, "web-k", 10).await?;
+    ensure_eq!(got.len(), 5, "claimed under the key cap");
+    let page = s.get("/queues/web-k?done=key-cap").await?.body;
+    ensure!(page.contains("id=\"flash\">Key cap set."), "flash");
+    ensure!(page.contains("id=\"setting-key-cap\">2<"), "key cap on the queue page");
+    ensure!(page.contains("id=\"setting-rate\">1000/1m per key<"), "rate limit on the queue page");
+    ensure!(page.contains("data-limit=\"key-cap\">key cap 2<"), "key cap badge");
+    ensure!(!page.contains("<img src=x"), "the queue page holds the key unescaped");
+    ensure!(page.contains("&lt;img src=x onerror=alert(1)&gt;"), "the hostile key, escaped");
+    let table = page.split("id=\"busiest-keys\"").nth(1).ok_or("no busiest keys table")?;
+    let table = table.split("</table>").next().unwrap_or_default();
+    let keys: Vec<&str> =
+        table.split("data-col=\"key\">").skip(1).map(|c| c.split('<').next().unwrap_or_default()).collect();
+    let running: Vec<&str> =
+        table.split("data-col=\"running\">").skip(1).map(|c| c.split('<').next().unwrap_or_default()).collect();
+    // Most running first, ties by key ('<' sorts before 'b').
+    ensure_eq!(keys, vec!["a", "&lt;img src=x onerror=alert(1)&gt;", "b"], "busiest keys");
+    ensure_eq!(running, vec!["2 ", "1", "1"], "running per key (a at its cap)");
+    ensure!(table.contains("at cap"), "key a is marked at its cap");
+    // The forms show the current values.
+    ensure!(page.contains("name=\"key_max_workers\" min=\"0\" max=\"1000000\" value=\"2\""), "key cap form");
+    ensure!(page.contains("name=\"rate\" value=\"1000/1m\"") && page.contains("value=\"on\" checked"), "rate form");
+
+    // JSON: the queue API and the overview API.
+    let v = s.req("GET", "/api/queues/web-k", true, None).await?.json()?;
+    ensure_eq!(v["settings"]["key_max_workers"].as_u64(), Some(2), "API key cap");
+    ensure_eq!(
+        v["settings"]["rate_limit"],
+        serde_json::json!({ "jobs": 1000, "per": 60_000, "by_key": true }),
+        "API rate"
+    );
+    ensure_eq!(
+        v["stats"]["busiest_keys"],
+        serde_json::json!([{ "key": "a", "running": 2 }, { "key": evil, "running": 1 }, { "key": "b", "running": 1 }]),
+        "API busiest keys"
+    );
+    let v = s.req("GET", "/api/overview", true, None).await?.json()?;
+    let row = v["queues"].as_array().and_then(|a| a.iter().find(|x| x["queue"] == "web-k").cloned()).ok_or("row")?;
+    ensure_eq!(
+        (row["key_max_workers"].as_u64(), row["busiest_keys"][0]["running"].as_u64()),
+        (Some(2), Some(2)),
+        "overview row"
+    );
+    let overview = s.get("").await?.body;
+    ensure!(overview.contains("key cap 2") && overview.contains("rate 1000/1m per key"), "overview badges");
+
+    // The job page: the key, escaped; the job API carries it.
+    let page = s.get(&format!("/jobs/{}", ids[4])).await?.body;
+    ensure!(page.contains("id=\"job-key\">&lt;img src=x onerror=alert(1)&gt;<"), "job page key");
+    ensure!(!page.contains("<img src=x"), "the job page holds the key unescaped");
+    let v = s.req("GET", &format!("/api/jobs/{}", ids[0]), true, None).await?.json()?;
+    ensure_eq!(v["concurrency_key"].as_str(), Some("a"), "job API");
+
+    // Cleared: an empty key cap, `none` as the rate.
+    for (path, fields) in [
+        ("/queues/web-k/key-cap", vec![("key_max_workers", "")]),
+        ("/queues/web-k/rate-limit", vec![("rate", "none"), ("by_key", "on")]),
+    ] {
+        ensure_eq!(s.post(path, &fields).await?.status, StatusCode::SEE_OTHER, "{path} cleared");
+    }
+    let st = settings().await?;
+    ensure_eq!((st.key_max_workers, st.rate_limit), (None, None), "cleared");
+    let v = s.post_json("/queues/web-k/rate-limit", &[("rate", "5/250ms")]).await?.json()?;
+    ensure_eq!(v["settings"]["rate_limit"], serde_json::json!({ "jobs": 5, "per": 250, "by_key": false }), "JSON post");
+    Ok(())
+}
+
+fn keyed_cases() -> Vec<(&'static str, Case)> {
+    vec![("keyed_controls_and_pages", |b| Box::pin(keyed_controls_and_pages(b)))]
+}
+
 fn cases() -> Vec<(&'static str, Case)> {
     vec![
         ("every_get_needs_auth", |b| Box::pin(every_get_needs_auth(b))),
@@ -1140,6 +1286,11 @@ fn on_sqlite(case: Case) -> Result<(), Failed> {
     })
 }
 
+/// The memory backend (the reference semantics of issue 25's keyed cases).
+fn on_memory(case: Case) -> Result<(), Failed> {
+    runtime().block_on(case(Arc::new(chokaq_core::memory::MemoryBackend::new()))).map_err(Failed::from)
+}
+
 /// The trial of `case` on a server: run, failed (unreachable and required) or ignored.
 fn server_trial(
     name: &str,
@@ -1169,6 +1320,12 @@ fn main() -> ExitCode {
     });
     let mut trials = Vec::new();
     for (name, case) in cases() {
+        trials.push(server_trial(name, "postgres", pg_ok, on_postgres, case));
+        trials.push(server_trial(name, "mysql", my_ok, on_mysql, case));
+        trials.push(Trial::test(format!("sqlite::{name}"), move || on_sqlite(case)));
+    }
+    for (name, case) in keyed_cases() {
+        trials.push(Trial::test(format!("memory::{name}"), move || on_memory(case)));
         trials.push(server_trial(name, "postgres", pg_ok, on_postgres, case));
         trials.push(server_trial(name, "mysql", my_ok, on_mysql, case));
         trials.push(Trial::test(format!("sqlite::{name}"), move || on_sqlite(case)));

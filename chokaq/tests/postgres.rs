@@ -104,6 +104,7 @@ fn main() -> ExitCode {
         Trial::test("snooze_does_not_count", || on_fresh(common::snooze_does_not_count)),
         Trial::test("dropped_worker_hands_back", || on_fresh(common::dropped_worker_hands_back)),
         Trial::test("wakeup_beats_polling", || on_fresh(common::wakeup_beats_polling)),
+        Trial::test("keyed_cap_under_the_runtime", || on_fresh(common::keyed_cap_under_the_runtime)),
         Trial::test("twenty_workers_share_one_listener", || {
             runtime().block_on(async { twenty_workers_share_one_listener().await.map_err(Failed::from) })
         }),

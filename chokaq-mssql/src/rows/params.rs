@@ -86,6 +86,7 @@ pub(crate) fn job_json(ord: usize, id: JobId, job: &NewJob) -> Result<serde_json
         "ds": ds,
         "dn": dn,
         "by": job.created_by,
+        "ck": job.concurrency_key,
     }))
 }
 
@@ -105,49 +106,70 @@ pub(crate) fn fail_action(action: FailAction) -> (i16, Duration, Option<String>,
     }
 }
 
-/// `control_queue`'s parameters: op code, max workers, zombie timeout (ms), zombie policy.
-pub(crate) type ControlParams = (i16, Option<i32>, Option<i64>, Option<i16>);
+/// `control_queue`'s parameters, in their order (`@P2` to `@P9`; `@P1` is the queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ControlParams {
+    /// The op code.
+    pub(crate) code: i16,
+    /// `MaxWorkers` (op 5).
+    pub(crate) max: Option<i32>,
+    /// A timeout in ms: zombie (op 6) or fetched (op 8).
+    pub(crate) timeout_ms: Option<i64>,
+    /// The zombie policy (op 7).
+    pub(crate) policy: Option<i16>,
+    /// `KeyMaxWorkers` (op 9).
+    pub(crate) key_max: Option<i32>,
+    /// `RateJobs`, `RatePerMs`, `RateByKey` (op 10; all `None` clears the limit).
+    pub(crate) rate_jobs: Option<i32>,
+    pub(crate) rate_per_ms: Option<i64>,
+    pub(crate) rate_by_key: Option<bool>,
+}
 
 /// A queue control as [`ControlParams`] (op 1 pause, 2 resume, 3 activate, 4 deactivate,
-/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy).
+/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy, 8 set fetched timeout,
+/// 9 set the per-key cap, 10 set the rate limit). The caller ran `control.validate()`.
 pub(crate) fn control_params(control: QueueControl) -> Result<ControlParams> {
-    let mut max: Option<i32> = None;
-    let mut zombie_ms: Option<i64> = None;
-    let mut policy: Option<i16> = None;
-    let code: i16 = match control {
+    let mut p = ControlParams::default();
+    let too_large = |what: &str, n: u32| Error::invalid(format!("{what} {n} is too large"));
+    p.code = match control {
         QueueControl::Pause => 1,
         QueueControl::Resume => 2,
         QueueControl::Activate => 3,
         QueueControl::Deactivate => 4,
         QueueControl::SetMaxWorkers(n) => {
-            max = n
-                .map(|n| i32::try_from(n).map_err(|_| Error::invalid(format!("max_workers {n} is too large"))))
-                .transpose()?;
+            p.max = n.map(|n| i32::try_from(n).map_err(|_| too_large("max_workers", n))).transpose()?;
             5
         }
         QueueControl::SetZombieTimeout(d) => {
-            zombie_ms = d.map(|d| millis("zombie_timeout", d)).transpose()?;
+            p.timeout_ms = d.map(|d| millis("zombie_timeout", d)).transpose()?;
             6
         }
-        QueueControl::SetKeyMaxWorkers(_) | QueueControl::SetRateLimit(_) => {
-            return Err(chokaq_core::Error::new(
-                chokaq_core::ErrorKind::Unsupported,
-                "keyed caps and rate limits are not in this backend yet (issue 25)",
-            ))
+        QueueControl::SetKeyMaxWorkers(n) => {
+            p.key_max = n.map(|n| i32::try_from(n).map_err(|_| too_large("key_max_workers", n))).transpose()?;
+            9
+        }
+        QueueControl::SetRateLimit(limit) => {
+            if let Some(l) = limit {
+                l.validate()?;
+                p.rate_jobs = Some(i32::try_from(l.jobs).map_err(|_| too_large("rate limit jobs", l.jobs))?);
+                p.rate_per_ms = Some(l.per_millis());
+                p.rate_by_key = Some(l.by_key);
+            }
+            10
         }
         QueueControl::SetFetchedTimeout(d) => {
-            zombie_ms = d.map(|d| millis("fetched_timeout", d)).transpose()?;
+            p.timeout_ms = d.map(|d| millis("fetched_timeout", d)).transpose()?;
             8
         }
-        QueueControl::SetZombiePolicy(p) => {
-            policy = Some(match p {
+        QueueControl::SetZombiePolicy(z) => {
+            p.policy = Some(match z {
                 ZombiePolicy::Retry => 0,
                 ZombiePolicy::DeadLetter => 1,
             });
             7
         }
     };
-    Ok((code, max, zombie_ms, policy))
+    Ok(p)
 }
 
 #[cfg(test)]
@@ -189,6 +211,38 @@ mod tests {
         let v = job_json(0, JobId::new(), &job).unwrap();
         assert_eq!((v["ds"].as_i64(), v["dn"].as_i64()), (Some(90), Some(500)));
         assert_eq!(v["t"], serde_json::Value::Null);
+    }
+
+    /// Issue 25: the per-key cap and the rate limit as `control_queue`'s parameters (ops 9
+    /// and 10); `SetRateLimit(None)` clears all three rate columns; a limit out of range is
+    /// `InvalidInput` here too (the backend also runs `control.validate()` first).
+    #[test]
+    fn keyed_caps_and_rate_limits_become_control_parameters() {
+        use chokaq_core::RateLimit;
+        let p = control_params(QueueControl::SetKeyMaxWorkers(Some(0))).unwrap();
+        assert_eq!((p.code, p.key_max, p.rate_jobs), (9, Some(0), None));
+        let p = control_params(QueueControl::SetKeyMaxWorkers(None)).unwrap();
+        assert_eq!((p.code, p.key_max), (9, None));
+        let limit = RateLimit::new(500, Duration::from_secs(1)).by_key();
+        let p = control_params(QueueControl::SetRateLimit(Some(limit))).unwrap();
+        assert_eq!((p.code, p.rate_jobs, p.rate_per_ms, p.rate_by_key), (10, Some(500), Some(1000), Some(true)));
+        let p = control_params(QueueControl::SetRateLimit(None)).unwrap();
+        assert_eq!((p.code, p.rate_jobs, p.rate_per_ms, p.rate_by_key), (10, None, None, None));
+        for bad in [
+            RateLimit::new(0, Duration::from_secs(1)),
+            RateLimit::new(1, Duration::from_micros(500)),
+            RateLimit::new(1, Duration::from_secs(2 * 86_400)),
+        ] {
+            let e = control_params(QueueControl::SetRateLimit(Some(bad))).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+        // The enqueue document carries the key.
+        let job = NewJob::build("q", "k").unwrap().concurrency_key("tenant-42");
+        assert_eq!(job_json(0, JobId::new(), &job).unwrap()["ck"], "tenant-42");
+        assert_eq!(
+            job_json(0, JobId::new(), &NewJob::build("q", "k").unwrap()).unwrap()["ck"],
+            serde_json::Value::Null
+        );
     }
 
     #[test]

@@ -20,9 +20,13 @@
 /// longer than the session's lock timeout is error 1222 (retried).
 ///
 /// Parameters: `@P1` queue, `@P2` op (1 pause, 2 resume, 3 activate, 4 deactivate,
-/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy, 8 set fetched timeout),
-/// `@P3` max workers, `@P4` the timeout in ms (zombie for op 6, fetched for op 8), `@P5`
-/// zombie policy. Returns the row.
+/// 5 set max workers, 6 set zombie timeout, 7 set zombie policy, 8 set fetched timeout,
+/// 9 set the per-key cap, 10 set the rate limit), `@P3` max workers, `@P4` the timeout in ms
+/// (zombie for op 6, fetched for op 8), `@P5` zombie policy, `@P6` the per-key cap
+/// (`KeyMaxWorkers`), `@P7` / `@P8` / `@P9` the rate limit (`RateJobs`, `RatePerMs`,
+/// `RateByKey`; op 10 with all NULL clears the limit: `RateByKey` back to 0). The claims
+/// read these under the same gate row, so a per-key cap or a rate limit binds every claim
+/// that commits after this call returned. Returns the row.
 pub(super) const CONTROL_QUEUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Name VARCHAR(128) = @P1;
@@ -30,6 +34,10 @@ DECLARE @Op SMALLINT = @P2;
 DECLARE @MaxWorkers INT = @P3;
 DECLARE @ZombieTimeoutMs BIGINT = @P4;
 DECLARE @ZombiePolicy SMALLINT = @P5;
+DECLARE @KeyMaxWorkers INT = @P6;
+DECLARE @RateJobs INT = @P7;
+DECLARE @RatePerMs BIGINT = @P8;
+DECLARE @RateByKey BIT = @P9;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 IF NOT EXISTS (SELECT 1 FROM {schema}.[QueueLocks] AS l WITH (NOLOCK) WHERE l.[Queue] = @Name AND l.[Kind] = 0)
     INSERT INTO {schema}.[QueueLocks] ([Queue], [Kind])
@@ -55,12 +63,16 @@ SET
     q.[ZombieTimeoutMs] = CASE WHEN @Op = 6 THEN @ZombieTimeoutMs ELSE q.[ZombieTimeoutMs] END,
     q.[ZombiePolicy] = CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE q.[ZombiePolicy] END,
     q.[FetchedTimeoutMs] = CASE WHEN @Op = 8 THEN @ZombieTimeoutMs ELSE q.[FetchedTimeoutMs] END,
+    q.[KeyMaxWorkers] = CASE WHEN @Op = 9 THEN @KeyMaxWorkers ELSE q.[KeyMaxWorkers] END,
+    q.[RateJobs] = CASE WHEN @Op = 10 THEN @RateJobs ELSE q.[RateJobs] END,
+    q.[RatePerMs] = CASE WHEN @Op = 10 THEN @RatePerMs ELSE q.[RatePerMs] END,
+    q.[RateByKey] = CASE WHEN @Op = 10 THEN ISNULL(@RateByKey, 0) ELSE q.[RateByKey] END,
     q.[UpdatedAtUtc] = @Now
 FROM {schema}.[Queues] AS q WITH (FORCESEEK)
 WHERE q.[Name] = @Name;
 IF @@ROWCOUNT = 0
     INSERT INTO {schema}.[Queues] ([Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
-    [FetchedTimeoutMs], [CreatedAtUtc], [UpdatedAtUtc])
+    [FetchedTimeoutMs], [KeyMaxWorkers], [RateJobs], [RatePerMs], [RateByKey], [CreatedAtUtc], [UpdatedAtUtc])
     VALUES (
         @Name,
         CASE WHEN @Op = 5 THEN @MaxWorkers END,
@@ -69,17 +81,23 @@ IF @@ROWCOUNT = 0
         CASE WHEN @Op = 6 THEN @ZombieTimeoutMs END,
         CASE WHEN @Op = 7 THEN @ZombiePolicy ELSE 0 END,
         CASE WHEN @Op = 8 THEN @ZombieTimeoutMs END,
+        CASE WHEN @Op = 9 THEN @KeyMaxWorkers END,
+        CASE WHEN @Op = 10 THEN @RateJobs END,
+        CASE WHEN @Op = 10 THEN @RatePerMs END,
+        CASE WHEN @Op = 10 THEN ISNULL(@RateByKey, 0) ELSE 0 END,
         @Now,
         @Now
     );
 COMMIT TRANSACTION;
 SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
-    [FetchedTimeoutMs], [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
+    [FetchedTimeoutMs], [KeyMaxWorkers], [RateJobs], [RatePerMs], [RateByKey], [UpdatedAtUtc] \
+    FROM {schema}.[Queues] WHERE [Name] = @Name;";
 
 /// One queue's row (none when it has no control row). `@P1` queue.
 pub(super) const QUEUE_SETTINGS: &str = "DECLARE @Name VARCHAR(128) = @P1;
 SELECT [Name], [MaxWorkers], [IsPaused], [IsActive], [ZombieTimeoutMs], [ZombiePolicy], \
-    [FetchedTimeoutMs], [UpdatedAtUtc] FROM {schema}.[Queues] WHERE [Name] = @Name;";
+    [FetchedTimeoutMs], [KeyMaxWorkers], [RateJobs], [RatePerMs], [RateByKey], [UpdatedAtUtc] \
+    FROM {schema}.[Queues] WHERE [Name] = @Name;";
 
 /// Maintenance purges (`@Locked` = 1): the batch's transaction takes the `rescue` row of
 /// `Locks` with `READPAST`; held by another instance, nothing is deleted and `Deleted` is -1.
@@ -202,6 +220,12 @@ END;
 /// `IX_JobsDlq_Queue` (queue and finish time only) for the two history tables: the scans
 /// still grow with the tables, but read a small fraction of their pages, which keeps the
 /// snapshot short. The `SET` ends with the batch (`sp_executesql`).
+///
+/// `BusiestKeys` (issue 25) is each queue's busiest concurrency keys as a JSON array
+/// `[{"k": key, "n": running}, …]` (NULL when none runs): the keys with the most Fetched +
+/// Processing jobs, at most 5 (`chokaq_core::MAX_BUSIEST_KEYS`), most running first, ties by
+/// key (binary collation order), a seek per queue on `IX_JobsHot_ActiveKey`. It is a
+/// subquery of the same statement, so it reads the same snapshot as the counts.
 pub(super) const STATS: &str = "SET NOCOUNT ON;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @Snapshot BIT = 0;
@@ -214,7 +238,15 @@ BEGIN TRANSACTION;
 SELECT @Snapshot AS [IsSnapshot], @Now AS [Now];
 SELECT y.[Queue], y.[Pending], y.[Fetched], y.[Processing], y.[Archived], y.[Dead], y.[Cancelled], y.[OldestDue],
     c.[Name], c.[MaxWorkers], c.[IsPaused], c.[IsActive], c.[ZombieTimeoutMs], c.[ZombiePolicy], c.[FetchedTimeoutMs],
-    c.[UpdatedAtUtc]
+    c.[KeyMaxWorkers], c.[RateJobs], c.[RatePerMs], c.[RateByKey], c.[UpdatedAtUtc],
+    (
+        SELECT TOP (5) b.[ConcurrencyKey] AS [k], COUNT_BIG(*) AS [n]
+        FROM {schema}.[JobsHot] AS b
+        WHERE b.[Queue] = y.[Queue] AND b.[Status] IN (1, 2) AND b.[ConcurrencyKey] IS NOT NULL
+        GROUP BY b.[ConcurrencyKey]
+        ORDER BY COUNT_BIG(*) DESC, b.[ConcurrencyKey] ASC
+        FOR JSON PATH
+    ) AS [BusiestKeys]
 FROM (
 SELECT
     x.[Queue],
@@ -293,19 +325,19 @@ SET DEADLOCK_PRIORITY LOW;
 BEGIN TRANSACTION;
 SELECT 0 AS [Loc], h.[Id], h.[Queue], h.[Kind], h.[Payload], h.[Tags], h.[IdempotencyKey], h.[Priority], \
     h.[Attempt], h.[MaxAttempts], h.[Lease], h.[WorkerId], h.[HeartbeatUtc], h.[ScheduledAtUtc], h.[CreatedAtUtc], \
-    h.[StartedAtUtc], h.[UpdatedAtUtc], h.[LastError], h.[CreatedBy], h.[Status] AS [Status], \
+    h.[StartedAtUtc], h.[UpdatedAtUtc], h.[LastError], h.[CreatedBy], h.[ConcurrencyKey], h.[Status] AS [Status], \
     h.[CancelRequested] AS [CancelRequested], CAST(NULL AS DATETIME2(7)) AS [FinishedAtUtc], \
     CAST(NULL AS VARCHAR(32)) AS [Reason] FROM {schema}.[JobsHot] AS h WHERE h.[Id] = @Id
 UNION ALL
 SELECT 1 AS [Loc], a.[Id], a.[Queue], a.[Kind], a.[Payload], a.[Tags], a.[IdempotencyKey], a.[Priority], \
     a.[Attempt], a.[MaxAttempts], a.[Lease], a.[WorkerId], a.[HeartbeatUtc], a.[ScheduledAtUtc], a.[CreatedAtUtc], \
-    a.[StartedAtUtc], a.[UpdatedAtUtc], a.[LastError], a.[CreatedBy], CAST(NULL AS SMALLINT) AS [Status], \
+    a.[StartedAtUtc], a.[UpdatedAtUtc], a.[LastError], a.[CreatedBy], a.[ConcurrencyKey], CAST(NULL AS SMALLINT) AS [Status], \
     CAST(0 AS BIT) AS [CancelRequested], a.[FinishedAtUtc] AS [FinishedAtUtc], \
     CAST(NULL AS VARCHAR(32)) AS [Reason] FROM {schema}.[JobsArchive] AS a WHERE a.[Id] = @Id
 UNION ALL
 SELECT 2 AS [Loc], d.[Id], d.[Queue], d.[Kind], d.[Payload], d.[Tags], d.[IdempotencyKey], d.[Priority], \
     d.[Attempt], d.[MaxAttempts], d.[Lease], d.[WorkerId], d.[HeartbeatUtc], d.[ScheduledAtUtc], d.[CreatedAtUtc], \
-    d.[StartedAtUtc], d.[UpdatedAtUtc], d.[LastError], d.[CreatedBy], CAST(NULL AS SMALLINT) AS [Status], \
+    d.[StartedAtUtc], d.[UpdatedAtUtc], d.[LastError], d.[CreatedBy], d.[ConcurrencyKey], CAST(NULL AS SMALLINT) AS [Status], \
     CAST(0 AS BIT) AS [CancelRequested], d.[FinishedAtUtc] AS [FinishedAtUtc], \
     d.[Reason] AS [Reason] FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = @Id;
 COMMIT TRANSACTION;";
@@ -326,7 +358,7 @@ DECLARE @CreatedFrom DATETIME2(7) = @P7;
 DECLARE @CreatedTo DATETIME2(7) = @P8;
 SELECT TOP (@Limit) 0 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
     t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
-    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[Status] AS [Status], \
+    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[ConcurrencyKey], t.[Status] AS [Status], \
     t.[CancelRequested] AS [CancelRequested], CAST(NULL AS DATETIME2(7)) AS [FinishedAtUtc], \
     CAST(NULL AS VARCHAR(32)) AS [Reason]
 FROM {schema}.[JobsHot] AS t
@@ -353,7 +385,7 @@ DECLARE @CreatedFrom DATETIME2(7) = @P7;
 DECLARE @CreatedTo DATETIME2(7) = @P8;
 SELECT TOP (@Limit) 1 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
     t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
-    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], \
+    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[ConcurrencyKey], \
     CAST(NULL AS SMALLINT) AS [Status], CAST(0 AS BIT) AS [CancelRequested], t.[FinishedAtUtc] AS [FinishedAtUtc], \
     CAST(NULL AS VARCHAR(32)) AS [Reason]
 FROM {schema}.[JobsArchive] AS t
@@ -378,7 +410,7 @@ DECLARE @CreatedFrom DATETIME2(7) = @P7;
 DECLARE @CreatedTo DATETIME2(7) = @P8;
 SELECT TOP (@Limit) 2 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
     t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
-    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], \
+    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[ConcurrencyKey], \
     CAST(NULL AS SMALLINT) AS [Status], CAST(0 AS BIT) AS [CancelRequested], t.[FinishedAtUtc] AS [FinishedAtUtc], \
     t.[Reason] AS [Reason]
 FROM {schema}.[JobsDlq] AS t

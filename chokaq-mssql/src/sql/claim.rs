@@ -6,7 +6,8 @@
 /// `{"o": ordinal, "id": "<32 hex>", "q": queue, "k": kind, "p": "<payload JSON text>",
 /// "t": "<tags JSON text>"|null, "key": key|null, "pr": priority, "ma": max_attempts,
 /// "at": "yyyy-mm-ddThh:mm:ss.fffffff"|null, "ds": delay seconds|null, "dn": delay nanos,
-/// "by": created_by|null}`.
+/// "by": created_by|null, "ck": concurrency key|null}`. The concurrency key is stored as given
+/// (`NVARCHAR(255)`, binary collation; core validated it: at most 255 bytes, text rules).
 ///
 /// A job due later than now is stored Scheduled (`Status` 3), outside the claim index, and
 /// promoted to Pending by the claim once due (see [`CLAIM`]); a job due now is Pending (0).
@@ -45,12 +46,13 @@ DECLARE @In TABLE (
     [MaxAttempts] INT NOT NULL,
     [ScheduledAtUtc] DATETIME2(7) NULL,
     [CreatedBy] NVARCHAR(255) NULL,
-    [FirstOfKey] BIT NOT NULL
+    [FirstOfKey] BIT NOT NULL,
+    [ConcurrencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL
 );
 DECLARE @Inserted TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY);
 DECLARE @KeysLocked BIGINT;
 INSERT INTO @In ([Ord], [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [MaxAttempts], \
-    [ScheduledAtUtc], [CreatedBy], [FirstOfKey])
+    [ScheduledAtUtc], [CreatedBy], [FirstOfKey], [ConcurrencyKey])
 SELECT
     j.[Ord],
     CONVERT(BINARY(16), j.[Id], 2),
@@ -73,7 +75,8 @@ SELECT
             PARTITION BY j.[Queue] COLLATE Latin1_General_BIN2, j.[IdempotencyKey] COLLATE Latin1_General_BIN2
         ) THEN 1
         ELSE 0
-    END
+    END,
+    j.[ConcurrencyKey]
 FROM OPENJSON(@Jobs) WITH (
     [Ord] INT '$.o',
     [Id] CHAR(32) '$.id',
@@ -87,7 +90,8 @@ FROM OPENJSON(@Jobs) WITH (
     [At] DATETIME2(7) '$.at',
     [DelaySec] INT '$.ds',
     [DelayNs] INT '$.dn',
-    [CreatedBy] NVARCHAR(255) '$.by'
+    [CreatedBy] NVARCHAR(255) '$.by',
+    [ConcurrencyKey] NVARCHAR(255) '$.ck'
 ) AS j;
 BEGIN TRANSACTION;
 SELECT @KeysLocked = COUNT_BIG(*)
@@ -102,13 +106,13 @@ INNER LOOP JOIN {schema}.[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)
 OPTION (FORCE ORDER);
 INSERT INTO {schema}.[JobsHot] (
     [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Status], [Attempt], [MaxAttempts],
-    [ScheduledAtUtc], [DueAtUtc], [CreatedAtUtc], [UpdatedAtUtc], [CancelRequested], [CreatedBy]
+    [ScheduledAtUtc], [DueAtUtc], [CreatedAtUtc], [UpdatedAtUtc], [CancelRequested], [CreatedBy], [ConcurrencyKey]
 )
 OUTPUT INSERTED.[Id] INTO @Inserted ([Id])
 SELECT
     i.[Id], i.[Queue], i.[Kind], i.[Payload], i.[Tags], i.[IdempotencyKey], i.[Priority],
     CASE WHEN ISNULL(i.[ScheduledAtUtc], @Now) > @Now THEN 3 ELSE 0 END, 0, i.[MaxAttempts],
-    i.[ScheduledAtUtc], ISNULL(i.[ScheduledAtUtc], @Now), @Now, @Now, 0, i.[CreatedBy]
+    i.[ScheduledAtUtc], ISNULL(i.[ScheduledAtUtc], @Now), @Now, @Now, 0, i.[CreatedBy], i.[ConcurrencyKey]
 FROM @In AS i
 WHERE i.[FirstOfKey] = 1
     AND (
@@ -151,8 +155,8 @@ mod tests {
         assert!(c.contains("CROSS APPLY"));
         // The per-queue seek: skip-locked, U-locked, and a seek whatever the plan.
         assert!(c.contains(
-            "FROM [chokaq].[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n        \
-             WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now\n        \
+            "FROM [chokaq].[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n            \
+             WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now\n            \
              ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC"
         ));
         assert!(c.contains("FROM [chokaq].[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)"));
@@ -186,13 +190,17 @@ mod tests {
         // Row k of the claim, in claim order, gets first + k - 1: distinct, inside the range.
         assert!(c.contains("h.[Lease] = @FirstLease + p.[Rn] - 1,"));
         let order = "ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, c.[Id] ASC";
-        assert!(
-            c.contains(&format!("SELECT TOP (@Limit)\n        c.[Id],\n        ROW_NUMBER() OVER ({order}) AS [Rn]"))
-        );
-        assert!(c.contains(&format!(") AS c\n    {order}\n) AS p ON p.[Id] = h.[Id]")));
-        // The numbering runs over the few rows the per-queue seeks returned, never the backlog.
-        assert_eq!(c.matches("ROW_NUMBER").count(), 1);
-        assert!(at(c, "ROW_NUMBER") < at(c, "CROSS APPLY (\n        SELECT TOP (CASE"));
+        let numbered = order.replace("c.[", "u.[");
+        assert!(c.contains(&format!(
+            "SELECT TOP (@Limit)\n        u.[Id],\n        ROW_NUMBER() OVER ({numbered}) AS [Rn]"
+        )));
+        assert!(c.contains(&format!(") AS u\n    {numbered}\n) AS p ON p.[Id] = h.[Id]")));
+        // The numbering runs over the few rows the per-queue seeks (and the guarded queues'
+        // chosen rows, `@C`) returned, never the backlog; the only other ROW_NUMBER ranks the
+        // guarded queues' candidates per key (issue 25).
+        assert_eq!(c.matches("ROW_NUMBER").count(), 2);
+        assert_eq!(c.matches("ROW_NUMBER() OVER (PARTITION BY r.[CKey]").count(), 1);
+        assert!(at(c, "ROW_NUMBER() OVER (ORDER BY u.") < at(c, "CROSS APPLY (\n            SELECT TOP (CASE"));
         // The range is reserved before the transaction, after the queue list is known.
         assert!(at(c, "sp_sequence_get_range") < at(c, "BEGIN TRANSACTION;"));
         // A model of the numbering: k rows from first get k distinct leases in [first, first + limit).
@@ -257,7 +265,7 @@ mod tests {
         assert!(c.contains("    ELSE\n        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;"));
         // Name order: the cap loop walks MIN(Name) upwards.
         assert!(
-            c.contains("SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL AND [Name] > @Name);")
+            c.contains("SET @Name = (SELECT MIN([Name]) FROM @Q WHERE ([MaxWorkers] IS NOT NULL OR [Guarded] = 1) AND [Name] > @Name);")
         );
         // Shared queue gates, then settings, then cap rows, then the claim.
         let shared = at(c, "AND l.[Kind] = 0");

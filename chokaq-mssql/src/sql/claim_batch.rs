@@ -47,7 +47,11 @@
 //!      `Slots = least(Freed, MaxWorkers - (Active - Freed))`, never below 0.
 //! 7. (`complete_and_claim` only) The `@Done` rows move to `JobsArchive` (the complete's
 //!    move), and the ids archived under the given leases and this worker are returned.
-//! 8. THE claim: one `UPDATE … OUTPUT INSERTED`, per queue a bounded `FORCESEEK` on
+//! 8. Keyed and rate-limited ("guarded") queues (issue 25): their cap row was taken waiting
+//!    and exclusive in step 6 (never the handoff); [`KEYS`] reads the claim time again, counts
+//!    each key's running jobs and the rate windows after the locks, and chooses their rows in
+//!    rounds that skip full keys (`docs/sqlserver.md`, keyed caps and rate limits).
+//! 9. THE claim: one `UPDATE … OUTPUT INSERTED`, per queue a bounded `FORCESEEK` on
 //!    `IX_JobsHot_Pending` (`TOP (min(limit, Slots))` inside `CROSS APPLY`,
 //!    `UPDLOCK, READPAST, ROWLOCK`), the best `@Limit` across queues numbered by
 //!    `ROW_NUMBER` over those few rows.
@@ -100,11 +104,36 @@ DECLARE @Name VARCHAR(128);
 DECLARE @Got BIGINT;
 DECLARE @RangeFirst SQL_VARIANT;
 DECLARE @FirstLease BIGINT;
+DECLARE @KeyMax INT;
+DECLARE @RateJobs INT;
+DECLARE @RatePerMs BIGINT;
+DECLARE @RateByKey BIT;
+DECLARE @KeyDefault BIGINT;
+DECLARE @QueueRoom BIGINT;
+DECLARE @Need BIGINT;
+DECLARE @Round INT;
+DECLARE @Since DATETIME2(7);
 DECLARE @Q TABLE (
     [Name] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL PRIMARY KEY,
     [MaxWorkers] INT NULL,
     [Slots] INT NULL,
-    [Freed] INT NOT NULL DEFAULT 0
+    [Freed] INT NOT NULL DEFAULT 0,
+    [KeyMax] INT NULL,
+    [RateJobs] INT NULL,
+    [RatePerMs] BIGINT NULL,
+    [RateByKey] BIT NULL,
+    [Guarded] BIT NOT NULL DEFAULT 0
+);
+DECLARE @C TABLE (
+    [Id] BINARY(16) NOT NULL PRIMARY KEY,
+    [Queue] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL,
+    [CKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL,
+    [Priority] INT NOT NULL,
+    [DueAtUtc] DATETIME2(7) NOT NULL
+);
+DECLARE @K TABLE (
+    [CKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NOT NULL PRIMARY KEY,
+    [Room] BIGINT NOT NULL
 );
 DECLARE @Done TABLE (
     [Id] BINARY(16) NOT NULL PRIMARY KEY,
@@ -181,15 +210,33 @@ FROM @Q AS t
 INNER JOIN {schema}.[Queues] AS q WITH (FORCESEEK) ON q.[Name] = t.[Name]
 WHERE q.[IsPaused] = 1 OR q.[IsActive] = 0;
 UPDATE t
-SET t.[MaxWorkers] = q.[MaxWorkers]
+SET
+    t.[MaxWorkers] = q.[MaxWorkers],
+    t.[KeyMax] = q.[KeyMaxWorkers],
+    t.[RateJobs] = q.[RateJobs],
+    t.[RatePerMs] = q.[RatePerMs],
+    t.[RateByKey] = q.[RateByKey],
+    t.[Guarded] = CASE WHEN q.[KeyMaxWorkers] IS NOT NULL OR q.[RateJobs] IS NOT NULL THEN 1 ELSE 0 END
 FROM @Q AS t
 INNER JOIN {schema}.[Queues] AS q WITH (FORCESEEK) ON q.[Name] = t.[Name]
-WHERE q.[MaxWorkers] IS NOT NULL;
-SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL);
+WHERE q.[MaxWorkers] IS NOT NULL OR q.[KeyMaxWorkers] IS NOT NULL OR q.[RateJobs] IS NOT NULL;
+SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL OR [Guarded] = 1);
 WHILE @Name IS NOT NULL
 BEGIN
     SET @Got = 0;
-    IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit
+    IF (SELECT t.[Guarded] FROM @Q AS t WHERE t.[Name] = @Name) = 1
+    BEGIN
+        SELECT @Got = COUNT_BIG(*)
+        FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK)
+        WHERE l.[Queue] = @Name AND l.[Kind] = 1;
+        IF @Got = 0
+            THROW 51002, N'chokaq: a queue lock row is missing; retried', 1;
+        UPDATE l
+        SET l.[LastTakenAtUtc] = @Now
+        FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK)
+        WHERE l.[Queue] = @Name AND l.[Kind] = 1;
+    END
+    ELSE IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit
     BEGIN
         SELECT @Got = COUNT_BIG(*)
         FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)
@@ -212,7 +259,7 @@ BEGIN
             FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
             WHERE h.[Queue] = t.[Name] AND h.[Status] IN (1, 2)
         ) AS a
-        WHERE t.[Name] = @Name;
+        WHERE t.[Name] = @Name AND t.[MaxWorkers] IS NOT NULL;
     ELSE IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) > 0
     BEGIN
         IF NOT EXISTS (
@@ -237,7 +284,102 @@ BEGIN
     END
     ELSE
         UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;
-    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL AND [Name] > @Name);
+    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE ([MaxWorkers] IS NOT NULL OR [Guarded] = 1) AND [Name] > @Name);
+END;
+";
+
+/// Keyed and rate-limited queues ("guarded": `KeyMaxWorkers` or `RateJobs` set; issue 25):
+/// their candidates, chosen under the cap row each holds since [`GATES_AND_CAPS`] (taken
+/// waiting, exclusive), into `@C`. The claim's time is read again here (`@Now`), after every
+/// lock is held: it is the stamp the starts log gets and Start mode's `StartedAtUtc`.
+///
+/// Per guarded queue, in name order: its per-key allowances into `@K` (a key's room: the cap
+/// less its Fetched + Processing jobs, and, with a per-key rate limit, the limit less its
+/// log entries stamped after `@Now - per`; the smaller), from statements that start after the
+/// lock is held and read the latest committed rows (`READCOMMITTEDLOCK`, also under
+/// READ_COMMITTED_SNAPSHOT); `@KeyDefault`, the room of a key with nothing running and
+/// nothing logged; `@QueueRoom`, the queue's own room (the limit, the cap's `Slots`, and a
+/// queue-wide rate limit less its log entries in the window). Then rounds: the next due
+/// rows in claim order (`FORCESEEK` on `IX_JobsHot_Pending`, `UPDLOCK, READPAST, ROWLOCK` as
+/// the plain claim) that are key-less or whose key still has room counting the rows `@C`
+/// already holds; rows past a key's room (a round may take several of one key) are dropped
+/// again, and their key is then full, so the next round skips it and takes the next keys: a
+/// key at its cap never holds back other keys. At most 10 rounds; a round that drops nothing
+/// and finds fewer rows than it asked for ends it (everything it may take is in).
+const KEYS: &str = "IF EXISTS (SELECT 1 FROM @Q WHERE [Guarded] = 1)
+    SET @Now = SYSUTCDATETIME();
+SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Guarded] = 1);
+WHILE @Name IS NOT NULL
+BEGIN
+    SELECT
+        @KeyMax = t.[KeyMax],
+        @RateJobs = t.[RateJobs],
+        @RatePerMs = t.[RatePerMs],
+        @RateByKey = t.[RateByKey],
+        @QueueRoom = CASE WHEN t.[Slots] IS NULL OR t.[Slots] > @Limit THEN @Limit ELSE t.[Slots] END
+    FROM @Q AS t
+    WHERE t.[Name] = @Name;
+    SET @Since = DATEADD(MILLISECOND, -(@RatePerMs % 1000), DATEADD(SECOND, -(@RatePerMs / 1000), @Now));
+    SET @KeyDefault = CASE
+        WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL AND (@KeyMax IS NULL OR @RateJobs < @KeyMax) THEN @RateJobs
+        ELSE @KeyMax
+    END;
+    IF @RateJobs IS NOT NULL AND @RateByKey = 0
+        SELECT @QueueRoom = CASE WHEN @RateJobs - COUNT_BIG(*) < @QueueRoom THEN @RateJobs - COUNT_BIG(*) ELSE @QueueRoom END
+        FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, FORCESEEK)
+        WHERE s.[Queue] = @Name AND s.[Stamp] > @Since;
+    DELETE FROM @K;
+    INSERT INTO @K ([CKey], [Room])
+    SELECT x.[CKey], MIN(x.[Room])
+    FROM (
+        SELECT h.[ConcurrencyKey] AS [CKey], @KeyMax - COUNT_BIG(*) AS [Room]
+        FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
+        WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN (1, 2) AND h.[ConcurrencyKey] IS NOT NULL
+        GROUP BY h.[ConcurrencyKey]
+        UNION ALL
+        SELECT s.[CKey], @RateJobs - COUNT_BIG(*)
+        FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, FORCESEEK)
+        WHERE @RateByKey = 1 AND @RateJobs IS NOT NULL AND s.[Queue] = @Name AND s.[Stamp] > @Since \
+    AND s.[CKey] IS NOT NULL
+        GROUP BY s.[CKey]
+    ) AS x
+    GROUP BY x.[CKey];
+    SET @Need = CASE WHEN @QueueRoom > 0 THEN @QueueRoom ELSE 0 END;
+    SET @Round = 0;
+    WHILE @Need > 0 AND @Round < 10
+    BEGIN
+        SET @Round = @Round + 1;
+        INSERT INTO @C ([Id], [Queue], [CKey], [Priority], [DueAtUtc])
+        SELECT TOP (@Need) j.[Id], j.[Queue], j.[ConcurrencyKey], j.[Priority], j.[DueAtUtc]
+        FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+        WHERE j.[Queue] = @Name AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now
+            AND NOT EXISTS (SELECT 1 FROM @C AS c WHERE c.[Id] = j.[Id])
+            AND (
+                j.[ConcurrencyKey] IS NULL
+                OR @KeyDefault IS NULL
+                OR ISNULL((SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]), @KeyDefault)
+                    > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])
+            )
+        ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC;
+        SET @Got = @@ROWCOUNT;
+        IF @Got = 0
+            BREAK;
+        DELETE c
+        FROM @C AS c
+        INNER JOIN (
+            SELECT
+                r.[Id],
+                ROW_NUMBER() OVER (PARTITION BY r.[CKey] ORDER BY r.[Priority] DESC, r.[DueAtUtc] ASC, r.[Id] ASC) AS [Rn]
+            FROM @C AS r
+            WHERE r.[Queue] = @Name AND r.[CKey] IS NOT NULL
+        ) AS n ON n.[Id] = c.[Id]
+        LEFT JOIN @K AS k ON k.[CKey] = c.[CKey]
+        WHERE @KeyDefault IS NOT NULL AND n.[Rn] > ISNULL(k.[Room], @KeyDefault);
+        IF @@ROWCOUNT = 0 AND @Got < @Need
+            BREAK;
+        SET @Need = @QueueRoom - (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name);
+    END;
+    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Guarded] = 1 AND [Name] > @Name);
 END;
 ";
 
@@ -248,10 +390,11 @@ const ARCHIVE_DONE: &str = "DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
     DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], \
-    DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now \
+    DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now, \
+    DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Done AS d ON h.[Id] = d.[Id]
 WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;
@@ -262,7 +405,12 @@ INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease
 WHERE a.[WorkerId] = @WorkerId;
 ";
 
-/// THE claim and the commit.
+/// THE claim, the starts log, and the commit. The candidates are the plain queues' bounded
+/// seeks (`CROSS APPLY`, as before issue 25) and the guarded queues' rows chosen in [`KEYS`]
+/// (`@C`), the best `@Limit` of them numbered for their leases. Then every claimed row of a
+/// rate-limited queue gets its entry in `StartsLog` (queue, key, `@Now`: the stamp, equal to
+/// Start mode's `StartedAtUtc`), in this transaction: the rows this UPDATE claimed are the ones
+/// of `@C` that now carry this worker and a lease of this claim's range.
 const TAKE: &str = "UPDATE h
 SET
     h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,
@@ -276,23 +424,38 @@ SET
 OUTPUT INSERTED.[Id], INSERTED.[Queue], INSERTED.[Kind], INSERTED.[Payload], INSERTED.[Tags], \
     INSERTED.[IdempotencyKey], INSERTED.[Priority], INSERTED.[Attempt], INSERTED.[MaxAttempts], INSERTED.[Lease], \
     INSERTED.[WorkerId], INSERTED.[HeartbeatUtc], INSERTED.[ScheduledAtUtc], INSERTED.[CreatedAtUtc], \
-    INSERTED.[StartedAtUtc], INSERTED.[UpdatedAtUtc], INSERTED.[LastError], INSERTED.[CreatedBy], INSERTED.[Status]
+    INSERTED.[StartedAtUtc], INSERTED.[UpdatedAtUtc], INSERTED.[LastError], INSERTED.[CreatedBy], INSERTED.[Status], \
+    INSERTED.[ConcurrencyKey]
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN (
     SELECT TOP (@Limit)
-        c.[Id],
-        ROW_NUMBER() OVER (ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, c.[Id] ASC) AS [Rn]
-    FROM @Q AS t
-    CROSS APPLY (
-        SELECT TOP (CASE WHEN t.[Slots] IS NULL OR t.[Slots] > @Limit THEN @Limit ELSE t.[Slots] END)
-            j.[Id], j.[Priority], j.[DueAtUtc]
-        FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-        WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now
-        ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC
-    ) AS c
-    ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, c.[Id] ASC
+        u.[Id],
+        ROW_NUMBER() OVER (ORDER BY u.[Priority] DESC, u.[DueAtUtc] ASC, u.[Id] ASC) AS [Rn]
+    FROM (
+        SELECT c.[Id], c.[Priority], c.[DueAtUtc]
+        FROM @Q AS t
+        CROSS APPLY (
+            SELECT TOP (CASE WHEN t.[Slots] IS NULL OR t.[Slots] > @Limit THEN @Limit ELSE t.[Slots] END)
+                j.[Id], j.[Priority], j.[DueAtUtc]
+            FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+            WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now
+            ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC
+        ) AS c
+        WHERE t.[Guarded] = 0
+        UNION ALL
+        SELECT g.[Id], g.[Priority], g.[DueAtUtc]
+        FROM @C AS g
+    ) AS u
+    ORDER BY u.[Priority] DESC, u.[DueAtUtc] ASC, u.[Id] ASC
 ) AS p ON p.[Id] = h.[Id]
 WHERE h.[Status] = 0;
+INSERT INTO {schema}.[StartsLog] ([Queue], [CKey], [Stamp])
+SELECT h.[Queue], h.[ConcurrencyKey], @Now
+FROM @C AS g
+INNER JOIN @Q AS t ON t.[Name] = g.[Queue]
+INNER JOIN {schema}.[JobsHot] AS h WITH (FORCESEEK) ON h.[Id] = g.[Id]
+WHERE t.[RateJobs] IS NOT NULL AND h.[WorkerId] = @WorkerId AND h.[Lease] >= @FirstLease \
+    AND h.[Lease] < @FirstLease + @Limit;
 COMMIT TRANSACTION;";
 
 /// The claim: `@P1` JSON array of queue names, `@P2` worker id, `@P3` limit, `@P4` mode
@@ -301,14 +464,14 @@ COMMIT TRANSACTION;";
 /// claimed rows. Nothing is freed (`@Done` stays empty), so every capped queue takes the
 /// counting lock or is skipped.
 pub(super) fn claim() -> String {
-    [CLAIM_PARAMS, PREPARE, GATES_AND_CAPS, TAKE].concat()
+    [CLAIM_PARAMS, PREPARE, GATES_AND_CAPS, KEYS, TAKE].concat()
 }
 
 /// `complete_and_claim` in one batch and one transaction: `@P1` leases JSON, `@P2` worker,
 /// `@P3` queues JSON, `@P4` limit, `@P5` mode. Returns two result sets: the ids archived
 /// under the given leases (`Id`), then the claimed rows (as [`claim`]).
 pub(super) fn complete_and_claim() -> String {
-    [HANDOFF_PARAMS, PREPARE, LOCK_DONE, GATES_AND_CAPS, ARCHIVE_DONE, TAKE].concat()
+    [HANDOFF_PARAMS, PREPARE, LOCK_DONE, GATES_AND_CAPS, ARCHIVE_DONE, KEYS, TAKE].concat()
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ fn complete_and_claim_is_one_transaction_in_the_handoff_order() {
     let claim_tail = &c[at(c, "DECLARE @Now")..];
     let handoff_without_done = h[at(h, "DECLARE @Now")..]
         .replace(&h[at(h, "INSERT INTO @Done")..at(h, "SELECT @Got = COUNT_BIG(*)")], "")
-        .replace(&h[at(h, "DELETE h\nOUTPUT")..at(h, "UPDATE h\nSET\n")], "");
+        .replace(&h[at(h, "DELETE h\nOUTPUT")..at(h, "IF EXISTS (SELECT 1 FROM @Q WHERE [Guarded] = 1)")], "");
     assert_eq!(claim_tail, handoff_without_done, "the claim and the handoff share every other line");
 }
 
@@ -106,7 +106,7 @@ fn the_cap_step_counts_under_the_lock_or_hands_on_at_most_the_freed_slots() {
     let h = &st.complete_and_claim;
     let try_count = at(
         h,
-        "    IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit\n    BEGIN\n        SELECT @Got = \
+        "    ELSE IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit\n    BEGIN\n        SELECT @Got = \
          COUNT_BIG(*)\n        FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)",
     );
     let counting = at(h, "    IF @Got = 1\n        UPDATE t\n");
@@ -198,8 +198,8 @@ fn the_lease_range_gives_row_k_first_plus_k_minus_1_for_batches_of_1_2_and_the_m
         assert!(sql.contains("SET @FirstLease = CAST(@RangeFirst AS BIGINT);"));
         assert!(sql.contains("h.[Lease] = @FirstLease + p.[Rn] - 1,"));
         assert!(sql.contains(
-            "SELECT TOP (@Limit)\n        c.[Id],\n        ROW_NUMBER() OVER (ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, \
-             c.[Id] ASC) AS [Rn]"
+            "SELECT TOP (@Limit)\n        u.[Id],\n        ROW_NUMBER() OVER (ORDER BY u.[Priority] DESC, u.[DueAtUtc] ASC, \
+             u.[Id] ASC) AS [Rn]"
         ));
         // The range is drawn before the transaction: a rollback cannot give its values back.
         assert!(at(sql, "sp_sequence_get_range") < at(sql, "BEGIN TRANSACTION;"));
@@ -276,4 +276,223 @@ fn the_queue_lock_rows_are_made_before_the_transaction_and_migrated() {
     );
     assert!(at(o, "BEGIN TRANSACTION;") < table && table < v8 && v8 < at(o, "COMMIT TRANSACTION;"));
     assert!(st.drop_schema.contains("DROP TABLE IF EXISTS [chokaq].[QueueLocks];"));
+}
+
+/// Issue 25: a keyed or rate-limited ("guarded") queue's claim waits for its cap row
+/// (exclusive, no `READPAST`), in the cap loop's name order, and never takes the handoff: its
+/// counts always run under the lock. The key step runs after every lock is held (and, in
+/// `complete_and_claim`, after the archive), with the claim's time read again there.
+#[test]
+fn guarded_queues_wait_for_their_cap_row_and_never_hand_off() {
+    let st = Statements::new("chokaq").unwrap();
+    for (name, sql) in [("claim", &st.claim), ("complete_and_claim", &st.complete_and_claim)] {
+        let settings = at(
+            sql,
+            "    t.[Guarded] = CASE WHEN q.[KeyMaxWorkers] IS NOT NULL OR q.[RateJobs] IS NOT NULL THEN 1 ELSE 0 END\n",
+        );
+        let loop_start =
+            at(sql, "SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL OR [Guarded] = 1);");
+        let wait = at(
+            sql,
+            "    IF (SELECT t.[Guarded] FROM @Q AS t WHERE t.[Name] = @Name) = 1\n    BEGIN\n        SELECT @Got = \
+             COUNT_BIG(*)\n        FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK)\n        WHERE l.[Queue] = @Name \
+             AND l.[Kind] = 1;\n        IF @Got = 0\n            THROW 51002,",
+        );
+        let handoff_or_skip =
+            at(sql, "    END\n    ELSE IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit");
+        assert!(settings < loop_start && loop_start < wait && wait < handoff_or_skip, "{name}");
+        // A guarded queue leaves the branch with @Got = 1: the counting allowance (only where a
+        // queue cap is set), never the handoff's.
+        assert!(sql.contains("        WHERE t.[Name] = @Name AND t.[MaxWorkers] IS NOT NULL;\n    ELSE IF"), "{name}");
+        let keys = at(sql, "IF EXISTS (SELECT 1 FROM @Q WHERE [Guarded] = 1)\n    SET @Now = SYSUTCDATETIME();");
+        let take = at(sql, "UPDATE h\nSET\n    h.[Status] = CASE WHEN @Mode = 2");
+        assert!(at(sql, "WHILE @Name IS NOT NULL") < keys && keys < take, "{name}");
+        if name == "complete_and_claim" {
+            assert!(at(sql, "INTO [chokaq].[JobsArchive] (") < keys, "the key counts see the archive");
+        }
+        // Every count of the key step is a locking read of committed rows, under the lock.
+        let k = &sql[keys..take];
+        assert_eq!(k.matches("WITH (READCOMMITTEDLOCK, FORCESEEK)").count(), 3, "{name}");
+        assert!(!k.contains("READPAST, FORCESEEK)\n        WHERE @KeyMax"), "{name}: counts never skip rows");
+    }
+}
+
+/// Issue 25, the key step's text: the key room, the default room, the queue room (cap slots
+/// and a queue-wide rate window), the rounds that skip full keys, the per-key ranking that
+/// drops rows past a key's room, and the bound of 10 rounds.
+#[test]
+fn the_key_step_skips_full_keys_and_ranks_per_key() {
+    let st = Statements::new("chokaq").unwrap();
+    let c = &st.claim;
+    assert!(c.contains(
+        "        SELECT h.[ConcurrencyKey] AS [CKey], @KeyMax - COUNT_BIG(*) AS [Room]\n        FROM [chokaq].[JobsHot] AS \
+         h WITH (READCOMMITTEDLOCK, FORCESEEK)\n        WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN \
+         (1, 2) AND h.[ConcurrencyKey] IS NOT NULL\n"
+    ));
+    assert!(c.contains(
+        "WHERE @RateByKey = 1 AND @RateJobs IS NOT NULL AND s.[Queue] = @Name AND s.[Stamp] > @Since AND s.[CKey] IS NOT \
+         NULL"
+    ));
+    assert!(c.contains("    SELECT x.[CKey], MIN(x.[Room])\n"));
+    assert!(c.contains(
+        "        WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL AND (@KeyMax IS NULL OR @RateJobs < @KeyMax) THEN \
+         @RateJobs\n        ELSE @KeyMax\n"
+    ));
+    assert!(c.contains("    IF @RateJobs IS NOT NULL AND @RateByKey = 0\n"));
+    assert!(c.contains("        WHERE s.[Queue] = @Name AND s.[Stamp] > @Since;\n"));
+    assert!(c.contains(
+        "    SET @Since = DATEADD(MILLISECOND, -(@RatePerMs % 1000), DATEADD(SECOND, -(@RatePerMs / 1000), @Now));"
+    ));
+    let scan = at(
+        c,
+        "        FROM [chokaq].[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n        WHERE j.[Queue] = \
+         @Name AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now\n",
+    );
+    assert!(c[scan..].contains(
+        "                OR ISNULL((SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]), @KeyDefault)\n            \
+         \u{20}       > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])\n"
+    ));
+    let drop =
+        at(c, "ROW_NUMBER() OVER (PARTITION BY r.[CKey] ORDER BY r.[Priority] DESC, r.[DueAtUtc] ASC, r.[Id] ASC)");
+    assert!(scan < drop);
+    assert!(c.contains("        WHERE @KeyDefault IS NOT NULL AND n.[Rn] > ISNULL(k.[Room], @KeyDefault);\n"));
+    assert!(c.contains("    WHILE @Need > 0 AND @Round < 10\n"));
+    assert!(c.contains("        IF @@ROWCOUNT = 0 AND @Got < @Need\n            BREAK;\n"));
+    // The claim takes the plain queues by their seeks and the guarded ones from @C only.
+    assert!(c.contains(
+        "        WHERE t.[Guarded] = 0\n        UNION ALL\n        SELECT g.[Id], g.[Priority], g.[DueAtUtc]\n"
+    ));
+}
+
+/// Issue 25, the rate limit's starts log: every claimed row of a rate-limited queue gets one
+/// entry (queue, key, `@Now`) in the claim's transaction, after the claim and before the
+/// commit; `@Now` is also Start mode's `StartedAtUtc`, and it is read after the locks.
+#[test]
+fn a_rate_limited_claim_logs_each_start_with_the_claims_stamp() {
+    let st = Statements::new("chokaq").unwrap();
+    for sql in [&st.claim, &st.complete_and_claim] {
+        let log = at(
+            sql,
+            "INSERT INTO [chokaq].[StartsLog] ([Queue], [CKey], [Stamp])\nSELECT h.[Queue], h.[ConcurrencyKey], @Now\nFROM \
+             @C AS g\nINNER JOIN @Q AS t ON t.[Name] = g.[Queue]\nINNER JOIN [chokaq].[JobsHot] AS h WITH (FORCESEEK) ON \
+             h.[Id] = g.[Id]\nWHERE t.[RateJobs] IS NOT NULL AND h.[WorkerId] = @WorkerId AND h.[Lease] >= @FirstLease \
+             AND h.[Lease] < @FirstLease + @Limit;\nCOMMIT TRANSACTION;",
+        );
+        assert!(at(sql, "WHERE h.[Status] = 0;\n") < log);
+        assert!(sql.contains("    h.[StartedAtUtc] = CASE WHEN @Mode = 2 THEN @Now ELSE h.[StartedAtUtc] END,\n"));
+        assert_eq!(sql.matches("SET @Now = SYSUTCDATETIME();").count(), 1, "one re-read, after the locks");
+        assert!(
+            at(sql, "SET @Now = SYSUTCDATETIME();")
+                > at(sql, "FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK)\n")
+        );
+    }
+}
+
+/// A model of the key step (the rounds as the statement runs them) against the reference
+/// greedy walk (the memory backend's claim): on random small backlogs of a few keys, with key
+/// rooms from running jobs and rate windows, a default room and a queue room, the rounds take
+/// exactly the rows the greedy walk takes, in claim order: no key at its room holds back
+/// another, and no key goes past its room.
+#[test]
+fn the_rounds_take_what_the_greedy_walk_takes() {
+    use std::collections::HashMap;
+    type Row = (u32, Option<u8>);
+    fn room_of(k: u8, rooms: &HashMap<u8, i64>, default: Option<i64>) -> Option<i64> {
+        rooms.get(&k).copied().or(default)
+    }
+    fn greedy(rows: &[Row], rooms: &HashMap<u8, i64>, default: Option<i64>, queue_room: i64) -> Vec<u32> {
+        let mut taken: Vec<u32> = Vec::new();
+        let mut per: HashMap<u8, i64> = HashMap::new();
+        for (id, key) in rows {
+            if taken.len() as i64 >= queue_room {
+                break;
+            }
+            if let Some(k) = key {
+                if let Some(room) = room_of(*k, rooms, default) {
+                    if *per.get(k).unwrap_or(&0) >= room {
+                        continue;
+                    }
+                }
+                *per.entry(*k).or_default() += 1;
+            }
+            taken.push(*id);
+        }
+        taken
+    }
+    // The statement: rounds of TOP (@Need) over rows not in @C whose key has room counting
+    // @C, then the per-key ranking drops rows past a key's room.
+    fn rounds(rows: &[Row], rooms: &HashMap<u8, i64>, default: Option<i64>, queue_room: i64) -> (Vec<u32>, u32) {
+        let mut c: Vec<Row> = Vec::new();
+        let mut need = queue_room.max(0);
+        let mut round = 0;
+        while need > 0 && round < 10 {
+            round += 1;
+            let before = c.clone();
+            let count = |k: u8| before.iter().filter(|(_, x)| *x == Some(k)).count() as i64;
+            let picked: Vec<Row> = rows
+                .iter()
+                .filter(|(id, key)| {
+                    !before.iter().any(|(x, _)| x == id)
+                        && match key {
+                            None => true,
+                            Some(k) => default.is_none() || room_of(*k, rooms, default).unwrap() > count(*k),
+                        }
+                })
+                .take(need as usize)
+                .copied()
+                .collect();
+            let got = picked.len() as i64;
+            c.extend(picked);
+            if got == 0 {
+                break;
+            }
+            c.sort_by_key(|(id, _)| *id);
+            let mut rank: HashMap<u8, i64> = HashMap::new();
+            let len = c.len();
+            c.retain(|(_, key)| match key {
+                Some(k) if default.is_some() => {
+                    let r = rank.entry(*k).or_default();
+                    *r += 1;
+                    *r <= room_of(*k, rooms, default).unwrap()
+                }
+                _ => true,
+            });
+            let dropped = len - c.len();
+            if dropped == 0 && got < need {
+                break;
+            }
+            need = queue_room - c.len() as i64;
+        }
+        (c.into_iter().map(|(id, _)| id).collect(), round)
+    }
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for _ in 0..5_000 {
+        let keys = 1 + next(4) as u8;
+        // Claim order is id order here (priority and due time folded into the id).
+        let rows: Vec<Row> = (0..next(30) as u32)
+            .map(|id| (id, if next(4) == 0 { None } else { Some(next(u64::from(keys)) as u8) }))
+            .collect();
+        let default = if next(5) == 0 { None } else { Some(next(4) as i64) };
+        let mut rooms = HashMap::new();
+        if let Some(d) = default {
+            for k in 0..keys {
+                if next(2) == 0 {
+                    // Running jobs or logged starts: a room below the default, maybe negative (a
+                    // lowered cap).
+                    rooms.insert(k, d - next(4) as i64);
+                }
+            }
+        }
+        let queue_room = next(12) as i64;
+        let expect = greedy(&rows, &rooms, default, queue_room);
+        let (got, used) = rounds(&rows, &rooms, default, queue_room);
+        assert_eq!(got, expect, "rows {rows:?} rooms {rooms:?} default {default:?} queue room {queue_room}");
+        assert!(used <= u32::from(keys) + 2, "{used} rounds for {keys} keys");
+    }
 }

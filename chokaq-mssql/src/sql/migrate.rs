@@ -80,7 +80,11 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.[Locks] AS l WITH (UPDLOCK, HOLDLOCK) W
 /// creates the `Schedules` table of periodic jobs (version 4), adds `ExpiredHolds` and
 /// `IX_JobsHot_Held` (version 7), creates `QueueLocks` (version 8: the claim's per-queue gate
 /// and cap locks, rows `Kind` 0 and 1 of each queue, inserted on first use), and records
-/// versions 1 to 4 and 6 to 8 in `SchemaVersions`.
+/// versions 1 to 4 and 6 to 8 in `SchemaVersions`. Schema version 9's columns and table are
+/// added here too (`ConcurrencyKey` on the three job tables, `NVARCHAR(255)` in the binary
+/// collation; `Queues.KeyMaxWorkers`, `RateJobs`, `RatePerMs`, `RateByKey`; the `StartsLog`
+/// table of rate-limited claims), each only where it is missing, and nothing else in the batch
+/// names them; their indexes and the version record are [`MIGRATE_KEYS`], the next batch.
 ///
 /// `ExpiredHolds` counts how often a held Fetched job (claimed with `ClaimMode::Hold`: Fetched
 /// with a heartbeat) expired, its worker gone before its start was recorded; the rescue
@@ -290,6 +294,26 @@ IF OBJECT_ID(N'{schema}.[QueueLocks]', N'U') IS NULL
     );
 IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 8)
     INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (8, SYSUTCDATETIME());
+IF COL_LENGTH(N'{schema}.[JobsHot]', N'ConcurrencyKey') IS NULL
+    ALTER TABLE {schema}.[JobsHot] ADD [ConcurrencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL;
+IF COL_LENGTH(N'{schema}.[JobsArchive]', N'ConcurrencyKey') IS NULL
+    ALTER TABLE {schema}.[JobsArchive] ADD [ConcurrencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL;
+IF COL_LENGTH(N'{schema}.[JobsDlq]', N'ConcurrencyKey') IS NULL
+    ALTER TABLE {schema}.[JobsDlq] ADD [ConcurrencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL;
+IF COL_LENGTH(N'{schema}.[Queues]', N'KeyMaxWorkers') IS NULL
+    ALTER TABLE {schema}.[Queues] ADD [KeyMaxWorkers] INT NULL;
+IF COL_LENGTH(N'{schema}.[Queues]', N'RateJobs') IS NULL
+    ALTER TABLE {schema}.[Queues] ADD [RateJobs] INT NULL;
+IF COL_LENGTH(N'{schema}.[Queues]', N'RatePerMs') IS NULL
+    ALTER TABLE {schema}.[Queues] ADD [RatePerMs] BIGINT NULL;
+IF COL_LENGTH(N'{schema}.[Queues]', N'RateByKey') IS NULL
+    ALTER TABLE {schema}.[Queues] ADD [RateByKey] BIT NOT NULL CONSTRAINT [DF_Queues_RateByKey] DEFAULT (0);
+IF OBJECT_ID(N'{schema}.[StartsLog]', N'U') IS NULL
+    CREATE TABLE {schema}.[StartsLog] (
+        [Queue] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL,
+        [CKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL,
+        [Stamp] DATETIME2(7) NOT NULL
+    );
 COMMIT TRANSACTION;";
 
 /// Disables lock escalation on the three job tables (only where it is not disabled yet, so a
@@ -307,4 +331,39 @@ IF EXISTS (SELECT 1 FROM sys.tables \
     WHERE [object_id] = OBJECT_ID(N'{schema}.[JobsArchive]') AND [lock_escalation] <> 1)
     ALTER TABLE {schema}.[JobsArchive] SET (LOCK_ESCALATION = DISABLE);
 IF EXISTS (SELECT 1 FROM sys.tables WHERE [object_id] = OBJECT_ID(N'{schema}.[JobsDlq]') AND [lock_escalation] <> 1)
-    ALTER TABLE {schema}.[JobsDlq] SET (LOCK_ESCALATION = DISABLE);";
+    ALTER TABLE {schema}.[JobsDlq] SET (LOCK_ESCALATION = DISABLE);
+IF EXISTS (SELECT 1 FROM sys.tables \
+    WHERE [object_id] = OBJECT_ID(N'{schema}.[StartsLog]') AND [lock_escalation] <> 1)
+    ALTER TABLE {schema}.[StartsLog] SET (LOCK_ESCALATION = DISABLE);";
+
+/// Schema version 9 (issue 25: concurrency keys, per-key caps, rate limits), a batch of its own
+/// run right after [`MIGRATE_OBJECTS`], under the same `migrate` row of `Locks` in one
+/// transaction: the indexes on the columns [`MIGRATE_OBJECTS`] adds (`ConcurrencyKey`, and the
+/// `StartsLog` table it creates), which cannot be in that batch: SQL Server binds a batch's
+/// columns when it compiles the batch, so a statement naming a column that an earlier
+/// statement of the same batch adds to an existing table fails to compile (error 207).
+///
+/// - `IX_JobsHot_ActiveKey (Queue, ConcurrencyKey) WHERE Status IN (1, 2) AND ConcurrencyKey
+///   IS NOT NULL`: the per-key running count of a keyed claim (a range seek on the queue, one
+///   entry per running keyed job) and `stats`' busiest keys.
+/// - `CX_StartsLog (Queue, Stamp)`, clustered: the rate window of a queue is one range seek
+///   (`Queue = @Name AND Stamp > now - per`), and rescue's prune another.
+pub(super) const MIGRATE_KEYS: &str = "SET XACT_ABORT ON;
+SET LOCK_TIMEOUT 30000;
+BEGIN TRANSACTION;
+UPDATE l
+SET l.[LastTakenAtUtc] = SYSUTCDATETIME()
+FROM {schema}.[Locks] AS l WITH (ROWLOCK)
+WHERE l.[Name] = 'migrate';
+IF @@ROWCOUNT = 0
+    THROW 51003, N'chokaq: the migration lock row is missing from the Locks table', 1;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes \
+    WHERE [name] = N'IX_JobsHot_ActiveKey' AND [object_id] = OBJECT_ID(N'{schema}.[JobsHot]'))
+    CREATE NONCLUSTERED INDEX [IX_JobsHot_ActiveKey] \
+    ON {schema}.[JobsHot] ([Queue], [ConcurrencyKey]) WHERE [Status] IN (1, 2) AND [ConcurrencyKey] IS NOT NULL;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes \
+    WHERE [name] = N'CX_StartsLog' AND [object_id] = OBJECT_ID(N'{schema}.[StartsLog]'))
+    CREATE CLUSTERED INDEX [CX_StartsLog] ON {schema}.[StartsLog] ([Queue], [Stamp]);
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 9)
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (9, SYSUTCDATETIME());
+COMMIT TRANSACTION;";

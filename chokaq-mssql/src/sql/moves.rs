@@ -71,10 +71,11 @@ DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
     DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], \
-    DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now \
+    DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now, \
+    DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
     ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
@@ -166,10 +167,11 @@ BEGIN
     OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], \
     DELETED.[IdempotencyKey], DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], \
     DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], \
-    DELETED.[StartedAtUtc], @Now, ISNULL(@Error, DELETED.[LastError]), DELETED.[CreatedBy], @Now, @Reason, 3 \
+    DELETED.[StartedAtUtc], @Now, ISNULL(@Error, DELETED.[LastError]), DELETED.[CreatedBy], @Now, @Reason, 3, \
+    DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [Outcome])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [Outcome], [ConcurrencyKey])
     FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
     WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2;
     IF @@ROWCOUNT = 1
@@ -219,10 +221,10 @@ DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
-    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled' \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Cancelled AS c ON c.[Id] = h.[Id]
 WHERE h.[Status] = 1 AND h.[CancelRequested] = 1;
@@ -263,7 +265,18 @@ SELECT c.[Id] FROM @Cancelled AS c;";
 /// Pending when attempts remain, the queue's policy is Retry (0) and no cancel was accepted,
 /// else to `JobsDlq`: reason `cancelled` when `CancelRequested` is set (an accepted cancel is
 /// final), else `zombie`. The three reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim
-/// does: rows locked by others are skipped. Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
+/// does: rows locked by others are skipped.
+///
+/// Last, the starts log of rate limits (issue 25) is pruned: per queue that has entries
+/// (found `READPAST`, so an uncommitted claim's entries are never waited for), only when this
+/// call can take, without waiting (`READPAST`), the queue's gate row `UPDLOCK` (so no
+/// `control_queue` can change its rate limit meanwhile; claims share the gate) and its cap row
+/// `XLOCK` (the row every counting claimer of a rate-limited queue holds from before it stamps
+/// its starts until it commits, so no claim is between its stamp and its count): a queue
+/// with a rate limit loses the entries at or before now minus its window (no claim stamped
+/// after this commits can count them), a queue without one loses them all. A queue whose rows
+/// are held is left for the next call. The rows stay held to the commit, right after.
+/// Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
 pub(super) const RESCUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -281,6 +294,9 @@ DECLARE @ZombiesRetried INT = 0;
 DECLARE @ZombiesDead INT = 0;
 DECLARE @Z TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Retry] BIT NOT NULL);
 DECLARE @H TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Dead] BIT NOT NULL);
+DECLARE @PruneQueue VARCHAR(128);
+DECLARE @PrunePerMs BIGINT;
+DECLARE @Got BIGINT;
 BEGIN TRANSACTION;
 UPDATE l
 SET l.[LastTakenAtUtc] = @Now
@@ -347,10 +363,11 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
     CASE WHEN DELETED.[CancelRequested] = 1 THEN DELETED.[LastError] ELSE CONCAT(N'held ', \
     DELETED.[ExpiredHolds] + 1, N' times by workers that stopped before its start was recorded') END, \
-    DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' ELSE 'zombie' END \
+    DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' ELSE 'zombie' END, \
+    DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @H AS x ON x.[Id] = h.[Id]
 WHERE x.[Dead] = 1 AND h.[Status] = 1;
@@ -383,14 +400,41 @@ OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
     DELETED.[LastError], DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' \
-    ELSE 'zombie' END \
+    ELSE 'zombie' END, DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @Z AS z ON z.[Id] = h.[Id]
 WHERE z.[Retry] = 0 AND h.[Status] = 2;
 SET @ZombiesDead = @ZombiesDead + @@ROWCOUNT;
+SET @PruneQueue = (SELECT MIN(s.[Queue]) FROM {schema}.[StartsLog] AS s WITH (READPAST));
+WHILE @PruneQueue IS NOT NULL
+BEGIN
+    SET @Got = 0;
+    SELECT @Got = COUNT_BIG(*)
+    FROM {schema}.[QueueLocks] AS l WITH (UPDLOCK, ROWLOCK, READPAST)
+    WHERE l.[Queue] = @PruneQueue AND l.[Kind] = 0;
+    IF @Got = 1
+        SELECT @Got = COUNT_BIG(*)
+        FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)
+        WHERE l.[Queue] = @PruneQueue AND l.[Kind] = 1;
+    IF @Got = 1
+    BEGIN
+        SET @PrunePerMs = NULL;
+        SELECT @PrunePerMs = q.[RatePerMs]
+        FROM {schema}.[Queues] AS q WITH (FORCESEEK)
+        WHERE q.[Name] = @PruneQueue AND q.[RateJobs] IS NOT NULL;
+        DELETE s
+        FROM {schema}.[StartsLog] AS s WITH (ROWLOCK, READPAST, FORCESEEK)
+        WHERE s.[Queue] = @PruneQueue
+            AND (
+                @PrunePerMs IS NULL
+                OR s.[Stamp] <= DATEADD(MILLISECOND, -(@PrunePerMs % 1000), DATEADD(SECOND, -(@PrunePerMs / 1000), @Now))
+            );
+    END;
+    SET @PruneQueue = (SELECT MIN(s.[Queue]) FROM {schema}.[StartsLog] AS s WITH (READPAST) WHERE s.[Queue] > @PruneQueue);
+END;
 COMMIT TRANSACTION;
 SELECT CAST(1 AS BIT) AS [Ran], @FetchedReleased AS [FetchedReleased], @ZombiesRetried AS [ZombiesRetried], \
     @ZombiesDead AS [ZombiesDead];";
@@ -413,10 +457,10 @@ DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
-    @Error, DELETED.[CreatedBy], @Now, 'failed' \
+    @Error, DELETED.[CreatedBy], @Now, 'failed', DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] IN (1, 2);
 SET @Moved = @@ROWCOUNT;
@@ -462,10 +506,10 @@ DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
-    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled' \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
-    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason])
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 WHERE h.[Id] = @Id AND (h.[Status] IN (0, 3) OR (h.[Status] = 1 AND h.[HeartbeatUtc] IS NULL));
 IF @@ROWCOUNT = 1
@@ -499,11 +543,11 @@ OUTPUT
     DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey],
     DELETED.[Priority], 0, DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[CreatedAtUtc], @Now, \
     DELETED.[LastError],
-    DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0
+    DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0, DELETED.[ConcurrencyKey]
 INTO {schema}.[JobsHot] (
     [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey],
     [Priority], [Attempt], [MaxAttempts], [Lease], [CreatedAtUtc], [UpdatedAtUtc], [LastError],
-    [CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds]
+    [CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds], [ConcurrencyKey]
 )
 FROM {schema}.[JobsDlq] AS d WITH (FORCESEEK)
 WHERE d.[Id] = @Id;
@@ -563,8 +607,8 @@ mod tests {
         let st = Statements::new("chokaq").unwrap();
         let f = &st.fail;
         assert!(f.contains("h.[Outcome] = @Action + 1"), "retry records 1, snooze 2");
-        assert!(f.contains("DELETED.[CreatedBy], @Now, @Reason, 3 INTO [chokaq].[JobsDlq]"));
-        assert!(f.contains("[FinishedAtUtc], [Reason], [Outcome])"));
+        assert!(f.contains("DELETED.[CreatedBy], @Now, @Reason, 3, DELETED.[ConcurrencyKey] INTO [chokaq].[JobsDlq]"));
+        assert!(f.contains("[FinishedAtUtc], [Reason], [Outcome], [ConcurrencyKey])"));
         let repeat = &f[at(f, "SELECT @Result = h.[Outcome], @Due = h.[DueAtUtc]")..];
         assert!(repeat
             .contains("WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[Status] IN (0, 3) AND h.[Outcome] IN (1, 2);"));
@@ -612,7 +656,7 @@ mod tests {
         let delete = at(f, "DELETE h");
         assert!(update < cancelled && cancelled < delete, "decided before the move");
         // The move writes @Reason and the result row reports it.
-        assert!(f.contains("DELETED.[CreatedBy], @Now, @Reason, 3 INTO [chokaq].[JobsDlq]"));
+        assert!(f.contains("DELETED.[CreatedBy], @Now, @Reason, 3, DELETED.[ConcurrencyKey] INTO [chokaq].[JobsDlq]"));
         assert!(
             f.contains("WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] = 2;\n")
         );
@@ -641,7 +685,8 @@ mod tests {
             "WHERE h.[Id] = @Id AND h.[Lease] = @Lease AND h.[WorkerId] = @WorkerId AND h.[Status] IN (1, 2);"
         ));
         assert!(d.contains(
-            "DELETED.[StartedAtUtc], @Now, @Error, DELETED.[CreatedBy], @Now, 'failed' INTO [chokaq].[JobsDlq]"
+            "DELETED.[StartedAtUtc], @Now, @Error, DELETED.[CreatedBy], @Now, 'failed', DELETED.[ConcurrencyKey] INTO \
+             [chokaq].[JobsDlq]"
         ));
         assert!(d.contains("FROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)"));
         assert!(d.ends_with("SELECT @Moved AS [Moved];"));
@@ -779,7 +824,9 @@ mod tests {
         let read = at(r, "SELECT DISTINCT h.[Id]\nFROM [chokaq].[JobsHot] AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK)");
         assert!(r.contains("WHERE h.[Status] = 1 AND h.[WorkerId] = @WorkerId AND h.[CancelRequested] = 1;"));
         let delete = at(r, "DELETE h\n");
-        assert!(r.contains("DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled' INTO [chokaq].[JobsDlq]"));
+        assert!(r.contains(
+            "DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] INTO [chokaq].[JobsDlq]"
+        ));
         assert!(r.contains(
             "INNER JOIN @Cancelled AS c ON c.[Id] = h.[Id]\nWHERE h.[Status] = 1 AND h.[CancelRequested] = 1;"
         ));
@@ -863,7 +910,43 @@ mod tests {
     fn requeue_resets_expired_holds() {
         let st = Statements::new("chokaq").unwrap();
         let q = &st.requeue_dead;
-        assert!(q.contains("DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0\nINTO [chokaq].[JobsHot] ("));
-        assert!(q.contains("[CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds]\n)"));
+        assert!(q.contains(
+            "DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0, DELETED.[ConcurrencyKey]\nINTO [chokaq].[JobsHot] ("
+        ));
+        assert!(q.contains("[CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds], [ConcurrencyKey]\n)"));
+    }
+
+    /// Issue 25: rescue prunes the starts log last, per queue that has entries, only under
+    /// that queue's gate row (`UPDLOCK`) and cap row (`XLOCK`), both taken without waiting: a
+    /// queue with a rate limit keeps the entries after now minus its window, one without loses
+    /// them all; a queue whose rows are held is left for the next call.
+    #[test]
+    fn rescue_prunes_the_starts_log_under_the_queues_rows_without_waiting() {
+        let st = Statements::new("chokaq").unwrap();
+        let r = &st.rescue;
+        let first = at(r, "SET @PruneQueue = (SELECT MIN(s.[Queue]) FROM [chokaq].[StartsLog] AS s WITH (READPAST));");
+        let gate = at(
+            r,
+            "    SELECT @Got = COUNT_BIG(*)\n    FROM [chokaq].[QueueLocks] AS l WITH (UPDLOCK, ROWLOCK, READPAST)\n    WHERE \
+             l.[Queue] = @PruneQueue AND l.[Kind] = 0;\n    IF @Got = 1\n        SELECT @Got = COUNT_BIG(*)\n        FROM \
+             [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)\n        WHERE l.[Queue] = @PruneQueue AND \
+             l.[Kind] = 1;\n    IF @Got = 1\n",
+        );
+        let delete =
+            at(r, "        DELETE s\n        FROM [chokaq].[StartsLog] AS s WITH (ROWLOCK, READPAST, FORCESEEK)\n");
+        assert!(r[gate..delete].contains("WHERE q.[Name] = @PruneQueue AND q.[RateJobs] IS NOT NULL;"));
+        assert!(r[delete..].contains(
+            "                @PrunePerMs IS NULL\n                OR s.[Stamp] <= DATEADD(MILLISECOND, -(@PrunePerMs % 1000), \
+             DATEADD(SECOND, -(@PrunePerMs / 1000), @Now))\n"
+        ));
+        let next = at(
+            r,
+            "    SET @PruneQueue = (SELECT MIN(s.[Queue]) FROM [chokaq].[StartsLog] AS s WITH (READPAST) WHERE s.[Queue] > \
+             @PruneQueue);",
+        );
+        let zombies = at(r, "WHERE z.[Retry] = 0 AND h.[Status] = 2;");
+        assert!(
+            zombies < first && first < gate && gate < delete && delete < next && next < at(r, "COMMIT TRANSACTION;")
+        );
     }
 }

@@ -99,6 +99,7 @@ DROP TABLE IF EXISTS {schema}.[Queues];
 DROP TABLE IF EXISTS {schema}.[SchemaVersions];
 DROP TABLE IF EXISTS {schema}.[Locks];
 DROP TABLE IF EXISTS {schema}.[QueueLocks];
+DROP TABLE IF EXISTS {schema}.[StartsLog];
 DROP TABLE IF EXISTS {schema}.[Workers];
 DROP TABLE IF EXISTS {schema}.[Schedules];
 DROP SEQUENCE IF EXISTS {schema}.[LeaseSeq];

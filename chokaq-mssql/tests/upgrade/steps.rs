@@ -1,4 +1,4 @@
-//! The migration batches of every earlier SQL Server schema version (1 to 7), as each version
+//! The migration batches of every earlier SQL Server schema version (1 to 8), as each version
 //! ran them: `vN.sql` holds the batches of the commit that last shipped version N, in their
 //! order, each after a `-- batch: <name>` line, with `{schema}` / `{schema_text}` where the
 //! schema goes. Used by the upgrade test (`tests/upgrade.rs`: each version, then today's
@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 /// `(version, batches)`, oldest first.
-pub const VERSIONS: [(u32, &str); 7] = [
+pub const VERSIONS: [(u32, &str); 8] = [
     (1, include_str!("v1.sql")),
     (2, include_str!("v2.sql")),
     (3, include_str!("v3.sql")),
@@ -16,6 +16,7 @@ pub const VERSIONS: [(u32, &str); 7] = [
     (5, include_str!("v5.sql")),
     (6, include_str!("v6.sql")),
     (7, include_str!("v7.sql")),
+    (8, include_str!("v8.sql")),
 ];
 
 /// The batches of one version's file, as `(name, sql)`, rendered for `schema` (a name that
@@ -53,7 +54,7 @@ pub fn check_versions() {
         }
         let objects = &b.iter().find(|(n, _)| n == "migrate_objects").unwrap().1;
         let workers = b.iter().find(|(n, _)| n == "migrate_workers").map(|(_, s)| s.as_str()).unwrap_or_default();
-        let recorded: Vec<u32> = (1..=8)
+        let recorded: Vec<u32> = (1..=9)
             .filter(|v| {
                 let insert = format!("VALUES ({v}, SYSUTCDATETIME())");
                 objects.contains(&insert) || workers.contains(&insert)
@@ -62,5 +63,5 @@ pub fn check_versions() {
         assert_eq!(recorded.iter().max(), Some(&version), "v{version} records {recorded:?}");
         seen.push(version);
     }
-    assert_eq!(seen, (1..=7).collect::<Vec<_>>());
+    assert_eq!(seen, (1..=8).collect::<Vec<_>>());
 }

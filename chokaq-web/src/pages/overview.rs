@@ -184,7 +184,7 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
              <td class=\"n\" data-col=\"done\">{}</td><td>{}</td></tr>",
             esc(&q.queue),
             esc(&q.queue),
-            state_badges(q.is_paused, q.is_active, q.max_workers),
+            state_badges(q.is_paused, q.is_active, q.max_workers) + &limit_badges(q.key_max_workers, q.rate_limit),
             num(q.pending),
             num(q.fetched),
             num(q.processing),
@@ -209,6 +209,18 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
             ""
         }
     );
+    s
+}
+
+/// The per-key cap and the rate limit as badges (nothing when the queue has neither).
+pub(super) fn limit_badges(key_cap: Option<u32>, rate: Option<chokaq_core::RateLimit>) -> String {
+    let mut s = String::new();
+    if let Some(c) = key_cap {
+        let _ = write!(s, " <span class=\"badge\" data-limit=\"key-cap\">key cap {c}</span>");
+    }
+    if let Some(r) = rate {
+        let _ = write!(s, " <span class=\"badge\" data-limit=\"rate\">rate {}</span>", esc(&crate::html::rate(&r)));
+    }
     s
 }
 
