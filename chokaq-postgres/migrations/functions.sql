@@ -453,78 +453,139 @@ RETURNS uuid[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
-    v_ids  uuid[] := '{}';
-    v_keys text[] := '{}';
-    v_room integer[] := '{}';
-    v_take integer[] := '{}';
-    v_got  integer := 0;
+    v_ids   uuid[] := '{}';
+    v_keys  text[] := '{}';
+    v_room  integer[] := '{}';
+    v_take  integer[] := '{}';
+    v_got   integer := 0;
     v_delay text := current_setting('chokaq.test_claim_delay_ms', true);
-    v_r    record;
-    v_n    integer;
-    v_run  integer;
-    k      integer;
+    v_cid   uuid[];
+    v_cck   text[];
+    v_cp    integer[];
+    v_cd    timestamptz[];
+    v_new   text[];
+    v_seen  integer[];
+    v_lock  text[];
+    v_rk    text[] := '{}';
+    v_rn    integer[] := '{}';
+    v_sk    text[] := '{}';
+    v_sn    integer[] := '{}';
+    v_p     integer;
+    v_d     timestamptz;
+    v_i     uuid;
+    v_m     integer;
+    v_n     integer;
+    v_round integer := 0;
+    j       integer;
+    k       integer;
 BEGIN
     IF p_allow <= 0 THEN
         RETURN v_ids;
     END IF;
-    FOR v_r IN
-        SELECT x.id, x.concurrency_key AS ck,
-               CASE WHEN x.concurrency_key IS NULL OR p_kcap IS NULL THEN 0
-                    ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
-                                                 WHERE y.queue = p_queue AND y.concurrency_key = x.concurrency_key
-                                                   AND y.status IN (1, 2)
-                                                 LIMIT p_kcap) z)
-               END AS seen
-          FROM {schema}.jobs_hot x
-         WHERE x.queue = p_queue AND x.status = 0 AND x.due_at <= now()
-         ORDER BY x.priority DESC, x.due_at, x.id
     LOOP
-        IF v_r.ck IS NULL THEN
-            v_ids := v_ids || v_r.id;
-            v_got := v_got + 1;
-        ELSE
-            k := array_position(v_keys, v_r.ck);
-            IF k IS NULL THEN
-                -- Test hook ('key'): the first key met, before its lock (tests/common/cap_race.rs).
-                IF cardinality(v_keys) = 0 AND nullif(v_delay, '') IS NOT NULL
-                   AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
-                    PERFORM pg_sleep(v_delay::numeric / 1000);
+        v_round := v_round + 1;
+        v_m := (p_allow - v_got) * 2 + 16;
+        -- The next rows of the claim index, in claim order, after the last one seen.
+        SELECT coalesce(array_agg(c.id ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
+               coalesce(array_agg(c.concurrency_key ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
+               coalesce(array_agg(c.priority ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
+               coalesce(array_agg(c.due_at ORDER BY c.priority DESC, c.due_at, c.id), '{}')
+          INTO v_cid, v_cck, v_cp, v_cd
+          FROM (SELECT x.id, x.concurrency_key, x.priority, x.due_at
+                  FROM {schema}.jobs_hot x
+                 WHERE x.queue = p_queue AND x.status = 0 AND x.due_at <= now()
+                   AND (v_p IS NULL OR x.priority < v_p
+                        OR (x.priority = v_p AND (x.due_at, x.id) > (v_d, v_i)))
+                 ORDER BY x.priority DESC, x.due_at, x.id
+                 LIMIT v_m) c;
+        -- The keys met for the first time.
+        SELECT coalesce(array_agg(DISTINCT u.k), '{}') INTO v_new
+          FROM unnest(v_cck) AS u(k)
+         WHERE u.k IS NOT NULL AND NOT (u.k = ANY (v_keys));
+        IF cardinality(v_new) > 0 THEN
+            -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).
+            IF v_round = 1 AND nullif(v_delay, '') IS NOT NULL
+               AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
+                PERFORM pg_sleep(v_delay::numeric / 1000);
+            END IF;
+            -- Their locks, taken without waiting, in one statement: a key this snapshot already
+            -- counts at its cap is skipped without a lock (the CASE decides before the lock);
+            -- a key whose lock another claimer holds is skipped for this call.
+            SELECT coalesce(array_agg(s.k ORDER BY s.k), '{}'), coalesce(array_agg(s.seen ORDER BY s.k), '{}')
+              INTO v_lock, v_seen
+              FROM (SELECT u.k,
+                           CASE WHEN p_kcap IS NULL THEN 0
+                                ELSE (SELECT count(*)::integer
+                                        FROM (SELECT 1 FROM {schema}.jobs_hot y
+                                               WHERE y.queue = p_queue AND y.concurrency_key = u.k
+                                                 AND y.status IN (1, 2)
+                                               LIMIT p_kcap) z)
+                           END AS seen
+                      FROM unnest(v_new) AS u(k)
+                    OFFSET 0) s
+             WHERE CASE WHEN p_kcap IS NOT NULL AND s.seen >= p_kcap THEN false
+                        ELSE pg_try_advisory_xact_lock(
+                                 hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || s.k, 25))
+                   END;
+            IF cardinality(v_lock) > 0 THEN
+                IF p_kcap IS NOT NULL THEN
+                    -- The locked keys' counts: a new statement, after the locks (a fresh
+                    -- snapshot under READ COMMITTED: every claim the locks' previous holders
+                    -- committed is in it).
+                    SELECT coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}') INTO v_rk, v_rn
+                      FROM (SELECT h.concurrency_key AS k, count(*)::integer AS n
+                              FROM {schema}.jobs_hot h
+                             WHERE h.queue = p_queue AND h.concurrency_key = ANY (v_lock) AND h.status IN (1, 2)
+                             GROUP BY h.concurrency_key) y;
+                    -- (the keys are counted)
                 END IF;
-                v_keys := v_keys || v_r.ck;
+                IF p_rate IS NOT NULL THEN
+                    -- The locked keys' windows: a new statement, after the locks.
+                    SELECT coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}') INTO v_sk, v_sn
+                      FROM (SELECT st.ckey AS k, count(*)::integer AS n
+                              FROM {schema}.starts st
+                             WHERE st.queue = p_queue AND st.ckey = ANY (v_lock)
+                               AND st.stamp > now() - p_per_ms * interval '1 millisecond'
+                             GROUP BY st.ckey) y;
+                END IF;
+            END IF;
+            FOR j IN 1 .. cardinality(v_new) LOOP
+                v_keys := v_keys || v_new[j];
                 v_take := v_take || 0;
-                k := cardinality(v_keys);
-                IF p_kcap IS NOT NULL AND v_r.seen >= p_kcap THEN
-                    v_room := v_room || 0;
-                ELSIF NOT pg_try_advisory_xact_lock(
-                          hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || v_r.ck, 25)) THEN
-                    v_room := v_room || 0;
-                ELSE
+                IF v_new[j] = ANY (v_lock) THEN
                     v_n := p_allow;
                     IF p_kcap IS NOT NULL THEN
-                        -- The key's count: a new statement, after the lock.
-                        SELECT count(*) INTO v_run
-                          FROM {schema}.jobs_hot y
-                         WHERE y.queue = p_queue AND y.concurrency_key = v_r.ck AND y.status IN (1, 2);
-                        v_n := least(v_n, p_kcap - v_run);
+                        v_n := least(v_n, p_kcap - coalesce(v_rn[array_position(v_rk, v_new[j])], 0));
                     END IF;
                     IF p_rate IS NOT NULL THEN
-                        -- The key's window: a new statement, after the lock.
-                        SELECT count(*) INTO v_run
-                          FROM {schema}.starts s
-                         WHERE s.queue = p_queue AND s.ckey = v_r.ck
-                           AND s.stamp > now() - p_per_ms * interval '1 millisecond';
-                        v_n := least(v_n, p_rate - v_run);
+                        v_n := least(v_n, p_rate - coalesce(v_sn[array_position(v_sk, v_new[j])], 0));
                     END IF;
                     v_room := v_room || greatest(v_n, 0);
+                ELSE
+                    v_room := v_room || 0;
+                END IF;
+            END LOOP;
+        END IF;
+        -- The walk, in claim order over this round's rows: keyless rows are taken, a keyed row
+        -- while its key has room.
+        FOR j IN 1 .. cardinality(v_cid) LOOP
+            EXIT WHEN v_got >= p_allow;
+            IF v_cck[j] IS NULL THEN
+                v_ids := v_ids || v_cid[j];
+                v_got := v_got + 1;
+            ELSE
+                k := array_position(v_keys, v_cck[j]);
+                IF v_room[k] > 0 THEN
+                    v_take[k] := v_take[k] + 1;
+                    v_room[k] := v_room[k] - 1;
+                    v_got := v_got + 1;
                 END IF;
             END IF;
-            IF v_room[k] > 0 THEN
-                v_take[k] := v_take[k] + 1;
-                v_room[k] := v_room[k] - 1;
-                v_got := v_got + 1;
-            END IF;
-        END IF;
-        EXIT WHEN v_got >= p_allow;
+        END LOOP;
+        EXIT WHEN v_got >= p_allow OR cardinality(v_cid) < v_m OR v_round >= 3;
+        v_p := v_cp[cardinality(v_cp)];
+        v_d := v_cd[cardinality(v_cd)];
+        v_i := v_cid[cardinality(v_cid)];
     END LOOP;
     -- Each key's rows, fresh: its first `take` Pending due rows in claim order.
     IF coalesce(0 < ANY (v_take), false) THEN

@@ -82,10 +82,11 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
     if faults.key_count_before_lock {
         script = replace_once(
             &script,
-            "                        SELECT count(*) INTO v_run
-                          FROM {schema}.jobs_hot y
-                         WHERE y.queue = p_queue AND y.concurrency_key = v_r.ck AND y.status IN (1, 2);",
-            "                        v_run := v_r.seen;",
+            "                    SELECT coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}') INTO v_rk, v_rn
+                      FROM (SELECT h.concurrency_key AS k, count(*)::integer AS n",
+            "                    v_rk := v_lock;
+                    v_rn := v_seen;
+                    PERFORM 1 FROM (SELECT h.concurrency_key AS k, count(*)::integer AS n",
         );
     }
     if faults.key_ignored {
@@ -96,17 +97,21 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
         );
     }
     if faults.key_lock_freed_early {
-        script = replace_once(&script, "ELSIF NOT pg_try_advisory_xact_lock(", "ELSIF NOT pg_try_advisory_lock(");
+        script = replace_once(&script, "ELSE pg_try_advisory_xact_lock(", "ELSE pg_try_advisory_lock(");
         script = replace_once(
             &script,
-            "                    v_room := v_room || greatest(v_n, 0);",
-            "                    v_room := v_room || greatest(v_n, 0);
-                    PERFORM pg_advisory_unlock(
-                        hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || v_r.ck, 25));",
+            "                    -- (the keys are counted)",
+            "                    PERFORM pg_advisory_unlock(
+                        hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || u.k, 25))
+                       FROM unnest(v_lock) AS u(k);",
         );
     }
     if faults.rate_window_off_by_one {
-        script = replace_once(&script, "v_n := least(v_n, p_rate - v_run);", "v_n := least(v_n, p_rate - v_run + 1);");
+        script = replace_once(
+            &script,
+            "v_n := least(v_n, p_rate - coalesce(v_sn[",
+            "v_n := least(v_n, p_rate + 1 - coalesce(v_sn[",
+        );
         script = replace_once(
             &script,
             "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));",
