@@ -100,6 +100,11 @@ DECLARE
     v_logq    text[] := '{}';
     v_kids    uuid[] := '{}';
     v_kpick   uuid[] := '{}';
+    v_kq      text[] := '{}';
+    v_ka      integer[] := '{}';
+    v_kc      integer[] := '{}';
+    v_kr      integer[] := '{}';
+    v_kp      bigint[] := '{}';
     v_qlist   text[];
     i         integer;
 BEGIN
@@ -266,18 +271,26 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Keyed queues (a per-key cap, or a rate limit per key): their candidates, walked once
-    -- under per-key locks; their allowance is spent here (no top-up rounds for them).
+    -- Keyed queues (a per-key cap, or a rate limit per key): their candidates, walked once,
+    -- all keyed queues together, under per-key locks; their allowance is spent here (no
+    -- top-up rounds for them).
+    v_kq := '{}';
     FOR j IN 1 .. cardinality(v_names) LOOP
         IF v_rjobs[j] IS NOT NULL THEN
             v_logq := v_logq || v_names[j];
         END IF;
         IF v_allow[j] > 0 AND (v_kcap[j] IS NOT NULL OR (v_rjobs[j] IS NOT NULL AND v_rbykey[j])) THEN
-            v_kids := v_kids || {schema}.key_candidates(v_names[j], least(v_allow[j], p_limit), v_kcap[j],
-                                                        CASE WHEN v_rbykey[j] THEN v_rjobs[j] END, v_rper[j]);
+            v_kq := v_kq || v_names[j];
+            v_ka := v_ka || least(v_allow[j], p_limit);
+            v_kc := v_kc || v_kcap[j];
+            v_kr := v_kr || CASE WHEN v_rbykey[j] THEN v_rjobs[j] END;
+            v_kp := v_kp || CASE WHEN v_rbykey[j] THEN v_rper[j] END;
             v_allow[j] := 0;
         END IF;
     END LOOP;
+    IF cardinality(v_kq) > 0 THEN
+        v_kids := {schema}.key_candidates(v_kq, v_ka, v_kc, v_kr, v_kp, p_limit);
+    END IF;
 
     IF nullif(v_delay, '') IS NOT NULL AND current_setting('chokaq.test_claim_delay_at', true) = 'take' THEN
         PERFORM pg_sleep(v_delay::numeric / 1000);
@@ -447,154 +460,210 @@ $fn$;
 -- walk only decides how many rows each key gives (in claim order, as the memory backend
 -- does); each key's rows are then read in a last, fresh statement (after every lock: a row
 -- another claimer took before the lock is not in it), and claim() locks what it keeps.
-CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queue text, p_allow integer, p_kcap integer,
-                                                   p_rate integer, p_per_ms bigint)
+DROP FUNCTION IF EXISTS {schema}.key_candidates(text, integer, integer, integer, bigint);
+CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queues text[], p_allows integer[], p_kcaps integer[],
+                                                   p_rates integer[], p_pers bigint[], p_limit integer)
 RETURNS uuid[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
     v_ids   uuid[] := '{}';
-    v_keys  text[] := '{}';
+    v_left  integer[] := p_allows;
+    v_pq    text[] := '{}';
+    v_pk    text[] := '{}';
     v_room  integer[] := '{}';
     v_take  integer[] := '{}';
     v_got   integer := 0;
     v_delay text := current_setting('chokaq.test_claim_delay_ms', true);
+    v_tids  uuid[] := '{}';
+    v_full  text[] := '{}';
+    v_cq    text[];
     v_cid   uuid[];
     v_cck   text[];
-    v_cp    integer[];
-    v_cd    timestamptz[];
-    v_new   text[];
+    v_nq    text[];
+    v_nk    text[];
     v_seen  integer[];
-    v_lock  text[];
+    v_lq    text[];
+    v_lk    text[];
+    v_rq    text[] := '{}';
     v_rk    text[] := '{}';
     v_rn    integer[] := '{}';
+    v_sq    text[] := '{}';
     v_sk    text[] := '{}';
     v_sn    integer[] := '{}';
-    v_p     integer;
-    v_d     timestamptz;
-    v_i     uuid;
     v_m     integer;
     v_n     integer;
     v_round integer := 0;
+    qi      integer;
     j       integer;
     k       integer;
+    m       integer;
+    v_anyrate boolean := false;
 BEGIN
-    IF p_allow <= 0 THEN
+    IF p_limit <= 0 THEN
         RETURN v_ids;
     END IF;
+    FOR j IN 1 .. cardinality(p_rates) LOOP
+        v_anyrate := v_anyrate OR p_rates[j] IS NOT NULL;
+    END LOOP;
     LOOP
         v_round := v_round + 1;
-        v_m := (p_allow - v_got) * 2 + 16;
-        -- The next rows of the claim index, in claim order, after the last one seen.
-        SELECT coalesce(array_agg(c.id ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               coalesce(array_agg(c.concurrency_key ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               coalesce(array_agg(c.priority ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               coalesce(array_agg(c.due_at ORDER BY c.priority DESC, c.due_at, c.id), '{}')
-          INTO v_cid, v_cck, v_cp, v_cd
-          FROM (SELECT x.id, x.concurrency_key, x.priority, x.due_at
-                  FROM {schema}.jobs_hot x
-                 WHERE x.queue = p_queue AND x.status = 0 AND x.due_at <= now()
-                   AND (v_p IS NULL OR x.priority < v_p
-                        OR (x.priority = v_p AND (x.due_at, x.id) > (v_d, v_i)))
+        -- Round 1 reads a little more than the claim needs; each further round twice as much
+        -- (rows of keys found full and rows already taken are left out by the query).
+        v_m := CASE WHEN v_round = 1 THEN (p_limit - v_got) * 2 + 4 ELSE v_m * 2 END;
+        -- The next rows of every keyed queue's claim index, merged in claim order.
+        SELECT coalesce(array_agg(c.q ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
+               coalesce(array_agg(c.id ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
+               coalesce(array_agg(c.concurrency_key ORDER BY c.priority DESC, c.due_at, c.id), '{}')
+          INTO v_cq, v_cid, v_cck
+          FROM (SELECT r.q, x.id, x.concurrency_key, x.priority, x.due_at
+                  FROM unnest(p_queues, v_left) AS r(q, a)
+                 CROSS JOIN LATERAL (
+                       SELECT y.id, y.concurrency_key, y.priority, y.due_at
+                         FROM {schema}.jobs_hot y
+                        WHERE y.queue = r.q AND y.status = 0 AND y.due_at <= now()
+                          AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
+                          AND (y.concurrency_key IS NULL
+                               OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
+                        ORDER BY y.priority DESC, y.due_at, y.id
+                        LIMIT v_m
+                 ) x
+                 WHERE r.a > 0
                  ORDER BY x.priority DESC, x.due_at, x.id
                  LIMIT v_m) c;
-        -- The keys met for the first time.
-        SELECT coalesce(array_agg(DISTINCT u.k), '{}') INTO v_new
-          FROM unnest(v_cck) AS u(k)
-         WHERE u.k IS NOT NULL AND NOT (u.k = ANY (v_keys));
-        IF cardinality(v_new) > 0 THEN
+        -- The (queue, key) pairs met for the first time.
+        SELECT coalesce(array_agg(u.q ORDER BY u.q, u.k), '{}'), coalesce(array_agg(u.k ORDER BY u.q, u.k), '{}')
+          INTO v_nq, v_nk
+          FROM (SELECT DISTINCT c.q, c.k
+                  FROM unnest(v_cq, v_cck) AS c(q, k)
+                 WHERE c.k IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM unnest(v_pq, v_pk) AS d(q, k) WHERE d.q = c.q AND d.k = c.k)) u;
+        IF cardinality(v_nk) > 0 THEN
             -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).
             IF v_round = 1 AND nullif(v_delay, '') IS NOT NULL
                AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
                 PERFORM pg_sleep(v_delay::numeric / 1000);
             END IF;
             -- Their locks, taken without waiting, in one statement: a key this snapshot already
-            -- counts at its cap is skipped without a lock (the CASE decides before the lock);
-            -- a key whose lock another claimer holds is skipped for this call.
-            SELECT coalesce(array_agg(s.k ORDER BY s.k), '{}'), coalesce(array_agg(s.seen ORDER BY s.k), '{}')
-              INTO v_lock, v_seen
-              FROM (SELECT u.k,
-                           CASE WHEN p_kcap IS NULL THEN 0
+            -- counts at its cap is skipped without a lock (the CASE decides before the lock); a
+            -- key whose lock another claimer holds is skipped for this call.
+            SELECT coalesce(array_agg(s.q ORDER BY s.q, s.k), '{}'), coalesce(array_agg(s.k ORDER BY s.q, s.k), '{}'),
+                   coalesce(array_agg(s.seen ORDER BY s.q, s.k), '{}')
+              INTO v_lq, v_lk, v_seen
+              FROM (SELECT n.q, n.k, c.kcap,
+                           CASE WHEN c.kcap IS NULL THEN 0
                                 ELSE (SELECT count(*)::integer
                                         FROM (SELECT 1 FROM {schema}.jobs_hot y
-                                               WHERE y.queue = p_queue AND y.concurrency_key = u.k
+                                               WHERE y.queue = n.q AND y.concurrency_key = n.k
                                                  AND y.status IN (1, 2)
-                                               LIMIT p_kcap) z)
+                                               LIMIT c.kcap) z)
                            END AS seen
-                      FROM unnest(v_new) AS u(k)
+                      FROM unnest(v_nq, v_nk) AS n(q, k)
+                      JOIN unnest(p_queues, p_kcaps) AS c(q, kcap) ON c.q = n.q
                     OFFSET 0) s
-             WHERE CASE WHEN p_kcap IS NOT NULL AND s.seen >= p_kcap THEN false
+             WHERE CASE WHEN s.kcap IS NOT NULL AND s.seen >= s.kcap THEN false
                         ELSE pg_try_advisory_xact_lock(
-                                 hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || s.k, 25))
+                                 hashtextextended('{schema}' || chr(31) || s.q || chr(31) || s.k, 25))
                    END;
-            IF cardinality(v_lock) > 0 THEN
-                IF p_kcap IS NOT NULL THEN
-                    -- The locked keys' counts: a new statement, after the locks (a fresh
-                    -- snapshot under READ COMMITTED: every claim the locks' previous holders
-                    -- committed is in it).
-                    SELECT coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}') INTO v_rk, v_rn
-                      FROM (SELECT h.concurrency_key AS k, count(*)::integer AS n
-                              FROM {schema}.jobs_hot h
-                             WHERE h.queue = p_queue AND h.concurrency_key = ANY (v_lock) AND h.status IN (1, 2)
-                             GROUP BY h.concurrency_key) y;
-                    -- (the keys are counted)
-                END IF;
-                IF p_rate IS NOT NULL THEN
+            IF cardinality(v_lk) > 0 THEN
+                -- The locked keys' counts: a new statement, after the locks (a fresh snapshot
+                -- under READ COMMITTED: every claim the locks' previous holders committed is in
+                -- it).
+                SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
+                  INTO v_rq, v_rk, v_rn
+                  FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
+                          FROM unnest(v_lq, v_lk) AS l(q, k)
+                          JOIN {schema}.jobs_hot h ON h.queue = l.q AND h.concurrency_key = l.k AND h.status IN (1, 2)
+                         GROUP BY h.queue, h.concurrency_key) y;
+                -- (the keys are counted)
+                IF v_anyrate THEN
                     -- The locked keys' windows: a new statement, after the locks.
-                    SELECT coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}') INTO v_sk, v_sn
-                      FROM (SELECT st.ckey AS k, count(*)::integer AS n
-                              FROM {schema}.starts st
-                             WHERE st.queue = p_queue AND st.ckey = ANY (v_lock)
-                               AND st.stamp > now() - p_per_ms * interval '1 millisecond'
-                             GROUP BY st.ckey) y;
+                    SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
+                      INTO v_sq, v_sk, v_sn
+                      FROM (SELECT st.queue AS q, st.ckey AS k, count(*)::integer AS n
+                              FROM unnest(v_lq, v_lk) AS l(q, k)
+                              JOIN unnest(p_queues, p_pers) AS c(q, per) ON c.q = l.q AND c.per IS NOT NULL
+                              JOIN {schema}.starts st ON st.queue = l.q AND st.ckey = l.k
+                                                     AND st.stamp > now() - c.per * interval '1 millisecond'
+                             GROUP BY st.queue, st.ckey) y;
                 END IF;
             END IF;
-            FOR j IN 1 .. cardinality(v_new) LOOP
-                v_keys := v_keys || v_new[j];
+            FOR j IN 1 .. cardinality(v_nk) LOOP
+                v_pq := v_pq || v_nq[j];
+                v_pk := v_pk || v_nk[j];
                 v_take := v_take || 0;
-                IF v_new[j] = ANY (v_lock) THEN
-                    v_n := p_allow;
-                    IF p_kcap IS NOT NULL THEN
-                        v_n := least(v_n, p_kcap - coalesce(v_rn[array_position(v_rk, v_new[j])], 0));
+                v_n := 0;
+                FOR m IN 1 .. cardinality(v_lk) LOOP
+                    IF v_lq[m] = v_nq[j] AND v_lk[m] = v_nk[j] THEN
+                        qi := array_position(p_queues, v_nq[j]);
+                        v_n := p_limit;
+                        IF p_kcaps[qi] IS NOT NULL THEN
+                            k := 0;
+                            FOR i IN 1 .. cardinality(v_rk) LOOP
+                                IF v_rq[i] = v_nq[j] AND v_rk[i] = v_nk[j] THEN
+                                    k := v_rn[i];
+                                END IF;
+                            END LOOP;
+                            v_n := least(v_n, p_kcaps[qi] - k);
+                        END IF;
+                        IF p_rates[qi] IS NOT NULL THEN
+                            k := 0;
+                            FOR i IN 1 .. cardinality(v_sk) LOOP
+                                IF v_sq[i] = v_nq[j] AND v_sk[i] = v_nk[j] THEN
+                                    k := v_sn[i];
+                                END IF;
+                            END LOOP;
+                            v_n := least(v_n, p_rates[qi] - k);
+                        END IF;
+                        EXIT;
                     END IF;
-                    IF p_rate IS NOT NULL THEN
-                        v_n := least(v_n, p_rate - coalesce(v_sn[array_position(v_sk, v_new[j])], 0));
-                    END IF;
-                    v_room := v_room || greatest(v_n, 0);
-                ELSE
-                    v_room := v_room || 0;
+                END LOOP;
+                v_room := v_room || greatest(v_n, 0);
+                IF v_n <= 0 THEN
+                    v_full := v_full || (v_nq[j] || chr(31) || v_nk[j]);
                 END IF;
             END LOOP;
         END IF;
-        -- The walk, in claim order over this round's rows: keyless rows are taken, a keyed row
-        -- while its key has room.
+        -- The walk, in claim order over this round's rows: a keyless row is taken while its
+        -- queue has room, a keyed row while its queue and its key have room.
         FOR j IN 1 .. cardinality(v_cid) LOOP
-            EXIT WHEN v_got >= p_allow;
+            EXIT WHEN v_got >= p_limit;
+            qi := array_position(p_queues, v_cq[j]);
+            CONTINUE WHEN v_left[qi] <= 0;
             IF v_cck[j] IS NULL THEN
                 v_ids := v_ids || v_cid[j];
+                v_left[qi] := v_left[qi] - 1;
                 v_got := v_got + 1;
             ELSE
-                k := array_position(v_keys, v_cck[j]);
+                k := NULL;
+                FOR m IN 1 .. cardinality(v_pk) LOOP
+                    IF v_pq[m] = v_cq[j] AND v_pk[m] = v_cck[j] THEN
+                        k := m;
+                        EXIT;
+                    END IF;
+                END LOOP;
                 IF v_room[k] > 0 THEN
                     v_take[k] := v_take[k] + 1;
                     v_room[k] := v_room[k] - 1;
+                    v_left[qi] := v_left[qi] - 1;
                     v_got := v_got + 1;
+                    v_tids := v_tids || v_cid[j];
+                    IF v_room[k] = 0 THEN
+                        v_full := v_full || (v_pq[k] || chr(31) || v_pk[k]);
+                    END IF;
                 END IF;
             END IF;
         END LOOP;
-        EXIT WHEN v_got >= p_allow OR cardinality(v_cid) < v_m OR v_round >= 3;
-        v_p := v_cp[cardinality(v_cp)];
-        v_d := v_cd[cardinality(v_cd)];
-        v_i := v_cid[cardinality(v_cid)];
+        EXIT WHEN v_got >= p_limit OR cardinality(v_cid) < v_m;
     END LOOP;
     -- Each key's rows, fresh: its first `take` Pending due rows in claim order.
     IF coalesce(0 < ANY (v_take), false) THEN
         v_ids := v_ids || ARRAY(
             SELECT c.id
-              FROM unnest(v_keys, v_take) AS r(k, n)
+              FROM unnest(v_pq, v_pk, v_take) AS r(q, k, n)
              CROSS JOIN LATERAL (
                    SELECT x.id FROM {schema}.jobs_hot x
-                    WHERE x.queue = p_queue AND x.concurrency_key = r.k AND x.status = 0 AND x.due_at <= now()
+                    WHERE x.queue = r.q AND x.concurrency_key = r.k AND x.status = 0 AND x.due_at <= now()
                     ORDER BY x.priority DESC, x.due_at, x.id
                     LIMIT r.n
              ) c

@@ -129,6 +129,7 @@ st AS (
     SELECT k.id, k.queue, k.kind, k.payload, k.tags, k.idempotency_key, k.priority, k.max_attempts, k.created_by,
            k.ckey, k.ord, k.at,
            CASE WHEN k.at > now() THEN 3
+                WHEN k.rk > k.kcap THEN 4
                 WHEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
                                              WHERE y.queue = k.queue AND y.concurrency_key = k.ckey
                                                AND y.status IN (0, 1, 2)

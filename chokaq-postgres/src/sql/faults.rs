@@ -82,11 +82,16 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
     if faults.key_count_before_lock {
         script = replace_once(
             &script,
-            "                    SELECT coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}') INTO v_rk, v_rn
-                      FROM (SELECT h.concurrency_key AS k, count(*)::integer AS n",
-            "                    v_rk := v_lock;
-                    v_rn := v_seen;
-                    PERFORM 1 FROM (SELECT h.concurrency_key AS k, count(*)::integer AS n",
+            "                SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
+                  INTO v_rq, v_rk, v_rn
+                  FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
+                          FROM unnest(v_lq, v_lk) AS l(q, k)",
+            "                v_rq := v_lq;
+                v_rk := v_lk;
+                v_rn := v_seen;
+                PERFORM 1
+                  FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
+                          FROM unnest(v_lq, v_lk) AS l(q, k)",
         );
     }
     if faults.key_ignored {
@@ -100,18 +105,14 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
         script = replace_once(&script, "ELSE pg_try_advisory_xact_lock(", "ELSE pg_try_advisory_lock(");
         script = replace_once(
             &script,
-            "                    -- (the keys are counted)",
-            "                    PERFORM pg_advisory_unlock(
-                        hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || u.k, 25))
-                       FROM unnest(v_lock) AS u(k);",
+            "                -- (the keys are counted)",
+            "                PERFORM pg_advisory_unlock(hashtextextended('{schema}' || chr(31) || l.q || chr(31) || l.k, 25))
+                   FROM unnest(v_lq, v_lk) AS l(q, k);",
         );
     }
     if faults.rate_window_off_by_one {
-        script = replace_once(
-            &script,
-            "v_n := least(v_n, p_rate - coalesce(v_sn[",
-            "v_n := least(v_n, p_rate + 1 - coalesce(v_sn[",
-        );
+        script =
+            replace_once(&script, "v_n := least(v_n, p_rates[qi] - k);", "v_n := least(v_n, p_rates[qi] + 1 - k);");
         script = replace_once(
             &script,
             "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));",
