@@ -282,9 +282,14 @@ async fn migrate_upgrades_version_10_and_applies_the_functions_on_a_changed_chec
         sqlx::query(&insert).bind(m.version).bind(m.name).execute(&mut *tx).await.unwrap();
     }
     tx.commit().await.unwrap();
-    // A job claimed (reserve) by the version-10 function.
+    // A job claimed (reserve) by the version-10 function. It is inserted as a version-10 build
+    // inserted it: this build's enqueue names columns of later versions (13's key cap).
     let old = PgBackend::connect(PgConfig::new(common::url()).schema(schema.clone()).max_connections(2)).await.unwrap();
-    let id = old.enqueue(job("up")).await.unwrap().id;
+    let id = chokaq_core::JobId::new();
+    let insert_v10 = format!(
+        "INSERT INTO {quoted}.jobs_hot (id, queue, kind, payload, max_attempts) VALUES ($1, 'up', 'test.job.v1', 'null', 25)"
+    );
+    sqlx::query(&insert_v10).bind(id.0).execute(&pool).await.unwrap();
     let old_claim = format!("SELECT id FROM {quoted}.claim($1, ARRAY['up'], 1, false)");
     let got: Vec<uuid::Uuid> =
         sqlx::query_scalar(&old_claim).bind(uuid::Uuid::new_v4()).fetch_all(&pool).await.unwrap();
