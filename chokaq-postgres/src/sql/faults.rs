@@ -53,10 +53,11 @@ pub struct Faults {
     /// Enqueue inserts a batch's rows in the batch's order, as before the fix: two batches
     /// whose idempotency keys overlap in different orders can deadlock (40P01).
     pub enqueue_in_batch_order: bool,
-    /// Issue 25, check-then-act: the claim's per-key count is the one its walk read before it
-    /// took the key's lock (the walk's snapshot), not a new statement after the lock; each
-    /// key's rows are still read fresh after the lock, so a claim committed in between is
-    /// missed by the count and its key goes over the cap. Functions script.
+    /// Issue 25, check-then-act: the claim counts each new key in a statement of its own
+    /// before it takes the key's lock (and before the test hook 'key'), not in a new statement
+    /// after the lock; each key's rows are still read fresh after the lock, so a claim
+    /// committed in between is missed by the count and its key goes over the cap. Functions
+    /// script.
     pub key_count_before_lock: bool,
     /// Issue 25: no per-key filter at all: a key-capped (or per-key rate-limited) queue is
     /// claimed as a plain one. Functions script.
@@ -80,18 +81,34 @@ fn replace_once(script: &str, from: &str, to: &str) -> String {
 /// The functions script with the issue 25 faults `faults` names.
 fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
     if faults.key_count_before_lock {
+        // The count moves ahead of the test hook and the lock statement (a statement of its
+        // own, in an older snapshot), and the fresh count after the lock goes.
+        script = replace_once(
+            &script,
+            "            -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).",
+            "            SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
+              INTO v_rq, v_rk, v_rn
+              FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
+                      FROM unnest(v_nq, v_nk) AS l(q, k)
+                      JOIN {schema}.jobs_hot h ON h.queue = l.q AND h.concurrency_key = l.k AND h.status IN (1, 2)
+                     GROUP BY h.queue, h.concurrency_key) y;
+            -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).",
+        );
         script = replace_once(
             &script,
             "                SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
                   INTO v_rq, v_rk, v_rn
                   FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
                           FROM unnest(v_lq, v_lk) AS l(q, k)",
-            "                v_rq := v_lq;
-                v_rk := v_lk;
-                v_rn := v_seen;
-                PERFORM 1
+            "                PERFORM 1
                   FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
                           FROM unnest(v_lq, v_lk) AS l(q, k)",
+        );
+        // Nor does the lock statement skip a key its own snapshot counts at the cap.
+        script = replace_once(
+            &script,
+            "WHERE CASE WHEN s.kcap IS NOT NULL AND s.seen >= s.kcap THEN false",
+            "WHERE CASE WHEN false THEN false",
         );
     }
     if faults.key_ignored {

@@ -231,10 +231,10 @@ fn rand_u32() -> u32 {
 /// claims. Whatever
 /// the order, the key ends with at most 1 running job: at 'key', B takes the requeued job and A's
 /// count after its lock must see it; at 'take', A holds the key's lock until it commits, so B
-/// must skip the key. (No race of the conformance suite can catch a count taken before the
-/// lock or a lock given up before the commit here: each key's rows are taken as a prefix of
-/// its claim order, and racing claimers of the same rows only skip each other. A job that
-/// enters the key's order ahead of the rows a claimer counted, as here, is what breaks it.)
+/// must skip the key. (A race of the conformance suite catches a count taken before the lock,
+/// or a lock given up before the commit, only when a job enters the key's claim order ahead of
+/// the rows a claimer counted while that claimer is between its count and its commit: most
+/// runs of `keyed_race_tasks`, not all. This scenario holds the claim in that window.)
 pub async fn keyed_claim_in_flight(db: &PgBackend, at: &str) -> Result<String, String> {
     let e = |e: chokaq_core::Error| e.to_string();
     let queue = format!("key-{at}-{:08x}", rand_u32());
