@@ -3,6 +3,10 @@
 #
 #   scripts/test.sh [extra cargo test args]
 #
+# With no arguments it builds every test binary once, then runs the outage test
+# (chokaq/tests/outage.rs, throwaway PostgreSQL clusters of its own) beside all the others; with
+# arguments it runs `cargo test --workspace --all-features ARGS` as it is.
+#
 # PostgreSQL is found, in this order:
 #   1. $CHOKAQ_TEST_POSTGRES_URL;
 #   2. a server on 127.0.0.1:5432 (user postgres, trust auth; database `test`, else `postgres`);
@@ -264,8 +268,34 @@ if [ -z "${CHOKAQ_TEST_MSSQL_URL:-}" ] && [ "${CHOKAQ_TEST_MSSQL_DOCKER:-}" != 1
     log "CHOKAQ_TEST_MSSQL_URL is not set: SQL Server conformance cases will show as ignored"
 fi
 
-log "cargo test --workspace --all-features $*"
-cargo test --workspace --all-features "$@"
+if [ "$#" -gt 0 ]; then
+    log "cargo test --workspace --all-features $*"
+    cargo test --workspace --all-features "$@"
+else
+    # The whole suite. The outage test (chokaq/tests/outage.rs) starts throwaway PostgreSQL
+    # clusters of its own, on ports of their own, and spends most of its ~100 s waiting for
+    # their restarts and stops: it runs beside the other binaries (which share the servers
+    # above) instead of after them. Its output is printed when it ends; either failing fails.
+    log "cargo test --workspace --all-features --no-run (every test binary, built once)"
+    outage_bin=$(cargo test --workspace --all-features --no-run 2>&1 | tee /dev/stderr \
+        | sed -n 's|^ *Executable tests/outage.rs (\(.*\))$|\1|p' | head -n 1)
+    [ -n "$outage_bin" ] || { log "error: no outage test binary in the build's output"; exit 1; }
+    case "$outage_bin" in /*) ;; *) outage_bin="$PWD/$outage_bin" ;; esac
+    outage_log=$(mktemp)
+    log "outage test in the background: $outage_bin"
+    (cd chokaq && "$outage_bin") >"$outage_log" 2>&1 &
+    outage_pid=$!
+    log "cargo test --workspace --all-features -- --skip outage_"
+    rc=0
+    cargo test --workspace --all-features -- --skip outage_ || rc=$?
+    outage_rc=0
+    wait "$outage_pid" || outage_rc=$?
+    log "the outage test (exit $outage_rc):"
+    cat "$outage_log"
+    rm -f "$outage_log"
+    [ "$rc" = 0 ] || exit "$rc"
+    [ "$outage_rc" = 0 ] || exit "$outage_rc"
+fi
 
 # ---- The dashboard's browser end-to-end test --------------------------------------------------
 browser_required() {
