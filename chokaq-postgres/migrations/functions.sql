@@ -309,7 +309,14 @@ BEGIN
                 i := j;
             END IF;
         END LOOP;
-        IF cardinality(v_kids) > 0 THEN
+        IF cardinality(v_kids) > 0 AND v_count = 0 THEN
+            -- Keyed queues only: key_candidates' rows (never more than the claim's limit) are
+            -- the picks, with no merge to read.
+            v_kpick := v_kids;
+            v_kids := '{}';
+            v_qn := '{}';
+            v_qk := '{}';
+        ELSIF cardinality(v_kids) > 0 THEN
             -- Keyed candidates: merged with the other queues' first rows in claim order.
             SELECT coalesce(array_agg(p.id) FILTER (WHERE p.keyed), '{}'),
                    coalesce(array_agg(p.q) FILTER (WHERE NOT p.keyed), '{}')
@@ -457,9 +464,10 @@ $fn$;
 -- in the window, each in a NEW statement (a fresh snapshot under READ COMMITTED: it sees
 -- every claim the previous holder of the lock committed). The lock is held until the claim
 -- commits, so no other claimer counts the key before the rows taken here are visible. The
--- walk only decides how many rows each key gives (in claim order, as the memory backend
--- does); each key's rows are then read in a last, fresh statement (after every lock: a row
--- another claimer took before the lock is not in it), and claim() locks what it keeps.
+-- walk takes the candidate rows in claim order while their queue and key have room (as the
+-- memory backend does), and claim() locks them by id, skipping a row another claimer took
+-- meanwhile: such a race makes the claim come back short, never takes a key over its room
+-- (the room was counted after the lock, whichever rows fill it).
 DROP FUNCTION IF EXISTS {schema}.key_candidates(text, integer, integer, integer, bigint);
 CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queues text[], p_allows integer[], p_kcaps integer[],
                                                    p_rates integer[], p_pers bigint[], p_limit integer)
@@ -469,10 +477,7 @@ AS $fn$
 DECLARE
     v_ids   uuid[] := '{}';
     v_left  integer[] := p_allows;
-    v_pq    text[] := '{}';
-    v_pk    text[] := '{}';
     v_room  integer[] := '{}';
-    v_take  integer[] := '{}';
     v_got   integer := 0;
     v_delay text := current_setting('chokaq.test_claim_delay_ms', true);
     v_tids  uuid[] := '{}';
@@ -482,144 +487,111 @@ DECLARE
     v_cck   text[];
     v_nq    text[];
     v_nk    text[];
-    v_seen  integer[];
-    v_lq    text[];
-    v_lk    text[];
-    v_rq    text[] := '{}';
-    v_rk    text[] := '{}';
-    v_rn    integer[] := '{}';
-    v_sq    text[] := '{}';
-    v_sk    text[] := '{}';
-    v_sn    integer[] := '{}';
+    v_nlock boolean[];
+    v_nroom integer[];
+    v_pqk   text[] := '{}';
     v_m     integer;
     v_n     integer;
     v_round integer := 0;
     qi      integer;
     j       integer;
     k       integer;
-    m       integer;
-    v_anyrate boolean := false;
 BEGIN
     IF p_limit <= 0 THEN
         RETURN v_ids;
     END IF;
-    FOR j IN 1 .. cardinality(p_rates) LOOP
-        v_anyrate := v_anyrate OR p_rates[j] IS NOT NULL;
-    END LOOP;
     LOOP
         v_round := v_round + 1;
         -- Round 1 reads a little more than the claim needs; each further round twice as much
         -- (rows of keys found full and rows already taken are left out by the query).
-        v_m := CASE WHEN v_round = 1 THEN (p_limit - v_got) * 2 + 4 ELSE v_m * 2 END;
-        -- The next rows of every keyed queue's claim index, merged in claim order.
+        v_m := CASE WHEN v_round = 1 THEN p_limit + 4 ELSE v_m * 2 END;
+        -- The next rows of every keyed queue's claim index, merged in claim order, and the
+        -- (queue, key) pairs among them met for the first time (in (queue, key) order).
+        WITH c AS (
+            SELECT r.q, x.id, x.concurrency_key, x.priority, x.due_at
+              FROM unnest(p_queues, v_left) AS r(q, a)
+             CROSS JOIN LATERAL (
+                   SELECT y.id, y.concurrency_key, y.priority, y.due_at
+                     FROM {schema}.jobs_hot y
+                    WHERE y.queue = r.q AND y.status = 0 AND y.due_at <= now()
+                      AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
+                      AND (y.concurrency_key IS NULL
+                           OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
+                    ORDER BY y.priority DESC, y.due_at, y.id
+                    LIMIT v_m
+             ) x
+             WHERE r.a > 0
+             ORDER BY x.priority DESC, x.due_at, x.id
+             LIMIT v_m
+        ),
+        n AS (
+            SELECT DISTINCT c.q, c.concurrency_key AS k
+              FROM c
+             WHERE c.concurrency_key IS NOT NULL
+               AND NOT ((c.q || chr(31) || c.concurrency_key) = ANY (v_pqk))
+        )
         SELECT coalesce(array_agg(c.q ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
                coalesce(array_agg(c.id ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               coalesce(array_agg(c.concurrency_key ORDER BY c.priority DESC, c.due_at, c.id), '{}')
-          INTO v_cq, v_cid, v_cck
-          FROM (SELECT r.q, x.id, x.concurrency_key, x.priority, x.due_at
-                  FROM unnest(p_queues, v_left) AS r(q, a)
-                 CROSS JOIN LATERAL (
-                       SELECT y.id, y.concurrency_key, y.priority, y.due_at
-                         FROM {schema}.jobs_hot y
-                        WHERE y.queue = r.q AND y.status = 0 AND y.due_at <= now()
-                          AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
-                          AND (y.concurrency_key IS NULL
-                               OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
-                        ORDER BY y.priority DESC, y.due_at, y.id
-                        LIMIT v_m
-                 ) x
-                 WHERE r.a > 0
-                 ORDER BY x.priority DESC, x.due_at, x.id
-                 LIMIT v_m) c;
-        -- The (queue, key) pairs met for the first time.
-        SELECT coalesce(array_agg(u.q ORDER BY u.q, u.k), '{}'), coalesce(array_agg(u.k ORDER BY u.q, u.k), '{}')
-          INTO v_nq, v_nk
-          FROM (SELECT DISTINCT c.q, c.k
-                  FROM unnest(v_cq, v_cck) AS c(q, k)
-                 WHERE c.k IS NOT NULL
-                   AND NOT EXISTS (SELECT 1 FROM unnest(v_pq, v_pk) AS d(q, k) WHERE d.q = c.q AND d.k = c.k)) u;
+               coalesce(array_agg(c.concurrency_key ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
+               (SELECT coalesce(array_agg(n.q ORDER BY n.q, n.k), '{}') FROM n),
+               (SELECT coalesce(array_agg(n.k ORDER BY n.q, n.k), '{}') FROM n)
+          INTO v_cq, v_cid, v_cck, v_nq, v_nk
+          FROM c;
         IF cardinality(v_nk) > 0 THEN
             -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).
             IF v_round = 1 AND nullif(v_delay, '') IS NOT NULL
                AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
                 PERFORM pg_sleep(v_delay::numeric / 1000);
             END IF;
-            -- Their locks, taken without waiting, in one statement: a key this snapshot already
-            -- counts at its cap is skipped without a lock (the CASE decides before the lock); a
-            -- key whose lock another claimer holds is skipped for this call.
-            SELECT coalesce(array_agg(s.q ORDER BY s.q, s.k), '{}'), coalesce(array_agg(s.k ORDER BY s.q, s.k), '{}'),
-                   coalesce(array_agg(s.seen ORDER BY s.q, s.k), '{}')
-              INTO v_lq, v_lk, v_seen
-              FROM (SELECT n.q, n.k, c.kcap,
-                           CASE WHEN c.kcap IS NULL THEN 0
-                                ELSE (SELECT count(*)::integer
-                                        FROM (SELECT 1 FROM {schema}.jobs_hot y
-                                               WHERE y.queue = n.q AND y.concurrency_key = n.k
-                                                 AND y.status IN (1, 2)
-                                               LIMIT c.kcap) z)
-                           END AS seen
+            -- Their locks, taken without waiting, in one statement (one flag per new pair, in
+            -- the pairs' order): a key this snapshot already counts at its cap is skipped
+            -- without a lock (the CASE decides before the lock); a key whose lock another
+            -- claimer holds is skipped for this call.
+            SELECT coalesce(array_agg(s.locked ORDER BY s.q, s.k), '{}')
+              INTO v_nlock
+              FROM (SELECT n.q, n.k,
+                           CASE WHEN c.kcap IS NOT NULL
+                                     AND (SELECT count(*)::integer
+                                            FROM (SELECT 1 FROM {schema}.jobs_hot y
+                                                   WHERE y.queue = n.q AND y.concurrency_key = n.k
+                                                     AND y.status IN (1, 2)
+                                                   LIMIT c.kcap) z) >= c.kcap THEN false
+                                ELSE pg_try_advisory_xact_lock(
+                                         hashtextextended('{schema}' || chr(31) || n.q || chr(31) || n.k, 25))
+                           END AS locked
                       FROM unnest(v_nq, v_nk) AS n(q, k)
                       JOIN unnest(p_queues, p_kcaps) AS c(q, kcap) ON c.q = n.q
-                    OFFSET 0) s
-             WHERE CASE WHEN s.kcap IS NOT NULL AND s.seen >= s.kcap THEN false
-                        ELSE pg_try_advisory_xact_lock(
-                                 hashtextextended('{schema}' || chr(31) || s.q || chr(31) || s.k, 25))
-                   END;
-            IF cardinality(v_lk) > 0 THEN
-                -- The locked keys' counts: a new statement, after the locks (a fresh snapshot
-                -- under READ COMMITTED: every claim the locks' previous holders committed is in
-                -- it).
-                SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
-                  INTO v_rq, v_rk, v_rn
-                  FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
-                          FROM unnest(v_lq, v_lk) AS l(q, k)
-                          JOIN {schema}.jobs_hot h ON h.queue = l.q AND h.concurrency_key = l.k AND h.status IN (1, 2)
-                         GROUP BY h.queue, h.concurrency_key) y;
-                -- (the keys are counted)
-                IF v_anyrate THEN
-                    -- The locked keys' windows: a new statement, after the locks.
-                    SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
-                      INTO v_sq, v_sk, v_sn
-                      FROM (SELECT st.queue AS q, st.ckey AS k, count(*)::integer AS n
-                              FROM unnest(v_lq, v_lk) AS l(q, k)
-                              JOIN unnest(p_queues, p_pers) AS c(q, per) ON c.q = l.q AND c.per IS NOT NULL
-                              JOIN {schema}.starts st ON st.queue = l.q AND st.ckey = l.k
-                                                     AND st.stamp > now() - c.per * interval '1 millisecond'
-                             GROUP BY st.queue, st.ckey) y;
-                END IF;
-            END IF;
+                    OFFSET 0) s;
+            -- room: begin
+            -- The new keys' room (in the pairs' order): none for a key not locked; for a locked
+            -- key, the claim's limit, less (with a per-key cap) its Fetched + Processing rows and
+            -- (with a per-key rate limit) its starts in the window, each counted here: a new
+            -- statement after the locks, so a fresh snapshot under READ COMMITTED that sees every
+            -- claim the locks' previous holders committed. One index probe per key.
+            SELECT coalesce(array_agg(greatest(0, z.room) ORDER BY z.q, z.k), '{}')
+              INTO v_nroom
+              FROM (SELECT n.q, n.k,
+                           CASE WHEN n.locked IS NOT TRUE THEN 0
+                                ELSE least(p_limit,
+                                           CASE WHEN c.kcap IS NOT NULL THEN
+                                               c.kcap - (SELECT count(*)::integer FROM {schema}.jobs_hot h
+                                                          WHERE h.queue = n.q AND h.concurrency_key = n.k
+                                                            AND h.status IN (1, 2))
+                                           END,
+                                           CASE WHEN c.rate IS NOT NULL THEN
+                                               c.rate - (SELECT count(*)::integer FROM {schema}.starts st
+                                                          WHERE st.queue = n.q AND st.ckey = n.k
+                                                            AND st.stamp > now() - c.per * interval '1 millisecond')
+                                           END)
+                           END AS room
+                      FROM unnest(v_nq, v_nk, v_nlock) AS n(q, k, locked)
+                      JOIN unnest(p_queues, p_kcaps, p_rates, p_pers) AS c(q, kcap, rate, per) ON c.q = n.q) z;
+            -- room: end
+            -- (the keys are counted)
+            v_room := v_room || v_nroom;
             FOR j IN 1 .. cardinality(v_nk) LOOP
-                v_pq := v_pq || v_nq[j];
-                v_pk := v_pk || v_nk[j];
-                v_take := v_take || 0;
-                v_n := 0;
-                FOR m IN 1 .. cardinality(v_lk) LOOP
-                    IF v_lq[m] = v_nq[j] AND v_lk[m] = v_nk[j] THEN
-                        qi := array_position(p_queues, v_nq[j]);
-                        v_n := p_limit;
-                        IF p_kcaps[qi] IS NOT NULL THEN
-                            k := 0;
-                            FOR i IN 1 .. cardinality(v_rk) LOOP
-                                IF v_rq[i] = v_nq[j] AND v_rk[i] = v_nk[j] THEN
-                                    k := v_rn[i];
-                                END IF;
-                            END LOOP;
-                            v_n := least(v_n, p_kcaps[qi] - k);
-                        END IF;
-                        IF p_rates[qi] IS NOT NULL THEN
-                            k := 0;
-                            FOR i IN 1 .. cardinality(v_sk) LOOP
-                                IF v_sq[i] = v_nq[j] AND v_sk[i] = v_nk[j] THEN
-                                    k := v_sn[i];
-                                END IF;
-                            END LOOP;
-                            v_n := least(v_n, p_rates[qi] - k);
-                        END IF;
-                        EXIT;
-                    END IF;
-                END LOOP;
-                v_room := v_room || greatest(v_n, 0);
-                IF v_n <= 0 THEN
+                v_pqk := v_pqk || (v_nq[j] || chr(31) || v_nk[j]);
+                IF v_nroom[j] <= 0 THEN
                     v_full := v_full || (v_nq[j] || chr(31) || v_nk[j]);
                 END IF;
             END LOOP;
@@ -635,40 +607,23 @@ BEGIN
                 v_left[qi] := v_left[qi] - 1;
                 v_got := v_got + 1;
             ELSE
-                k := NULL;
-                FOR m IN 1 .. cardinality(v_pk) LOOP
-                    IF v_pq[m] = v_cq[j] AND v_pk[m] = v_cck[j] THEN
-                        k := m;
-                        EXIT;
-                    END IF;
-                END LOOP;
+                k := array_position(v_pqk, v_cq[j] || chr(31) || v_cck[j]);
                 IF v_room[k] > 0 THEN
-                    v_take[k] := v_take[k] + 1;
                     v_room[k] := v_room[k] - 1;
                     v_left[qi] := v_left[qi] - 1;
                     v_got := v_got + 1;
                     v_tids := v_tids || v_cid[j];
                     IF v_room[k] = 0 THEN
-                        v_full := v_full || (v_pq[k] || chr(31) || v_pk[k]);
+                        v_full := v_full || v_pqk[k];
                     END IF;
                 END IF;
             END IF;
         END LOOP;
         EXIT WHEN v_got >= p_limit OR cardinality(v_cid) < v_m;
     END LOOP;
-    -- Each key's rows, fresh: its first `take` Pending due rows in claim order.
-    IF coalesce(0 < ANY (v_take), false) THEN
-        v_ids := v_ids || ARRAY(
-            SELECT c.id
-              FROM unnest(v_pq, v_pk, v_take) AS r(q, k, n)
-             CROSS JOIN LATERAL (
-                   SELECT x.id FROM {schema}.jobs_hot x
-                    WHERE x.queue = r.q AND x.concurrency_key = r.k AND x.status = 0 AND x.due_at <= now()
-                    ORDER BY x.priority DESC, x.due_at, x.id
-                    LIMIT r.n
-             ) c
-             WHERE r.n > 0);
-    END IF;
+    -- The keyed rows the walk took (claim() locks them by id, skipping any taken meanwhile:
+    -- the claim may come back short, never over a key's room).
+    v_ids := v_ids || v_tids;
     RETURN v_ids;
 END
 $fn$;

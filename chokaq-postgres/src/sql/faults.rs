@@ -53,11 +53,10 @@ pub struct Faults {
     /// Enqueue inserts a batch's rows in the batch's order, as before the fix: two batches
     /// whose idempotency keys overlap in different orders can deadlock (40P01).
     pub enqueue_in_batch_order: bool,
-    /// Issue 25, check-then-act: the claim counts each new key in a statement of its own
-    /// before it takes the key's lock (and before the test hook 'key'), not in a new statement
-    /// after the lock; each key's rows are still read fresh after the lock, so a claim
-    /// committed in between is missed by the count and its key goes over the cap. Functions
-    /// script.
+    /// Issue 25, check-then-act: the claim counts each new key (its room statement) before it
+    /// takes the key's lock (and before the test hook 'key'), not in a new statement after the
+    /// lock; each key's rows are still read fresh after the lock, so a claim committed in
+    /// between is missed by the count and its key goes over the cap. Functions script.
     pub key_count_before_lock: bool,
     /// Issue 25: no per-key filter at all: a key-capped (or per-key rate-limited) queue is
     /// claimed as a plain one. Functions script.
@@ -81,34 +80,34 @@ fn replace_once(script: &str, from: &str, to: &str) -> String {
 /// The functions script with the issue 25 faults `faults` names.
 fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
     if faults.key_count_before_lock {
-        // The count moves ahead of the test hook and the lock statement (a statement of its
-        // own, in an older snapshot), and the fresh count after the lock goes.
+        // The room statement (each key's count) runs ahead of the test hook and the lock
+        // statement, as if every new key were locked; after the locks, the locked keys take
+        // that stale room instead of the fresh one; and the lock statement no longer skips a
+        // key its own snapshot counts at the cap.
+        let room = {
+            let a = script.find("            -- room: begin\n").expect("the room statement's start marker");
+            let b = script.find("            -- room: end\n").expect("the room statement's end marker");
+            script[a..b].replace("INTO v_nroom", "INTO v_stale")
+        };
+        script = replace_once(&script, "    v_nroom integer[];\n", "    v_nroom integer[];\n    v_stale integer[];\n");
         script = replace_once(
             &script,
             "            -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).",
-            "            SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
-              INTO v_rq, v_rk, v_rn
-              FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
-                      FROM unnest(v_nq, v_nk) AS l(q, k)
-                      JOIN {schema}.jobs_hot h ON h.queue = l.q AND h.concurrency_key = l.k AND h.status IN (1, 2)
-                     GROUP BY h.queue, h.concurrency_key) y;
-            -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).",
+            &format!(
+                "            v_nlock := array_fill(true, ARRAY[cardinality(v_nk)]);\n{room}            \
+                 -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs)."
+            ),
         );
+        script = replace_once(&script, ") >= c.kcap THEN false", ") >= c.kcap AND false THEN false");
         script = replace_once(
             &script,
-            "                SELECT coalesce(array_agg(y.q), '{}'), coalesce(array_agg(y.k), '{}'), coalesce(array_agg(y.n), '{}')
-                  INTO v_rq, v_rk, v_rn
-                  FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
-                          FROM unnest(v_lq, v_lk) AS l(q, k)",
-            "                PERFORM 1
-                  FROM (SELECT h.queue AS q, h.concurrency_key AS k, count(*)::integer AS n
-                          FROM unnest(v_lq, v_lk) AS l(q, k)",
-        );
-        // Nor does the lock statement skip a key its own snapshot counts at the cap.
-        script = replace_once(
-            &script,
-            "WHERE CASE WHEN s.kcap IS NOT NULL AND s.seen >= s.kcap THEN false",
-            "WHERE CASE WHEN false THEN false",
+            "            -- (the keys are counted)",
+            "            FOR j IN 1 .. cardinality(v_nk) LOOP
+                IF v_nlock[j] THEN
+                    v_nroom[j] := v_stale[j];
+                END IF;
+            END LOOP;
+            -- (the keys are counted)",
         );
     }
     if faults.key_ignored {
@@ -122,14 +121,18 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
         script = replace_once(&script, "ELSE pg_try_advisory_xact_lock(", "ELSE pg_try_advisory_lock(");
         script = replace_once(
             &script,
-            "                -- (the keys are counted)",
-            "                PERFORM pg_advisory_unlock(hashtextextended('{schema}' || chr(31) || l.q || chr(31) || l.k, 25))
-                   FROM unnest(v_lq, v_lk) AS l(q, k);",
+            "            -- (the keys are counted)",
+            "            PERFORM pg_advisory_unlock(hashtextextended('{schema}' || chr(31) || l.q || chr(31) || l.k, 25))
+               FROM unnest(v_nq, v_nk, v_nlock) AS l(q, k, locked)
+              WHERE l.locked;",
         );
     }
     if faults.rate_window_off_by_one {
-        script =
-            replace_once(&script, "v_n := least(v_n, p_rates[qi] - k);", "v_n := least(v_n, p_rates[qi] + 1 - k);");
+        script = replace_once(
+            &script,
+            "c.rate - (SELECT count(*)::integer FROM {schema}.starts st",
+            "c.rate + 1 - (SELECT count(*)::integer FROM {schema}.starts st",
+        );
         script = replace_once(
             &script,
             "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));",
