@@ -456,9 +456,8 @@ $fn$;
 
 -- The candidates of a keyed queue (claim() step 6): at most `p_allow` Pending due rows of
 -- `p_queue` in claim order, each key taking at most what its limits leave. A keyless row is
--- bound by neither per-key limit. A key met for the first time: skipped when this snapshot
--- already counts `p_kcap` Fetched + Processing rows of it (no lock); else its per-key lock,
--- taken without waiting (an advisory transaction lock on a hash of schema, queue and key; held
+-- bound by neither per-key limit. A key met for the first time: its per-key lock, taken
+-- without waiting (an advisory transaction lock on a hash of schema, queue and key; held
 -- by another claimer: the key is skipped for this call; a hash collision only makes a claimer
 -- skip a key), then its Fetched + Processing count and, with a rate limit per key, its starts
 -- in the window, each in a NEW statement (a fresh snapshot under READ COMMITTED: it sees
@@ -544,23 +543,16 @@ BEGIN
                 PERFORM pg_sleep(v_delay::numeric / 1000);
             END IF;
             -- Their locks, taken without waiting, in one statement (one flag per new pair, in
-            -- the pairs' order): a key this snapshot already counts at its cap is skipped
-            -- without a lock (the CASE decides before the lock); a key whose lock another
-            -- claimer holds is skipped for this call.
+            -- the pairs' order): a key whose lock another claimer holds is skipped for this
+            -- call. (A key at its cap is locked too, and found full by the count below: no
+            -- count before the lock, which would cost a probe per key for an answer the count
+            -- after it gives again.)
             SELECT coalesce(array_agg(s.locked ORDER BY s.q, s.k), '{}')
               INTO v_nlock
               FROM (SELECT n.q, n.k,
-                           CASE WHEN c.kcap IS NOT NULL
-                                     AND (SELECT count(*)::integer
-                                            FROM (SELECT 1 FROM {schema}.jobs_hot y
-                                                   WHERE y.queue = n.q AND y.concurrency_key = n.k
-                                                     AND y.status IN (1, 2)
-                                                   LIMIT c.kcap) z) >= c.kcap THEN false
-                                ELSE pg_try_advisory_xact_lock(
-                                         hashtextextended('{schema}' || chr(31) || n.q || chr(31) || n.k, 25))
-                           END AS locked
+                           pg_try_advisory_xact_lock(
+                               hashtextextended('{schema}' || chr(31) || n.q || chr(31) || n.k, 25)) AS locked
                       FROM unnest(v_nq, v_nk) AS n(q, k)
-                      JOIN unnest(p_queues, p_kcaps) AS c(q, kcap) ON c.q = n.q
                     OFFSET 0) s;
             -- room: begin
             -- The new keys' room (in the pairs' order): none for a key not locked; for a locked

@@ -82,8 +82,7 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
     if faults.key_count_before_lock {
         // The room statement (each key's count) runs ahead of the test hook and the lock
         // statement, as if every new key were locked; after the locks, the locked keys take
-        // that stale room instead of the fresh one; and the lock statement no longer skips a
-        // key its own snapshot counts at the cap.
+        // that stale room instead of the fresh one.
         let room = {
             let a = script.find("            -- room: begin\n").expect("the room statement's start marker");
             let b = script.find("            -- room: end\n").expect("the room statement's end marker");
@@ -98,7 +97,6 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
                  -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs)."
             ),
         );
-        script = replace_once(&script, ") >= c.kcap THEN false", ") >= c.kcap AND false THEN false");
         script = replace_once(
             &script,
             "            -- (the keys are counted)",
@@ -118,7 +116,11 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
         );
     }
     if faults.key_lock_freed_early {
-        script = replace_once(&script, "ELSE pg_try_advisory_xact_lock(", "ELSE pg_try_advisory_lock(");
+        script = replace_once(
+            &script,
+            "                           pg_try_advisory_xact_lock(",
+            "                           pg_try_advisory_lock(",
+        );
         script = replace_once(
             &script,
             "            -- (the keys are counted)",
