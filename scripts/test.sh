@@ -277,8 +277,12 @@ else
     # their restarts and stops: it runs beside the other binaries (which share the servers
     # above) instead of after them. Its output is printed when it ends; either failing fails.
     log "cargo test --workspace --all-features --no-run (every test binary, built once)"
-    outage_bin=$(cargo test --workspace --all-features --no-run 2>&1 | tee /dev/stderr \
-        | sed -n 's|^ *Executable tests/outage.rs (\(.*\))$|\1|p' | head -n 1)
+    # (The build's output goes to stderr through the inherited descriptor: `tee /dev/stderr`
+    # would reopen, and so truncate, a log file that stderr is redirected to.)
+    build_log=$(mktemp)
+    cargo test --workspace --all-features --no-run 2>&1 | tee "$build_log" >&2
+    outage_bin=$(sed -n 's|^ *Executable tests/outage.rs (\(.*\))$|\1|p' "$build_log" | head -n 1)
+    rm -f "$build_log"
     [ -n "$outage_bin" ] || { log "error: no outage test binary in the build's output"; exit 1; }
     case "$outage_bin" in /*) ;; *) outage_bin="$PWD/$outage_bin" ;; esac
     outage_log=$(mktemp)

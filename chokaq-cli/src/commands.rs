@@ -9,7 +9,7 @@ use chokaq::core::{
 use chokaq::{Backend, ConnectOptions, ErrorKind, JobId, JobKind, JobRecord, QueueName};
 use serde::Serialize;
 
-use crate::output::{self, age, clip, opt_time, since, time, Table};
+use crate::output::{self, age, clip, opt_time, outln, since, time, Table};
 use crate::parse::rate_text;
 use crate::{
     Cli, CliResult, Command, DeadAction, Exit, Failure, JobAction, ListArgs, QueueAction, StatusArg, TableArg,
@@ -329,7 +329,7 @@ impl Cx {
                 "migrated": true, "backend": self.backend.name(), "schema": self.schema
             }));
         } else {
-            println!("schema {} is migrated ({})", self.schema, self.backend.name());
+            outln!("schema {} is migrated ({})", self.schema, self.backend.name());
         }
         Ok(Exit::Ok)
     }
@@ -353,7 +353,7 @@ impl Cx {
             return Ok(Exit::Ok);
         }
         if s.queues.is_empty() {
-            println!("no queues (a queue is listed once it holds a job or has settings)");
+            outln!("no queues (a queue is listed once it holds a job or has settings)");
             print_schedules(&schedules);
             return Ok(Exit::Ok);
         }
@@ -394,7 +394,7 @@ impl Cx {
         ]);
         t.print();
         if let Some(keys) = keys_table(&s.queues) {
-            println!();
+            outln!();
             keys.print();
         }
         print_schedules(&schedules);
@@ -406,7 +406,7 @@ impl Cx {
         if self.json {
             output::json(&all.iter().map(schedule_json).collect::<Vec<_>>());
         } else if all.is_empty() {
-            println!("no schedules");
+            outln!("no schedules");
         } else {
             print_schedules(&all);
         }
@@ -418,7 +418,7 @@ impl Cx {
         if self.json {
             output::json(&schedule_json(&row));
         } else {
-            println!("schedule {}: {}", row.name, if enabled { "resumed" } else { "paused" });
+            outln!("schedule {}: {}", row.name, if enabled { "resumed" } else { "paused" });
         }
         Ok(Exit::Ok)
     }
@@ -462,7 +462,7 @@ impl Cx {
         if self.json {
             output::json(&QueueView::of(&s));
         } else {
-            println!("queue {q}: {done}");
+            outln!("queue {q}: {done}");
             self.print_queues(&[s]);
         }
         Ok(Exit::Ok)
@@ -503,11 +503,11 @@ impl Cx {
                 .collect();
             output::json(&views);
         } else if all.is_empty() {
-            println!("no queues (a queue is listed once it holds a job or has settings)");
+            outln!("no queues (a queue is listed once it holds a job or has settings)");
         } else {
             self.print_queues(&all);
             if let Some(keys) = busiest_table(&stats.queues) {
-                println!();
+                outln!();
                 keys.print();
             }
         }
@@ -573,7 +573,7 @@ impl Cx {
             return Ok(Exit::Ok);
         }
         if page.jobs.is_empty() {
-            println!("{}", if t == JobTable::DeadLetter { "no dead letters" } else { "no jobs" });
+            outln!("{}", if t == JobTable::DeadLetter { "no dead letters" } else { "no jobs" });
             return Ok(Exit::Ok);
         }
         let mut out = match t {
@@ -618,7 +618,7 @@ impl Cx {
         }
         out.print();
         if let Some(n) = next {
-            println!("next page: --after {n}");
+            outln!("next page: --after {n}");
         }
         Ok(Exit::Ok)
     }
@@ -679,7 +679,7 @@ impl Cx {
         if self.json {
             output::json(&serde_json::json!({ "id": id.to_string(), "outcome": outcome }));
         } else {
-            println!("{text}");
+            outln!("{text}");
         }
         Ok(Exit::Ok)
     }
@@ -702,7 +702,7 @@ impl Cx {
             return Ok(Exit::Ok);
         }
         if all.is_empty() {
-            println!("no live workers");
+            outln!("no live workers");
             return Ok(Exit::Ok);
         }
         let mut t = Table::new(&["WORKER", "HOST", ">PID", "QUEUES", ">CONCURRENCY", "STARTED", ">LAST SEEN"]);
@@ -735,7 +735,7 @@ fn print_schedules(all: &[chokaq::core::ScheduleRow]) {
     if all.is_empty() {
         return;
     }
-    println!();
+    outln!();
     let mut t = Table::new(&["SCHEDULE", "SPEC", "TZ", "NEXT TICK", "LAST TICK", "STATE"]);
     for r in all {
         let state = if r.stale {

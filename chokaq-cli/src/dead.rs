@@ -8,7 +8,7 @@ use chokaq::core::{JobLocation, JobTable, ListJobsParams, PurgeParams, PurgeTarg
 use chokaq::{ErrorKind, QueueName};
 
 use crate::commands::{job_id, queue_name, Cx};
-use crate::output::{self, age};
+use crate::output::{self, age, outln};
 use crate::{CliResult, Exit, Failure, PurgeArgs, PurgeTable};
 
 /// Asks `question` on a terminal; without one, refuses unless `--yes` was given.
@@ -50,7 +50,7 @@ impl Cx {
                     "id": id.to_string(), "dry_run": true, "outcome": "would_requeue", "reason": reason.as_str()
                 }));
             } else {
-                println!("would requeue job {id} (dead, reason {}); nothing changed", reason.as_str());
+                outln!("would requeue job {id} (dead, reason {}); nothing changed", reason.as_str());
             }
             return Ok(Exit::Ok);
         }
@@ -59,7 +59,7 @@ impl Cx {
                 if self.json {
                     output::json(&serde_json::json!({ "id": id.to_string(), "outcome": "requeued" }));
                 } else {
-                    println!("job {id} requeued (pending, attempt 0)");
+                    outln!("job {id} requeued (pending, attempt 0)");
                 }
                 Ok(Exit::Ok)
             }
@@ -86,7 +86,7 @@ impl Cx {
             if self.json {
                 output::json(&serde_json::json!({ "queue": q.as_str(), "dry_run": true, "would_requeue": n }));
             } else {
-                println!("would requeue {n} dead letters of queue {q}; nothing changed");
+                outln!("would requeue {n} dead letters of queue {q}; nothing changed");
             }
             return Ok(Exit::Ok);
         }
@@ -119,13 +119,13 @@ impl Cx {
                 "conflicts": conflicts.len(), "conflict_ids": conflicts,
             }));
         } else {
-            println!(
+            outln!(
                 "queue {q}: requeued {requeued}, skipped {skipped} (already requeued by another retry), \
                  conflicts {} (a live job holds the idempotency key)",
                 conflicts.len()
             );
             for id in conflicts.iter().take(20) {
-                println!("conflict: {id}");
+                outln!("conflict: {id}");
             }
         }
         Ok(if conflicts.is_empty() { Exit::Ok } else { Exit::Conflict })
@@ -166,7 +166,7 @@ impl Cx {
         } else {
             let scope = queue.map_or_else(String::new, |q| format!(" of queue {q}"));
             let verb = if a.dry_run { "would purge" } else { "purged" };
-            println!("{verb} {count} jobs{scope} from the {name} table, finished more than {} ago", age(a.older_than));
+            outln!("{verb} {count} jobs{scope} from the {name} table, finished more than {} ago", age(a.older_than));
         }
         Ok(Exit::Ok)
     }

@@ -1,12 +1,38 @@
 //! Output: aligned tables for people, JSON for scripts, and errors (to stderr) that say what
 //! to do.
 
+use std::io::Write;
 use std::time::Duration;
 
 use chokaq::core::Timestamp;
 use serde::Serialize;
 
 use crate::Failure;
+
+/// `println!` for the command's output: a reader that closed the pipe (`chokaq jobs list |
+/// head`) ends the process quietly with exit 0, where `println!` panics.
+macro_rules! outln {
+    () => {
+        $crate::output::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use outln;
+
+/// Writes `args` to stdout. A closed pipe ends the process with exit 0 (the reader has what it
+/// wanted); any other write error ends it with exit 1, saying so on stderr.
+pub fn write_out(args: std::fmt::Arguments) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(crate::Exit::Other as i32);
+    }
+}
 
 /// A table: a header and rows of cells, printed with every column padded to its widest cell.
 #[derive(Debug, Default)]
@@ -72,7 +98,7 @@ impl Table {
     }
 
     pub fn print(&self) {
-        print!("{}", self.render());
+        write_out(format_args!("{}", self.render()));
     }
 }
 
@@ -118,7 +144,7 @@ pub fn escape(s: &str) -> String {
 /// Prints one JSON document on stdout.
 pub fn json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => write_out(format_args!("{s}\n")),
         Err(e) => eprintln!("error: cannot encode the output as JSON: {e}"),
     }
 }

@@ -1020,6 +1020,7 @@ fn main() -> ExitCode {
             trial("keyed_controls", kind, keyed::keyed_controls),
             trial("keyed_stats", kind, keyed::keyed_stats),
             trial("confirmations", kind, operator::confirmations),
+            trial("closed_pipe", kind, operator::closed_pipe),
         ];
         #[cfg(unix)]
         these.push(trial("web_says_it_stopped", kind, operator::web_says_it_stopped));

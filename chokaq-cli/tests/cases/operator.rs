@@ -272,3 +272,28 @@ pub async fn web_says_it_stopped(db: Arc<Db>) -> TestResult {
     ensure!(out.stderr.lines().last().is_some_and(|l| l.contains("stopped")), "last line: {}", out.stderr);
     Ok(())
 }
+
+/// `chokaq … | head`: a reader that closes the pipe early ends the command quietly, exit 0,
+/// in text and in `--json` (it had panicked: "failed printing to stdout: Broken pipe").
+pub async fn closed_pipe(db: Arc<Db>) -> TestResult {
+    use std::io::Read;
+    let q = db.q("pipe");
+    let jobs: Vec<NewJob> = (0..1000)
+        .map(|i| NewJob::build(q.as_str(), "cli.pipe").unwrap().json(serde_json::json!({ "i": i })).tag("t"))
+        .collect();
+    db.backend.enqueue_many(jobs).await.map_err(err)?;
+    for json in [false, true] {
+        let mut args = if json { vec!["--json"] } else { vec![] };
+        args.extend_from_slice(&["jobs", "list", "--queue", q.as_str(), "--limit", "1000"]);
+        let mut child = db.spawn(&args).map_err(err)?;
+        let mut stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut first = [0u8; 16];
+        stdout.read_exact(&mut first).map_err(err)?;
+        drop(stdout);
+        let out = child.wait_with_output().map_err(err)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(!stderr.contains("panicked"), "json {json}: the command panicked on the closed pipe: {stderr}");
+        ensure_eq!(out.status.code(), Some(0), "json {json}: exit status on the closed pipe (stderr: {stderr})");
+    }
+    Ok(())
+}
