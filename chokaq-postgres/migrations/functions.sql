@@ -382,43 +382,8 @@ BEGIN
         IF cardinality(v_kpick) > 0 OR cardinality(v_logq) > 0 THEN
             -- Keyed picks locked by id (a row taken meanwhile is skipped), and the starts of
             -- rate-limited queues logged with the claim's now().
-            IF cardinality(v_logq) > 0 THEN
-                RETURN QUERY
-                WITH u AS (
-                    UPDATE {schema}.jobs_hot h
-                       SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
-                           attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
-                           started_at   = CASE WHEN p_mode = 2 THEN now() ELSE h.started_at END,
-                           heartbeat_at = CASE WHEN p_mode = 0 THEN NULL ELSE now() END,
-                           lease        = nextval('{schema}.lease_seq'),
-                           worker_id    = p_worker,
-                           updated_at   = now()
-                     WHERE h.id = ANY (ARRAY(
-                           SELECT c.id
-                             FROM unnest(v_qn, v_qk) AS r(q, quota)
-                            CROSS JOIN LATERAL (
-                                  SELECT x.id
-                                    FROM {schema}.jobs_hot x
-                                   WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
-                                   ORDER BY x.priority DESC, x.due_at, x.id
-                                   LIMIT r.quota
-                                     FOR UPDATE SKIP LOCKED
-                            ) c) || ARRAY(
-                           SELECT x.id
-                             FROM {schema}.jobs_hot x
-                            WHERE x.id = ANY (v_kpick) AND x.status = 0 AND x.due_at <= now()
-                              FOR UPDATE SKIP LOCKED))
-                    RETURNING h.*
-                ),
-                lg AS (
-                    INSERT INTO {schema}.starts (queue, ckey, stamp)
-                    SELECT u.queue, u.concurrency_key, now() FROM u WHERE u.queue = ANY (v_logq)
-                )
-                SELECT * FROM u;
-            ELSE
-                -- No starts to log: the same update without the CTE (its rows are not
-                -- materialised twice).
-                RETURN QUERY
+            RETURN QUERY
+            WITH u AS (
                 UPDATE {schema}.jobs_hot h
                    SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
                        attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
@@ -442,8 +407,13 @@ BEGIN
                          FROM {schema}.jobs_hot x
                         WHERE x.id = ANY (v_kpick) AND x.status = 0 AND x.due_at <= now()
                           FOR UPDATE SKIP LOCKED))
-                RETURNING h.*;
-            END IF;
+                RETURNING h.*
+            ),
+            lg AS (
+                INSERT INTO {schema}.starts (queue, ckey, stamp)
+                SELECT u.queue, u.concurrency_key, now() FROM u WHERE u.queue = ANY (v_logq)
+            )
+            SELECT * FROM u;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_left := v_left - v_got;
             v_kpick := '{}';
