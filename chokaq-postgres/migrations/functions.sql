@@ -499,7 +499,6 @@ DECLARE
     v_nroom integer[];
     v_pqk   text[] := '{}';
     v_m     integer;
-    v_n     integer;
     v_round integer := 0;
     qi      integer;
     j       integer;
@@ -593,7 +592,7 @@ BEGIN
             FOR j IN 1 .. cardinality(v_nk) LOOP
                 v_pqk := v_pqk || (v_nq[j] || chr(31) || v_nk[j]);
                 IF v_nroom[j] <= 0 THEN
-                    v_full := v_full || (v_nq[j] || chr(31) || v_nk[j]);
+                    v_full := v_full || v_pqk[cardinality(v_pqk)];
                 END IF;
             END LOOP;
         END IF;
