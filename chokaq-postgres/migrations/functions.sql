@@ -154,6 +154,10 @@ BEGIN
              FROM (SELECT coalesce((SELECT min(s.due_at) FROM {schema}.jobs_hot s
                                      WHERE s.status = 3 AND s.queue = r.q) <= now(), false) AS due
                    OFFSET 0) d
+           -- OFFSET 0 again: `work` is read by four FILTERs; pulled up, its probe ran four times
+           -- per queue (auto_explain: four SubPlans of the claim index, each walking the same
+           -- entries of rows claimed since the last VACUUM: 746 buffers each late in a drain).
+           OFFSET 0
      ) w
      WHERE c.name IS NULL OR (c.is_active AND NOT c.is_paused);
 
