@@ -9,6 +9,22 @@
 --
 -- `{schema}` is replaced by the validated, quoted schema name.
 
+-- The parking depth of a key (migration 13's Blocked rows): a due keyed job of a queue with a
+-- per-key cap is stored Blocked when its key already holds this many Pending, Fetched or
+-- Processing rows, and the promotions fill a key back up to it. Blocked keeps a long backlog of
+-- one key out of the claim index (no claim walks it); every Blocked row is written twice
+-- (inserted, then promoted by an update that enters three indexes: about 20 µs a job in the
+-- bench's keyed drain). The cap plus 128: a key with a backlog of up to 128 jobs beyond what
+-- it may run never parks, and a key at its cap costs a claim that meets it at most 128 more
+-- index entries read (the walk's next round skips the key). Only an index optimisation: the
+-- claim's per-key guard alone keeps the cap.
+CREATE OR REPLACE FUNCTION {schema}.key_depth(p_cap integer)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $fn$
+    SELECT p_cap + 128
+$fn$;
+
 -- The claim: `p_mode` 0 Reserve (Fetched, heartbeat_at NULL), 1 Hold (Fetched, heartbeat_at
 -- now(): the claim is its first heartbeat), 2 Start (Processing, attempt + 1, started_at and
 -- heartbeat_at now()). `p_freed_queues` / `p_freed`: the slots the calling transaction freed per
@@ -633,9 +649,10 @@ END
 $fn$;
 
 -- Promotion of Blocked rows (status 4, migration 13) of the given keys (`p_queues`,
--- `p_keys` pairwise; NULL keys ignored): per key, up to the queue's per-key cap less the
--- key's Pending + Fetched + Processing rows (counted in this function's own statement: a fresh
--- snapshot), all of them when the queue has no per-key cap, in claim order, skipping rows
+-- `p_keys` pairwise; NULL keys ignored): per key, up to its parking depth (`key_depth` of the
+-- queue's per-key cap) less the key's Pending + Fetched + Processing rows (counted in this
+-- function's own statement: a fresh snapshot), all of them when the queue has no per-key cap,
+-- in claim order, skipping rows
 -- another session holds. Returns how many were promoted. Called by complete_and_claim and
 -- by rescue's sweep; the other moves promote in their own statement (`promote!`, sql.rs).
 CREATE OR REPLACE FUNCTION {schema}.promote_blocked(p_queues text[], p_keys text[])
@@ -653,7 +670,7 @@ AS $fn$
                         WHERE x.queue = k.q AND x.concurrency_key = k.k AND x.status = 4
                         ORDER BY x.priority DESC, x.due_at, x.id
                         LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
-                                   ELSE greatest(0, c.key_max_workers - (SELECT count(*) FROM {schema}.jobs_hot y
+                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers) - (SELECT count(*) FROM {schema}.jobs_hot y
                                                                           WHERE y.queue = k.q
                                                                             AND y.concurrency_key = k.k
                                                                             AND y.status IN (0, 1, 2)))

@@ -64,7 +64,8 @@ macro_rules! archive_vals_started {
 
 /// The promotion after a move, as two CTEs (`fr`, `promoted`): `$freed` names the rows the
 /// statement moves out of Pending, Fetched or Processing (queue, concurrency_key); for each
-/// keyed one, up to the cap less what the key still holds (the statement's snapshot counts the
+/// keyed one, up to its parking depth (`key_depth(cap)`, functions.sql) less what the key still
+/// holds (the statement's snapshot counts the
 /// moved rows: they are added back) of the key's Blocked rows become Pending again, in claim
 /// order, skipping rows another session holds. Keyless moves read nothing here. An index
 /// optimisation only (migration 13): the claim's guard keeps the cap.
@@ -83,7 +84,7 @@ macro_rules! promote {
                         WHERE x.queue = fr.queue AND x.concurrency_key = fr.k AND x.status = 4
                         ORDER BY x.priority DESC, x.due_at, x.id
                         LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
-                                   ELSE greatest(0, c.key_max_workers + fr.n
+                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers) + fr.n
                                                     - (SELECT count(*) FROM {schema}.jobs_hot y
                                                         WHERE y.queue = fr.queue AND y.concurrency_key = fr.k
                                                           AND y.status IN (0, 1, 2)))
@@ -116,7 +117,7 @@ due AS (
       FROM input i
 ),
 -- The status: Scheduled (3) when due later; a due keyed job of a queue with a per-key cap is
--- Blocked (4) when its key already holds that many Pending, Fetched or Processing rows,
+-- Blocked (4) when its key already holds key_depth(cap) Pending, Fetched or Processing rows,
 -- counting the batch's own due rows of the key before it in claim order (an index
 -- optimisation only: see migration 13); else Pending (0). Keyless rows skip the window.
 st AS (
@@ -129,13 +130,13 @@ st AS (
     SELECT k.id, k.queue, k.kind, k.payload, k.tags, k.idempotency_key, k.priority, k.max_attempts, k.created_by,
            k.ckey, k.ord, k.at,
            CASE WHEN k.at > now() THEN 3
-                WHEN k.rk > k.kcap THEN 4
+                WHEN k.rk > k.depth THEN 4
                 WHEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
                                              WHERE y.queue = k.queue AND y.concurrency_key = k.ckey
                                                AND y.status IN (0, 1, 2)
-                                             LIMIT k.kcap) z) + k.rk - 1 >= k.kcap THEN 4
+                                             LIMIT k.depth) z) + k.rk - 1 >= k.depth THEN 4
                 ELSE 0 END
-      FROM (SELECT d.*, c.key_max_workers AS kcap,
+      FROM (SELECT d.*, {schema}.key_depth(c.key_max_workers) AS depth,
                    row_number() OVER (PARTITION BY d.queue, d.ckey
                                       ORDER BY d.at > now(), d.priority DESC, d.at, d.ord) AS rk
               FROM due d JOIN {schema}.queues c ON c.name = d.queue AND c.key_max_workers IS NOT NULL
@@ -501,8 +502,9 @@ const CONTROL_ZOMBIE_POLICY: &str = control!("zombie_policy");
 const CONTROL_FETCHED_TIMEOUT: &str = control!("fetched_timeout_ms");
 
 /// The per-key cap (`$1` queue, `$2` cap or NULL), and in the same statement the promotion of
-/// the queue's Blocked rows the new cap leaves room for (a raised cap: per key, up to the cap
-/// less its Pending + Fetched + Processing rows; a cleared one: all), skipping rows another
+/// the queue's Blocked rows the new cap leaves room for (a raised cap: per key, up to its new
+/// parking depth, `key_depth(cap)`, less its Pending + Fetched + Processing rows; a cleared
+/// one: all), skipping rows another
 /// session holds (rescue's sweep takes those later).
 const CONTROL_KEY_MAX_WORKERS: &str = concat!(
     "
@@ -522,7 +524,7 @@ promoted AS (
                     WHERE x.queue = $1 AND x.concurrency_key = k.k AND x.status = 4
                     ORDER BY x.priority DESC, x.due_at, x.id
                     LIMIT CASE WHEN $2::int4 IS NULL THEN NULL
-                               ELSE greatest(0, $2::int4 - (SELECT count(*) FROM {schema}.jobs_hot y
+                               ELSE greatest(0, {schema}.key_depth($2::int4) - (SELECT count(*) FROM {schema}.jobs_hot y
                                                              WHERE y.queue = $1 AND y.concurrency_key = k.k
                                                                AND y.status IN (0, 1, 2)))
                           END
