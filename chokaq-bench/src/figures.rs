@@ -295,6 +295,9 @@ pub(crate) struct KeyedFigures {
     pub(crate) concurrency: u32,
     /// The keyed drain: `--jobs` jobs over `keys` keys at `cap`.
     pub(crate) drain: Option<Rate>,
+    /// The keyed drain's claim and complete calls (where the backend is the timed wrapper).
+    pub(crate) drain_claim: Option<crate::timed::CallFigures>,
+    pub(crate) drain_complete: Option<crate::timed::CallFigures>,
     /// The hot key: jobs of the hot key (cap 1), and of one key each (`keys` of them).
     pub(crate) hot_jobs: u64,
     pub(crate) cold_jobs: u64,
@@ -327,6 +330,8 @@ impl KeyedFigures {
             "concurrency": self.concurrency,
             "drain": self.drain.as_ref().map(|d| json!({
                 "jobs": d.jobs, "seconds": round3(d.secs), "jobs_per_s": round1(d.per_s()),
+                "claim": self.drain_claim.map(|c| c.json()),
+                "complete": self.drain_complete.map(|c| c.json()),
             })),
             "hot": json!({
                 "hot_jobs": self.hot_jobs, "cold_jobs": self.cold_jobs,

@@ -91,7 +91,7 @@ async fn run_in(args: &Args, url: &str, b: &Arc<MysqlBackend>, schema: &str) -> 
     // Issue 25's workloads (before the claim cost, which leaves its large backlog behind).
     let dynb: Arc<dyn Backend> = b.clone();
     let keyed = if args.has(Workload::Keyed) {
-        Some(crate::bench::keyed(&dynb, &args.keyed(), &crate::bench::NoSettle).await?)
+        Some(crate::bench::keyed(&dynb, &args.keyed(), &crate::bench::NoSettle, None).await?)
     } else {
         None
     };

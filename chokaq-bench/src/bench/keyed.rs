@@ -28,6 +28,7 @@ use serde_json::json;
 use super::{NOOP_KIND, WAIT_LIMIT};
 use crate::figures::{KeyedFigures, Latency, Rate, RateFigures};
 use crate::other;
+use crate::timed::CallStats;
 
 /// The kind of the hot-key workload's jobs of one key each (the ones timed).
 const COLD_KIND: &str = "bench.cold.v1";
@@ -185,8 +186,14 @@ async fn drain_all(
     Ok(secs)
 }
 
-/// The keyed drain, the hot key and the keyed claim.
-pub(crate) async fn keyed(b: &Arc<dyn Backend>, s: &KeyedSettings, settle: &dyn Settle) -> Result<KeyedFigures> {
+/// The keyed drain, the hot key and the keyed claim. `calls`: the timed wrapper's counters
+/// behind `b`, if it is one (the keyed drain's claim and complete calls are reported).
+pub(crate) async fn keyed(
+    b: &Arc<dyn Backend>,
+    s: &KeyedSettings,
+    settle: &dyn Settle,
+    calls: Option<&CallStats>,
+) -> Result<KeyedFigures> {
     let mut f = KeyedFigures {
         keys: s.keys,
         cap: s.cap,
@@ -205,8 +212,16 @@ pub(crate) async fn keyed(b: &Arc<dyn Backend>, s: &KeyedSettings, settle: &dyn 
     let keys = u64::from(s.keys);
     enqueue_keyed(b, &q, NOOP_KIND, s.jobs, &|i| Some(format!("k{}", i % keys))).await?;
     settle.settle().await?;
+    if let Some(c) = calls {
+        c.reset();
+    }
     let secs = drain_all(b, &q, s.jobs, s.min_poll_ms, "keyed drain").await?;
     f.drain = Some(Rate { jobs: s.jobs, secs, wal_bytes: 0 });
+    if let Some(c) = calls {
+        // Both kinds the runtime uses: claims (complete_and_claim's too) and completes.
+        f.drain_claim = Some(c.claim.snapshot() + c.complete_and_claim.snapshot());
+        f.drain_complete = Some(c.complete.snapshot());
+    }
     eprintln!(
         "keyed drain x{KEYED_CONCURRENCY}: {} jobs over {} keys (cap {}): {:.0} jobs/s",
         s.jobs,
@@ -431,7 +446,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn keyed_workloads_on_the_reference_backend() {
         let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        let f = keyed(&b, &settings(), &NoSettle).await.unwrap();
+        let f = keyed(&b, &settings(), &NoSettle, None).await.unwrap();
         assert!(!f.unsupported);
         assert_eq!(f.drain.as_ref().map(|d| d.jobs), Some(300));
         assert!(f.hot_ratio().is_some_and(|r| r > 0.0), "{f:?}");

@@ -149,7 +149,7 @@ impl Bench {
         }
         if self.args.has(Workload::Keyed) {
             let settle = PgSettle { pg: self.pg.clone(), schema: self.schema.clone() };
-            res.keyed = Some(keyed(&self.timed, &self.args.keyed(), &settle).await?);
+            res.keyed = Some(keyed(&self.timed, &self.args.keyed(), &settle, Some(&self.calls)).await?);
         }
         if self.args.has(Workload::Rate) {
             let settle = PgSettle { pg: self.pg.clone(), schema: self.schema.clone() };

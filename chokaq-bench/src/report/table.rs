@@ -276,6 +276,18 @@ fn print_keyed(r: &Results) {
             ),
             None => println!("{:<36} {NA}", "keyed drain"),
         }
+        for (what, c) in [("  its claims", k.drain_claim), ("  its completes", k.drain_complete)] {
+            if let Some(c) = c.filter(|c| c.calls > 0) {
+                println!(
+                    "{:<36} {:>12.3} ms      ({} calls, {:.1} jobs a call, {:.3} s busy)",
+                    what,
+                    c.mean_ms,
+                    c.calls,
+                    c.items as f64 / c.calls as f64,
+                    c.busy_s
+                );
+            }
+        }
         match k.hot_ratio() {
             Some(x) => println!(
                 "{:<36} {:>12.3}          ({} jobs of one key each: {} s alone, {} s behind {} jobs of one key at cap 1; {} of those ran meanwhile)",
