@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chokaq_core::{
-    BackendExt, ClaimMode, ClaimedJob, DeadReason, ErrorKind, FailAction, Fenced, JobId, JobLocation, JobStatus,
-    JobTable, LeaseRef, ListJobsParams, NewJob, QueueControl, QueueName, WorkerId,
+    BackendExt, CancelOutcome, ClaimMode, ClaimedJob, DeadReason, ErrorKind, FailAction, Fenced, JobId, JobLocation,
+    JobStatus, JobTable, LeaseRef, ListJobsParams, NewJob, QueueControl, QueueName, WorkerId,
 };
 
 use crate::child::ChildLine;
@@ -27,6 +27,7 @@ super::cases!(keyed:
     key_round_trips,
     repeated_outcomes_keep_count,
     rescue_frees_only_by_moving,
+    cancel_frees_only_by_moving,
     sigkill_holder [MULTI_PROCESS],
     race_tasks,
     race_processes [MULTI_PROCESS],
@@ -339,6 +340,49 @@ pub async fn rescue_frees_only_by_moving(cx: Ctx) -> CaseResult {
     ensure_eq!(again.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ids[0]], "claim after the rescue (same job)");
     ensure_eq!(again[0].attempt, 2, "attempt of the rescued job's second run");
     ensure_eq!(cx.backend.complete_one(w, j.lease_ref()).await?, Fenced::LeaseLost, "the first run's lease");
+    Ok(())
+}
+
+/// A cancel frees a key's slot exactly when a job leaves Fetched or Processing: a reserved job
+/// is dead-lettered at once (its start is then lost) and its key claims again; a held or a
+/// running one only has its cancel requested (repeated: nothing changes) and keeps the slot
+/// until its worker's release or outcome moves it.
+pub async fn cancel_frees_only_by_moving(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let ids = enqueue_keyed(&cx, &q, &[(Some("a"), 4)]).await?;
+    set_key_cap(&cx, &q, Some(1)).await?;
+    let w = WorkerId::random();
+    let ids_of = |jobs: &[ClaimedJob]| jobs.iter().map(|j| j.id).collect::<Vec<_>>();
+    let reserved = cx.claim(w, &q, 5, ClaimMode::Reserve).await?;
+    ensure_eq!(ids_of(&reserved), vec![ids[0]], "claim (reserve) under key cap 1");
+    ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Hold).await?.len(), 0, "claim with a's job reserved");
+    ensure_eq!(cx.backend.cancel(ids[0]).await?, CancelOutcome::Cancelled, "cancel of the reserved job");
+    ensure_eq!(
+        cx.backend.start_one(w, reserved[0].lease_ref()).await?,
+        Fenced::LeaseLost,
+        "start of the cancelled job"
+    );
+
+    let held = cx.claim(w, &q, 5, ClaimMode::Hold).await?;
+    ensure_eq!(ids_of(&held), vec![ids[1]], "claim (hold) after the reserved job's cancel");
+    for n in 0..2 {
+        ensure_eq!(cx.backend.cancel(ids[1]).await?, CancelOutcome::Requested, "cancel {n} of the held job");
+        ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim after cancel {n} of the held job");
+    }
+    ensure!(cx.backend.release_one(w, held[0].lease_ref()).await?.done().is_some(), "release of the held job");
+
+    let running = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(ids_of(&running), vec![ids[2]], "claim after the held job's release");
+    for n in 0..2 {
+        ensure_eq!(cx.backend.cancel(ids[2]).await?, CancelOutcome::Requested, "cancel {n} of the running job");
+        ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim after cancel {n} of the running job");
+    }
+    ensure!(cx.backend.complete_one(w, running[0].lease_ref()).await?.done().is_some(), "the running job's outcome");
+    let last = cx.claim(w, &q, 5, ClaimMode::Start).await?;
+    ensure_eq!(ids_of(&last), vec![ids[3]], "claim after the running job's outcome");
+    for (i, id) in ids[..3].iter().enumerate() {
+        ensure_eq!(cx.backend.cancel(*id).await?, CancelOutcome::NotLive, "cancel of job {i} once it left");
+    }
     Ok(())
 }
 
