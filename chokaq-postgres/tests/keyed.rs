@@ -41,7 +41,7 @@ async fn key_cap(db: &chokaq_postgres::PgBackend, queue: &str, cap: Option<u32>)
 /// round, which skips the key, shows the rows it read), and the 1,000 keys drain in claims of
 /// 10 beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_hot_key_at_its_cap_is_not_walked() {
+async fn a_hot_key_at_its_cap_is_walked_at_most_to_its_depth() {
     let f = fixture!();
     let db = &f.db;
     let queue = "hot";
