@@ -343,6 +343,15 @@ pub async fn rescue_frees_only_by_moving(cx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Two cancels of a held or running job (`what`): each only a request, and its key stays full.
+async fn cancel_requested_keeps_slot(cx: &Ctx, w: WorkerId, q: &QueueName, id: JobId, what: &str) -> CaseResult {
+    for n in 0..2 {
+        ensure_eq!(cx.backend.cancel(id).await?, CancelOutcome::Requested, "cancel {n} of the {what} job");
+        ensure_eq!(cx.claim(w, q, 5, ClaimMode::Start).await?.len(), 0, "claim after cancel {n} of the {what} job");
+    }
+    Ok(())
+}
+
 /// A cancel frees a key's slot exactly when a job leaves Fetched or Processing: a reserved job
 /// is dead-lettered at once (its start is then lost) and its key claims again; a held or a
 /// running one only has its cancel requested (repeated: nothing changes) and keeps the slot
@@ -365,18 +374,12 @@ pub async fn cancel_frees_only_by_moving(cx: Ctx) -> CaseResult {
 
     let held = cx.claim(w, &q, 5, ClaimMode::Hold).await?;
     ensure_eq!(ids_of(&held), vec![ids[1]], "claim (hold) after the reserved job's cancel");
-    for n in 0..2 {
-        ensure_eq!(cx.backend.cancel(ids[1]).await?, CancelOutcome::Requested, "cancel {n} of the held job");
-        ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim after cancel {n} of the held job");
-    }
+    cancel_requested_keeps_slot(&cx, w, &q, ids[1], "held").await?;
     ensure!(cx.backend.release_one(w, held[0].lease_ref()).await?.done().is_some(), "release of the held job");
 
     let running = cx.claim(w, &q, 5, ClaimMode::Start).await?;
     ensure_eq!(ids_of(&running), vec![ids[2]], "claim after the held job's release");
-    for n in 0..2 {
-        ensure_eq!(cx.backend.cancel(ids[2]).await?, CancelOutcome::Requested, "cancel {n} of the running job");
-        ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim after cancel {n} of the running job");
-    }
+    cancel_requested_keeps_slot(&cx, w, &q, ids[2], "running").await?;
     ensure!(cx.backend.complete_one(w, running[0].lease_ref()).await?.done().is_some(), "the running job's outcome");
     let last = cx.claim(w, &q, 5, ClaimMode::Start).await?;
     ensure_eq!(ids_of(&last), vec![ids[3]], "claim after the running job's outcome");
