@@ -64,7 +64,9 @@ $fn$;
 --
 -- 6. Keys and rate limits (issue 25). A queue with a per-key cap or a per-key rate limit is
 --    "keyed": its rows come from key_candidates() below (a walk in claim order under per-key
---    locks, each key counted in a fresh statement after its lock), merged with the other
+--    locks, each key counted in a fresh statement after its lock; its read starts at the first
+--    due Pending row the first statement found, so a row made Pending ahead of that one after
+--    the first statement waits for the next claim), merged with the other
 --    queues' rows in claim order, and locked by id, skipping locked rows; keyed queues do not
 --    top up. A queue-wide rate limit is counted like a cap: under the control row FOR NO KEY
 --    UPDATE SKIP LOCKED, the starts log counted in a new statement (`jobs` less the entries
@@ -130,6 +132,12 @@ DECLARE
     v_kr      integer[] := '{}';
     v_kp      bigint[] := '{}';
     v_qlist   text[];
+    v_fp      integer[];
+    v_fd      timestamptz[];
+    v_fi      uuid[];
+    v_kfp     integer[] := '{}';
+    v_kfd     timestamptz[] := '{}';
+    v_kfi     uuid[] := '{}';
     i         integer;
 BEGIN
     IF p_mode IS NULL OR p_mode NOT IN (0, 1, 2) THEN
@@ -154,22 +162,29 @@ BEGIN
                                                             WHERE h.queue = r.q AND h.status IN (1, 2))
                                 END), '{}'),
            coalesce(bool_or(w.due), false),
-           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE c.rate_jobs IS NOT NULL AND NOT c.rate_by_key), '{}')
-      INTO v_names, v_open, v_missing, v_capped, v_due, v_ratedq
+           coalesce(array_agg(r.q ORDER BY r.q) FILTER (WHERE c.rate_jobs IS NOT NULL AND NOT c.rate_by_key), '{}'),
+           -- Where each queue's first due Pending row stands in claim order (NULL: none): the
+           -- keyed read starts there (step 6).
+           coalesce(array_agg(w.fp ORDER BY r.q), '{}'),
+           coalesce(array_agg(w.fd ORDER BY r.q), '{}'),
+           coalesce(array_agg(w.fi ORDER BY r.q), '{}')
+      INTO v_names, v_open, v_missing, v_capped, v_due, v_ratedq, v_fp, v_fd, v_fi
       FROM (SELECT DISTINCT unnest(p_queues) AS q) r
       LEFT JOIN {schema}.queues c ON c.name = r.q
      CROSS JOIN LATERAL (
            -- The queue's earliest Scheduled due time: one descent of the Scheduled index; its
            -- first due Pending row: one descent of the claim index. (Not EXISTS: it drops the
            -- ORDER BY, and the planner chose a sequential scan that read 220,000 rows.)
-           SELECT d.due, d.due OR (SELECT x.id FROM {schema}.jobs_hot x
-                                    WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
-                                    ORDER BY x.priority DESC, x.due_at, x.id
-                                    LIMIT 1) IS NOT NULL AS work
+           SELECT d.due, d.due OR f.id IS NOT NULL AS work, f.priority AS fp, f.due_at AS fd, f.id AS fi
              -- OFFSET 0: evaluated once (pulled up, the probe ran once per reference of `due`).
              FROM (SELECT coalesce((SELECT min(s.due_at) FROM {schema}.jobs_hot s
                                      WHERE s.status = 3 AND s.queue = r.q) <= now(), false) AS due
                    OFFSET 0) d
+             LEFT JOIN LATERAL (
+                   SELECT x.priority, x.due_at, x.id FROM {schema}.jobs_hot x
+                    WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
+                    ORDER BY x.priority DESC, x.due_at, x.id
+                    LIMIT 1) f ON true
            -- OFFSET 0 again: `work` is read by four FILTERs; pulled up, its probe ran four times
            -- per queue (auto_explain: four SubPlans of the claim index, each walking the same
            -- entries of rows claimed since the last VACUUM: 746 buffers each late in a drain).
@@ -313,11 +328,16 @@ BEGIN
             v_kc := v_kc || v_kcap[j];
             v_kr := v_kr || CASE WHEN v_rbykey[j] THEN v_rjobs[j] END;
             v_kp := v_kp || CASE WHEN v_rbykey[j] THEN v_rper[j] END;
+            -- The first statement's first row, unless the promotion may have put due rows
+            -- ahead of it.
+            v_kfp := v_kfp || CASE WHEN NOT v_due THEN v_fp[j] END;
+            v_kfd := v_kfd || CASE WHEN NOT v_due THEN v_fd[j] END;
+            v_kfi := v_kfi || CASE WHEN NOT v_due THEN v_fi[j] END;
             v_allow[j] := 0;
         END IF;
     END LOOP;
     IF cardinality(v_kq) > 0 THEN
-        v_kids := {schema}.key_candidates(v_kq, v_ka, v_kc, v_kr, v_kp, p_limit);
+        v_kids := {schema}.key_candidates(v_kq, v_ka, v_kc, v_kr, v_kp, p_limit, v_kfp, v_kfd, v_kfi);
     END IF;
 
     IF nullif(v_delay, '') IS NOT NULL AND current_setting('chokaq.test_claim_delay_at', true) = 'take' THEN
@@ -399,9 +419,9 @@ BEGIN
         END LOOP;
         EXIT WHEN v_want = 0;
 
-        IF cardinality(v_kpick) > 0 OR cardinality(v_logq) > 0 THEN
-            -- Keyed picks locked by id (a row taken meanwhile is skipped), and the starts of
-            -- rate-limited queues logged with the claim's now().
+        IF cardinality(v_logq) > 0 THEN
+            -- The starts of rate-limited queues logged with the claim's now(), in the same
+            -- statement (a CTE, whose start-up and copy of the rows no other claim pays for).
             RETURN QUERY
             WITH u AS (
                 UPDATE {schema}.jobs_hot h
@@ -434,42 +454,39 @@ BEGIN
                 SELECT u.queue, u.concurrency_key, now() FROM u WHERE u.queue = ANY (v_logq)
             )
             SELECT * FROM u;
-            GET DIAGNOSTICS v_got = ROW_COUNT;
-            v_left := v_left - v_got;
-            v_kpick := '{}';
-            EXIT WHEN v_got = v_want OR v_round >= 3;
-            FOR j IN 1 .. cardinality(v_qn) LOOP
-                i := array_position(v_names, v_qn[j]);
-                v_allow[i] := greatest(0, v_allow[i] - v_qk[j]);
-            END LOOP;
-            CONTINUE;
+        ELSE
+            -- The rows are locked in a sub-select whose ids the update finds by primary key (a
+            -- join planned a hash join over a sequential scan of the whole table); keyed picks
+            -- are locked by id (a row taken meanwhile is skipped).
+            RETURN QUERY
+            UPDATE {schema}.jobs_hot h
+               SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
+                   attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
+                   started_at   = CASE WHEN p_mode = 2 THEN now() ELSE h.started_at END,
+                   heartbeat_at = CASE WHEN p_mode = 0 THEN NULL ELSE now() END,
+                   lease        = nextval('{schema}.lease_seq'),
+                   worker_id    = p_worker,
+                   updated_at   = now()
+             WHERE h.id = ANY (ARRAY(
+                   SELECT c.id
+                     FROM unnest(v_qn, v_qk) AS r(q, quota)
+                    CROSS JOIN LATERAL (
+                          SELECT x.id
+                            FROM {schema}.jobs_hot x
+                           WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
+                           ORDER BY x.priority DESC, x.due_at, x.id
+                           LIMIT r.quota
+                             FOR UPDATE SKIP LOCKED
+                    ) c) || ARRAY(
+                   SELECT x.id
+                     FROM {schema}.jobs_hot x
+                    WHERE x.id = ANY (v_kpick) AND x.status = 0 AND x.due_at <= now()
+                      FOR UPDATE SKIP LOCKED))
+            RETURNING h.*;
         END IF;
-
-        -- The rows are locked in a sub-select whose ids the update finds by primary key (a
-        -- join planned a hash join over a sequential scan of the whole table).
-        RETURN QUERY
-        UPDATE {schema}.jobs_hot h
-           SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
-               attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
-               started_at   = CASE WHEN p_mode = 2 THEN now() ELSE h.started_at END,
-               heartbeat_at = CASE WHEN p_mode = 0 THEN NULL ELSE now() END,
-               lease        = nextval('{schema}.lease_seq'),
-               worker_id    = p_worker,
-               updated_at   = now()
-         WHERE h.id = ANY (ARRAY(
-               SELECT c.id
-                 FROM unnest(v_qn, v_qk) AS r(q, quota)
-                CROSS JOIN LATERAL (
-                      SELECT x.id
-                        FROM {schema}.jobs_hot x
-                       WHERE x.queue = r.q AND x.status = 0 AND x.due_at <= now()
-                       ORDER BY x.priority DESC, x.due_at, x.id
-                       LIMIT r.quota
-                         FOR UPDATE SKIP LOCKED
-                ) c))
-        RETURNING h.*;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
+        v_kpick := '{}';
 
         -- Everything chosen was taken, or the rounds are spent: done. Else the queues that came
         -- back short have no more free rows to give; the others may top up.
@@ -496,8 +513,10 @@ $fn$;
 -- meanwhile: such a race makes the claim come back short, never takes a key over its room
 -- (the room was counted after the lock, whichever rows fill it).
 DROP FUNCTION IF EXISTS {schema}.key_candidates(text, integer, integer, integer, bigint);
+DROP FUNCTION IF EXISTS {schema}.key_candidates(text[], integer[], integer[], integer[], bigint[], integer);
 CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queues text[], p_allows integer[], p_kcaps integer[],
-                                                   p_rates integer[], p_pers bigint[], p_limit integer)
+                                                   p_rates integer[], p_pers bigint[], p_limit integer,
+                                                   p_fps integer[], p_fds timestamptz[], p_fis uuid[])
 RETURNS uuid[]
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -518,6 +537,12 @@ DECLARE
     v_nlock boolean[];
     v_nroom integer[];
     v_pqk   text[] := '{}';
+    v_cp    integer[];
+    v_cd    timestamptz[];
+    v_sp    integer[] := '{}';
+    v_lt    bigint[] := '{}';
+    v_sd    timestamptz[] := '{}';
+    v_si    uuid[] := '{}';
     v_m     integer;
     v_round integer := 0;
     qi      integer;
@@ -527,25 +552,52 @@ BEGIN
     IF p_limit <= 0 THEN
         RETURN v_ids;
     END IF;
+    -- Where each queue's read starts, in claim order (priority descending, then due time and
+    -- id): the first due Pending row claim()'s first statement found (so no read walks again the
+    -- index entries of the rows claimed before it, which stay in the claim index until VACUUM),
+    -- or, without one (NULL), the start of the index.
+    FOR j IN 1 .. cardinality(p_queues) LOOP
+        v_sp := v_sp || p_fps[j];
+        v_lt := v_lt || coalesce(p_fps[j]::bigint, 2147483648);
+        v_sd := v_sd || p_fds[j];
+        v_si := v_si || p_fis[j];
+    END LOOP;
     LOOP
         v_round := v_round + 1;
         -- Round 1 reads a little more than the claim needs; each further round twice as much
         -- (rows of keys found full and rows already taken are left out by the query).
         v_m := CASE WHEN v_round = 1 THEN p_limit + 4 ELSE v_m * 2 END;
-        -- The next rows of every keyed queue's claim index, merged in claim order, and the
-        -- (queue, key) pairs among them met for the first time (in (queue, key) order).
+        -- The next rows of every keyed queue's claim index from its start, merged in claim
+        -- order, and the (queue, key) pairs among them met for the first time. A start bounds
+        -- the index scan in two parts (the index orders priority descending, due time and id
+        -- ascending, which no single row comparison spans): the start's priority from its due
+        -- time and id on, then the lower priorities. Without a start the first part is no scan
+        -- at all (its NULL bound matches nothing) and the second reads from the index's start
+        -- (every priority is below 2^31).
         WITH c AS (
             SELECT r.q, x.id, x.concurrency_key, x.priority, x.due_at
-              FROM unnest(p_queues, v_left) AS r(q, a)
+              FROM unnest(p_queues, v_left, v_sp, v_lt, v_sd, v_si) AS r(q, a, sp, lt, sd, si)
              CROSS JOIN LATERAL (
-                   SELECT y.id, y.concurrency_key, y.priority, y.due_at
-                     FROM {schema}.jobs_hot y
-                    WHERE y.queue = r.q AND y.status = 0 AND y.due_at <= now()
-                      AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
-                      AND (y.concurrency_key IS NULL
-                           OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
-                    ORDER BY y.priority DESC, y.due_at, y.id
-                    LIMIT v_m
+                   -- (Each part in index order, so the merge below, which sorts anyway, finds
+                   -- the first rows of each queue among at most twice v_m.)
+                   (SELECT y.id, y.concurrency_key, y.priority, y.due_at
+                      FROM {schema}.jobs_hot y
+                     WHERE y.queue = r.q AND y.status = 0 AND y.priority = r.sp
+                       AND (y.due_at, y.id) >= (r.sd, r.si) AND y.due_at <= now()
+                       AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
+                       AND (y.concurrency_key IS NULL
+                            OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
+                     ORDER BY y.due_at, y.id
+                     LIMIT v_m)
+                   UNION ALL
+                   (SELECT y.id, y.concurrency_key, y.priority, y.due_at
+                      FROM {schema}.jobs_hot y
+                     WHERE y.queue = r.q AND y.status = 0 AND y.priority < r.lt AND y.due_at <= now()
+                       AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
+                       AND (y.concurrency_key IS NULL
+                            OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
+                     ORDER BY y.priority DESC, y.due_at, y.id
+                     LIMIT v_m)
              ) x
              WHERE r.a > 0
              ORDER BY x.priority DESC, x.due_at, x.id
@@ -557,13 +609,18 @@ BEGIN
              WHERE c.concurrency_key IS NOT NULL
                AND NOT ((c.q || chr(31) || c.concurrency_key) = ANY (v_pqk))
         )
-        SELECT coalesce(array_agg(c.q ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               coalesce(array_agg(c.id ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               coalesce(array_agg(c.concurrency_key ORDER BY c.priority DESC, c.due_at, c.id), '{}'),
-               (SELECT coalesce(array_agg(n.q ORDER BY n.q, n.k), '{}') FROM n),
-               (SELECT coalesce(array_agg(n.k ORDER BY n.q, n.k), '{}') FROM n)
-          INTO v_cq, v_cid, v_cck, v_nq, v_nk
-          FROM c;
+        -- Each group of arrays is aggregated in one pass over the same rows, so its arrays
+        -- pair up element by element: the rows in claim order (from the sorted sub-select,
+        -- one sort for the five), the new pairs in any order (no sort of text).
+        SELECT coalesce(a.q, '{}'), coalesce(a.id, '{}'), coalesce(a.k, '{}'), coalesce(a.p, '{}'),
+               coalesce(a.d, '{}'), coalesce(b.q, '{}'), coalesce(b.k, '{}')
+          INTO v_cq, v_cid, v_cck, v_cp, v_cd, v_nq, v_nk
+          FROM (SELECT array_agg(o.q) AS q, array_agg(o.id) AS id, array_agg(o.concurrency_key) AS k,
+                       array_agg(o.priority) AS p, array_agg(o.due_at) AS d
+                  FROM (SELECT c.q, c.id, c.concurrency_key, c.priority, c.due_at
+                          FROM c
+                         ORDER BY c.priority DESC, c.due_at, c.id) o) a,
+               (SELECT array_agg(n.q) AS q, array_agg(n.k) AS k FROM n) b;
         IF cardinality(v_nk) > 0 THEN
             -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).
             IF v_round = 1 AND nullif(v_delay, '') IS NOT NULL
@@ -575,28 +632,32 @@ BEGIN
             -- call. (A key at its cap is locked too, and found full by the count below: no
             -- count before the lock, which would cost a probe per key for an answer the count
             -- after it gives again.)
-            SELECT coalesce(array_agg(s.locked ORDER BY s.q, s.k), '{}')
+            SELECT coalesce(array_agg(s.locked ORDER BY s.o), '{}')
               INTO v_nlock
-              FROM (SELECT n.q, n.k,
+              FROM (SELECT n.o,
                            pg_try_advisory_xact_lock(
                                hashtextextended('{schema}' || chr(31) || n.q || chr(31) || n.k, 25)) AS locked
-                      FROM unnest(v_nq, v_nk) AS n(q, k)
+                      FROM unnest(v_nq, v_nk) WITH ORDINALITY AS n(q, k, o)
                     OFFSET 0) s;
             -- room: begin
             -- The new keys' room (in the pairs' order): none for a key not locked; for a locked
             -- key, the claim's limit, less (with a per-key cap) its Fetched + Processing rows and
             -- (with a per-key rate limit) its starts in the window, each counted here: a new
             -- statement after the locks, so a fresh snapshot under READ COMMITTED that sees every
-            -- claim the locks' previous holders committed. One index probe per key.
-            SELECT coalesce(array_agg(greatest(0, z.room) ORDER BY z.q, z.k), '{}')
+            -- claim the locks' previous holders committed. One index probe per key: the key's
+            -- Fetched and Processing entries of jobs_hot_key_live_idx (`status IN (0, 1, 2)` names
+            -- its predicate, `status >= 1` bounds the range; with `status IN (1, 2)` alone the
+            -- generic plan chose jobs_hot_active_idx, which reads every running row of the queue
+            -- for each key).
+            SELECT coalesce(array_agg(greatest(0, z.room) ORDER BY z.o), '{}')
               INTO v_nroom
-              FROM (SELECT n.q, n.k,
+              FROM (SELECT n.o,
                            CASE WHEN n.locked IS NOT TRUE THEN 0
                                 ELSE least(p_limit,
                                            CASE WHEN c.kcap IS NOT NULL THEN
                                                c.kcap - (SELECT count(*)::integer FROM {schema}.jobs_hot h
                                                           WHERE h.queue = n.q AND h.concurrency_key = n.k
-                                                            AND h.status IN (1, 2))
+                                                            AND h.status IN (0, 1, 2) AND h.status >= 1)
                                            END,
                                            CASE WHEN c.rate IS NOT NULL THEN
                                                c.rate - (SELECT count(*)::integer FROM {schema}.starts st
@@ -604,7 +665,7 @@ BEGIN
                                                             AND st.stamp > now() - c.per * interval '1 millisecond')
                                            END)
                            END AS room
-                      FROM unnest(v_nq, v_nk, v_nlock) AS n(q, k, locked)
+                      FROM unnest(v_nq, v_nk, v_nlock) WITH ORDINALITY AS n(q, k, locked, o)
                       JOIN unnest(p_queues, p_kcaps, p_rates, p_pers) AS c(q, kcap, rate, per) ON c.q = n.q) z;
             -- room: end
             -- (the keys are counted)
@@ -640,6 +701,16 @@ BEGIN
             END IF;
         END LOOP;
         EXIT WHEN v_got >= p_limit OR cardinality(v_cid) < v_m;
+        -- Each queue's next round starts at its last row of this one: every row before it was
+        -- taken, or is of a key now full, or of a queue with nothing left to take (the walk
+        -- leaves no other row behind when it does not end the call).
+        FOR j IN 1 .. cardinality(v_cid) LOOP
+            qi := array_position(p_queues, v_cq[j]);
+            v_sp[qi] := v_cp[j];
+            v_lt[qi] := v_cp[j];
+            v_sd[qi] := v_cd[j];
+            v_si[qi] := v_cid[j];
+        END LOOP;
     END LOOP;
     -- The keyed rows the walk took (claim() locks them by id, skipping any taken meanwhile:
     -- the claim may come back short, never over a key's room).

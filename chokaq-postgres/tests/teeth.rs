@@ -141,6 +141,12 @@ fn teeth() -> Vec<Tooth> {
             checks: &[],
         },
         Tooth {
+            fault: "key_read_skips_its_start",
+            faults: Faults { key_read_skips_its_start: true, ..f },
+            cases: &["keyed_no_head_of_line_blocking", "keyed_cap_binds_each_key"],
+            checks: &[],
+        },
+        Tooth {
             fault: "start_not_repeatable",
             faults: Faults { start_not_repeatable: true, ..f },
             cases: &["outcome_repeated_start_is_done"],

@@ -69,6 +69,10 @@ pub struct Faults {
     /// Issue 25: the rate window compared with <= instead of <: `jobs + 1` starts per window,
     /// queue-wide and per key. Functions script.
     pub rate_window_off_by_one: bool,
+    /// Issue 25: the keyed read starts after its start instead of at it (`>` for `>=`): the
+    /// first due row claim()'s first statement found is never a candidate (nor the row a round
+    /// ends on), so a claim skips the queue's first job. Functions script.
+    pub key_read_skips_its_start: bool,
 }
 
 /// The functions script with `from` replaced by `to`, `from` found exactly once.
@@ -127,6 +131,13 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
             "            PERFORM pg_advisory_unlock(hashtextextended('{schema}' || chr(31) || l.q || chr(31) || l.k, 25))
                FROM unnest(v_nq, v_nk, v_nlock) AS l(q, k, locked)
               WHERE l.locked;",
+        );
+    }
+    if faults.key_read_skips_its_start {
+        script = replace_once(
+            &script,
+            "AND (y.due_at, y.id) >= (r.sd, r.si) AND y.due_at <= now()",
+            "AND (y.due_at, y.id) > (r.sd, r.si) AND y.due_at <= now()",
         );
     }
     if faults.rate_window_off_by_one {
@@ -368,6 +379,7 @@ impl Statements {
             || faults.key_ignored
             || faults.key_lock_freed_early
             || faults.rate_window_off_by_one
+            || faults.key_read_skips_its_start
         {
             let base = if faults.first_cap_ignored {
                 functions_first_cap_ignored()
@@ -418,6 +430,7 @@ mod tests {
             (Faults { key_ignored: true, ..f }, vec!["functions"]),
             (Faults { key_lock_freed_early: true, ..f }, vec!["functions"]),
             (Faults { rate_window_off_by_one: true, ..f }, vec!["functions"]),
+            (Faults { key_read_skips_its_start: true, ..f }, vec!["functions"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");
