@@ -644,11 +644,8 @@ BEGIN
             -- key, the claim's limit, less (with a per-key cap) its Fetched + Processing rows and
             -- (with a per-key rate limit) its starts in the window, each counted here: a new
             -- statement after the locks, so a fresh snapshot under READ COMMITTED that sees every
-            -- claim the locks' previous holders committed. One index probe per key: the key's
-            -- Fetched and Processing entries of jobs_hot_key_live_idx (`status IN (0, 1, 2)` names
-            -- its predicate, `status >= 1` bounds the range; with `status IN (1, 2)` alone the
-            -- generic plan chose jobs_hot_active_idx, which reads every running row of the queue
-            -- for each key).
+            -- claim the locks' previous holders committed. One probe per key of
+            -- jobs_hot_active_idx, the rows in flight (migration 14).
             SELECT coalesce(array_agg(greatest(0, z.room) ORDER BY z.o), '{}')
               INTO v_nroom
               FROM (SELECT n.o,
@@ -657,7 +654,7 @@ BEGIN
                                            CASE WHEN c.kcap IS NOT NULL THEN
                                                c.kcap - (SELECT count(*)::integer FROM {schema}.jobs_hot h
                                                           WHERE h.queue = n.q AND h.concurrency_key = n.k
-                                                            AND h.status IN (0, 1, 2) AND h.status >= 1)
+                                                            AND h.status IN (1, 2))
                                            END,
                                            CASE WHEN c.rate IS NOT NULL THEN
                                                c.rate - (SELECT count(*)::integer FROM {schema}.starts st
@@ -741,10 +738,16 @@ AS $fn$
                         WHERE x.queue = k.q AND x.concurrency_key = k.k AND x.status = 4
                         ORDER BY x.priority DESC, x.due_at, x.id
                         LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
-                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers) - (SELECT count(*) FROM {schema}.jobs_hot y
-                                                                          WHERE y.queue = k.q
-                                                                            AND y.concurrency_key = k.k
-                                                                            AND y.status IN (0, 1, 2)))
+                                   -- The key's live rows (as key_live! in sql.rs counts them):
+                                   -- its Pending rows, at most the depth, and its running rows.
+                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers)
+                                                    - (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
+                                                                              WHERE y.queue = k.q AND y.concurrency_key = k.k
+                                                                                AND y.status = 0
+                                                                              LIMIT {schema}.key_depth(c.key_max_workers)) z)
+                                                    - (SELECT count(*) FROM {schema}.jobs_hot y
+                                                        WHERE y.queue = k.q AND y.concurrency_key = k.k
+                                                          AND y.status IN (1, 2)))
                               END
                           FOR UPDATE SKIP LOCKED) x))
         RETURNING 1

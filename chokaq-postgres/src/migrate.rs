@@ -45,6 +45,7 @@ migrations! {
     11, "hold", "0011_hold";
     12, "list_kind", "0012_list_kind";
     13, "keys", "0013_keys";
+    14, "key_counts", "0014_key_counts";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the

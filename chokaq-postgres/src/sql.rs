@@ -62,6 +62,30 @@ macro_rules! archive_vals_started {
     };
 }
 
+/// A key's live rows, as enqueue and the promotions count them against its parking depth
+/// (`$q` queue, `$k` key, `$upto` SQL expressions): its Pending rows, at most `$upto` (no count
+/// needs more, and a key may hold a long Pending backlog from before its queue had a cap), plus
+/// its Fetched and Processing rows. Two probes of small indexes (migration 14):
+/// `jobs_hot_key_pending_idx` and `jobs_hot_active_idx`. (functions.sql's `promote_blocked`
+/// writes the same count out.)
+macro_rules! key_live {
+    ($q:literal, $k:literal, $upto:literal) => {
+        concat!(
+            "((SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y WHERE y.queue = ",
+            $q,
+            " AND y.concurrency_key = ",
+            $k,
+            " AND y.status = 0 LIMIT ",
+            $upto,
+            ") z) + (SELECT count(*) FROM {schema}.jobs_hot y WHERE y.queue = ",
+            $q,
+            " AND y.concurrency_key = ",
+            $k,
+            " AND y.status IN (1, 2)))"
+        )
+    };
+}
+
 /// The promotion after a move, as two CTEs (`fr`, `promoted`): `$freed` names the rows the
 /// statement moves out of Pending, Fetched or Processing (queue, concurrency_key); for each
 /// keyed one, up to its parking depth (`key_depth(cap)`, functions.sql) less what the key still
@@ -84,10 +108,9 @@ macro_rules! promote {
                         WHERE x.queue = fr.queue AND x.concurrency_key = fr.k AND x.status = 4
                         ORDER BY x.priority DESC, x.due_at, x.id
                         LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
-                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers) + fr.n
-                                                    - (SELECT count(*) FROM {schema}.jobs_hot y
-                                                        WHERE y.queue = fr.queue AND y.concurrency_key = fr.k
-                                                          AND y.status IN (0, 1, 2)))
+                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers) + fr.n - ",
+            key_live!("fr.queue", "fr.k", "{schema}.key_depth(c.key_max_workers) + fr.n"),
+            ")
                               END
                           FOR UPDATE SKIP LOCKED) x))
      )"
@@ -104,7 +127,8 @@ macro_rules! queue_cols {
     };
 }
 
-const ENQUEUE: &str = "
+const ENQUEUE: &str = concat!(
+    "
 WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[],
                          $8::timestamptz[], $9::int8[], $10::int4[], $11::text[], $12::text[])
@@ -131,10 +155,9 @@ st AS (
            k.ckey, k.ord, k.at,
            CASE WHEN k.at > now() THEN 3
                 WHEN k.rk > k.depth THEN 4
-                WHEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
-                                             WHERE y.queue = k.queue AND y.concurrency_key = k.ckey
-                                               AND y.status IN (0, 1, 2)
-                                             LIMIT k.depth) z) + k.rk - 1 >= k.depth THEN 4
+                WHEN ",
+    key_live!("k.queue", "k.ckey", "k.depth"),
+    " + k.rk - 1 >= k.depth THEN 4
                 ELSE 0 END
       FROM (SELECT d.*, {schema}.key_depth(c.key_max_workers) AS depth,
                    row_number() OVER (PARTITION BY d.queue, d.ckey
@@ -156,7 +179,8 @@ ins AS (
     RETURNING id, queue
 ),
 xid AS (SELECT txid_current() AS x)
-SELECT ins.id, (SELECT x FROM xid) AS xid FROM ins";
+SELECT ins.id, (SELECT x FROM xid) AS xid FROM ins"
+);
 
 /// The wake-ups after the commit (`notify.rs`): `$1` channel, `$2` queues.
 const NOTIFY_QUEUES: &str = "SELECT count(pg_notify($1, q.queue)) FROM unnest($2::text[]) AS q (queue)";
@@ -524,9 +548,10 @@ promoted AS (
                     WHERE x.queue = $1 AND x.concurrency_key = k.k AND x.status = 4
                     ORDER BY x.priority DESC, x.due_at, x.id
                     LIMIT CASE WHEN $2::int4 IS NULL THEN NULL
-                               ELSE greatest(0, {schema}.key_depth($2::int4) - (SELECT count(*) FROM {schema}.jobs_hot y
-                                                             WHERE y.queue = $1 AND y.concurrency_key = k.k
-                                                               AND y.status IN (0, 1, 2)))
+                               ELSE greatest(0, {schema}.key_depth($2::int4)
+                                                - ",
+    key_live!("$1", "k.k", "{schema}.key_depth($2::int4)"),
+    ")
                           END
                       FOR UPDATE SKIP LOCKED) x))
 )
