@@ -168,3 +168,64 @@ async fn blocked_rows_read_as_pending_and_come_back() {
     assert_eq!(statuses(db, queue).await, vec![(0, d - 2), (2, 2)]);
     f.drop().await;
 }
+
+/// Index entries read from `index` of `schema` so far (`idx_tup_read`, `idx_scan`), after this
+/// session's pending statistics are flushed (`pg_stat_force_next_flush`, PostgreSQL 15: the
+/// flush happens when the session goes idle after it).
+async fn index_reads(c: &mut sqlx::PgConnection, schema: &str, index: &str) -> (i64, i64) {
+    sqlx::query("SELECT pg_stat_force_next_flush()").execute(&mut *c).await.unwrap();
+    sqlx::query_as(
+        "SELECT idx_tup_read, idx_scan FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = $2",
+    )
+    .bind(schema)
+    .bind(index)
+    .fetch_one(&mut *c)
+    .await
+    .unwrap()
+}
+
+/// The claim counts a key's running rows in that key's own entries of `jobs_hot_active_idx`
+/// (migration 14), whatever else runs in the queue: with 1,000 jobs of 1,000 keys running
+/// (Fetched) and one Pending job for each of 10 of those keys (key cap 2), a claim of 10 reads
+/// exactly 10 entries of the index in 10 scans, one per key. (Until migration 14 the generic
+/// plan counted through the queue's entries of `jobs_hot_active_idx (queue)`, every running row
+/// of the queue for each key: 10,000 here.) Everything runs on one session, so the index
+/// statistics hold this claim's reads and no other session's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_counts_a_key_in_its_own_entries() {
+    let f = fixture!();
+    let db = &f.db;
+    let s = db.schema().to_string();
+    let queue = "busy";
+    key_cap(db, queue, Some(2)).await;
+    let mut c = db.pool().acquire().await.unwrap();
+    let running = format!(
+        "INSERT INTO \"{s}\".jobs_hot (id, queue, kind, payload, max_attempts, concurrency_key, status, lease, \
+                                       worker_id, heartbeat_at)
+         SELECT gen_random_uuid(), $1, 'test.job.v1', '{{}}', 3, 'k' || i, 1, i, gen_random_uuid(), now()
+           FROM generate_series(0, 999) i"
+    );
+    sqlx::query(&running).bind(queue).execute(&mut *c).await.unwrap();
+    let pending = format!(
+        "INSERT INTO \"{s}\".jobs_hot (id, queue, kind, payload, max_attempts, concurrency_key)
+         SELECT gen_random_uuid(), $1, 'test.job.v1', '{{}}', 3, 'k' || i FROM generate_series(0, 9) i"
+    );
+    sqlx::query(&pending).bind(queue).execute(&mut *c).await.unwrap();
+    sqlx::query(&format!("ANALYZE \"{s}\".jobs_hot")).execute(&mut *c).await.unwrap();
+    assert_eq!(statuses(db, queue).await, vec![(0, 10), (1, 1000)]);
+
+    let (read0, scans0) = index_reads(&mut c, &s, "jobs_hot_active_idx").await;
+    let claim = format!("SELECT count(*) FROM \"{s}\".claim($1, $2, 10, 2::int2)");
+    let got: i64 = sqlx::query_scalar(&claim)
+        .bind(uuid::Uuid::new_v4())
+        .bind(vec![queue.to_string()])
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+    assert_eq!(got, 10, "jobs claimed (each key has room for one more)");
+    let (read1, scans1) = index_reads(&mut c, &s, "jobs_hot_active_idx").await;
+    eprintln!("the claim's counts: {} entries of jobs_hot_active_idx in {} scans", read1 - read0, scans1 - scans0);
+    assert_eq!((read1 - read0, scans1 - scans0), (10, 10), "(entries, scans) of jobs_hot_active_idx the claim read");
+    drop(c);
+    f.drop().await;
+}
