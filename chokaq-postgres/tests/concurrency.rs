@@ -323,6 +323,17 @@ async fn a_key_cap_binds_a_claim_in_flight(#[case] at: &str) {
     f.drop().await;
 }
 
+/// Issue 25: a keyed claim's read starts at the first due row its first statement found; a job
+/// enqueued ahead of it while the claim runs waits for the next claim, and is taken by it
+/// (`common::cap_race::keyed_read_starts_at_first_row`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_claim_reads_from_its_first_row() {
+    let f = fixture!();
+    let what = common::cap_race::keyed_read_starts_at_first_row(&f.db).await.unwrap();
+    eprintln!("{what}");
+    f.drop().await;
+}
+
 /// Issue 26 item 19: cases of one run share a schema, and so the REPEATABLE READ test role;
 /// several asking for it at once all get it (none fails with "role already exists"), and
 /// every handle works: it reads the schema's tables (the grants are there) and its sessions

@@ -266,3 +266,35 @@ pub async fn keyed_claim_in_flight(db: &PgBackend, at: &str) -> Result<String, S
     }
     Ok(what)
 }
+
+/// Issue 25, where the keyed read starts: a claim (limit 1) of a key-capped queue is held after
+/// its first statement, which found job `first` (key a) as the queue's first due row; meanwhile
+/// a higher-priority job of another key is enqueued, ahead of it. The held claim's read starts
+/// at `first`, so it takes `first`, and the next claim takes the new job: nothing is lost, the
+/// new job waits one claim (docs/contract.md, "No head-of-line blocking").
+pub async fn keyed_read_starts_at_first_row(db: &PgBackend) -> Result<String, String> {
+    let e = |e: chokaq_core::Error| e.to_string();
+    let queue = format!("key-start-{:08x}", rand_u32());
+    db.control_queue(&q(&queue), chokaq_core::QueueControl::SetKeyMaxWorkers(Some(1))).await.map_err(e)?;
+    let first = db.enqueue_many(vec![job(&queue).concurrency_key("a")]).await.map_err(e)?[0].id;
+    let held = Delayed::new(HOLD_MS, "first").await?;
+    let pid = held.pid;
+    let (xid_tx, xid_rx) = tokio::sync::oneshot::channel();
+    let call = Call::Claim { worker: uuid::Uuid::new_v4(), queue: queue.clone(), limit: 1 };
+    let a = tokio::spawn(run_held(held, db.schema().to_string(), call, xid_tx));
+    xid_rx.await.map_err(|e| e.to_string())?;
+    until_sleeping(db, pid).await?;
+    let ahead = db.enqueue_many(vec![job(&queue).priority(10).concurrency_key("b")]).await.map_err(e)?[0].id;
+    let a_n = a.await.map_err(|e| e.to_string())??;
+    let location = |id| async move { db.get_job(id).await.map_err(e).map(|r| r.map(|r| r.location)) };
+    let (first_at, ahead_at) = (location(first).await?, location(ahead).await?);
+    let b = db.claim(&ClaimParams::new(WorkerId::random(), vec![q(&queue)], 1, ClaimMode::Start)).await.map_err(e)?;
+    let b_ids: Vec<_> = b.iter().map(|j| j.id).collect();
+    let what = format!("A claimed {a_n}: first {first_at:?}, the job ahead {ahead_at:?}; then B claimed {b_ids:?}");
+    let processing = Some(chokaq_core::JobLocation::Hot(chokaq_core::JobStatus::Processing));
+    let pending = Some(chokaq_core::JobLocation::Hot(chokaq_core::JobStatus::Pending));
+    if a_n != 1 || first_at != processing || ahead_at != pending || b_ids != vec![ahead] {
+        return Err(format!("expected A to take the first row it saw and B the job ahead: {what}"));
+    }
+    Ok(what)
+}
