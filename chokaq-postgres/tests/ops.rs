@@ -843,6 +843,7 @@ async fn throughput_reads_an_index_range_only() {
     // last hour holds exactly the 3,499 finished 1 s to 3,499 s ago (the gap absorbs the time
     // the test takes).
     assert_eq!(counted, 3499, "jobs counted in the last hour");
+    f.drop().await;
 }
 
 /// Issue 12, item 4: a claim naming five queues locks the ten rows it returns, not ten per
@@ -995,4 +996,5 @@ async fn stats_estimated_is_exact_when_small_and_marked_when_estimated() {
     assert!(!exact.archived_estimated, "stats() is exact");
     let sm = est.queue(small.as_str()).unwrap();
     assert_eq!((sm.pending, sm.archived, sm.archived_estimated), (1, 0, false), "the small queue");
+    f.drop().await;
 }
