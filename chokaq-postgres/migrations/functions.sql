@@ -328,14 +328,17 @@ BEGIN
             v_kc := v_kc || v_kcap[j];
             v_kr := v_kr || CASE WHEN v_rbykey[j] THEN v_rjobs[j] END;
             v_kp := v_kp || CASE WHEN v_rbykey[j] THEN v_rper[j] END;
-            -- The first statement's first row, unless the promotion may have put due rows
-            -- ahead of it.
-            v_kfp := v_kfp || CASE WHEN NOT v_due THEN v_fp[j] END;
-            v_kfd := v_kfd || CASE WHEN NOT v_due THEN v_fd[j] END;
-            v_kfi := v_kfi || CASE WHEN NOT v_due THEN v_fi[j] END;
+            v_kfp := v_kfp || v_fp[j];
+            v_kfd := v_kfd || v_fd[j];
+            v_kfi := v_kfi || v_fi[j];
             v_allow[j] := 0;
         END IF;
     END LOOP;
+    -- The keyed reads start at the first statement's first rows, unless the promotion may have
+    -- put due rows ahead of them (a NULL start priority: no start).
+    IF v_due THEN
+        v_kfp := '{}';
+    END IF;
     IF cardinality(v_kq) > 0 THEN
         v_kids := {schema}.key_candidates(v_kq, v_ka, v_kc, v_kr, v_kp, p_limit, v_kfp, v_kfd, v_kfi);
     END IF;
@@ -539,10 +542,13 @@ DECLARE
     v_pqk   text[] := '{}';
     v_cp    integer[];
     v_cd    timestamptz[];
-    v_sp    integer[] := '{}';
-    v_lt    bigint[] := '{}';
-    v_sd    timestamptz[] := '{}';
-    v_si    uuid[] := '{}';
+    -- Where each queue's read starts, in claim order (priority descending, then due time and
+    -- id): the first due Pending row claim()'s first statement found (so no read walks again the
+    -- index entries of the rows claimed before it, which stay in the claim index until VACUUM),
+    -- or, without one (a NULL priority), the start of the index.
+    v_sp    integer[] := p_fps;
+    v_sd    timestamptz[] := p_fds;
+    v_si    uuid[] := p_fis;
     v_m     integer;
     v_round integer := 0;
     qi      integer;
@@ -552,16 +558,6 @@ BEGIN
     IF p_limit <= 0 THEN
         RETURN v_ids;
     END IF;
-    -- Where each queue's read starts, in claim order (priority descending, then due time and
-    -- id): the first due Pending row claim()'s first statement found (so no read walks again the
-    -- index entries of the rows claimed before it, which stay in the claim index until VACUUM),
-    -- or, without one (NULL), the start of the index.
-    FOR j IN 1 .. cardinality(p_queues) LOOP
-        v_sp := v_sp || p_fps[j];
-        v_lt := v_lt || coalesce(p_fps[j]::bigint, 2147483648);
-        v_sd := v_sd || p_fds[j];
-        v_si := v_si || p_fis[j];
-    END LOOP;
     LOOP
         v_round := v_round + 1;
         -- Round 1 reads a little more than the claim needs; each further round twice as much
@@ -576,7 +572,7 @@ BEGIN
         -- (every priority is below 2^31).
         WITH c AS (
             SELECT r.q, x.id, x.concurrency_key, x.priority, x.due_at
-              FROM unnest(p_queues, v_left, v_sp, v_lt, v_sd, v_si) AS r(q, a, sp, lt, sd, si)
+              FROM unnest(p_queues, v_left, v_sp, v_sd, v_si) AS r(q, a, sp, sd, si)
              CROSS JOIN LATERAL (
                    -- (Each part in index order, so the merge below, which sorts anyway, finds
                    -- the first rows of each queue among at most twice v_m.)
@@ -592,7 +588,8 @@ BEGIN
                    UNION ALL
                    (SELECT y.id, y.concurrency_key, y.priority, y.due_at
                       FROM {schema}.jobs_hot y
-                     WHERE y.queue = r.q AND y.status = 0 AND y.priority < r.lt AND y.due_at <= now()
+                     WHERE y.queue = r.q AND y.status = 0 AND y.priority < coalesce(r.sp::bigint, 2147483648)
+                       AND y.due_at <= now()
                        AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
                        AND (y.concurrency_key IS NULL
                             OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
@@ -704,7 +701,6 @@ BEGIN
         FOR j IN 1 .. cardinality(v_cid) LOOP
             qi := array_position(p_queues, v_cq[j]);
             v_sp[qi] := v_cp[j];
-            v_lt[qi] := v_cp[j];
             v_sd[qi] := v_cd[j];
             v_si[qi] := v_cid[j];
         END LOOP;
