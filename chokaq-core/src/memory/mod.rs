@@ -15,6 +15,8 @@ use chrono::{DurationRound, Utc};
 
 #[cfg(feature = "testing")]
 mod testing;
+#[cfg(feature = "testing")]
+pub use testing::RowView;
 
 use crate::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,

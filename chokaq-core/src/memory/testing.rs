@@ -83,3 +83,39 @@ impl TestSupport for MemoryBackend {
         Ok(())
     }
 }
+
+/// One job as [`MemoryBackend::view`] shows it: where it is and who holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowView {
+    pub id: JobId,
+    pub location: JobLocation,
+    pub lease: Option<crate::Lease>,
+    pub worker: Option<WorkerId>,
+    pub attempt: i32,
+    pub expired_holds: i32,
+}
+
+impl MemoryBackend {
+    /// Every job of the store (hot, archived, dead) in id order, under one lock, without the
+    /// payloads: what the runtime's simulator compares after each call to see which leases the
+    /// store granted and ended.
+    pub fn view(&self) -> Vec<RowView> {
+        let s = self.lock();
+        let mut out: Vec<RowView> = s
+            .hot
+            .values()
+            .chain(s.archive.values())
+            .chain(s.dead.values())
+            .map(|r| RowView {
+                id: r.id,
+                location: r.location,
+                lease: r.lease,
+                worker: r.worker_id,
+                attempt: r.attempt,
+                expired_holds: s.expired_holds.get(&r.id).copied().unwrap_or(0),
+            })
+            .collect();
+        out.sort_by_key(|r| r.id);
+        out
+    }
+}

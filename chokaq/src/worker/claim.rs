@@ -333,6 +333,7 @@ impl Claimer {
             }
             // 3. Wait for a free slot, a written outcome, a wake-up, the next poll, or shutdown.
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
                 _ = ex.slot_freed.notified() => {
                     if await_written {
@@ -537,6 +538,7 @@ pub(super) async fn wake_loop(
 ) {
     loop {
         let w = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             w = wakeups.recv() => w,
         };

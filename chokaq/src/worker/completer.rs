@@ -165,6 +165,7 @@ impl Completer {
         loop {
             if self.is_empty() {
                 tokio::select! {
+                    biased;
                     _ = self.queued.notified() => {}
                     _ = stop.cancelled() => {
                         // Stopping (every job has finished): flush what is left.
@@ -186,6 +187,7 @@ impl Completer {
             let early = if self.cap_bound.load(Ordering::Acquire) { max } else { max.min(self.early) };
             while self.len() < early {
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = self.queued.notified() => {}
                     // Stopping: write now, however long the flush interval is.

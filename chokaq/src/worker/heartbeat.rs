@@ -1,7 +1,7 @@
 //! The leases a worker holds, and the task that extends them: one batched heartbeat per
 //! interval for every running and look-ahead job.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +34,9 @@ struct Held {
 /// reports fires the job's switch.
 #[derive(Default)]
 pub(super) struct Leases {
-    held: Mutex<HashMap<JobId, Held>>,
+    /// Ordered by job id, so every walk over it (heartbeats, starts, stops) goes the same way
+    /// in every run: the simulator (`sim`) replays a seed exactly.
+    held: Mutex<BTreeMap<JobId, Held>>,
     /// Set by [`Leases::stop_all`]: a job tracked afterwards (a look-ahead job whose start was
     /// confirmed late) is stopped with the same reason at once.
     stopped: Mutex<Option<StopReason>>,
@@ -241,6 +243,7 @@ impl Heartbeat {
         tick.tick().await;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
@@ -257,10 +260,12 @@ impl Heartbeat {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 r = tokio::time::timeout(self.interval, self.register(&mut warned)) => {
                     if r.is_err() {
@@ -326,6 +331,7 @@ impl Starter {
         let mut failures = 0u32;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }

@@ -73,6 +73,7 @@ impl Maintenance {
         let mc = &self.config;
         let first = mc.interval.mul_f64(rand::random::<f64>());
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(first) => {}
         }
@@ -80,6 +81,7 @@ impl Maintenance {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }

@@ -26,6 +26,8 @@ mod registration_tests;
 #[cfg(test)]
 mod reliability_tests;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod test_support;
 
 use std::collections::VecDeque;

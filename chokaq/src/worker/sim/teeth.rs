@@ -1,0 +1,1 @@
+//! The simulator's teeth: broken runtime variants, each caught.
