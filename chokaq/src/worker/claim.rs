@@ -2,7 +2,7 @@
 //! and the jobs held beyond the running ones.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,14 +32,31 @@ pub(super) struct Lookahead {
 
 #[derive(Default)]
 struct Buffered {
-    jobs: VecDeque<ClaimedJob>,
+    /// Each with when it was put here.
+    jobs: VecDeque<(ClaimedJob, Instant)>,
     /// Shutdown: nothing more is taken from the buffer.
     closed: bool,
 }
 
 impl Lookahead {
     fn extend(&self, jobs: Vec<ClaimedJob>) {
-        self.inner.lock().unwrap().jobs.extend(jobs);
+        let now = Instant::now();
+        self.inner.lock().unwrap().jobs.extend(jobs.into_iter().map(|j| (j, now)));
+    }
+
+    /// When the longest-waiting job was put here.
+    fn oldest(&self) -> Option<Instant> {
+        self.inner.lock().unwrap().jobs.front().map(|(_, t)| *t)
+    }
+
+    /// Takes out the jobs put here at or before `cutoff` (the longest-waiting first).
+    fn take_older(&self, cutoff: Instant) -> Vec<ClaimedJob> {
+        let mut inner = self.inner.lock().unwrap();
+        let mut out = Vec::new();
+        while inner.jobs.front().is_some_and(|(_, t)| *t <= cutoff) {
+            out.extend(inner.jobs.pop_front().map(|(j, _)| j));
+        }
+        out
     }
 
     /// Whether nothing is buffered.
@@ -48,12 +65,20 @@ impl Lookahead {
     }
 
     /// Takes the next look-ahead job (Fetched), unless shutting down.
-    pub(super) fn take(&self) -> Option<ClaimedJob> {
+    /// `suspect_ok`: a job whose earlier holds expired may be taken now; when not, the first
+    /// other job is (see `Executor::suspect_ok`).
+    pub(super) fn take(&self, suspect_ok: bool) -> Option<ClaimedJob> {
         let mut inner = self.inner.lock().unwrap();
         if inner.closed {
             return None;
         }
-        inner.jobs.pop_front()
+        let i = inner.jobs.iter().position(|(j, _)| suspect_ok || j.expired_holds == 0)?;
+        inner.jobs.remove(i).map(|(j, _)| j)
+    }
+
+    /// Whether a job whose earlier holds expired waits here.
+    pub(super) fn has_suspect(&self) -> bool {
+        self.inner.lock().unwrap().jobs.iter().any(|(j, _)| j.expired_holds > 0)
     }
 
     fn len(&self) -> usize {
@@ -64,7 +89,7 @@ impl Lookahead {
     pub(super) fn close(&self) -> Vec<ClaimedJob> {
         let mut inner = self.inner.lock().unwrap();
         inner.closed = true;
-        inner.jobs.drain(..).collect()
+        inner.jobs.drain(..).map(|(j, _)| j).collect()
     }
 }
 
@@ -88,6 +113,12 @@ pub(super) struct Claimer {
     /// to claim until a slot frees. Every queue capped, whatever the sum: a cap-bound claim
     /// that got no more jobs than it completed was a handoff, and the caps are still full.
     caps_total: AtomicUsize,
+    /// One of the worker's queues has a rate limit (read with the caps): then the worker claims
+    /// only for free slots, in Start mode, holding nothing back, so that a rate limit binds the
+    /// handlers' begins, not only the claims (issue 36, hole 3).
+    rate_limited: AtomicBool,
+    /// The worker's `lookahead_wait` setting (`None`: adaptive, [`lookahead_wait`]).
+    lookahead_wait: Option<Duration>,
     claim_batch_window: Duration,
     completion_batch: usize,
     /// Back-pressure: outcomes not written yet plus jobs held never exceed this
@@ -139,6 +170,8 @@ impl Claimer {
             poll_interval: cfg.poll_interval,
             pause_check: cfg.heartbeat_interval,
             caps_total: AtomicUsize::new(caps_total(&cfg.queues, settings).unwrap_or(NOT_ALL_CAPPED)),
+            rate_limited: AtomicBool::new(any_rate_limit(settings)),
+            lookahead_wait: cfg.lookahead_wait,
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
             backlog_bound: backlog_bound(cfg.concurrency as usize, cfg.prefetch as usize, lookahead_max),
@@ -174,6 +207,11 @@ impl Claimer {
         // queued finished jobs in the same call.
         let mut cap_bound = false;
         let mut seen_writes = 0u64;
+        // Look-ahead jobs were released for waiting too long: hold none until a slot frees.
+        let mut lookahead_blocked = false;
+        // The teeth: the look-ahead before issue 36 (also for `RateAtClaimOnly`, which restores
+        // the rate path as it was: look-ahead jobs held and begun later, like any queue's).
+        let hoards = broken(self.worker, Broken::LookaheadHoards) || broken(self.worker, Broken::RateAtClaimOnly);
 
         loop {
             if shutdown.is_cancelled() {
@@ -191,7 +229,9 @@ impl Claimer {
             }
             // 1. Start buffered jobs on free slots (reserve mode).
             if !buffer.is_empty() {
-                let free = ex.free_slots().min(buffer.len());
+                // Within the unwritten-outcome gate, like every other begin path (issue 36, hole 5).
+                let gate = if broken(self.worker, Broken::BufferWithoutGate) { usize::MAX } else { ex.begin_room() };
+                let free = ex.free_slots().min(buffer.len()).min(gate);
                 if free > 0 {
                     if let Ok(permits) = ex.slots.clone().try_acquire_many_owned(free as u32) {
                         let batch: Vec<ClaimedJob> = buffer.drain(..free).collect();
@@ -202,8 +242,29 @@ impl Claimer {
             }
             // 1b. Look-ahead jobs onto free slots (finishing handlers normally take them first).
             ex.fill_slots();
-            // 2. Claim what fits: running + prefetched (Fetched) + look-ahead (Processing).
-            let lookahead = lookahead_target(concurrency, self.lookahead_max, rtt_us, ex.job_us());
+            // 1c. Look-ahead jobs that waited too long for a slot (a long job holds it) go back
+            // for other workers (issue 36, hole 6); so does the whole look-ahead of a worker
+            // whose queue got a rate limit.
+            let rate = self.rate_limited.load(Ordering::Relaxed) && !broken(self.worker, Broken::RateAtClaimOnly);
+            if let Some(oldest) = self.lookahead.oldest().filter(|_| !hoards) {
+                let now = Instant::now();
+                let wait = self.lookahead_wait.unwrap_or_else(|| lookahead_wait(rtt_us, ex.job_us()));
+                if rate || now >= oldest + wait {
+                    let cutoff = if rate { now + Duration::from_secs(1) } else { now - wait };
+                    self.release_waiting(cutoff).await;
+                    lookahead_blocked = true;
+                    continue;
+                }
+            }
+            // 2. Claim what fits: running + prefetched (Fetched) + look-ahead (Processing). A
+            // rate-limited worker holds nothing back: it claims for free slots only, each job
+            // begun at its claim, so the limit binds the handlers' begins (issue 36, hole 3).
+            let prefetch = if rate { 0 } else { prefetch };
+            let lookahead = if rate || lookahead_blocked {
+                0
+            } else {
+                lookahead_target(concurrency, self.lookahead_max, rtt_us, ex.job_us())
+            };
             let capacity = concurrency + prefetch + lookahead;
             let free = ex.free_slots();
             // Jobs whose start is in flight handed their slot on already: still held.
@@ -215,6 +276,7 @@ impl Claimer {
             let room = self.backlog_bound.saturating_sub(self.outcomes.unwritten() + held);
             let backpressured = want > room;
             let want = want.min(room);
+            let want = if rate { want.min(free).min(ex.begin_room()) } else { want };
             let now = Instant::now();
             // Batch claims: while most of the capacity is still held, give others a moment to
             // free up.
@@ -237,7 +299,7 @@ impl Claimer {
                 // takes only free slots, each taken before the claim, in Start mode, so a job
                 // starts with its claim and no start round trip lengthens the time it holds a
                 // slot of the cap.
-                let slots = if prefetch == 0 && cap_bound {
+                let slots = if (prefetch == 0 && cap_bound) || rate {
                     // Each of them begins at once: within the unwritten-outcome gate.
                     let n = ex.free_slots().min(want).min(ex.begin_room());
                     (n > 0).then(|| ex.slots.clone().try_acquire_many_owned(n as u32).ok()).flatten()
@@ -268,7 +330,7 @@ impl Claimer {
                         if let Some(permits) = slots.as_mut() {
                             for job in jobs {
                                 if let Some(p) = permits.split(1) {
-                                    ex.spawn_new(job, p);
+                                    ex.spawn_new(job, p, t0);
                                 }
                             }
                             // Slots taken for jobs that did not come are free again.
@@ -276,7 +338,7 @@ impl Claimer {
                         } else if prefetch == 0 {
                             for j in &jobs {
                                 if j.status == JobStatus::Fetched {
-                                    self.leases.hold(j.lease_ref(), t0);
+                                    self.leases.hold(j.lease_ref(), &j.queue, t0);
                                 }
                             }
                             self.lookahead.extend(jobs);
@@ -331,11 +393,19 @@ impl Claimer {
                 }
                 continue;
             }
-            // 3. Wait for a free slot, a written outcome, a wake-up, the next poll, or shutdown.
+            // 3. Wait for a free slot, a written outcome, a wake-up, the next poll, the look-ahead's
+            // longest wait, or shutdown.
+            let lookahead_due = self
+                .lookahead
+                .oldest()
+                .map(|t| t + self.lookahead_wait.unwrap_or_else(|| lookahead_wait(rtt_us, ex.job_us())));
+            // A suspect job waiting for the one before it to have run a moment.
+            let suspect_due = ex.suspect_gate().filter(|_| self.lookahead.has_suspect() && ex.free_slots() > 0);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
                 _ = ex.slot_freed.notified() => {
+                    lookahead_blocked = false;
                     if await_written {
                         // Cap-bound: once nothing runs, complete what finished and claim at
                         // once, without waiting for the completer's batch window.
@@ -349,7 +419,8 @@ impl Claimer {
                     }
                 }
                 // A write also reopens the gate of buffered jobs held back by unwritten outcomes.
-                _ = self.outcomes.next_write(), if await_written || backpressured || !self.lookahead.is_empty() => {
+                // A rate-limited worker's claims are gated by unwritten outcomes too.
+                _ = self.outcomes.next_write(), if await_written || backpressured || rate || !self.lookahead.is_empty() || !buffer.is_empty() => {
                     if await_written && self.outcomes.writes() != seen_writes {
                         await_written = false;
                         next_claim = Instant::now();
@@ -362,6 +433,8 @@ impl Claimer {
                 _ = tokio::time::sleep_until(next_claim), if want > 0 && !gathering => {}
                 _ = tokio::time::sleep_until(gather_until.unwrap_or(now)), if gathering => {}
                 _ = tokio::time::sleep_until(next_pause_check), if !buffer.is_empty() => {}
+                _ = tokio::time::sleep_until(lookahead_due.unwrap_or(now)), if lookahead_due.is_some() && !hoards => {}
+                _ = tokio::time::sleep_until(suspect_due.unwrap_or(now)), if suspect_due.is_some() => {}
             }
         }
         buffer
@@ -405,9 +478,32 @@ impl Claimer {
             }
         }
         self.caps_total.store(caps_total(&self.queues, &settings).unwrap_or(NOT_ALL_CAPPED), Ordering::Relaxed);
+        self.rate_limited.store(any_rate_limit(&settings), Ordering::Relaxed);
         // An operator may have changed a zombie timeout: how long a held job may wait unconfirmed.
+        self.leases.set_zombie_timeouts(&settings);
         let fresh = super::hold_fresh(&self.queues, self.pause_check, &settings);
         self.executor.hold_fresh_us.store(fresh.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Releases the look-ahead jobs put there before `cutoff` (they waited too long for a slot),
+    /// so that other workers can run them; their attempt is not counted.
+    async fn release_waiting(&self, cutoff: Instant) {
+        let jobs = self.lookahead.take_older(cutoff);
+        if jobs.is_empty() {
+            return;
+        }
+        let leases: Vec<LeaseRef> = jobs.iter().map(ClaimedJob::lease_ref).collect();
+        match with_retries(|| self.backend.release(self.worker, &leases)).await {
+            Ok(out) => {
+                tracing::debug!(released = out.done.len(), "look-ahead jobs waited too long for a slot; released");
+                add(&self.counters.released, out.done.len() as u64);
+                add(&self.counters.lease_lost, out.lost.len() as u64);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not release waiting look-ahead jobs; the rescuer will"),
+        }
+        for l in leases {
+            self.leases.untrack(l);
+        }
     }
 
     /// Releases the buffered jobs of queues that are now paused or inactive.
@@ -456,6 +552,7 @@ impl Claimer {
         let (batch, stale): (Vec<ClaimedJob>, Vec<ClaimedJob>) = batch.into_iter().partition(|j| seen.insert(j.id));
         add(&self.counters.lease_lost, stale.len() as u64);
         let leases: Vec<LeaseRef> = batch.iter().map(ClaimedJob::lease_ref).collect();
+        let sent = Instant::now();
         match with_retries(|| self.backend.start(self.worker, &leases)).await {
             Ok(out) => {
                 let done: HashSet<JobId> = out.done.into_iter().collect();
@@ -464,7 +561,7 @@ impl Claimer {
                         job.attempt += 1;
                         job.status = JobStatus::Processing;
                         if let Some(p) = permits.split(1) {
-                            self.executor.spawn_new(job, p);
+                            self.executor.spawn_new(job, p, sent);
                         }
                     } else {
                         add(&self.counters.lease_lost, 1);
@@ -483,6 +580,11 @@ impl Claimer {
             }
         }
     }
+}
+
+/// Whether one of `settings` has a rate limit.
+fn any_rate_limit(settings: &[QueueSettings]) -> bool {
+    settings.iter().any(|s| s.rate_limit.is_some())
 }
 
 /// [`Claimer::caps_total`] when a queue of the worker has no cap.
@@ -516,7 +618,9 @@ pub(super) fn backlog_bound(concurrency: usize, prefetch: usize, lookahead_max: 
 }
 
 /// How many look-ahead jobs to hold: what the slots get through in two claim round trips,
-/// between 1 and `max`; `concurrency` (at most `max`) until both averages exist.
+/// between 1 and `max`; `concurrency` (at most `max`) until both averages exist. A job that
+/// waits longer than [`lookahead_wait`] for a slot is released for other workers (issue 36,
+/// hole 6), so holding one costs another worker at most that long.
 fn lookahead_target(concurrency: usize, max: usize, rtt_us: u64, job_us: u64) -> usize {
     if max == 0 {
         return 0;
@@ -527,6 +631,19 @@ fn lookahead_target(concurrency: usize, max: usize, rtt_us: u64, job_us: u64) ->
     let need = (2 * concurrency as u64 * rtt_us).div_ceil(job_us);
     (need.min(max as u64) as usize).max(1)
 }
+
+/// How long a job may wait in the look-ahead for a slot before it is released for other
+/// workers: four average job run times or claim round trips, from [`LOOKAHEAD_WAIT_MIN`] to
+/// [`LOOKAHEAD_WAIT_MAX`] (the look-ahead only holds jobs shorter than two round trips a slot,
+/// so a longer wait means a slot is taken by an unusually long job).
+fn lookahead_wait(rtt_us: u64, job_us: u64) -> Duration {
+    Duration::from_micros(4 * rtt_us.max(job_us)).clamp(LOOKAHEAD_WAIT_MIN, LOOKAHEAD_WAIT_MAX)
+}
+
+/// The shortest wait [`lookahead_wait`] allows.
+const LOOKAHEAD_WAIT_MIN: Duration = Duration::from_millis(20);
+/// The longest wait [`lookahead_wait`] allows.
+const LOOKAHEAD_WAIT_MAX: Duration = Duration::from_millis(250);
 
 /// Turns the backend's wake-ups for this worker's queues into claim-loop wake-ups, until
 /// `stop` fires or the stream ends.

@@ -86,6 +86,7 @@ async fn lookahead_is_handed_back_uncounted_at_shutdown() {
     let dynb: Arc<dyn Backend> = b.clone();
     let w = Worker::builder(dynb.clone())
         .concurrency(1)
+        .lookahead_wait(Duration::from_secs(3600))
         .shutdown_grace(Duration::from_millis(100))
         .cancel_wait(Duration::from_millis(100))
         .maintenance(no_maintenance())

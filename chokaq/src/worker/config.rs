@@ -28,6 +28,9 @@ pub struct WorkerConfig {
     /// Most started jobs held beyond the running ones when `prefetch` is 0 (the buffer adapts
     /// below it); `None` = 4 x `concurrency`.
     pub lookahead: Option<u32>,
+    /// How long a look-ahead job may wait for a slot before it is released for other workers;
+    /// `None` = adaptive (four average job runs or claim round trips, 20 to 250 ms).
+    pub lookahead_wait: Option<Duration>,
     /// Longest wait between claims when idle (the back-off doubles up to it). Default 1 s.
     pub poll_interval: Duration,
     /// First back-off step after an empty claim. Default 20 ms.
@@ -64,6 +67,7 @@ impl Default for WorkerConfig {
             concurrency: 10,
             prefetch: 0,
             lookahead: None,
+            lookahead_wait: None,
             poll_interval: Duration::from_secs(1),
             min_poll_interval: Duration::from_millis(20),
             heartbeat_interval: Duration::from_secs(5),
@@ -158,6 +162,16 @@ impl WorkerBuilder {
     /// counted) at shutdown. 0 claims only free slots.
     pub fn lookahead(mut self, n: u32) -> Self {
         self.config.lookahead = Some(n);
+        self
+    }
+
+    /// How long a look-ahead job may wait for a slot (a long job holds every slot) before it is
+    /// released, its attempt not counted, so that an idle worker can run it, and a queue or
+    /// key cap it counts against is not held by a waiting job. Default: four average job run
+    /// times or claim round trips, from 20 to 250 ms. Once it releases jobs, the worker holds
+    /// no look-ahead until a slot frees.
+    pub fn lookahead_wait(mut self, d: Duration) -> Self {
+        self.config.lookahead_wait = Some(d);
         self
     }
 
@@ -354,6 +368,7 @@ fn check(c: &WorkerConfig) -> Result<()> {
     durations.extend(m.archive_retention.map(|d| ("archive retention", d)));
     durations.extend(m.dead_letter_retention.map(|d| ("dead-letter retention", d)));
     durations.extend(m.worker_stale_after.map(|d| ("worker stale after", d)));
+    durations.extend(c.lookahead_wait.map(|d| ("look-ahead wait", d)));
     for (name, d) in durations {
         within_limit(name, d)?;
     }

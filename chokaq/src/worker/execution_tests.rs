@@ -17,6 +17,9 @@ use super::test_support::{jobs, no_maintenance, Faulty};
 use super::{Worker, WorkerBuilder, WorkerReport};
 use crate::job::JobContext;
 
+/// Look-ahead jobs here wait behind a blocked job on purpose: never released for waiting.
+const HELD: std::time::Duration = std::time::Duration::from_secs(3600);
+
 type Res = Result<(), String>;
 type Runs = Arc<Mutex<HashMap<JobId, Vec<(i64, bool)>>>>;
 
@@ -50,7 +53,8 @@ pub(super) async fn a_stale_held_job_is_confirmed_before_it_runs(worker: WorkerI
     let q = QueueName::new("default").unwrap();
     b.control_queue(&q, QueueControl::SetZombieTimeout(Some(Duration::from_millis(600)))).await.unwrap();
     let runs: Runs = Arc::default();
-    let w = recording(&b, runs.clone()).worker_id(worker).concurrency(1).lookahead(1).build().unwrap();
+    let w =
+        recording(&b, runs.clone()).worker_id(worker).concurrency(1).lookahead(1).lookahead_wait(HELD).build().unwrap();
     let long = b.enqueue(job_ms(1500)).await.unwrap().id;
     let buffered = b.enqueue(job_ms(0)).await.unwrap().id;
     let other = WorkerId::random();
@@ -176,7 +180,7 @@ async fn a_start_whose_reply_is_lost_runs_once() {
 async fn start_failures_past_every_budget_never_rerun() {
     let b = Arc::new(Faulty::default());
     let runs: Runs = Arc::default();
-    let w = recording(&b, runs.clone()).concurrency(2).build().unwrap();
+    let w = recording(&b, runs.clone()).concurrency(2).lookahead_wait(HELD).build().unwrap();
     b.start_failures.store(50, Ordering::Release);
     let ids: Vec<JobId> =
         b.enqueue_many((0..4).map(|_| job_ms(400)).collect()).await.unwrap().into_iter().map(|e| e.id).collect();
@@ -212,7 +216,7 @@ async fn a_buffered_job_outwaiting_the_fetched_timeout_runs_once() {
     b.control_queue(&q, QueueControl::SetFetchedTimeout(Some(short))).await.unwrap();
     b.control_queue(&q, QueueControl::SetZombieTimeout(Some(Duration::from_millis(600)))).await.unwrap();
     let runs: Runs = Arc::default();
-    let w = recording(&b, runs.clone()).concurrency(1).lookahead(1).build().unwrap();
+    let w = recording(&b, runs.clone()).concurrency(1).lookahead(1).lookahead_wait(HELD).build().unwrap();
     let long = b.enqueue(job_ms((short * 5).as_millis() as u64)).await.unwrap().id;
     let buffered = b.enqueue(job_ms(0)).await.unwrap().id;
     let mut rescued = 0;
@@ -250,7 +254,7 @@ async fn a_buffered_job_outwaiting_the_fetched_timeout_runs_once() {
 async fn a_cancelled_buffered_job_never_starts() {
     let b = Arc::new(Faulty::default());
     let runs: Runs = Arc::default();
-    let w = recording(&b, runs.clone()).concurrency(1).lookahead(1).build().unwrap();
+    let w = recording(&b, runs.clone()).concurrency(1).lookahead(1).lookahead_wait(HELD).build().unwrap();
     let first = b.enqueue(job_ms(800)).await.unwrap().id;
     let buffered = b.enqueue(job_ms(0)).await.unwrap().id;
     let report = run_until(w, || async {

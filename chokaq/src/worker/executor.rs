@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::claim::Lookahead;
 use super::completer::{Completer, Completion, Outcomes};
 use super::config::MAX_SETTING_DURATION;
-use super::heartbeat::Leases;
+use super::heartbeat::{Leases, START_AFTER};
 use super::{add, broken, ewma, write_with_retries, Broken, Counters, WorkerConfig, SHUTDOWN_ERROR};
 use crate::job::{ContextInner, JobContext, JobControl, JobError, StopReason};
 use crate::metrics_names as m;
@@ -66,6 +66,8 @@ pub(super) struct Executor {
     /// Look-ahead jobs whose lease is being confirmed (a `start` awaited before their handler
     /// begins, after an outage let the last confirmation age): in flight for the claim loop.
     pub(super) starting: AtomicU64,
+    /// Until when no further suspect look-ahead job may begin ([`Executor::suspect_ok`]).
+    pub(super) suspect_until: std::sync::Mutex<Option<Instant>>,
     /// How long after its last confirmation a held job's handler may still begin without a
     /// confirmed start: half the shortest zombie timeout of the worker's queues.
     pub(super) hold_fresh_us: AtomicU64,
@@ -89,8 +91,9 @@ pub(super) enum Verdict {
 
 impl Executor {
     /// Registers a Processing job with the leases and runs it on the slot `permit` holds.
-    pub(super) fn spawn_new(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
-        let control = self.leases.track(&job);
+    /// `sent`: when the request that granted or confirmed its lease was sent.
+    pub(super) fn spawn_new(self: &Arc<Self>, job: ClaimedJob, permit: OwnedSemaphorePermit, sent: Instant) {
+        let control = self.leases.track_sent(&job, sent);
         self.spawn(job, permit, control);
     }
 
@@ -130,7 +133,7 @@ impl Executor {
     /// Gives the slot `permit` holds to the next buffered job that may run; the permit back
     /// when none did (the buffer is empty).
     fn run_next(self: &Arc<Self>, mut permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
-        while let Some(job) = self.lookahead.take() {
+        while let Some(job) = self.lookahead.take(self.suspect_ok()) {
             match self.begin_held(job, permit) {
                 None => return None,
                 Some(p) => permit = p,
@@ -152,7 +155,7 @@ impl Executor {
     fn begin_held(self: &Arc<Self>, mut job: ClaimedJob, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         if job.status == JobStatus::Processing {
             // Claimed started (only the teeth's broken variant does that).
-            self.spawn_new(job, permit);
+            self.spawn_new(job, permit, Instant::now());
             return None;
         }
         let lease = job.lease_ref();
@@ -178,18 +181,31 @@ impl Executor {
         job.attempt += 1;
         job.status = JobStatus::Processing;
         let fresh = Duration::from_micros(self.hold_fresh_us.load(Ordering::Relaxed));
-        if confirmed.elapsed() < fresh || broken(self.worker, Broken::UnconfirmedLease) {
+        // A job whose earlier holds expired (a holder stopped before its start was recorded)
+        // may be the one that kills its process as it begins: its start is recorded first, so
+        // each such crash counts an attempt and the job ends (issue 36, hole 1).
+        let suspect = job.expired_holds > 0 && !broken(self.worker, Broken::SuspectUnconfirmed);
+        if !suspect && (confirmed.elapsed() < fresh || broken(self.worker, Broken::UnconfirmedLease)) {
             self.spawn(job, permit, control);
             return None;
         }
-        // The last confirmation is old (heartbeats failed for a while): confirm before running.
+        // The last confirmation is old (heartbeats failed for a while), or the job is suspect:
+        // confirm (start) before running.
         self.starting.fetch_add(1, Ordering::AcqRel);
+        if suspect {
+            // No other suspect begins until this one has run a moment (`suspect_ok`).
+            *self.suspect_until.lock().unwrap() = Some(Instant::now() + Duration::from_secs(3600));
+        }
         let this = self.clone();
         self.tracker.spawn(async move {
             let at = Instant::now();
             let one = [lease];
             let res = write_with_retries(this.worker, "start", || this.backend.start(this.worker, &one)).await;
             this.starting.fetch_sub(1, Ordering::AcqRel);
+            if suspect {
+                let begun = matches!(&res, Ok(out) if out.done.contains(&lease.id));
+                *this.suspect_until.lock().unwrap() = begun.then(|| Instant::now() + START_AFTER);
+            }
             match res {
                 Ok(out) if out.done.contains(&lease.id) => {
                     this.leases.started(&[lease], &out.done, &out.lost, at);
@@ -234,6 +250,20 @@ impl Executor {
             }
             this.outcomes.written(1);
         });
+    }
+
+    /// Whether a suspect job (its earlier holds expired) may begin now: one at a time per
+    /// process, each after the one before it has run [`START_AFTER`] (or never got its start),
+    /// so that a suspect job that kills its process as it begins cannot take another suspect
+    /// job's counted start with it.
+    pub(super) fn suspect_ok(&self) -> bool {
+        self.suspect_gate().is_none_or(|t| Instant::now() >= t) || broken(self.worker, Broken::SuspectUnconfirmed)
+    }
+
+    /// Until when no further suspect job may begin (`None`: open now).
+    pub(super) fn suspect_gate(&self) -> Option<Instant> {
+        let gate = *self.suspect_until.lock().unwrap();
+        gate.filter(|t| Instant::now() < *t)
     }
 
     /// Handlers running now (slots taken).

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chokaq_core::{Backend, ClaimedJob, ErrorKind, JobId, LeaseRef, WorkerId, WorkerRegistration, MAX_HOST_LEN};
+use chokaq_core::{
+    Backend, ClaimedJob, ErrorKind, JobId, LeaseRef, QueueName, WorkerId, WorkerRegistration, MAX_HOST_LEN,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +16,8 @@ use crate::job::{JobControl, StopReason};
 
 struct Held {
     lease: LeaseRef,
+    /// Its queue: whose zombie timeout bounds how long its lease may go unconfirmed.
+    queue: QueueName,
     control: Arc<JobControl>,
     /// The handler is done; the lease is held until its outcome is written.
     finished: bool,
@@ -40,31 +44,42 @@ pub(super) struct Leases {
     /// Set by [`Leases::stop_all`]: a job tracked afterwards (a look-ahead job whose start was
     /// confirmed late) is stopped with the same reason at once.
     stopped: Mutex<Option<StopReason>>,
+    /// The worker's queues' zombie timeouts, as last read (absent: the contract's default).
+    zombie: Mutex<HashMap<QueueName, Duration>>,
 }
 
 impl Leases {
     /// Registers a Processing job (its attempt counted) for heartbeats, cancel requests and
     /// lease loss.
+    #[cfg(test)]
     pub(super) fn track(&self, job: &ClaimedJob) -> Arc<JobControl> {
+        self.track_sent(job, Instant::now())
+    }
+
+    /// [`Leases::track`] for a job whose lease was granted (or confirmed) by a request sent at
+    /// `sent`: the database cannot have expired it before that plus its zombie timeout.
+    pub(super) fn track_sent(&self, job: &ClaimedJob, sent: Instant) -> Arc<JobControl> {
         let control = Arc::new(JobControl::new());
-        self.insert(job.lease_ref(), control.clone(), false, Instant::now());
+        self.insert(job.lease_ref(), &job.queue, control.clone(), false, sent);
         control
     }
 
     /// Registers a held look-ahead job (Fetched, attempt not counted) waiting in the buffer:
     /// heart-beaten from now on, so the database keeps it for this worker however long it
     /// waits; `sent`: when its claim was sent.
-    pub(super) fn hold(&self, lease: LeaseRef, sent: Instant) -> Arc<JobControl> {
+    pub(super) fn hold(&self, lease: LeaseRef, queue: &QueueName, sent: Instant) -> Arc<JobControl> {
         let control = Arc::new(JobControl::new());
-        self.insert(lease, control.clone(), true, sent);
+        self.insert(lease, queue, control.clone(), true, sent);
         control
     }
 
-    fn insert(&self, lease: LeaseRef, control: Arc<JobControl>, buffered: bool, confirmed: Instant) {
+    fn insert(&self, lease: LeaseRef, queue: &QueueName, control: Arc<JobControl>, buffered: bool, confirmed: Instant) {
         if let Some(reason) = *self.stopped.lock().unwrap() {
             control.stop(reason);
         }
-        let held = Held { lease, control, finished: false, buffered, started: !buffered, began: None, confirmed };
+        let queue = queue.clone();
+        let held =
+            Held { lease, queue, control, finished: false, buffered, started: !buffered, began: None, confirmed };
         let old = self.held.lock().unwrap().insert(lease.id, held);
         if let Some(old) = old {
             // This worker still runs an earlier attempt of the same job, which was rescued and
@@ -150,6 +165,42 @@ impl Leases {
             c.stop(reason);
         }
         controls.len()
+    }
+
+    /// Records the worker's queues' zombie timeouts (read at the start and again every
+    /// heartbeat interval), which bound how long a running job's lease may go unconfirmed.
+    pub(super) fn set_zombie_timeouts(&self, settings: &[chokaq_core::QueueSettings]) {
+        let mut z = self.zombie.lock().unwrap();
+        for s in settings {
+            z.insert(s.name.clone(), s.effective_zombie_timeout());
+        }
+    }
+
+    /// Self-fencing (issue 36, hole 2): stops every running handler whose lease was last
+    /// confirmed at least its queue's zombie timeout less `slack` ago, as lost. The database may
+    /// end such a lease (the rescue) from the zombie timeout on, and another worker run the
+    /// job: this handler must be stopped by then. Called every `slack`, so a stop fires before
+    /// the lease can end; the handler then has the worker's `cancel_wait` to return before it
+    /// is dropped. Jobs waiting in the look-ahead are not stopped here (a slot confirms an old
+    /// one before its handler begins), nor finished ones (no handler runs). Returns how many.
+    pub(super) fn fence(&self, slack: Duration) -> usize {
+        let now = Instant::now();
+        let zombie = self.zombie.lock().unwrap().clone();
+        let held = self.held.lock().unwrap();
+        let mut n = 0;
+        for r in held.values() {
+            if r.finished || r.buffered || r.control.reason().is_some() {
+                continue;
+            }
+            let timeout = zombie.get(&r.queue).copied().unwrap_or(chokaq_core::DEFAULT_ZOMBIE_TIMEOUT);
+            if now.duration_since(r.confirmed) + slack >= timeout {
+                tracing::warn!(id = %r.lease.id, queue = %r.queue, unconfirmed = ?now.duration_since(r.confirmed),
+                    "the job's lease was not confirmed within its queue's zombie timeout; its handler is stopped");
+                r.control.stop(StopReason::LeaseLost);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The leases to extend: all held but those already known lost.
@@ -356,6 +407,25 @@ impl Starter {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The self-fencing task: every `slack` (half the heartbeat interval, at most a second), stops
+/// the running handlers whose leases went unconfirmed too long ([`Leases::fence`]). It never
+/// waits on the database, so a hung heartbeat delays it not at all.
+pub(super) async fn fence_loop(leases: Arc<Leases>, heartbeat: Duration, worker: WorkerId, stop: CancellationToken) {
+    let slack = (heartbeat / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(slack);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if !super::broken(worker, super::Broken::NoSelfFence) {
+            leases.fence(slack);
         }
     }
 }

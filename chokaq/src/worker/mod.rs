@@ -256,6 +256,7 @@ impl Worker {
             outcomes: outcomes.clone(),
             counters: counters.clone(),
             starting: AtomicU64::new(0),
+            suspect_until: std::sync::Mutex::new(None),
             hold_fresh_us: AtomicU64::new(hold_fresh(&cfg.queues, cfg.heartbeat_interval, &settings).as_micros() as u64),
             unwritten_cap: 2 * cfg.concurrency as usize,
             concurrency: cfg.concurrency as usize,
@@ -297,6 +298,8 @@ impl Worker {
         let starter =
             heartbeat::Starter { backend: backend.clone(), worker, leases: leases.clone(), counters: counters.clone() };
         bg.push(tokio::spawn(starter.run(bg_stop.clone())));
+        leases.set_zombie_timeouts(&settings);
+        bg.push(tokio::spawn(heartbeat::fence_loop(leases.clone(), cfg.heartbeat_interval, worker, bg_stop.clone())));
         if cfg.maintenance.enabled {
             let maintenance = Maintenance::new(backend.clone(), cfg.maintenance.clone(), cfg.heartbeat_interval);
             bg.push(tokio::spawn(maintenance.run(bg_stop.clone())));
@@ -457,6 +460,19 @@ enum Broken {
     /// A held job's handler begins however long ago its lease was last confirmed (no
     /// confirming start after an outage).
     UnconfirmedLease,
+    /// A held job whose earlier holds expired begins without its start recorded first (a
+    /// poison job's crashes never count).
+    SuspectUnconfirmed,
+    /// A running handler is not stopped when its lease was last confirmed longer ago than
+    /// its queue's zombie timeout allows (no self-fencing).
+    NoSelfFence,
+    /// A rate-limited queue's jobs are held in the look-ahead or prefetched like any other's
+    /// (the rate counted at claim time only).
+    RateAtClaimOnly,
+    /// Prefetched (Reserve) jobs begin on free slots without the unwritten-outcome gate.
+    BufferWithoutGate,
+    /// The look-ahead keeps jobs however long its slots stay busy (hoarding).
+    LookaheadHoards,
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ use super::test_support::{jobs, no_maintenance, Faulty};
 use super::{Broken, Counters, Worker, WorkerBuilder, WorkerReport, BROKEN};
 use crate::job::{JobContext, JobError, StopReason};
 
+/// Look-ahead jobs here wait behind a blocked job on purpose: never released for waiting.
+const HELD: std::time::Duration = std::time::Duration::from_secs(3600);
+
 type Res = Result<(), String>;
 
 macro_rules! ensure {
@@ -187,6 +190,7 @@ pub(super) async fn backlog_is_bounded(worker: WorkerId) -> Res {
         .worker_id(worker)
         .concurrency(concurrency as u32)
         .lookahead(0)
+        .lookahead_wait(HELD)
         .maintenance(no_maintenance())
         .poll_interval(Duration::from_millis(20))
         .min_poll_interval(Duration::from_millis(5))
@@ -278,6 +282,7 @@ pub(super) async fn graceful_shutdown_never_dead_letters(worker: WorkerId) -> Re
         .worker_id(worker)
         .concurrency(1)
         .lookahead(1)
+        .lookahead_wait(HELD)
         .shutdown_grace(Duration::from_millis(100))
         .cancel_wait(Duration::from_millis(50))
         .maintenance(no_maintenance())
@@ -445,7 +450,7 @@ async fn after_a_crash_prefetched_jobs_keep_their_attempt() {
 /// its attempt unspent.
 pub(super) async fn after_a_crash_lookahead_jobs_keep_their_attempt(worker: WorkerId) -> Res {
     let b = Arc::new(Faulty::default());
-    let (task, ids) = blocked_worker(&b, |w| w.worker_id(worker).lookahead(2), 2).await;
+    let (task, ids) = blocked_worker(&b, |w| w.worker_id(worker).lookahead(2).lookahead_wait(HELD), 2).await;
     // The running job's start has landed (its attempt counted: Processing); the look-ahead
     // job waits Fetched. A crash within the start's round trip would leave the running job
     // Fetched too (its run uncounted): the documented trade-off of the optimistic start.
@@ -551,7 +556,7 @@ async fn job_spans_do_not_nest() {
     let _guard = tracing::subscriber::set_default(subscriber);
     let b = Arc::new(Faulty::default());
     let runs: Arc<Mutex<HashMap<JobId, u32>>> = Arc::default();
-    let w = counting(&b, WorkerId::random(), runs).concurrency(1).lookahead(4).build().unwrap();
+    let w = counting(&b, WorkerId::random(), runs).concurrency(1).lookahead(4).lookahead_wait(HELD).build().unwrap();
     b.enqueue_many(jobs("default", 8)).await.unwrap();
     run_until(w, || async {
         wait_until("8 archived", Duration::from_secs(10), || async { b.stats().await.unwrap().archived == 8 }).await

@@ -71,11 +71,18 @@ pub(super) struct Checker {
     key_caps: BTreeMap<String, Vec<(Duration, Option<u32>)>>,
     /// Process crashes caused by each poison job.
     poison_crashes: BTreeMap<Job, u32>,
-    /// Attempts the store counted for runs whose reply was lost (the handler never began).
-    pub(super) lost_counted: BTreeMap<Job, i32>,
+    /// Every lease the store moved to Processing (an attempt counted): its process, and
+    /// whether a handler began on it.
+    counted: BTreeMap<(Job, LeaseNo), (Option<usize>, bool)>,
+    /// Processes that lost a reply (a call committed, its answer never came).
+    pub(super) faulted: BTreeSet<usize>,
+    /// Leases handed out by a claim whose reply was lost: held for a process that never knew.
+    pub(super) orphans: BTreeSet<(Job, LeaseNo)>,
     /// Each process's bound on finished, unwritten outcomes.
     pub(super) unwritten_bound: BTreeMap<usize, usize>,
     pub(super) dead_procs: BTreeSet<usize>,
+    /// Leases a handler began on.
+    begun: BTreeSet<(Job, LeaseNo)>,
     pub(super) violations: Vec<String>,
 }
 
@@ -96,9 +103,12 @@ impl Checker {
             caps: BTreeMap::new(),
             key_caps: BTreeMap::new(),
             poison_crashes: BTreeMap::new(),
-            lost_counted: BTreeMap::new(),
+            counted: BTreeMap::new(),
+            faulted: BTreeSet::new(),
+            orphans: BTreeSet::new(),
             unwritten_bound: BTreeMap::new(),
             dead_procs: BTreeSet::new(),
+            begun: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -119,7 +129,7 @@ impl Checker {
 
     /// The loosest cap in force at any time in `[from, to]` (`None`: uncapped then).
     fn loosest(history: Option<&Vec<(Duration, Option<u32>)>>, from: Duration) -> Option<u32> {
-        let Some(h) = history else { return None };
+        let h = history?;
         let mut loosest: Option<Option<u32>> = None;
         for (i, (t, cap)) in h.iter().enumerate() {
             let until = h.get(i + 1).map(|x| x.0);
@@ -140,6 +150,10 @@ impl Checker {
     pub(super) fn begin(&mut self, at: Duration, proc: usize, job: Job, lease: LeaseNo) {
         let Some(info) = self.jobs.get(&job).cloned() else { return };
         *self.begins.entry(job).or_default() += 1;
+        self.begun.insert((job, lease));
+        if let Some(c) = self.counted.get_mut(&(job, lease)) {
+            c.1 = true;
+        }
         // Its lease must be the store's current one for this process.
         if self.lease_end.contains_key(&(job, lease)) {
             self.violate(at, format!("job {job}: a handler began on lease {lease}, which the store had ended"));
@@ -263,6 +277,26 @@ impl Checker {
         }
     }
 
+    /// When the store granted `lease` of `job`.
+    pub(super) fn leased_at(&self, job: Job, lease: LeaseNo) -> Option<Duration> {
+        self.leased_at.get(&(job, lease)).copied()
+    }
+
+    /// Whether a handler began on `lease` of `job`, or its claim's reply was lost (then the
+    /// process never held it).
+    pub(super) fn begun(&self, job: Job, lease: LeaseNo) -> bool {
+        self.begun.contains(&(job, lease)) || self.orphans.contains(&(job, lease))
+    }
+
+    /// How many handlers process `p` runs now.
+    pub(super) fn running_of(&self, p: usize) -> usize {
+        self.running.values().filter(|r| r.proc == p).count()
+    }
+
+    pub(super) fn report(&mut self, at: Duration, msg: String) {
+        self.violate(at, msg);
+    }
+
     /// Checks every running handler against its lease's end (called at every event).
     pub(super) fn tick(&mut self, at: Duration) {
         let late: Vec<((Job, LeaseNo), usize, Duration)> = self
@@ -290,9 +324,14 @@ impl Checker {
         at: Duration,
         job: Job,
         held: Option<Held>,
+        processing: bool,
         dead: Option<&str>,
         archived_by: Option<LeaseNo>,
     ) {
+        if let (Some(h), true) = (&held, processing) {
+            let begun = self.begun.contains(&(job, h.lease));
+            self.counted.entry((job, h.lease)).or_insert((h.proc, begun));
+        }
         let old = self.held.get(&job).cloned();
         if old == held {
             return;
@@ -315,7 +354,16 @@ impl Checker {
             }
         }
         if let Some(reason) = dead {
-            if reason != "cancelled" && self.begins.get(&job).copied().unwrap_or(0) == 0 {
+            // Without a run, only a cancel, or attempts each counted by a claim or start whose
+            // process died (or lost the reply) before its handler began, may dead-letter a job.
+            let lost_starts = self
+                .counted
+                .range((job, LeaseNo::MIN)..=(job, LeaseNo::MAX))
+                .filter(|(_, (p, begun))| {
+                    !begun && p.is_some_and(|p| self.dead_procs.contains(&p) || self.faulted.contains(&p))
+                })
+                .count();
+            if reason != "cancelled" && self.begins.get(&job).copied().unwrap_or(0) == 0 && lost_starts == 0 {
                 self.violate(at, format!("job {job}: dead-lettered {reason} without ever running"));
             }
         }
@@ -357,10 +405,29 @@ impl Checker {
                     if !(loc == "archived" || loc.starts_with("dead")) {
                         self.violate(at, format!("job {job}: not final once the faults stopped: {loc}"));
                     }
+                    // An attempt counts a run, or a claim or start that counted it and whose
+                    // handler never began because its process died or lost the reply.
                     let runs = self.begins.get(&job).copied().unwrap_or(0) as i32;
-                    let lost = self.lost_counted.get(&job).copied().unwrap_or(0);
-                    if *attempt > runs + lost {
-                        self.violate(at, format!("job {job}: attempt {attempt} but {runs} runs ({lost} lost replies)"));
+                    let unrun: Vec<(LeaseNo, Option<usize>)> = self
+                        .counted
+                        .range((job, LeaseNo::MIN)..=(job, LeaseNo::MAX))
+                        .filter(|(_, (_, begun))| !begun)
+                        .map(|((_, l), (p, _))| (*l, *p))
+                        .collect();
+                    if *attempt > runs + unrun.len() as i32 {
+                        let n = unrun.len();
+                        self.violate(
+                            at,
+                            format!(
+                                "job {job}: attempt {attempt} but {runs} runs and {n} leases counted without a run"
+                            ),
+                        );
+                    }
+                    for (l, p) in unrun {
+                        let excused = p.is_some_and(|p| self.dead_procs.contains(&p) || self.faulted.contains(&p));
+                        if !excused {
+                            self.violate(at, format!("job {job}: lease {l} (proc {p:?}) counted an attempt, no handler began on it, and its process had no fault"));
+                        }
                     }
                     if info.poison && loc == "archived" {
                         self.violate(at, format!("poison job {job} was archived"));

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chokaq_core::{
     Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, ErrorKind,
-    FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, JobStatus, LeaseRef, ListJobsParams,
-    NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
+    FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob,
+    PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
     ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, Wakeups,
     WorkerId, WorkerProcess, WorkerRegistration,
 };
@@ -77,20 +77,30 @@ impl SimBackend {
 
     /// After the store: the checker looks; the reply may be lost (`counted`: the jobs whose
     /// attempt the call counted, when lost), or late.
-    async fn after<T>(&self, op: &'static str, r: Result<T>, counted: impl FnOnce(&T) -> Vec<JobId>) -> Result<T> {
+    async fn after<T>(&self, op: &'static str, r: Result<T>) -> Result<T> {
+        self.after_claim(op, r, |_| Vec::new()).await
+    }
+
+    /// [`SimBackend::after`] for a call that hands jobs out: when its reply is lost, they are
+    /// held for this process without its knowing (orphans, until their holds expire).
+    async fn after_claim<T>(
+        &self,
+        op: &'static str,
+        r: Result<T>,
+        jobs: impl FnOnce(&T) -> Vec<LeaseRef>,
+    ) -> Result<T> {
         self.world.observe();
         self.alive().await;
         if !self.world.faults() {
             return r;
         }
         if r.is_ok() && self.world.chance(self.world.rates.lost_after) {
+            let mut c = self.world.check.lock().unwrap();
+            c.faulted.insert(self.p);
             if let Ok(v) = &r {
-                let ids = counted(v);
-                let mut c = self.world.check.lock().unwrap();
-                for id in ids {
-                    *c.lost_counted.entry(job_no(id)).or_default() += 1;
-                }
+                c.orphans.extend(jobs(v).into_iter().map(|l| (job_no(l.id), l.lease.0)));
             }
+            drop(c);
             self.world.log(format!("p{} {op}: reply lost after commit", self.p));
             return Err(lost(op));
         }
@@ -98,10 +108,6 @@ impl SimBackend {
         self.wait(d).await;
         r
     }
-}
-
-fn started(jobs: &[ClaimedJob]) -> Vec<JobId> {
-    jobs.iter().filter(|j| j.status == JobStatus::Processing).map(|j| j.id).collect()
 }
 
 #[async_trait]
@@ -121,22 +127,22 @@ impl Backend for SimBackend {
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         self.before("claim", false).await?;
         let r = self.world.db.claim(req).await;
-        self.after("claim", r, |j| started(j)).await
+        self.after_claim("claim", r, |j| j.iter().map(ClaimedJob::lease_ref).collect()).await
     }
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.before("start", false).await?;
         let r = self.world.db.start(worker, leases).await;
-        self.after("start", r, |o| o.done.clone()).await
+        self.after("start", r).await
     }
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
         self.before("heartbeat", false).await?;
         let r = self.world.db.heartbeat(worker, leases).await;
-        self.after("heartbeat", r, |_| Vec::new()).await
+        self.after("heartbeat", r).await
     }
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.before("complete", true).await?;
         let r = self.world.db.complete(worker, leases).await;
-        self.after("complete", r, |_| Vec::new()).await
+        self.after("complete", r).await
     }
     async fn complete_and_claim(
         &self,
@@ -146,17 +152,17 @@ impl Backend for SimBackend {
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         self.before("complete_and_claim", true).await?;
         let r = self.world.db.complete_and_claim(worker, leases, req).await;
-        self.after("complete_and_claim", r, |(_, j)| started(j)).await
+        self.after_claim("complete_and_claim", r, |(_, j)| j.iter().map(ClaimedJob::lease_ref).collect()).await
     }
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         self.before("fail", true).await?;
         let r = self.world.db.fail(worker, lease, outcome).await;
-        self.after("fail", r, |_| Vec::new()).await
+        self.after("fail", r).await
     }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.before("release", false).await?;
         let r = self.world.db.release(worker, leases).await;
-        self.after("release", r, |_| Vec::new()).await
+        self.after("release", r).await
     }
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
         self.alive().await;

@@ -100,13 +100,34 @@ pub(super) struct Outcome {
     pub(super) finals: std::collections::BTreeMap<u32, (String, i32)>,
 }
 
-/// Runs `plan` on a fresh single-threaded runtime with paused (virtual) time.
+/// Real time a run may take before it is reported as stuck: the runtime spinning without
+/// ever letting virtual time move (a loop whose every await is ready at once).
+const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// Runs `plan` on a fresh single-threaded runtime with paused (virtual) time, in a thread of
+/// its own watched for [`STUCK_AFTER`].
 pub(super) fn run(plan: &Plan) -> Outcome {
     quiet_sim_panics();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("runtime");
-    let out = rt.block_on(simulate(plan));
-    rt.shutdown_background();
-    out
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = plan.clone();
+    std::thread::spawn(move || {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("runtime");
+        let out = rt.block_on(simulate(&p));
+        rt.shutdown_background();
+        let _ = tx.send(out);
+    });
+    match rx.recv_timeout(STUCK_AFTER) {
+        Ok(out) => out,
+        Err(_) => Outcome {
+            log: Vec::new(),
+            violations: vec![format!(
+                "seed {}: stuck for {STUCK_AFTER:?} of real time (a task spins without letting virtual time move)",
+                plan.seed
+            )],
+            finals: Default::default(),
+        },
+    }
 }
 
 async fn simulate(plan: &Plan) -> Outcome {
@@ -202,7 +223,7 @@ async fn simulate(plan: &Plan) -> Outcome {
 /// Starts a process: the real worker over its own fault layer.
 fn spawn_proc(world: &Arc<World>, pp: &ProcPlan, queues: &[String], broken: &[Broken]) -> usize {
     let worker = WorkerId::random();
-    let p = world.register_proc(worker, pp.concurrency, pp.windows.clone());
+    let p = world.register_proc(worker, pp.concurrency, pp.prefetch, pp.windows.clone());
     for b in broken {
         BROKEN.lock().unwrap().push((worker, *b));
     }

@@ -60,7 +60,7 @@ pub(super) fn check(name: &str, out: &Outcome) -> Result<(), String> {
 /// Hole 1: a poison job (it kills its process as it begins) and an innocent job waiting behind
 /// it in the same process's look-ahead (concurrency 1). The innocent job runs and is archived;
 /// the poison job is dead-lettered within `max_attempts + 1` crashes.
-pub(super) fn poison_and_innocent(plan_edit: impl FnOnce(&mut Plan)) -> Result<(), String> {
+pub(super) fn poison_and_innocent(plan_edit: &dyn Fn(&mut Plan)) -> Result<(), String> {
     let mut poison = job(0, "q0", 10);
     poison.spec.poison = Some(0);
     let mut plan = quiet(vec![queue("q0")], vec![poison, job(0, "q0", 10)], vec![proc(0, 1, 0)]);
@@ -77,7 +77,7 @@ pub(super) fn poison_and_innocent(plan_edit: impl FnOnce(&mut Plan)) -> Result<(
 /// Hole 2: a worker whose heartbeats fail (its other calls work) for longer than the zombie
 /// timeout while its handler runs: the job is rescued and run by another worker; the first
 /// handler must be stopped (fenced) before its lease ends plus `cancel_wait`.
-pub(super) fn heartbeat_outage(plan_edit: impl FnOnce(&mut Plan)) -> Result<(), String> {
+pub(super) fn heartbeat_outage(plan_edit: &dyn Fn(&mut Plan)) -> Result<(), String> {
     let mut p0 = proc(0, 1, 0);
     p0.windows = vec![(Duration::from_millis(300), Duration::from_millis(4300), Window::HeartbeatsFail)];
     let mut plan = quiet(vec![queue("q0")], vec![job(0, "q0", 3000)], vec![p0, proc(500, 1, 0)]);
@@ -87,9 +87,9 @@ pub(super) fn heartbeat_outage(plan_edit: impl FnOnce(&mut Plan)) -> Result<(), 
     check("heartbeat_outage", &out)
 }
 
-/// Hole 3: a rate limit of 2 per second, one worker of 2 slots, two 1.5 s jobs then 5 ms
-/// jobs: never more than 2 handler begins in any second.
-pub(super) fn rate_binds_begins(plan_edit: impl FnOnce(&mut Plan)) -> Result<(), String> {
+/// Hole 3 (the review's scenario): a rate limit of 2 per second, one worker of 2 slots, two
+/// 1.5 s jobs then 5 ms jobs: never more than 2 handler begins in any second.
+pub(super) fn rate_binds_begins(plan_edit: &dyn Fn(&mut Plan)) -> Result<(), String> {
     let mut q = queue("q0");
     q.rate = Some(RateLimit::new(2, Duration::from_secs(1)));
     let mut jobs = vec![job(0, "q0", 1500), job(0, "q0", 1500)];
@@ -100,7 +100,7 @@ pub(super) fn rate_binds_begins(plan_edit: impl FnOnce(&mut Plan)) -> Result<(),
 }
 
 /// Hole 5: writes stalled, 2 slots, `prefetch(8)`: at most 2 x 2 finished, unwritten outcomes.
-pub(super) fn prefetch_stalled_writes(plan_edit: impl FnOnce(&mut Plan)) -> Result<(), String> {
+pub(super) fn prefetch_stalled_writes(plan_edit: &dyn Fn(&mut Plan)) -> Result<(), String> {
     let mut p0 = proc(0, 2, 8);
     p0.windows = vec![(Duration::from_millis(100), Duration::from_millis(5000), Window::WritesStall)];
     let jobs = (0..40).map(|_| job(0, "q0", 30)).collect();
@@ -110,10 +110,10 @@ pub(super) fn prefetch_stalled_writes(plan_edit: impl FnOnce(&mut Plan)) -> Resu
     check("prefetch_stalled_writes", &run(&plan))
 }
 
-/// Hole 6: a worker whose one slot runs a 2 s job does not keep a job of a capped queue (cap
-/// 1) waiting in its look-ahead while another worker is idle: that job begins within 500 ms.
-/// `warm`: the first worker has run fast jobs before (its averages say jobs are short).
-pub(super) fn no_hoarding(warm: bool, plan_edit: impl FnOnce(&mut Plan)) -> Result<(), String> {
+/// Hole 6: a worker whose one slot runs a 2 s job does not keep a job of a queue capped at
+/// one waiting in its look-ahead while another worker is idle: that job begins within 500 ms.
+/// With `warm`, the first worker has run fast jobs before (its averages say jobs are short).
+pub(super) fn no_hoarding(warm: bool, plan_edit: &dyn Fn(&mut Plan)) -> Result<(), String> {
     let mut capped = queue("q1");
     capped.cap = Some(1);
     let mut jobs = Vec::new();
@@ -145,26 +145,26 @@ pub(super) fn no_hoarding(warm: bool, plan_edit: impl FnOnce(&mut Plan)) -> Resu
 
 #[test]
 fn hole1_a_poison_job_ends_and_the_innocent_runs() {
-    poison_and_innocent(|_| {}).unwrap();
+    poison_and_innocent(&|_| {}).unwrap();
 }
 
 #[test]
 fn hole2_a_handler_is_fenced_when_its_lease_ages() {
-    heartbeat_outage(|_| {}).unwrap();
+    heartbeat_outage(&|_| {}).unwrap();
 }
 
 #[test]
 fn hole3_a_rate_limit_binds_handler_begins() {
-    rate_binds_begins(|_| {}).unwrap();
+    rate_binds_begins(&|_| {}).unwrap();
 }
 
 #[test]
 fn hole5_the_prefetch_path_keeps_the_unwritten_bound() {
-    prefetch_stalled_writes(|_| {}).unwrap();
+    prefetch_stalled_writes(&|_| {}).unwrap();
 }
 
 #[test]
 fn hole6_a_long_job_does_not_hoard_the_look_ahead() {
-    no_hoarding(false, |_| {}).unwrap();
-    no_hoarding(true, |_| {}).unwrap();
+    no_hoarding(false, &|_| {}).unwrap();
+    no_hoarding(true, &|_| {}).unwrap();
 }

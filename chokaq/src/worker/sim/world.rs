@@ -13,6 +13,9 @@ use tokio::time::Instant;
 
 use super::check::{Checker, Held, Job, LeaseNo, Margins};
 
+/// A job as the world last saw it in the store: where, on which lease, held by whom.
+type Seen = (JobLocation, Option<LeaseNo>, Option<WorkerId>);
+
 /// A job's number: the memory store counts its ids up from 1 ([`MemoryBackend::with_clock`]).
 pub(super) fn job_no(id: JobId) -> Job {
     (id.0.as_u128() & 0xffff_ffff) as Job
@@ -43,6 +46,8 @@ pub(super) struct Rates {
 #[derive(Debug, Default)]
 pub(super) struct Proc {
     pub(super) dead: bool,
+    pub(super) prefetch: u32,
+    pub(super) started: Duration,
     pub(super) windows: Vec<(Duration, Duration, Window)>,
     pub(super) task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -60,8 +65,10 @@ pub(super) struct World {
     pub(super) faults_on: std::sync::atomic::AtomicBool,
     pub(super) rates: Rates,
     /// The store's view at the last look: job → (location, lease, worker).
-    last: Mutex<BTreeMap<Job, (JobLocation, Option<LeaseNo>, Option<WorkerId>)>>,
+    last: Mutex<BTreeMap<Job, Seen>>,
     by_worker: Mutex<HashMap<WorkerId, usize>>,
+    /// `CHOKAQ_SIM_TRACE` set: every line also goes to stderr as it happens.
+    trace: bool,
 }
 
 impl std::fmt::Debug for World {
@@ -89,6 +96,7 @@ impl World {
             rates,
             last: Mutex::new(BTreeMap::new()),
             by_worker: Mutex::new(HashMap::new()),
+            trace: std::env::var_os("CHOKAQ_SIM_TRACE").is_some(),
         })
     }
 
@@ -128,8 +136,59 @@ impl World {
     /// Appends a line to the event log (virtual time first) and checks the running handlers.
     pub(super) fn log(&self, line: String) {
         let at = self.now();
-        self.log.lock().unwrap().push(format!("{:>9.3} {line}", at.as_secs_f64() * 1000.0));
+        let line = format!("{:>9.3} {line}", at.as_secs_f64() * 1000.0);
+        if self.trace {
+            eprintln!("{line}");
+        }
+        self.log.lock().unwrap().push(line);
         self.check.lock().unwrap().tick(at);
+        self.check_hoarding(at);
+    }
+
+    /// No job waits in a live process's look-ahead for [`HOARD_LIMIT`] while another live
+    /// process, up as long and without a fault window, runs nothing (issue 36, hole 6).
+    fn check_hoarding(&self, at: Duration) {
+        let found = {
+            let procs = self.procs.lock().unwrap();
+            let calm = |p: usize| {
+                procs.get(p).is_some_and(|x| {
+                    !x.dead
+                        && at >= x.started + HOARD_LIMIT
+                        && !x.windows.iter().any(|(f, t, _)| *f <= at && at < *t + HOARD_LIMIT)
+                })
+            };
+            let last = self.last.lock().unwrap();
+            let by_worker = self.by_worker.lock().unwrap();
+            let check = self.check.lock().unwrap();
+            let mut found = None;
+            for (job, (loc, lease, worker)) in last.iter() {
+                let (JobLocation::Hot(JobStatus::Fetched), Some(lease), Some(w)) = (loc, lease, worker) else {
+                    continue;
+                };
+                let Some(p) = by_worker.get(w).copied() else { continue };
+                if !calm(p) || procs[p].prefetch > 0 || check.begun(*job, *lease) {
+                    continue;
+                }
+                let Some(since) = check.leased_at(*job, *lease) else { continue };
+                if at < since + HOARD_LIMIT {
+                    continue;
+                }
+                if let Some(q) = (0..procs.len()).find(|q| *q != p && calm(*q) && check.running_of(*q) == 0) {
+                    found = Some((*job, *lease, p, q, at - since));
+                    break;
+                }
+            }
+            found
+        };
+        if let Some((job, lease, p, q, waited)) = found {
+            let msg = format!(
+                "job {job}: waited {:.3} s in proc {p}'s look-ahead (lease {lease}) while proc {q} ran nothing",
+                waited.as_secs_f64()
+            );
+            self.check.lock().unwrap().report(at, msg);
+            // Reported once per job: forget it until the store moves it again.
+            self.last.lock().unwrap().remove(&job);
+        }
     }
 
     pub(super) fn take_log(&self) -> Vec<String> {
@@ -144,11 +203,13 @@ impl World {
         &self,
         worker: WorkerId,
         concurrency: u32,
+        prefetch: u32,
         windows: Vec<(Duration, Duration, Window)>,
     ) -> usize {
+        let started = self.now();
         let mut procs = self.procs.lock().unwrap();
         let p = procs.len();
-        procs.push(Proc { dead: false, windows, task: None });
+        procs.push(Proc { dead: false, prefetch, started, windows, task: None });
         self.by_worker.lock().unwrap().insert(worker, p);
         self.check.lock().unwrap().unwritten_bound.insert(p, 2 * concurrency as usize);
         p
@@ -228,7 +289,8 @@ impl World {
             let who = proc.map_or(String::new(), |p| format!(" p{p}"));
             let lease = r.lease.map_or(String::new(), |l| format!(" lease {}", l.0));
             self.log(format!("db job {job} {}{lease}{who} attempt {}", loc(r.location), r.attempt));
-            self.check.lock().unwrap().moved(at, job, held, dead, archived_by);
+            let processing = r.location == JobLocation::Hot(JobStatus::Processing);
+            self.check.lock().unwrap().moved(at, job, held, processing, dead, archived_by);
         }
     }
 
@@ -237,6 +299,9 @@ impl World {
         self.db.view().into_iter().map(|r| (job_no(r.id), (loc(r.location), r.attempt))).collect()
     }
 }
+
+/// How long a job may wait in one process's look-ahead while another process is idle.
+const HOARD_LIMIT: Duration = Duration::from_secs(1);
 
 /// A location as the log writes it.
 pub(super) fn loc(l: JobLocation) -> String {
