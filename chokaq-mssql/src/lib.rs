@@ -9,8 +9,8 @@
 //! Inside: `backend.rs` (the struct and `impl Backend`), `sql/` (every statement), `rows/`
 //! (values and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`),
 //! `config.rs` and `connstr.rs` (configuration, connection strings and URLs), `pool.rs`
-//! (connections and running a batch), `migrate.rs`, and `testing.rs` (`TestSupport`, feature
-//! `testing`).
+//! (connections and running a batch), `reply.rs` (a batch's reply read into its result
+//! sets), `migrate.rs`, and `testing.rs` (`TestSupport`, feature `testing`).
 
 mod backend;
 mod config;
@@ -20,6 +20,7 @@ mod handoff;
 mod migrate;
 mod periodic;
 mod pool;
+mod reply;
 mod rows;
 mod sql;
 #[cfg(feature = "testing")]

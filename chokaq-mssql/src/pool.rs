@@ -18,6 +18,7 @@ use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 use crate::connstr::{ConnParts, Encrypt};
 use crate::error::{connect_error, keeps_session, map_error, pool_error, timeout};
+use crate::reply::read_sets;
 use crate::sql;
 
 /// Transient failures (deadlock victim, lock timeout, snapshot conflict, Azure's transient
@@ -203,8 +204,7 @@ impl Pool {
         let mut conn = self.pool.get().await.map_err(pool_error)?;
         conn.broken = true;
         let limit = self.statement_timeout;
-        let res =
-            tokio::time::timeout(limit, async { conn.client.query(sql, params).await?.into_results().await }).await;
+        let res = tokio::time::timeout(limit, async { read_sets(conn.client.query(sql, params).await?).await }).await;
         match res {
             Err(_) => Err(timeout(op, limit)),
             Ok(Ok(rows)) => {
