@@ -1,9 +1,16 @@
 //! Reading a batch's reply into its result sets.
 //!
 //! A reply is a stream of items: a column-metadata token opens each result set, and rows
-//! follow it. [`Sets`] groups those items into one `Vec` per result set; [`read_sets`] feeds
-//! it a tiberius `QueryStream`. The grouping is kept apart from tiberius' types so that its
-//! tests can build any sequence of items without a server.
+//! follow it. [`Sets`] groups those items into one `Vec` per result set, an empty set being a
+//! set like any other, wherever it comes; [`read_sets`] feeds it a tiberius `QueryStream`.
+//!
+//! Not tiberius' `QueryStream::into_results`: in tiberius 0.12.3 it drops an empty result set
+//! that follows another one (on the second column-metadata token it pushes the first set and
+//! only starts the next one at its first row), so "rows, then an empty set" came back as one
+//! set (issue 37: every `complete_and_claim` that claimed nothing failed with "expected 2
+//! result sets, got 1"), and a one-set reader taking the last set got the earlier one. The
+//! grouping is kept apart from tiberius' types (whose rows only the driver can build) so that
+//! its tests feed it any sequence of items without a server.
 
 use futures::TryStreamExt;
 use tiberius::{QueryItem, QueryStream, Row};
@@ -30,13 +37,11 @@ impl<R> Default for Sets<R> {
 }
 
 impl<R> Sets<R> {
-    /// Takes the next item of the reply.
+    /// Takes the next item of the reply. Every `Set` opens a set of its own, whether rows
+    /// follow it or not.
     pub fn push(&mut self, item: Item<R>) {
         match item {
-            Item::Set => match self.current.take() {
-                None => self.current = Some(Vec::new()),
-                Some(previous) => self.done.push(previous),
-            },
+            Item::Set => self.done.extend(self.current.replace(Vec::new())),
             Item::Row(row) => self.current.get_or_insert_with(Vec::new).push(row),
         }
     }
@@ -68,4 +73,37 @@ pub(crate) async fn read_sets(mut stream: QueryStream<'_>) -> tiberius::Result<V
         });
     }
     Ok(sets.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Item::{Row as R, Set as S};
+    use super::*;
+
+    /// Issue 37: every result set the reply opens is one set, empty or not, in any position
+    /// (tiberius 0.12.3's `into_results` dropped an empty set that follows another one).
+    #[test]
+    fn every_set_counts_empty_or_not_in_any_position() {
+        for (what, items, want) in [
+            ("nothing", vec![], vec![]),
+            ("one empty set", vec![S], vec![vec![]]),
+            ("one set of rows", vec![S, R(1), R(2)], vec![vec![1, 2]]),
+            ("rows, then an empty set", vec![S, R(1), S], vec![vec![1], vec![]]),
+            ("an empty set, then rows", vec![S, S, R(2)], vec![vec![], vec![2]]),
+            ("an empty set, then an empty set", vec![S, S], vec![vec![], vec![]]),
+            ("rows, then rows", vec![S, R(1), S, R(2), R(3)], vec![vec![1], vec![2, 3]]),
+            ("rows, an empty set, rows", vec![S, R(1), S, S, R(3)], vec![vec![1], vec![], vec![3]]),
+            ("rows, rows, an empty set", vec![S, R(1), S, R(2), S], vec![vec![1], vec![2], vec![]]),
+        ] {
+            assert_eq!(Sets::of(items), want, "{what}");
+        }
+    }
+
+    /// The one-set readers (`rows::last_set`, `rows::first_row`) read the LAST set the reply
+    /// sent, even when it is empty and an earlier one is not.
+    #[test]
+    fn the_last_set_is_the_last_one_sent_even_when_empty() {
+        assert_eq!(crate::rows::last_set(Sets::of([S, R(1), S])), Vec::<i32>::new());
+        assert_eq!(crate::rows::last_set(Sets::of([S, S, R(2)])), vec![2]);
+    }
 }

@@ -208,7 +208,7 @@ pub(crate) fn decode_queue(op: &str, row: &Row) -> Result<QueueSettings> {
 }
 
 /// The last result set's rows (batches may emit none before it).
-pub(crate) fn last_set(sets: Vec<Vec<Row>>) -> Vec<Row> {
+pub(crate) fn last_set<R>(sets: Vec<Vec<R>>) -> Vec<R> {
     sets.into_iter().last().unwrap_or_default()
 }
 
