@@ -30,3 +30,5 @@ pub use backend::MssqlBackend;
 pub use config::{MssqlConfig, DEFAULT_SCHEMA, MAX_DATABASE_NAME_LEN};
 pub use connstr::{is_connection_string, Encrypt};
 pub use sql::all_statements;
+#[cfg(feature = "testing")]
+pub use testing::RawSession;
