@@ -213,6 +213,14 @@ pub struct ClaimedJob {
     pub heartbeat_at: Option<Timestamp>,
     pub last_error: Option<String>,
     pub created_by: Option<String>,
+    /// How often a hold of this job expired: a worker held it ([`crate::ClaimMode::Hold`]) and
+    /// stopped (or lost the claim's reply) before its start was recorded. Such a job may be
+    /// the one that kills its worker's process as it begins, or an innocent job that waited
+    /// in that worker's look-ahead: the runtime records its start before its handler begins,
+    /// so its runs count as attempts from then on. An expiry never dead-letters a job by
+    /// itself (`docs/contract.md`, "Held jobs").
+    #[serde(default)]
+    pub expired_holds: i32,
 }
 
 impl ClaimedJob {

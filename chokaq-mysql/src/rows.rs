@@ -182,6 +182,7 @@ pub(crate) fn claimed(row: &MySqlRow, m: &Marked) -> Result<ClaimedJob> {
         heartbeat_at: m.beat.then_some(m.now),
         last_error: r.last_error,
         created_by: r.created_by,
+        expired_holds: 0,
     })
 }
 

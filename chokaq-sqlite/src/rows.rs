@@ -150,6 +150,7 @@ pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
         heartbeat_at: r.heartbeat_at,
         last_error: r.last_error,
         created_by: r.created_by,
+        expired_holds: 0,
     })
 }
 

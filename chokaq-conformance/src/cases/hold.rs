@@ -1,15 +1,17 @@
 //! Held jobs (`ClaimMode::Hold`, issue 24): Fetched and heart-beaten from the claim on, the
 //! attempt counted by `start` or, for a job that finishes first, by its outcome; a cancel of a
 //! held job is a request (its worker may be running it); a held job expires only after its
-//! queue's zombie timeout without a heartbeat, and after `MAX_EXPIRED_HOLDS` expiries it is
-//! dead-lettered (a handler that kills its process before its start is recorded still ends).
+//! queue's zombie timeout without a heartbeat, goes back to Pending with its expiry counted
+//! (`ClaimedJob::expired_holds` of its next claim) and is never dead-lettered for expiring
+//! (issue 36: the runtime records such a job's start before its handler begins, so a handler
+//! that kills its process counts attempts); a held job's outcome records its own run's start.
 
 use std::time::Duration;
 
 use chokaq_core::testing::{JobPatch, Presence};
 use chokaq_core::{
     BackendExt, CancelOutcome, ClaimMode, ClaimedJob, DeadReason, FailAction, FailOutcome, Fenced, JobLocation,
-    JobStatus, QueueName, WorkerId, MAX_EXPIRED_HOLDS,
+    JobStatus, QueueName, WorkerId,
 };
 
 use crate::ctx::{CaseResult, Ctx, AGED};
@@ -22,7 +24,8 @@ super::cases!(hold:
     start_counts_once,
     cancel_is_a_request,
     expires_by_the_zombie_timeout,
-    expired_holds_dead_letter,
+    expired_holds_never_dead_letter,
+    held_outcome_records_its_own_start,
 );
 
 /// One held job of a fresh queue (`max_attempts` as given).
@@ -167,28 +170,83 @@ pub async fn expires_by_the_zombie_timeout(cx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// A held job whose holder keeps dying before its start is recorded: Pending again with its
-/// attempt unspent after each of the first `MAX_EXPIRED_HOLDS - 1` expiries, dead-lettered
-/// `zombie` at the next one.
-pub async fn expired_holds_dead_letter(cx: Ctx) -> CaseResult {
+/// A held job whose holders keep stopping before its start is recorded (a crashed worker's
+/// look-ahead, a claim whose reply was lost): Pending again after every expiry with its attempt
+/// unspent, the count of expiries in its next claim, never dead-lettered for it; then it runs
+/// and completes.
+pub async fn expired_holds_never_dead_letter(cx: Ctx) -> CaseResult {
+    const ROUNDS: i32 = 5;
     let q = cx.queue();
-    let id = cx.enqueue(cx.job(&q).max_attempts(5)).await?;
-    for round in 1..=MAX_EXPIRED_HOLDS {
+    let id = cx.enqueue(cx.job(&q).max_attempts(2)).await?;
+    for round in 1..=ROUNDS {
         let w = WorkerId::random();
         let got = cx.claim(w, &q, 1, ClaimMode::Hold).await?;
         ensure!(got.len() == 1 && got[0].id == id, "held claim #{round}: {got:?}");
+        ensure_eq!(got[0].expired_holds, round - 1, "expired_holds of held claim #{round}");
         cx.age(id, AGED).await?;
         cx.rescue_until("the expiry", || async {
             Ok(!matches!(cx.record(id).await?.location, JobLocation::Hot(JobStatus::Fetched)))
         })
         .await?;
         let r = cx.record(id).await?;
-        if round < MAX_EXPIRED_HOLDS {
-            ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Pending), 0), "after expiry #{round}");
-        } else {
-            ensure_eq!(r.location, JobLocation::Dead(DeadReason::Zombie), "after expiry #{round}");
-        }
+        ensure_eq!((r.location, r.attempt), (JobLocation::Hot(JobStatus::Pending), 0), "after expiry #{round}");
     }
-    ensure_eq!(cx.presence(id).await?, Presence { hot: 0, archive: 0, dead: 1 }, "presence");
+    let w = WorkerId::random();
+    let got = cx.claim(w, &q, 1, ClaimMode::Start).await?;
+    ensure!(got.len() == 1 && got[0].id == id, "the claim after {ROUNDS} expiries: {got:?}");
+    ensure_eq!((got[0].expired_holds, got[0].attempt), (ROUNDS, 1), "(expired_holds, attempt) of the run");
+    ensure_eq!(cx.backend.complete_one(w, got[0].lease_ref()).await?, Fenced::Done(()), "complete");
+    ensure_eq!(cx.presence(id).await?, Presence { hot: 0, archive: 1, dead: 0 }, "presence");
+    Ok(())
+}
+
+/// A held job finished without a `start` (its run counted by the outcome) records its own
+/// run's start, not an earlier attempt's: its `started_at` is no earlier than its hold's claim,
+/// for a completion and for a failure alike.
+pub async fn held_outcome_records_its_own_start(cx: Ctx) -> CaseResult {
+    let res = chrono::Duration::from_std(cx.caps.timestamp_precision.resolution()).unwrap_or_default();
+    for complete in [true, false] {
+        let q = cx.queue();
+        let id = cx.enqueue(cx.job(&q).max_attempts(5)).await?;
+        let w = WorkerId::random();
+        let first = cx.claim(w, &q, 1, ClaimMode::Start).await?;
+        ensure_eq!(first.len(), 1, "the first attempt's claim");
+        let out = cx
+            .backend
+            .fail(w, first[0].lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: "again".into() })
+            .await?;
+        ensure!(matches!(out, Fenced::Done(FailOutcome::Retried { .. })), "the first attempt's retry: {out:?}");
+        let first_start = cx.record(id).await?.started_at;
+        ensure!(first_start.is_some(), "the first attempt recorded no start");
+        // The database clock moves past the first start by more than its resolution.
+        let after = first_start.unwrap_or_default() + res + res;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cx.backend.db_now().await? <= after {
+            ensure!(std::time::Instant::now() < deadline, "the database clock did not move in 10 s");
+            tokio::task::yield_now().await;
+        }
+        let before = cx.backend.db_now().await?;
+        let held = cx.claim(w, &q, 1, ClaimMode::Hold).await?;
+        ensure!(held.len() == 1 && held[0].id == id, "the held claim: {held:?}");
+        let r = if complete {
+            ensure_eq!(cx.backend.complete_one(w, held[0].lease_ref()).await?, Fenced::Done(()), "complete");
+            cx.record(id).await?
+        } else {
+            let out = cx
+                .backend
+                .fail(w, held[0].lease_ref(), FailAction::Retry { delay: Duration::ZERO, error: "x".into() })
+                .await?;
+            ensure!(matches!(out, Fenced::Done(FailOutcome::Retried { .. })), "the held attempt's retry: {out:?}");
+            cx.record(id).await?
+        };
+        ensure_eq!(r.attempt, 2, "attempts after the held run (complete: {complete})");
+        ensure!(
+            r.started_at.is_some_and(|t| t + res >= before),
+            "a held run finished by {} kept started_at {:?} (the first attempt's {:?}); its hold was claimed at {before}",
+            if complete { "complete" } else { "fail" },
+            r.started_at,
+            first_start
+        );
+    }
     Ok(())
 }

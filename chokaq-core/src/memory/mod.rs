@@ -39,6 +39,8 @@ struct Store {
     /// The starts log of rate-limited queues: (queue, concurrency key, claim time), in claim
     /// order; pruned by the rescue (entries older than the queue's window).
     starts: Vec<(QueueName, Option<String>, Timestamp)>,
+    /// Ids counted up from here instead of UUID v7 ([`MemoryBackend::with_clock`]).
+    next_id: Option<u64>,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -46,12 +48,23 @@ struct Store {
 pub struct MemoryBackend {
     store: Mutex<Store>,
     max_payload_bytes: usize,
+    clock: Clock,
 }
 
-fn now() -> Timestamp {
-    // Stored like PostgreSQL's timestamptz: whole microseconds.
-    let t = Utc::now();
+/// Whole microseconds, as PostgreSQL's timestamptz stores them.
+fn micros(t: Timestamp) -> Timestamp {
     t.duration_trunc(chrono::Duration::microseconds(1)).unwrap_or(t)
+}
+
+/// Where a [`MemoryBackend`] reads the time: the system clock, or a caller's clock (a
+/// simulation's virtual time, [`MemoryBackend::with_clock`]).
+#[derive(Clone, Default)]
+struct Clock(Option<std::sync::Arc<dyn Fn() -> Timestamp + Send + Sync>>);
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Clock(given)" } else { "Clock(system)" })
+    }
 }
 
 fn plus(t: Timestamp, d: Duration) -> Result<Timestamp> {
@@ -80,7 +93,7 @@ impl MemoryBackend {
     /// The rescue itself (timeouts from each queue's settings), under the store's lock.
     fn rescue_now(&self, params: &RescueParams) -> RescueReport {
         let mut s = self.lock();
-        let at = now();
+        let at = self.now();
         let mut report = RescueReport { ran: true, ..Default::default() };
         let mut todo: Vec<(JobId, bool)> = Vec::new(); // (id, is_zombie)
         let mut held_expired: Vec<JobId> = Vec::new();
@@ -118,11 +131,11 @@ impl MemoryBackend {
             if cancelled {
                 Self::to_dead(&mut s, id, DeadReason::Cancelled, None, at);
                 report.zombies_dead += 1;
-            } else if expired >= crate::MAX_EXPIRED_HOLDS {
-                let msg = format!("held {expired} times by workers that stopped before its start was recorded");
-                Self::to_dead(&mut s, id, DeadReason::Zombie, Some(msg), at);
-                report.zombies_dead += 1;
             } else {
+                // Never dead-lettered for its expiries (issue 36): the job may never have run
+                // (it waited in a crashed worker's look-ahead, or the claim's reply was lost).
+                // The count goes out with its next claim, and the runtime records its start
+                // before its handler begins, so a job that kills its worker counts attempts.
                 s.expired_holds.insert(id, expired);
                 let r = s.hot.get_mut(&id).expect("listed above");
                 Self::to_pending(r, at);
@@ -164,7 +177,33 @@ impl MemoryBackend {
 
     /// An empty store.
     pub fn new() -> Self {
-        MemoryBackend { store: Mutex::new(Store::default()), max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES }
+        MemoryBackend {
+            store: Mutex::new(Store::default()),
+            max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            clock: Clock::default(),
+        }
+    }
+
+    /// An empty store that reads the time from `clock` and numbers its jobs 1, 2, 3, … in
+    /// enqueue order (ids are still UUIDs, ordered as they were given): with a virtual clock,
+    /// two runs that make the same calls in the same order get the same answers (the runtime's
+    /// deterministic simulator, `chokaq/src/worker/sim`).
+    #[cfg(feature = "testing")]
+    pub fn with_clock(clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        let store = Store { next_id: Some(0), ..Store::default() };
+        MemoryBackend {
+            store: Mutex::new(store),
+            max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            clock: Clock(Some(std::sync::Arc::new(clock))),
+        }
+    }
+
+    /// The time now, in whole microseconds.
+    fn now(&self) -> Timestamp {
+        micros(match &self.clock.0 {
+            Some(c) => c(),
+            None => Utc::now(),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
@@ -191,7 +230,13 @@ impl MemoryBackend {
             RunAt::At(t) => Some(t.duration_trunc(chrono::Duration::microseconds(1)).unwrap_or(t)),
             RunAt::After(d) => Some(plus(at, d)?),
         };
-        let id = JobId::new();
+        let id = match store.next_id.as_mut() {
+            Some(n) => {
+                *n += 1;
+                JobId(uuid::Uuid::from_u128((1u128 << 127) | u128::from(*n)))
+            }
+            None => JobId::new(),
+        };
         store.hot.insert(
             id,
             JobRecord {
@@ -321,6 +366,7 @@ fn claimed(r: &JobRecord) -> ClaimedJob {
         heartbeat_at: r.heartbeat_at,
         last_error: r.last_error.clone(),
         created_by: r.created_by.clone(),
+        expired_holds: 0,
     }
 }
 
@@ -342,7 +388,7 @@ impl Backend for MemoryBackend {
         async move {
             validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             // Validate the schedule of every job before inserting any.
             for j in &jobs {
                 if let RunAt::After(d) = j.run_at {
@@ -359,7 +405,7 @@ impl Backend for MemoryBackend {
         async move {
             req.validate()?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             // Free slots per requested queue (None = unlimited); paused/inactive queues get 0.
             let mut free: HashMap<QueueName, Option<u64>> = HashMap::new();
             for q in &req.queues {
@@ -464,6 +510,7 @@ impl Backend for MemoryBackend {
                 }
                 s.last_lease += 1;
                 let lease = Lease(s.last_lease);
+                let expired_holds = s.expired_holds.get(&id).copied().unwrap_or(0);
                 let r = s.hot.get_mut(&id).expect("picked from hot");
                 r.lease = Some(lease);
                 r.worker_id = Some(req.worker);
@@ -484,7 +531,7 @@ impl Backend for MemoryBackend {
                         r.heartbeat_at = Some(at);
                     }
                 }
-                out.push(claimed(r));
+                out.push(ClaimedJob { expired_holds, ..claimed(r) });
             }
             Ok(out)
         }
@@ -496,7 +543,7 @@ impl Backend for MemoryBackend {
         async move {
             validate::lease_list("start", leases)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
                 // Repeatable: a row this lease already started is done again.
@@ -519,7 +566,7 @@ impl Backend for MemoryBackend {
         async move {
             validate::lease_list("heartbeat", leases)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
                 let held = Self::held_any(&mut s, worker, *l).map(|r| {
@@ -539,7 +586,7 @@ impl Backend for MemoryBackend {
         async move {
             validate::lease_list("complete", leases)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
                 let ok = if let Some(r) = Self::held_any(&mut s, worker, *l) {
@@ -568,7 +615,7 @@ impl Backend for MemoryBackend {
         async move {
             outcome.validate()?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let Some(r) = Self::held_any(&mut s, worker, lease) else {
                 return Ok(Self::standing_fail(&s, worker, lease, &outcome));
             };
@@ -629,7 +676,7 @@ impl Backend for MemoryBackend {
         async move {
             validate::lease_list("release", leases)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let mut entries = Vec::with_capacity(leases.len());
             for l in leases {
                 let ok = match Self::held(&mut s, worker, *l, JobStatus::Fetched) {
@@ -670,7 +717,7 @@ impl Backend for MemoryBackend {
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
         async move {
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let Some(r) = s.hot.get_mut(&id) else {
                 return Ok(CancelOutcome::NotLive);
             };
@@ -714,7 +761,7 @@ impl Backend for MemoryBackend {
                 QueueControl::SetKeyMaxWorkers(m) => st.key_max_workers = m,
                 QueueControl::SetRateLimit(l) => st.rate_limit = l,
             }
-            st.updated_at = Some(now());
+            st.updated_at = Some(self.now());
             s.queues.insert(queue.clone(), st.clone());
             Ok(st)
         }
@@ -734,7 +781,7 @@ impl Backend for MemoryBackend {
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
         async move {
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let Some(r) = s.dead.get(&id) else {
                 return Ok(RequeueOutcome::NotFound);
             };
@@ -768,7 +815,7 @@ impl Backend for MemoryBackend {
                 return Err(Error::invalid("purge batch_size and max_batches must be at least 1"));
             }
             let mut s = self.lock();
-            let cutoff = minus(now(), req.older_than);
+            let cutoff = minus(self.now(), req.older_than);
             let budget = u64::from(req.batch_size) * u64::from(req.max_batches);
             let table = match req.target {
                 PurgeTarget::Archive => &mut s.archive,
@@ -795,7 +842,7 @@ impl Backend for MemoryBackend {
     async fn stats(&self) -> Result<StatsSnapshot> {
         async move {
             let s = self.lock();
-            let at = now();
+            let at = self.now();
             let mut snap = StatsSnapshot { taken_at: Some(at), ..Default::default() };
             let mut per: BTreeMap<String, QueueStats> = BTreeMap::new();
             for r in s.hot.values().chain(s.archive.values()).chain(s.dead.values()) {
@@ -922,7 +969,7 @@ impl Backend for MemoryBackend {
         async move {
             reg.validate()?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let started_at = s.workers.get(&reg.worker).map_or(at, |w| w.started_at);
             s.workers.insert(
                 reg.worker,
@@ -960,7 +1007,7 @@ impl Backend for MemoryBackend {
 
     async fn prune_workers(&self, stale_after: Duration) -> Result<u64> {
         async move {
-            let cutoff = minus(now(), stale_after);
+            let cutoff = minus(self.now(), stale_after);
             let mut s = self.lock();
             let before = s.workers.len();
             s.workers.retain(|_, w| w.last_seen_at >= cutoff);
@@ -973,7 +1020,7 @@ impl Backend for MemoryBackend {
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
         async move {
             params.validate()?;
-            let since = minus(now(), params.window);
+            let since = minus(self.now(), params.window);
             let s = self.lock();
             let mut per: BTreeMap<(Timestamp, String), [u64; 3]> = BTreeMap::new();
             let mut add = |r: &JobRecord, at: Timestamp, i: usize| {
@@ -1020,7 +1067,7 @@ impl Backend for MemoryBackend {
         async move {
             def.validate()?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let row = match s.schedules.get_mut(&def.name) {
                 Some(r) => {
                     if !def.same_as(r) && !r.stale && !def.replace {
@@ -1061,7 +1108,7 @@ impl Backend for MemoryBackend {
         async move {
             req.validate(self.max_payload_bytes)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let won = s.schedules.get(&req.name).is_some_and(|r| {
                 !r.stale
                     && r.spec == req.spec
@@ -1099,7 +1146,7 @@ impl Backend for MemoryBackend {
             let mut s = self.lock();
             let r = s.schedules.get_mut(name).ok_or_else(|| Error::not_found(format!("no schedule named {name:?}")))?;
             r.enabled = enabled;
-            r.updated_at = now();
+            r.updated_at = self.now();
             Ok(r.clone())
         }
         .await
@@ -1110,7 +1157,7 @@ impl Backend for MemoryBackend {
         async move {
             crate::validate_live_schedules(group, live)?;
             let mut s = self.lock();
-            let at = now();
+            let at = self.now();
             let mut n = 0;
             for r in s.schedules.values_mut() {
                 if r.group == group && !r.stale && !live.contains(&r.name) {

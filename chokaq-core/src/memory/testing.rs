@@ -2,14 +2,14 @@
 
 use async_trait::async_trait;
 
-use super::{now, MemoryBackend, Store};
+use super::{MemoryBackend, Store};
 use crate::testing::{JobPatch, Presence, TestSupport};
 use crate::{JobId, JobLocation, Result, Timestamp, WorkerId};
 
 #[async_trait]
 impl TestSupport for MemoryBackend {
     async fn db_now(&self) -> Result<Timestamp> {
-        Ok(now())
+        Ok(self.now())
     }
 
     async fn force(&self, id: JobId, patch: &JobPatch) -> Result<bool> {
