@@ -6,7 +6,7 @@
 //! sends. See `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers`
 //! strict with READ_COMMITTED_SNAPSHOT on and off.
 //!
-//! Inside: `backend.rs` (the struct and `impl Backend`), `sql/` (every statement), `rows/`
+//! Inside: `backend.rs` (the struct; `impl Backend` in `backend/ops.rs`), `sql/` (every statement), `rows/`
 //! (values and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`),
 //! `config.rs` and `connstr.rs` (configuration, connection strings and URLs), `pool.rs`
 //! (connections and running a batch), `reply.rs` (a batch's reply read into its result
