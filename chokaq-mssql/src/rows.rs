@@ -141,7 +141,7 @@ pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
         heartbeat_at: c.heartbeat_at,
         last_error: c.last_error,
         created_by: c.created_by,
-        expired_holds: 0,
+        expired_holds: req(op, row, "ExpiredHolds")?,
     })
 }
 

@@ -183,8 +183,7 @@ impl Backend for MssqlBackend {
             let fetched = millis("fetched_timeout", DEFAULT_FETCHED_TIMEOUT)?;
             let zombie = millis("zombie_timeout", DEFAULT_ZOMBIE_TIMEOUT)?;
             let limit = i32::try_from(params.limit).map_err(|_| Error::invalid("rescue limit too large"))?;
-            let max_holds = chokaq_core::MAX_EXPIRED_HOLDS;
-            let row = first_row(op, self.run(op, &self.sql().rescue, &[&fetched, &zombie, &limit, &max_holds]).await?)?;
+            let row = first_row(op, self.run(op, &self.sql().rescue, &[&fetched, &zombie, &limit]).await?)?;
             let mut report = decode_rescue(op, &row)?;
             if let Some(misses) = note_rescue(&self.inner.rescue_misses, report.ran) {
                 tracing::warn!(

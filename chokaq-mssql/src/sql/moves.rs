@@ -244,8 +244,7 @@ SELECT c.[Id] FROM @Cancelled AS c;";
 /// Parameters: `@P1` default fetched timeout (ms), `@P2` default zombie timeout (ms) (each
 /// for queues whose `Queues` row sets none), `@P3` limit,
 /// capped at 4,000 rows of each kind per call, fewer row locks than lock escalation would
-/// ever consider, whatever `RescueParams::limit` says (the next call moves the rest), `@P4`
-/// `chokaq_core::MAX_EXPIRED_HOLDS`.
+/// ever consider, whatever `RescueParams::limit` says (the next call moves the rest).
 /// Expired reserved Fetched jobs (no heartbeat; older than their queue's `FetchedTimeoutMs` or
 /// the default) go back to Pending: a `FORCESEEK` range seek on `IX_JobsHot_Fetched
 /// (UpdatedAtUtc) WHERE Status = 1` up to the latest cutoff any queue can have, then checked
@@ -254,10 +253,10 @@ SELECT c.[Id] FROM @Cancelled AS c;";
 /// instead, from their last heartbeat: a `FORCESEEK` range seek on `IX_JobsHot_Held
 /// (HeartbeatUtc) WHERE Status = 1 AND HeartbeatUtc IS NOT NULL`, as for zombies below. The
 /// zombie policy does not apply to them: one whose cancel was accepted goes to `JobsDlq` as
-/// `cancelled`, one expiring for the `@P4`-th time (`ExpiredHolds + 1`) as `zombie` with
-/// the error "held N times by workers that stopped before its start was recorded" (both
-/// counted in `ZombiesDead`); any other goes back to Pending with its attempt unspent and
-/// `ExpiredHolds + 1` (counted in `FetchedReleased`). Zombies (Processing, heartbeat older
+/// `cancelled` (counted in `ZombiesDead`); any other goes back to Pending with its attempt
+/// unspent and `ExpiredHolds + 1` (counted in `FetchedReleased`), however often it expired
+/// (issue 36: an expiry never dead-letters; the count goes out with the job's next claim,
+/// `ClaimedJob::expired_holds`). Zombies (Processing, heartbeat older
 /// than their queue's `ZombieTimeoutMs` or the default) are found by a `FORCESEEK` range seek
 /// on `IX_JobsHot_Processing (HeartbeatUtc) WHERE Status = 2` up to the latest cutoff any
 /// queue can have (the smallest timeout), oldest heartbeat first, then checked against their
@@ -283,7 +282,6 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @FetchedTimeoutMs BIGINT = @P1;
 DECLARE @DefaultZombieMs BIGINT = @P2;
 DECLARE @Limit INT = CASE WHEN @P3 > 4000 THEN 4000 ELSE @P3 END;
-DECLARE @MaxExpiredHolds INT = @P4;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @MinFetchedMs BIGINT;
 DECLARE @FetchedCutoff DATETIME2(7);
@@ -338,7 +336,7 @@ SET @ZombieCutoff = DATEADD(MILLISECOND, -(@MinZombieMs % 1000), DATEADD(SECOND,
 INSERT INTO @H ([Id], [Dead])
 SELECT TOP (@Limit)
     h.[Id],
-    CASE WHEN h.[CancelRequested] = 1 OR h.[ExpiredHolds] + 1 >= @MaxExpiredHolds THEN 1 ELSE 0 END
+    h.[CancelRequested]
 FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
 LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
 WHERE h.[Status] = 1
@@ -361,16 +359,13 @@ DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
-    CASE WHEN DELETED.[CancelRequested] = 1 THEN DELETED.[LastError] ELSE CONCAT(N'held ', \
-    DELETED.[ExpiredHolds] + 1, N' times by workers that stopped before its start was recorded') END, \
-    DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' ELSE 'zombie' END, \
-    DELETED.[ConcurrencyKey] \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN @H AS x ON x.[Id] = h.[Id]
-WHERE x.[Dead] = 1 AND h.[Status] = 1;
+WHERE x.[Dead] = 1 AND h.[Status] = 1 AND h.[CancelRequested] = 1;
 SET @ZombiesDead = @@ROWCOUNT;
 INSERT INTO @Z ([Id], [Retry])
 SELECT TOP (@Limit)

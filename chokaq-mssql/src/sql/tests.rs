@@ -162,9 +162,14 @@ fn migration_version_7_adds_expired_holds_and_the_held_index() {
     assert!(at(o, "CREATE TABLE [chokaq].[JobsHot] (") < add);
     // Nothing else in the batch reads the new column (it compiles against a version-6 table).
     assert_eq!(o.matches("ExpiredHolds").count(), 3);
-    // Every statement that reads or writes it comes after the migration: claim and enqueue
-    // leave it to its default.
-    assert!(!st.claim.contains("ExpiredHolds") && !st.enqueue.contains("ExpiredHolds"));
+    // Every statement that reads or writes it comes after the migration: enqueue leaves it
+    // to its default; the claim and the handoff only return it (issue 36: in their OUTPUT,
+    // once, for `ClaimedJob::expired_holds`).
+    assert!(!st.enqueue.contains("ExpiredHolds"));
+    for (name, sql) in [("claim", &st.claim), ("complete_and_claim", &st.complete_and_claim)] {
+        assert_eq!(sql.matches("ExpiredHolds").count(), 1, "{name}");
+        assert!(sql.contains("INSERTED.[Status], INSERTED.[ConcurrencyKey], INSERTED.[ExpiredHolds]\nFROM"), "{name}");
+    }
 }
 
 /// Issue 16 finding 4: the migration and rescue locks are rows of `[schema].[Locks]`,
@@ -414,7 +419,7 @@ fn bound_values_match_parameters() {
         ("fail", 8),
         ("release", 2),
         ("dead_letter_undecodable", 4),
-        ("rescue", 4),
+        ("rescue", 3),
         ("cancel", 1),
         ("control_queue", 9),
         ("queue_settings", 1),
@@ -532,8 +537,10 @@ fn the_concurrency_key_is_stored_returned_and_copied_by_every_move() {
     assert!(st.enqueue.contains("    [ConcurrencyKey] NVARCHAR(255) '$.ck'\n) AS j;"));
     assert!(st.enqueue.contains("[CancelRequested], [CreatedBy], [ConcurrencyKey]\n)"));
     assert!(st.enqueue.contains("0, i.[CreatedBy], i.[ConcurrencyKey]\nFROM @In AS i"));
-    assert!(st.claim.contains("INSERTED.[Status], INSERTED.[ConcurrencyKey]\nFROM"));
-    assert!(st.complete_and_claim.contains("INSERTED.[Status], INSERTED.[ConcurrencyKey]\nFROM"));
+    assert!(st.claim.contains("INSERTED.[Status], INSERTED.[ConcurrencyKey], INSERTED.[ExpiredHolds]\nFROM"));
+    assert!(st
+        .complete_and_claim
+        .contains("INSERTED.[Status], INSERTED.[ConcurrencyKey], INSERTED.[ExpiredHolds]\nFROM"));
     for (name, sql) in [("get_job", &st.get_job), ("list_hot", &st.list_hot), ("list_archive", &st.list_archive)] {
         assert!(sql.contains(".[CreatedBy], ") && sql.contains(".[ConcurrencyKey], "), "{name}");
     }
