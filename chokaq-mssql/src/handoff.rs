@@ -27,7 +27,7 @@ pub(crate) fn claim_args(req: &ClaimParams) -> Result<(String, i32, i16)> {
 
 /// Splits the two result sets of `complete_and_claim`: the ids archived under the given
 /// leases, then the claimed rows.
-pub(crate) fn split_handoff_sets(op: &str, mut sets: Vec<Vec<Row>>) -> Result<(Vec<Row>, Vec<Row>)> {
+pub(crate) fn split_handoff_sets<R>(op: &str, mut sets: Vec<Vec<R>>) -> Result<(Vec<R>, Vec<R>)> {
     if sets.len() != 2 {
         return Err(Error::new(ErrorKind::Other, format!("{op}: expected 2 result sets, got {}", sets.len())));
     }
@@ -98,10 +98,40 @@ mod tests {
 
     #[test]
     fn the_handoff_answer_is_two_result_sets() {
-        assert!(split_handoff_sets("x", vec![]).is_err());
-        assert!(split_handoff_sets("x", vec![vec![]]).is_err());
-        assert!(split_handoff_sets("x", vec![vec![], vec![], vec![]]).is_err());
-        let (done, claimed) = split_handoff_sets("x", vec![vec![], vec![]]).unwrap();
+        assert!(split_handoff_sets::<i32>("x", vec![]).is_err());
+        assert!(split_handoff_sets::<i32>("x", vec![vec![]]).is_err());
+        assert!(split_handoff_sets::<i32>("x", vec![vec![], vec![], vec![]]).is_err());
+        let (done, claimed) = split_handoff_sets::<i32>("x", vec![vec![], vec![]]).unwrap();
         assert!(done.is_empty() && claimed.is_empty());
+    }
+
+    /// Issue 37: the handoff's reply as the server sends it (a column-metadata token opening
+    /// each of its two result sets, then that set's rows), read by the reply reader and split,
+    /// whichever of the two sets is empty. "Completed, claimed nothing" (a dry queue, a paused
+    /// queue, a full cap) is rows then an empty set.
+    #[test]
+    fn the_handoff_reply_splits_whichever_set_is_empty() {
+        use crate::reply::{Item, Sets};
+        let (done_1, done_2, claimed_1) = (1, 2, 11);
+        for (what, items, want_done, want_claimed) in [
+            (
+                "rows, then an empty set",
+                vec![Item::Set, Item::Row(done_1), Item::Row(done_2), Item::Set],
+                vec![done_1, done_2],
+                vec![],
+            ),
+            ("an empty set, then rows", vec![Item::Set, Item::Set, Item::Row(claimed_1)], vec![], vec![claimed_1]),
+            ("an empty set, then an empty set", vec![Item::Set, Item::Set], vec![], vec![]),
+            (
+                "rows, then rows",
+                vec![Item::Set, Item::Row(done_1), Item::Set, Item::Row(claimed_1)],
+                vec![done_1],
+                vec![claimed_1],
+            ),
+        ] {
+            let got = split_handoff_sets("complete_and_claim", Sets::of(items));
+            let (done, claimed) = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!((done, claimed), (want_done, want_claimed), "{what}");
+        }
     }
 }

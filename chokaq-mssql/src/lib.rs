@@ -6,11 +6,11 @@
 //! sends. See `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers`
 //! strict with READ_COMMITTED_SNAPSHOT on and off.
 //!
-//! Inside: `backend.rs` (the struct and `impl Backend`), `sql/` (every statement), `rows/`
+//! Inside: `backend.rs` (the struct; `impl Backend` in `backend/ops.rs`), `sql/` (every statement), `rows/`
 //! (values and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`),
 //! `config.rs` and `connstr.rs` (configuration, connection strings and URLs), `pool.rs`
-//! (connections and running a batch), `migrate.rs`, and `testing.rs` (`TestSupport`, feature
-//! `testing`).
+//! (connections and running a batch), `reply.rs` (a batch's reply read into its result
+//! sets), `migrate.rs`, and `testing.rs` (`TestSupport`, feature `testing`).
 
 mod backend;
 mod config;
@@ -20,6 +20,7 @@ mod handoff;
 mod migrate;
 mod periodic;
 mod pool;
+mod reply;
 mod rows;
 mod sql;
 #[cfg(feature = "testing")]
@@ -29,3 +30,5 @@ pub use backend::MssqlBackend;
 pub use config::{MssqlConfig, DEFAULT_SCHEMA, MAX_DATABASE_NAME_LEN};
 pub use connstr::{is_connection_string, Encrypt};
 pub use sql::all_statements;
+#[cfg(feature = "testing")]
+pub use testing::RawSession;

@@ -18,6 +18,7 @@ use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 use crate::connstr::{ConnParts, Encrypt};
 use crate::error::{connect_error, keeps_session, map_error, pool_error, timeout};
+use crate::reply::read_sets;
 use crate::sql;
 
 /// Transient failures (deadlock victim, lock timeout, snapshot conflict, Azure's transient
@@ -34,6 +35,28 @@ pub(crate) fn encryption_level(e: Encrypt) -> EncryptionLevel {
         Encrypt::LoginOnly => EncryptionLevel::Off,
         Encrypt::Disabled => EncryptionLevel::NotSupported,
     }
+}
+
+/// The driver's configuration for the parsed connection string `parts`: the one way every
+/// session of the crate is configured (the pool's, `ensure_database`'s, and with the
+/// `testing` feature the raw sessions of the crate's tests, `MssqlConfig::open_session`).
+pub(crate) fn tiberius_config(p: &ConnParts, app_name: &str) -> Config {
+    let mut c = Config::new();
+    c.host(&p.host);
+    c.port(p.port);
+    if let Some(db) = &p.database {
+        c.database(db);
+    }
+    c.application_name(app_name);
+    c.authentication(AuthMethod::sql_server(
+        p.user.as_deref().unwrap_or_default(),
+        p.password.as_deref().unwrap_or_default(),
+    ));
+    c.encryption(encryption_level(p.encrypt));
+    if p.trust_server_certificate {
+        c.trust_cert();
+    }
+    c
 }
 
 /// One pooled connection.
@@ -89,28 +112,8 @@ impl Manager {
         Manager { parts, app_name, connect_timeout }
     }
 
-    fn tiberius_config(&self) -> Config {
-        let p = &self.parts;
-        let mut c = Config::new();
-        c.host(&p.host);
-        c.port(p.port);
-        if let Some(db) = &p.database {
-            c.database(db);
-        }
-        c.application_name(&self.app_name);
-        c.authentication(AuthMethod::sql_server(
-            p.user.as_deref().unwrap_or_default(),
-            p.password.as_deref().unwrap_or_default(),
-        ));
-        c.encryption(encryption_level(p.encrypt));
-        if p.trust_server_certificate {
-            c.trust_cert();
-        }
-        c
-    }
-
     async fn open(&self) -> Result<Conn, tiberius::error::Error> {
-        let config = self.tiberius_config();
+        let config = tiberius_config(&self.parts, &self.app_name);
         let tcp = TcpStream::connect((self.parts.host.as_str(), self.parts.port)).await?;
         tcp.set_nodelay(true)?;
         let mut client = Client::connect(config, tcp.compat_write()).await?;
@@ -203,8 +206,7 @@ impl Pool {
         let mut conn = self.pool.get().await.map_err(pool_error)?;
         conn.broken = true;
         let limit = self.statement_timeout;
-        let res =
-            tokio::time::timeout(limit, async { conn.client.query(sql, params).await?.into_results().await }).await;
+        let res = tokio::time::timeout(limit, async { read_sets(conn.client.query(sql, params).await?).await }).await;
         match res {
             Err(_) => Err(timeout(op, limit)),
             Ok(Ok(rows)) => {
@@ -259,5 +261,38 @@ mod tls_tests {
                 .trust_server_certificate
         );
         assert!(!parse_ado("server=h;user=u;password=p;Encrypt=strict").unwrap().trust_server_certificate);
+    }
+
+    /// Issue 37: the driver configuration chokaq builds from its own parse (the one every
+    /// session of the crate uses, the tests' raw sessions included) is the one tiberius builds
+    /// from its own parse of the same settings, for a string without TLS (`Encrypt=disabled`,
+    /// which tiberius' parser spells `DANGER_PLAINTEXT` and chokaq's refuses), with TLS for
+    /// the login only (`Encrypt=false`) and with TLS (`Encrypt=true`, trusted certificate or
+    /// not). No server needed: the two `Config`s are compared whole (their `Debug`, every
+    /// field).
+    #[test]
+    fn chokaq_parse_gives_the_driver_config_tiberius_would() {
+        let app = "chokaq-test";
+        let base = "server=tcp:db.example,14330;user=app;password=pw;Database=jobs";
+        for (ours, theirs) in [
+            ("Encrypt=disabled", "encrypt=DANGER_PLAINTEXT"),
+            ("Encrypt=false", "encrypt=false"),
+            ("Encrypt=false;TrustServerCertificate=true", "encrypt=false;TrustServerCertificate=true"),
+            ("Encrypt=true", "encrypt=true"),
+            ("Encrypt=strict;TrustServerCertificate=true", "encrypt=true;TrustServerCertificate=true"),
+        ] {
+            let cfg = crate::MssqlConfig::new(&format!("{base};{ours}")).unwrap();
+            let got = tiberius_config(&cfg.parts, app);
+            let want = Config::from_ado_string(&format!("{base};{theirs};Application Name={app}")).unwrap();
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{ours}");
+            assert_eq!(got.get_addr(), "db.example:14330", "{ours}");
+            // The URL form gives the same configuration.
+            let url = format!("mssql://app:pw@db.example:14330/jobs?{}", ours.replace(';', "&"));
+            let from_url = crate::MssqlConfig::from_url(&url).unwrap();
+            assert_eq!(format!("{:?}", tiberius_config(&from_url.parts, app)), format!("{want:?}"), "{url}");
+        }
+        // And tiberius' own parser refuses chokaq's spelling: one test URL could not serve
+        // both parsers without TLS.
+        assert!(Config::from_ado_string(&format!("{base};encrypt=disabled")).is_err());
     }
 }

@@ -141,7 +141,7 @@ pub(crate) fn decode_claimed(row: &Row) -> Result<ClaimedJob> {
         heartbeat_at: c.heartbeat_at,
         last_error: c.last_error,
         created_by: c.created_by,
-        expired_holds: 0,
+        expired_holds: req(op, row, "ExpiredHolds")?,
     })
 }
 
@@ -209,7 +209,7 @@ pub(crate) fn decode_queue(op: &str, row: &Row) -> Result<QueueSettings> {
 }
 
 /// The last result set's rows (batches may emit none before it).
-pub(crate) fn last_set(sets: Vec<Vec<Row>>) -> Vec<Row> {
+pub(crate) fn last_set<R>(sets: Vec<Vec<R>>) -> Vec<R> {
     sets.into_iter().last().unwrap_or_default()
 }
 

@@ -119,3 +119,19 @@ impl TestSupport for MssqlBackend {
         Ok(())
     }
 }
+
+/// A raw session of the crate's tests: another login's view, opened exactly as a pooled
+/// connection is (chokaq's parse of the connection string, `pool::tiberius_config`, the
+/// session options), so that one test connection string serves the backend and these
+/// sessions alike, with or without TLS (tiberius' own parser would refuse `Encrypt=disabled`).
+pub type RawSession = tiberius::Client<tokio_util::compat::Compat<tokio::net::TcpStream>>;
+
+impl crate::MssqlConfig {
+    /// Opens a [`RawSession`] (not pooled, not any backend's) to the configured server and
+    /// database, within the connect timeout, under the application name `app_name`.
+    pub async fn open_session(&self, app_name: &str) -> Result<RawSession> {
+        let manager = crate::pool::Manager::new(self.parts.clone(), app_name.to_string(), self.connect_timeout);
+        let conn = bb8::ManageConnection::connect(&manager).await.map_err(crate::error::connect_error)?;
+        Ok(conn.client)
+    }
+}

@@ -21,6 +21,7 @@ use crate::{ensure, ensure_eq};
 
 super::cases!(complete_and_claim:
     completes_then_claims,
+    completes_and_claims_nothing,
     stale_lease_is_lost,
     claim_sees_its_completions,
     lowered_cap_hands_nothing_on,
@@ -78,6 +79,85 @@ pub async fn completes_then_claims(cx: Ctx) -> CaseResult {
         vec![(id, JobStatus::Fetched, 0)],
         "claimed"
     );
+    Ok(())
+}
+
+/// Issue 37: a call that completes and claims nothing answers with its completions and an
+/// empty claim, whatever left the claim empty: a dry queue (in each claim mode, and with a
+/// forged lease beside the good ones, then with only a forged one: nothing done either), a
+/// paused queue, a full cap (the completions being of another queue). Exact counts each
+/// time. (SQL Server's reply to such a call is the completed ids, then an empty result set:
+/// a reader that dropped the empty set failed every one of these calls.)
+pub async fn completes_and_claims_nothing(cx: Ctx) -> CaseResult {
+    let w = WorkerId::random();
+    // A dry queue, each mode.
+    for (mode, label) in [(ClaimMode::Start, "start"), (ClaimMode::Reserve, "reserve"), (ClaimMode::Hold, "hold")] {
+        let q = cx.queue_named(&format!("dry{label}"));
+        let ids = cx.enqueue_n(&q, 2).await?;
+        let held = cx.claim(w, &q, 2, ClaimMode::Start).await?;
+        ensure_eq!(held.len(), 2, "{mode:?}: held");
+        let leases: Vec<LeaseRef> = held.iter().map(ClaimedJob::lease_ref).collect();
+        let (out, got) = cx.backend.complete_and_claim(w, &leases, &params(w, &[&q], 3, mode)).await?;
+        ensure_eq!(sorted(out.done.clone()), sorted(ids.clone()), "{mode:?}: done ids from a dry queue");
+        ensure!(out.lost.is_empty(), "{mode:?}: lost ids: {:?}", out.lost);
+        ensure_eq!(got.len(), 0, "{mode:?}: claimed from a dry queue");
+        let s = cx.queue_stats(&q).await?;
+        ensure_eq!(
+            (s.pending, s.fetched + s.processing, s.archived),
+            (0, 0, 2),
+            "{mode:?}: (pending, active, archived)"
+        );
+    }
+    // A dry queue with a forged lease beside a good one, then with the forged one alone.
+    let q = cx.queue_named("dryforged");
+    cx.enqueue_n(&q, 2).await?;
+    let held = cx.claim(w, &q, 2, ClaimMode::Start).await?;
+    ensure_eq!(held.len(), 2, "held before the forged lease");
+    let forged = LeaseRef { id: held[1].id, lease: Lease(held[1].lease.0 + 1_000_000) };
+    let (out, got) = cx
+        .backend
+        .complete_and_claim(w, &[held[0].lease_ref(), forged], &params(w, &[&q], 3, ClaimMode::Start))
+        .await?;
+    ensure_eq!(
+        (out.done.clone(), out.lost.clone(), got.len()),
+        (vec![held[0].id], vec![held[1].id], 0),
+        "(done, lost, claimed) with a forged lease"
+    );
+    let (out, got) = cx.backend.complete_and_claim(w, &[forged], &params(w, &[&q], 3, ClaimMode::Start)).await?;
+    ensure_eq!(
+        (out.done.len(), out.lost.clone(), got.len()),
+        (0, vec![held[1].id], 0),
+        "(done, lost, claimed) with only a forged lease"
+    );
+    ensure_eq!(cx.record(held[1].id).await?.lease, Some(held[1].lease), "the forged lease's job keeps its lease");
+    // A paused queue: the completions are written, the waiting job stays.
+    let q = cx.queue_named("paused");
+    cx.enqueue_n(&q, 3).await?;
+    let held = cx.claim(w, &q, 2, ClaimMode::Start).await?;
+    ensure_eq!(held.len(), 2, "held before the pause");
+    cx.backend.pause(&q).await?;
+    let leases: Vec<LeaseRef> = held.iter().map(ClaimedJob::lease_ref).collect();
+    let (out, got) = cx.backend.complete_and_claim(w, &leases, &params(w, &[&q], 3, ClaimMode::Start)).await?;
+    ensure_eq!(sorted(out.done.clone()), sorted(held.iter().map(|j| j.id).collect()), "done ids in a paused queue");
+    ensure_eq!((out.lost.len(), got.len()), (0, 0), "(lost, claimed) in a paused queue");
+    let s = cx.queue_stats(&q).await?;
+    ensure_eq!((s.pending, s.fetched + s.processing, s.archived), (1, 0, 2), "paused: (pending, active, archived)");
+    // A full cap: another worker holds the cap of 2; this worker completes jobs of another
+    // queue and claims from the capped one.
+    let (capped, other) = (cx.queue_named("capped"), cx.queue_named("other"));
+    cx.enqueue_n(&capped, 4).await?;
+    cx.backend.set_max_workers(&capped, Some(2)).await?;
+    let holder = WorkerId::random();
+    ensure_eq!(cx.claim(holder, &capped, 4, ClaimMode::Start).await?.len(), 2, "the cap's holder");
+    let other_ids = cx.enqueue_n(&other, 2).await?;
+    let held = cx.claim(w, &other, 2, ClaimMode::Start).await?;
+    ensure_eq!(held.len(), 2, "held in the other queue");
+    let leases: Vec<LeaseRef> = held.iter().map(ClaimedJob::lease_ref).collect();
+    let (out, got) = cx.backend.complete_and_claim(w, &leases, &params(w, &[&capped], 3, ClaimMode::Start)).await?;
+    ensure_eq!(sorted(out.done.clone()), sorted(other_ids), "done ids beside a full cap");
+    ensure_eq!((out.lost.len(), got.len()), (0, 0), "(lost, claimed) from a full cap");
+    let s = cx.queue_stats(&capped).await?;
+    ensure_eq!((s.pending, s.fetched + s.processing, s.archived), (2, 2, 0), "capped: (pending, active, archived)");
     Ok(())
 }
 

@@ -425,7 +425,7 @@ OUTPUT INSERTED.[Id], INSERTED.[Queue], INSERTED.[Kind], INSERTED.[Payload], INS
     INSERTED.[IdempotencyKey], INSERTED.[Priority], INSERTED.[Attempt], INSERTED.[MaxAttempts], INSERTED.[Lease], \
     INSERTED.[WorkerId], INSERTED.[HeartbeatUtc], INSERTED.[ScheduledAtUtc], INSERTED.[CreatedAtUtc], \
     INSERTED.[StartedAtUtc], INSERTED.[UpdatedAtUtc], INSERTED.[LastError], INSERTED.[CreatedBy], INSERTED.[Status], \
-    INSERTED.[ConcurrencyKey]
+    INSERTED.[ConcurrencyKey], INSERTED.[ExpiredHolds]
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
 INNER JOIN (
     SELECT TOP (@Limit)

@@ -87,8 +87,9 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.[Locks] AS l WITH (UPDLOCK, HOLDLOCK) W
 /// names them; their indexes and the version record are [`MIGRATE_KEYS`], the next batch.
 ///
 /// `ExpiredHolds` counts how often a held Fetched job (claimed with `ClaimMode::Hold`: Fetched
-/// with a heartbeat) expired, its worker gone before its start was recorded; the rescue
-/// dead-letters it at `MAX_EXPIRED_HOLDS`, `requeue_dead` starts it again at 0. Only the hot
+/// with a heartbeat) expired, its worker gone before its start was recorded; the rescue adds 1
+/// at each expiry (and, since issue 36, never dead-letters for it), the claim returns it,
+/// `requeue_dead` starts it again at 0. Only the hot
 /// table has it (the moves copy the shared columns). On editions other than Enterprise (and
 /// Developer), adding a `NOT NULL` column with a default writes every existing row once; on
 /// Enterprise it is a metadata-only change. No statement of this batch reads the column, so the

@@ -89,7 +89,7 @@ impl Harness for MssqlHarness {
 fn run(config: Config, url: Option<String>, why_not: Option<String>) -> std::process::ExitCode {
     let inner = UrlHarness::new("mssql", url, move |url, schema| {
         Box::pin(async move {
-            let cfg = MssqlConfig::new(&url)?.schema(&schema)?.max_connections(16);
+            let cfg = MssqlConfig::from_url(&url)?.schema(&schema)?.max_connections(16);
             let (cfg, rcsi, snapshot) =
                 MssqlBackend::ensure_database(cfg, config.database, config.rcsi, config.snapshot).await?;
             if (rcsi, snapshot) != (config.rcsi, config.snapshot) {

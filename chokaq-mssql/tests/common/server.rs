@@ -14,8 +14,6 @@ use chokaq_conformance::libtest_mimic::{self, Arguments, Completion, Failed, Tri
 use chokaq_core::testing::TestSupport;
 use chokaq_core::Backend;
 use chokaq_mssql::{MssqlBackend, MssqlConfig};
-use tokio::net::TcpStream;
-use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 use super::source::{decide, probe_docker, Inputs, Source};
 use super::{docker, RCSI_OFF};
@@ -27,7 +25,7 @@ pub type CaseFn = fn(String) -> Pin<Box<dyn Future<Output = CaseResult> + Send>>
 
 /// A raw session of its own on the server (not pooled, not the backend's): what another
 /// process or login would do.
-pub type Session = tiberius::Client<Compat<TcpStream>>;
+pub type Session = chokaq_mssql::RawSession;
 
 /// Runs `cases` as trials against the server this process finds, or lists them as ignored
 /// with the reason.
@@ -72,7 +70,7 @@ pub async fn backend(url: &str) -> Result<(MssqlBackend, String), String> {
 
 /// The backend on schema `schema` of the test database (created if missing), not migrated.
 pub async fn unmigrated(url: &str, schema: &str) -> Result<MssqlBackend, String> {
-    let cfg = MssqlConfig::new(url).and_then(|c| c.schema(schema)).map_err(|e| e.to_string())?;
+    let cfg = MssqlConfig::from_url(url).and_then(|c| c.schema(schema)).map_err(|e| e.to_string())?;
     let (cfg, _, _) = MssqlBackend::ensure_database(cfg, RCSI_OFF.database, RCSI_OFF.rcsi, RCSI_OFF.snapshot)
         .await
         .map_err(|e| format!("ensure_database: {e}"))?;
@@ -84,13 +82,14 @@ pub async fn drop(b: &MssqlBackend) -> CaseResult {
     b.drop_schema().await.map_err(|e| format!("drop_schema: {e}"))
 }
 
-/// A session of its own, in the test database.
+/// A session of its own, in the test database, opened through chokaq's own parse of the
+/// connection string (`MssqlConfig::open_session`), as the backend's connections are: the
+/// one `CHOKAQ_TEST_MSSQL_URL` serves both, with or without TLS.
 pub async fn session(url: &str) -> Result<Session, String> {
-    let mut config = tiberius::Config::from_ado_string(url).map_err(|e| format!("connection string: {e}"))?;
-    config.database(RCSI_OFF.database);
-    let tcp = TcpStream::connect(config.get_addr()).await.map_err(|e| format!("tcp: {e}"))?;
-    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut s = tiberius::Client::connect(config, tcp.compat_write()).await.map_err(|e| format!("login: {e}"))?;
+    let cfg = MssqlConfig::from_url(url)
+        .and_then(|c| c.database(RCSI_OFF.database))
+        .map_err(|e| format!("connection string: {e}"))?;
+    let mut s = cfg.open_session("chokaq-test-session").await.map_err(|e| format!("login: {e}"))?;
     // The session options every pooled connection of the backend sets (and every earlier
     // version's did): filtered indexes need them.
     exec(
