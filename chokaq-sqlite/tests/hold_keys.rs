@@ -74,9 +74,10 @@ async fn held_outcomes_count_the_run_and_cancel_is_a_request() {
     assert!(b.release_one(w, js[2].lease_ref()).await.unwrap().is_lost());
 }
 
-/// Held jobs expire by the zombie timeout from their last heartbeat: back to Pending (the
-/// attempt unspent, counted in `fetched_released`), dead-lettered `zombie` at the third
-/// expiry, or `cancelled` when a cancel was requested; a requeue starts the count again.
+/// Held jobs expire by the zombie timeout from their last heartbeat: back to Pending at every
+/// expiry (the attempt unspent, counted in `fetched_released`), never dead-lettered for their
+/// expiries, each counted in the next claim's `expired_holds`; `cancelled` when a cancel was
+/// requested, whatever the count; a requeue starts the count again.
 #[tokio::test]
 async fn rescue_of_held_jobs_counts_expiries_and_requeue_resets_them() {
     let (b, _db) = fresh().await;
@@ -93,44 +94,36 @@ async fn rescue_of_held_jobs_counts_expiries_and_requeue_resets_them() {
     // Past the fetched timeout (60 s), within the zombie timeout (300 s): kept.
     let w = WorkerId::random();
     let h = claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+    assert_eq!(h.expired_holds, 0);
     expire(id, 120).await;
     let rep = b.rescue(&params).await.unwrap();
     assert_eq!((rep.fetched_released, rep.zombies_retried, rep.zombies_dead), (0, 0, 0));
     assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Fetched));
-    for round in 1..=chokaq_core::MAX_EXPIRED_HOLDS {
+    for round in 1..=5 {
         if round > 1 {
-            claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+            let c = claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+            assert_eq!(c.expired_holds, round - 1, "the claim after {} expiries", round - 1);
         }
         expire(id, 600).await;
         let rep = b.rescue(&params).await.unwrap();
+        assert_eq!((rep.fetched_released, rep.zombies_dead), (1, 0), "round {round}");
         let r = b.get_job(id).await.unwrap().unwrap();
-        if round < chokaq_core::MAX_EXPIRED_HOLDS {
-            assert_eq!((rep.fetched_released, rep.zombies_dead), (1, 0), "round {round}");
-            assert_eq!((r.location, r.attempt, r.heartbeat_at), (JobLocation::Hot(JobStatus::Pending), 0, None));
-            assert_eq!((r.lease, r.worker_id), (None, None));
-        } else {
-            assert_eq!((rep.fetched_released, rep.zombies_dead), (0, 1), "round {round}");
-            assert_eq!(r.location, JobLocation::Dead(DeadReason::Zombie));
-            assert_eq!(
-                r.last_error.as_deref(),
-                Some("held 3 times by workers that stopped before its start was recorded")
-            );
-        }
+        assert_eq!((r.location, r.attempt, r.heartbeat_at), (JobLocation::Hot(JobStatus::Pending), 0, None));
+        assert_eq!((r.lease, r.worker_id), (None, None));
     }
     assert!(b.complete_one(w, h.lease_ref()).await.unwrap().is_lost(), "the first holder is fenced out");
-    // Requeued: a fresh row, so one more expiry puts it back instead of killing it.
-    assert_eq!(b.requeue_dead(id).await.unwrap(), RequeueOutcome::Requeued);
-    claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
-    expire(id, 600).await;
-    assert_eq!(b.rescue(&params).await.unwrap().fetched_released, 1);
-    assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Hot(JobStatus::Pending));
     // A held job with a cancel request dies `cancelled`, whatever its count.
-    claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+    let c = claim(&b, w, "hx", 1, ClaimMode::Hold).await.remove(0);
+    assert_eq!(c.expired_holds, 5);
     assert_eq!(b.cancel(id).await.unwrap(), CancelOutcome::Requested);
     expire(id, 600).await;
     let rep = b.rescue(&params).await.unwrap();
     assert_eq!((rep.fetched_released, rep.zombies_dead), (0, 1));
     assert_eq!(b.get_job(id).await.unwrap().unwrap().location, JobLocation::Dead(DeadReason::Cancelled));
+    // Requeued: a fresh row, its count 0 again.
+    assert_eq!(b.requeue_dead(id).await.unwrap(), RequeueOutcome::Requeued);
+    let c = claim(&b, w, "hx", 1, ClaimMode::Start).await.remove(0);
+    assert_eq!((c.expired_holds, c.attempt), (0, 1));
 }
 
 /// The statements of keyed and rate-limited claims read index ranges, never the whole table
