@@ -413,7 +413,7 @@ async fn guarded_take<'a>(
     // A bucket may take `jobs - started`; the broken variant one more.
     let slack = i64::from(b.faults.rate_window_off_by_one);
     if rate_jobs.is_some() && rate_per_ms.is_some() {
-        *now = (*now).max(b.now(&mut **tx).await?);
+        *now = (*now).max(b.now(tx).await?);
     }
     let now = *now;
     let rate = rate_jobs.zip(rate_per_ms).map(|(jobs, ms)| (jobs, now - ms * 1000));
