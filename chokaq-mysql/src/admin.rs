@@ -3,7 +3,7 @@
 use chokaq_core::{
     validate, CancelOutcome, DeadReason, Error, ErrorKind, JobId, PurgeParams, PurgeTarget, QueueControl, QueueName,
     QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
-    DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
+    DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::Row;
 
@@ -31,28 +31,55 @@ pub(crate) async fn rescue(b: &MysqlBackend, params: &RescueParams) -> Result<Re
 }
 
 /// Most starts-log entries one prune statement deletes; a rescue runs at most
-/// [`PRUNE_BATCHES`] of them.
+/// [`PRUNE_BATCHES`] of them per queue.
 const PRUNE_BATCH: i64 = 10_000;
 const PRUNE_BATCHES: usize = 100;
 
-/// The rescue's prune of the starts log (after its transaction, in autocommitted batches: the
-/// log's rows are locked by nobody else, and a claim never waits for them): the entries no
-/// rate window can see any more, and every entry of a queue without a limit.
+/// The rescue's prune of the starts log (after its transaction): per queue with entries, in
+/// batches, each a short transaction that locks the queue's control row `FOR UPDATE` (the lock
+/// a rate-limited claim holds from its count to its commit), reads the database's clock after
+/// it, and deletes the entries no window ending then or later can see (stamped at or before
+/// `now - per`), or all of them when the queue has no limit. No claim counts a window while
+/// the prune holds the lock, and every claim after it reads a clock no earlier than the
+/// prune's: an entry the prune deleted is in no window a claim counts (issue 36 hole 4).
 async fn prune_starts(b: &MysqlBackend) -> Result<()> {
-    for _ in 0..PRUNE_BATCHES {
-        let n = b
-            .retrying(Path::Other, || async {
-                let mut conn = b.pool.acquire().await.map_err(map_err)?;
-                let now = b.now(&mut conn).await?;
-                let q = sqlx::query(&b.sql.prune_starts).bind(now).bind(PRUNE_BATCH);
-                Ok(q.execute(&mut *conn).await.map_err(map_err)?.rows_affected())
-            })
-            .await?;
-        if n < PRUNE_BATCH as u64 {
-            break;
+    let queues: Vec<Vec<u8>> = sqlx::query_scalar(&b.sql.starts_queues).fetch_all(&b.pool).await.map_err(map_err)?;
+    for queue in &queues {
+        for _ in 0..PRUNE_BATCHES {
+            let n = b.retrying(Path::Other, || prune_queue_starts(b, queue)).await?;
+            if n < PRUNE_BATCH as u64 {
+                break;
+            }
         }
     }
     Ok(())
+}
+
+/// One batch of [`prune_starts`] for one queue, in its own transaction: the rows deleted.
+async fn prune_queue_starts(b: &MysqlBackend, queue: &[u8]) -> Result<u64> {
+    let mut tx = b.begin().await?;
+    let row = sqlx::query(&b.sql.lock_queue).bind(queue).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    let now = b.now(&mut tx).await?;
+    let per_ms = match row {
+        Some(r) => {
+            let jobs: Option<i64> = r.try_get("rate_jobs").map_err(map_err)?;
+            let per_ms: Option<i64> = r.try_get("rate_per_ms").map_err(map_err)?;
+            jobs.and(per_ms)
+        }
+        None => None,
+    };
+    // Without a limit no window counts the queue's entries: all go.
+    let cutoff = per_ms.map_or(i64::MAX, |ms| now.saturating_sub(ms.saturating_mul(1000)));
+    let n = sqlx::query(&b.sql.prune_starts)
+        .bind(queue)
+        .bind(cutoff)
+        .bind(PRUNE_BATCH)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+    commit(tx).await?;
+    Ok(n)
 }
 
 /// One rescue transaction: the `rescue` lock row (`SKIP LOCKED`: one rescue at a time, the
@@ -83,7 +110,11 @@ async fn rescue_once(b: &MysqlBackend, params: &RescueParams) -> Result<RescueRe
     report.fetched_released = released.len() as u64;
     let mut left = limit - released.len() as i64;
     // Held Fetched jobs (a heartbeat since the claim): the zombie timeout applies, the zombie
-    // policy does not (as in every backend).
+    // policy does not (as in every backend). A held job whose cancel was accepted dies
+    // `cancelled`; any other goes back to Pending with its attempt unspent and its expiry
+    // counted (`expired_holds`, returned with its next claim), never dead-lettered for its
+    // expiries: it may never have run (it waited in a crashed worker's look-ahead, or the
+    // claim's reply was lost), and the runtime records its start before its handler begins.
     if left > 0 {
         let held = sqlx::query(&b.sql.find_expired_holds)
             .bind(now)
@@ -96,13 +127,8 @@ async fn rescue_once(b: &MysqlBackend, params: &RescueParams) -> Result<RescueRe
         for h in held {
             let id = JobId(h.try_get("id").map_err(map_err)?);
             let cancelled: i64 = h.try_get("cancel_requested").map_err(map_err)?;
-            let expired = i64::from(h.try_get::<i32, _>("expired_holds").map_err(map_err)?) + 1;
             if cancelled != 0 {
                 b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
-                report.zombies_dead += 1;
-            } else if expired >= i64::from(MAX_EXPIRED_HOLDS) {
-                let error = format!("held {expired} times by workers that stopped before its start was recorded");
-                b.dead_letter(&mut tx, now, id, DeadReason::Zombie, Some(&error)).await?;
                 report.zombies_dead += 1;
             } else {
                 sqlx::query(&b.sql.release_expired_hold)

@@ -16,10 +16,11 @@
 //! of a by-key window (`window_by_key`). A key with nothing left is left out of the pick
 //! (`claim_pick_keyed`), so it holds back no other key; the starts of a rate-limited queue go
 //! to the log in the claim's transaction, stamped with the claim's time (Start mode's
-//! `started_at`). The cost, against an unguarded queue: the claims of one guarded queue are
+//! `started_at`): for a rate-limited queue, the database clock read after its control row's
+//! lock (see [`guarded_take`]). The cost, against an unguarded queue: the claims of one guarded queue are
 //! serial (the control row is held from the count to the commit: one claim's round trips at
-//! a time, as for a capped queue today), and a claim runs one to four more statements (the
-//! counts, the log insert). An unguarded queue keeps the share lock and the plan it had; jobs without a
+//! a time, as for a capped queue today), and a claim runs one to five more statements (the
+//! counts, a rate-limited queue's clock, the log insert). An unguarded queue keeps the share lock and the plan it had; jobs without a
 //! key never rewrite their `jobs_hot_key_running` entry after the insert.
 //!
 //! Lock order, the same for every claimer (so racing claimers cannot deadlock): the control
@@ -216,7 +217,9 @@ async fn claim_in(
     req: &ClaimParams,
     plan: &Plan<'_>,
 ) -> Result<Option<Vec<ClaimedJob>>> {
-    let now = plan.now;
+    // The probe's clock, read before `BEGIN`; a rate-limited queue's lock moves it to the
+    // database's clock read after that lock (`guarded_take`).
+    let mut now = plan.now;
     let limit = i64::from(req.limit);
     let start = req.mode == ClaimMode::Start;
     // Start and Hold set the heartbeat (the claim is the first one); Reserve clears it.
@@ -246,7 +249,7 @@ async fn claim_in(
             takes.push(Take { queue: o.queue, take: limit, scheduled: o.scheduled, keys: None, logged: false });
             continue;
         }
-        if let Some(t) = guarded_take(b, tx, o, limit, now).await? {
+        if let Some(t) = guarded_take(b, tx, o, limit, &mut now).await? {
             takes.push(t);
         }
     }
@@ -364,12 +367,21 @@ async fn claim_in(
 /// sees every claim the previous holder committed): the queue's active jobs, its window's
 /// starts, the running jobs and window starts per key. `None`: nothing to take (paused,
 /// inactive, no control row).
+///
+/// A rate-limited queue's window ends at the database's clock read after the lock, and the
+/// claim's `now` (its stamps, Start mode's `started_at`) moves up to it: the rescue's prune
+/// takes the same lock and reads its clock after it too (`admin::prune_starts`), so every
+/// entry it deleted is older than any window a later claim counts. A clock read before the
+/// lock (the probe's) could be older than a prune that ran while the claim waited, and the
+/// window would miss the entries that prune deleted (issue 36 hole 4; `tests/rate_race.rs`).
+/// A later stamp than the count's end is safe: the count covered every entry after its own
+/// window's start, later ones included.
 async fn guarded_take<'a>(
     b: &MysqlBackend,
     tx: &mut Tx,
     o: &Open<'a>,
     limit: i64,
-    now: i64,
+    now: &mut i64,
 ) -> Result<Option<Take<'a>>> {
     // Broken on purpose (check-then-act): the per-key counts are read before the lock.
     let early = if b.faults.key_check_before_lock && o.keyed {
@@ -400,6 +412,10 @@ async fn guarded_take<'a>(
     }
     // A bucket may take `jobs - started`; the broken variant one more.
     let slack = i64::from(b.faults.rate_window_off_by_one);
+    if rate_jobs.is_some() && rate_per_ms.is_some() {
+        *now = (*now).max(b.now(tx).await?);
+    }
+    let now = *now;
     let rate = rate_jobs.zip(rate_per_ms).map(|(jobs, ms)| (jobs, now - ms * 1000));
     if let (Some((jobs, since)), false) = (rate, by_key) {
         let started: i64 = sqlx::query_scalar(&b.sql.window_total)

@@ -155,8 +155,8 @@ pub(crate) struct Marked {
     pub(crate) now: Timestamp,
 }
 
-/// Decodes a Pending row the claim picked (its columns as read before the mark), as the mark
-/// changed it: the claim reads nothing back.
+/// Decodes a Pending row the claim picked (its columns and `expired_holds`, as read before the
+/// mark), as the mark changed it: the claim reads nothing back.
 pub(crate) fn claimed(row: &MySqlRow, m: &Marked) -> Result<ClaimedJob> {
     let r = record(row, Src::Hot)?;
     if r.location != JobLocation::Hot(JobStatus::Pending) {
@@ -182,7 +182,7 @@ pub(crate) fn claimed(row: &MySqlRow, m: &Marked) -> Result<ClaimedJob> {
         heartbeat_at: m.beat.then_some(m.now),
         last_error: r.last_error,
         created_by: r.created_by,
-        expired_holds: 0,
+        expired_holds: get(row, "expired_holds")?,
     })
 }
 

@@ -272,7 +272,7 @@ statements! {
     claim_pick: concat!(
         "SELECT ",
         cols!(),
-        ", due_at FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
+        ", due_at, expired_holds FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
          AND due_at <= ? ORDER BY priority DESC, due_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
     ),
     /// `claim_pick` for a queue with a key cap or a per-key rate limit: keys that may take no
@@ -283,7 +283,7 @@ statements! {
     claim_pick_keyed: concat!(
         "SELECT ",
         cols!(),
-        ", due_at FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
+        ", due_at, expired_holds FROM {schema}.jobs_hot FORCE INDEX (jobs_hot_claim) WHERE queue = ? AND status = 0 \
          AND due_at <= ? AND (concurrency_key IS NULL OR (? = 1 AND concurrency_key NOT IN \
          (SELECT j.k FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(255) PATH '$')) AS j))) \
          AND (? = 0 OR priority < ? OR (priority = ? AND (due_at > ? OR (due_at = ? AND id > ?)))) \
@@ -338,15 +338,15 @@ statements! {
     /// Hot -> archive for the held jobs of these leases, locking them (`FOR UPDATE`: under
     /// READ COMMITTED the source of an `INSERT ... SELECT` is otherwise read without a lock)
     /// in id order: (ids, (id, lease) pairs, worker). A Fetched row is archived as if started
-    /// first (`attempt + 1`, `started_at` now when it has none).
+    /// now (`attempt + 1`, `started_at` now, not an earlier attempt's).
     archive_many: concat!(
         "INSERT INTO {schema}.jobs_archive (",
         cols!(),
         ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
          attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
-         COALESCE(started_at, ",
+         CASE WHEN status = 1 THEN ",
         now_us!(),
-        "), ",
+        " ELSE started_at END, ",
         now_us!(),
         ", last_error, cancel_requested, created_by, concurrency_key, ",
         now_us!(),
@@ -400,7 +400,7 @@ statements! {
     /// Held Fetched jobs whose heartbeat expired by their queue's zombie timeout:
     /// (now, default zombie timeout µs, limit).
     find_expired_holds: concat!(
-        "SELECT h.id, h.cancel_requested, h.expired_holds FROM {schema}.jobs_hot AS h FORCE INDEX (jobs_hot_beat) \
+        "SELECT h.id, h.cancel_requested FROM {schema}.jobs_hot AS h FORCE INDEX (jobs_hot_beat) \
          WHERE h.status = 1 AND h.heartbeat_at IS NOT NULL AND h.heartbeat_at < ? - ",
         zombie_timeout!(),
         " ORDER BY h.heartbeat_at, h.id LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -422,12 +422,13 @@ statements! {
     retry_zombie: "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
          cancel_requested = 0, updated_at = ? WHERE id = ?",
 
-    /// The starts log keeps only what a rate window can still see: the entries of a queue
-    /// with a limit stamped after `now - per`; every other entry goes (a queue without a
-    /// limit keeps none), in batches: (now, batch size).
-    prune_starts: "DELETE FROM {schema}.starts WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues AS q \
-         WHERE q.name = starts.queue AND q.rate_per_ms IS NOT NULL AND starts.stamp > ? - q.rate_per_ms * 1000) \
-         ORDER BY id LIMIT ?",
+    /// The queues with entries in the starts log (read by the prune before it takes each
+    /// one's control row).
+    starts_queues: "SELECT DISTINCT queue FROM {schema}.starts",
+    /// One queue's entries no rate window can see any more, at most a batch, under the
+    /// queue's control row's lock (see `admin::prune_starts`): (queue, cutoff: `now - per`
+    /// read after the lock, or the largest stamp when the queue has no limit, batch size).
+    prune_starts: "DELETE FROM {schema}.starts WHERE queue = ? AND stamp <= ? ORDER BY stamp LIMIT ?",
 
     // --- cancel ----------------------------------------------------------------------------
     /// A live job's status and whether it is held, locked: (id).
@@ -569,64 +570,4 @@ statements! {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The moves copy the hot row column for column, in `cols!()` order.
-    #[test]
-    fn moves_copy_every_column_in_order() {
-        let st = Statements::new("chokaq").unwrap();
-        let now = now_us!();
-        let archived = cols!()
-            .replace("updated_at", now)
-            .replace("status, attempt,", "2, attempt + (status = 1),")
-            .replace("started_at", &format!("COALESCE(started_at, {now})"));
-        assert!(
-            st.archive_many.contains(&format!("SELECT {archived}, {now} FROM `chokaq`.jobs_hot")),
-            "{}",
-            st.archive_many
-        );
-        let dead = cols!().replace("updated_at", "?").replace("last_error", "COALESCE(?, last_error)");
-        assert!(st.dead_letter.contains(&format!("SELECT {dead}, ?, ? FROM `chokaq`.jobs_hot")), "{}", st.dead_letter);
-    }
-
-    /// The set-based shapes: powers of two up to CHUNK, each list expanded `n` times.
-    #[test]
-    fn set_based_statements_expand_to_their_shape() {
-        assert_eq!([shape(0), shape(1), shape(3), shape(8), shape(9), shape(700)], [1, 1, 4, 8, 16, CHUNK]);
-        let sql = expand("a IN ({ids}) AND (a, b) IN ({pairs}) AND CASE a {cases} END", 3);
-        assert_eq!(
-            sql,
-            "a IN (?, ?, ?) AND (a, b) IN ((?, ?), (?, ?), (?, ?)) AND CASE a WHEN ? THEN ? WHEN ? THEN ? \
-             WHEN ? THEN ? END"
-        );
-        assert_eq!(probe("SELECT ?", 2), "SELECT ? UNION ALL SELECT ?");
-    }
-
-    #[test]
-    fn every_table_is_qualified_and_the_schema_is_validated() {
-        let all = all_statements("chokaq_grammar").unwrap();
-        let unqualified = [
-            "session_isolation",
-            "db_now",
-            "connection_id",
-            "read_snapshot",
-            "isolation_level",
-            "isolation_level_old",
-            "kill_connection",
-        ];
-        for (name, sql) in &all {
-            assert!(!sql.contains("{schema}"), "{name}: {sql}");
-            if !unqualified.contains(&name.as_str()) {
-                assert!(sql.contains("`chokaq_grammar`"), "{name}: {sql}");
-            }
-        }
-        let mut names: Vec<_> = all.iter().map(|(n, _)| n.clone()).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), all.len(), "names are unique");
-        for bad in ["", "a;b", "x`y", "1a"] {
-            assert!(all_statements(bad).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

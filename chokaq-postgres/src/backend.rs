@@ -78,8 +78,9 @@ impl fmt::Debug for PgBackend {
 
 impl PgBackend {
     /// Validates the schema name, then opens a pool (sessions named `chokaq:<schema>`, their
-    /// transactions at READ COMMITTED whatever `default_transaction_isolation` the server, the
-    /// database or the role sets). Does not migrate: call [`Backend::migrate`].
+    /// transactions at READ COMMITTED and `jit` off, whatever `default_transaction_isolation`
+    /// and `jit` the server, the database or the role sets). Does not migrate: call
+    /// [`Backend::migrate`].
     pub async fn connect(config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;
         let opts =
@@ -88,19 +89,11 @@ impl PgBackend {
     }
 
     /// [`PgBackend::connect`] with connection options built by the caller (host, user, TLS…);
-    /// `config.url` is not used. The sessions are named `chokaq:<schema>` and pinned to READ
-    /// COMMITTED (see [`PgBackend::connect`]).
+    /// `config.url` is not used. The sessions are named `chokaq:<schema>`, pinned to READ
+    /// COMMITTED and run with `jit = off` (see [`PgBackend::connect`]).
     pub async fn connect_with(opts: PgConnectOptions, config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;
-        // Startup options override the server's, the database's and the role's defaults: the
-        // claim's cap count needs a fresh snapshot per statement (`docs/contract.md`, Database
-        // rules), whatever `default_transaction_isolation` an administrator set.
-        let mut opts = opts
-            .application_name(&config.application_name())
-            .options([("default_transaction_isolation", r"read\ committed")]);
-        if let Some(t) = config.statement_timeout {
-            opts = opts.options([("statement_timeout", format!("{}ms", t.as_millis().max(1)))]);
-        }
+        let opts = config.session_options(opts);
         // No ping before each checkout (sqlx's default): it cost every statement a second
         // round trip. A session the server ended answers its next statement with 57P01
         // (retried by `with_retry`); a connection that broke fails that statement as
@@ -118,7 +111,9 @@ impl PgBackend {
     /// Wraps an existing pool. `config.url` is not used; its other settings are.
     /// The pool's sessions must run their transactions at READ COMMITTED (the server's default):
     /// build them with `PgConnectOptions::options([("default_transaction_isolation", r"read\ committed")])`
-    /// (the space escaped), or use [`PgBackend::connect_with`], which does.
+    /// (the space escaped), or use [`PgBackend::connect_with`], which does. Add
+    /// `("jit", "off")` too: a JIT-compiled claim costs milliseconds per call at a large backlog
+    /// (`docs/postgres.md`, "No JIT").
     /// The test support (feature `testing`) kills only sessions whose `application_name` is
     /// `chokaq:<schema>`, as [`PgBackend::connect`] sets it.
     pub fn from_pool(pool: PgPool, config: PgConfig) -> Result<Self> {

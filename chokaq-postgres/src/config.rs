@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use chokaq_core::validate;
+use sqlx::postgres::PgConnectOptions;
 
 /// Settings of a [`PgBackend`](crate::PgBackend). The URL is a secret: `Debug` never shows it.
 #[derive(Clone)]
@@ -63,6 +64,24 @@ impl PgConfig {
     pub fn statement_timeout(mut self, d: Option<Duration>) -> Self {
         self.statement_timeout = d;
         self
+    }
+
+    /// The startup options of every session of the pool. They override the server's, the
+    /// database's and the role's defaults:
+    /// - `default_transaction_isolation` READ COMMITTED: the claim's cap count needs a fresh
+    ///   snapshot per statement (`docs/contract.md`, Database rules);
+    /// - `jit` off: no statement or function of chokaq's gains from JIT, and at a large backlog
+    ///   the claim's generic plan passes `jit_above_cost`: compiling it took ~25 ms per claim
+    ///   at 1,000,000 Pending jobs (`docs/postgres.md`, "No JIT"; `tests/jit.rs`);
+    /// - `statement_timeout`, if set.
+    pub(crate) fn session_options(&self, opts: PgConnectOptions) -> PgConnectOptions {
+        let mut opts = opts
+            .application_name(&self.application_name())
+            .options([("default_transaction_isolation", r"read\ committed"), ("jit", "off")]);
+        if let Some(t) = self.statement_timeout {
+            opts = opts.options([("statement_timeout", format!("{}ms", t.as_millis().max(1)))]);
+        }
+        opts
     }
 
     /// The `application_name` that marks this backend's sessions.

@@ -3,7 +3,7 @@
 use chokaq_core::{
     validate, CancelOutcome, DeadReason, Error, ErrorKind, JobId, PurgeParams, PurgeTarget, QueueControl, QueueName,
     QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT,
-    DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
+    DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::Row;
 
@@ -43,9 +43,11 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
     let mut left = limit - released.len() as i64;
     // Held Fetched jobs (a heartbeat since the claim): their handler may be running, so the
     // zombie timeout applies, from the last heartbeat, and the zombie policy does not. A held
-    // job whose cancel was accepted dies `cancelled`; one that expires for the
-    // MAX_EXPIRED_HOLDS-th time dies `zombie` (its holders keep stopping before its start is
-    // recorded); any other goes back to Pending with its attempt unspent.
+    // job whose cancel was accepted dies `cancelled`; any other goes back to Pending with its
+    // attempt unspent and its expiry counted (`expired_holds`, returned with its next claim),
+    // never dead-lettered for its expiries: it may never have run (it waited in a crashed
+    // worker's look-ahead, or the claim's reply was lost), and the runtime records its start
+    // before its handler begins, so a job that kills its worker counts attempts.
     if left > 0 {
         let held = sqlx::query(&b.sql.find_expired_holds)
             .bind(now)
@@ -58,13 +60,8 @@ pub(crate) async fn rescue(b: &SqliteBackend, params: &RescueParams) -> Result<R
         for h in held {
             let id = JobId(h.try_get("id").map_err(map_err)?);
             let cancelled: i64 = h.try_get("cancel_requested").map_err(map_err)?;
-            let expired = h.try_get::<i64, _>("expired_holds").map_err(map_err)? + 1;
             if cancelled != 0 {
                 b.dead_letter(&mut tx, now, id, DeadReason::Cancelled, None).await?;
-                report.zombies_dead += 1;
-            } else if expired >= i64::from(MAX_EXPIRED_HOLDS) {
-                let error = format!("held {expired} times by workers that stopped before its start was recorded");
-                b.dead_letter(&mut tx, now, id, DeadReason::Zombie, Some(&error)).await?;
                 report.zombies_dead += 1;
             } else {
                 sqlx::query(&b.sql.release_expired_hold)

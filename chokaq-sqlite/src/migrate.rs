@@ -165,8 +165,9 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
          AND scheduled_at > CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
     ),
     // Version 7: how often a held Fetched job (`ClaimMode::Hold`: Fetched with a heartbeat)
-    // expired, its worker gone before its start was recorded. The rescue dead-letters it at
-    // `MAX_EXPIRED_HOLDS`; a requeue starts it again at 0. Only the hot table has it: the moves
+    // expired, its worker gone before its start was recorded; every claim returns it
+    // (`ClaimedJob::expired_holds`), no count dead-letters the job; a requeue starts it again
+    // at 0. Only the hot table has it: the moves
     // copy the shared columns, so it never reaches the archive or the dead letters.
     (
         "migrate_add_column_expired_holds",

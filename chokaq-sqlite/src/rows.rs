@@ -123,7 +123,7 @@ pub(crate) fn record(row: &SqliteRow, from: Src) -> Result<JobRecord> {
     })
 }
 
-/// Decodes a hot row just claimed.
+/// Decodes a hot row just claimed (its columns and `expired_holds`).
 pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
     let r = record(row, Src::Hot)?;
     let status = match r.location {
@@ -150,7 +150,7 @@ pub(crate) fn claimed(row: &SqliteRow) -> Result<ClaimedJob> {
         heartbeat_at: r.heartbeat_at,
         last_error: r.last_error,
         created_by: r.created_by,
-        expired_holds: 0,
+        expired_holds: i32::try_from(get::<i64>(row, "expired_holds")?).map_err(|_| corrupt("expired_holds"))?,
     })
 }
 

@@ -276,7 +276,8 @@ statements! {
          started_at = CASE WHEN ?5 = 1 THEN ?4 ELSE started_at END, \
          heartbeat_at = CASE WHEN ?7 = 1 THEN ?4 ELSE NULL END \
          WHERE id = ?6 AND status = 0 RETURNING ",
-        cols!()
+        cols!(),
+        ", expired_holds"
     ),
 
     // --- guarded lease operations ----------------------------------------------------------
@@ -292,14 +293,15 @@ statements! {
          WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status IN (1, 2) RETURNING cancel_requested",
     /// Hot -> archive for one held Fetched or Processing lease: `?1` now, `?2` id, `?3` lease,
     /// `?4` worker. The columns are the hot row's with `updated_at` set to the move time; a
-    /// Fetched row is archived as if started first (its run counts: `attempt + 1`, `started_at`
-    /// now when it has none, status Processing).
+    /// Fetched row is archived as if started now (its run counts: `attempt + 1`, `started_at`
+    /// now, not an earlier attempt's, status Processing).
     archive_held: concat!(
         "INSERT INTO {schema}.jobs_archive (",
         cols!(),
         ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
          attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
-         coalesce(started_at, ?1), ?1, last_error, cancel_requested, created_by, concurrency_key, ?1 \
+         CASE WHEN status = 1 THEN ?1 ELSE started_at END, ?1, last_error, cancel_requested, created_by, \
+         concurrency_key, ?1 \
          FROM {schema}.jobs_hot \
          WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status IN (1, 2)"
     ),
@@ -357,7 +359,7 @@ statements! {
     /// Held Fetched jobs (a heartbeat) whose heartbeat expired by their queue's zombie timeout
     /// (their handler may be running; the fetched timeout does not apply): `?1` now, `?2`
     /// default zombie timeout (µs), `?3` limit.
-    find_expired_holds: "SELECT h.id, h.queue, h.cancel_requested, h.expired_holds \
+    find_expired_holds: "SELECT h.id, h.queue, h.cancel_requested \
          FROM {schema}.jobs_hot h LEFT JOIN {schema}.queues q ON q.name = h.queue \
          WHERE h.status = 1 AND h.heartbeat_at IS NOT NULL \
            AND h.heartbeat_at < ?1 - coalesce(q.zombie_timeout_us, ?2) \
@@ -529,10 +531,10 @@ mod tests {
     fn moves_copy_every_column_in_order() {
         let st = Statements::new(MAIN).unwrap();
         let moved = cols!().replace("updated_at", "?1");
-        // A held Fetched row is archived as if started first.
+        // A held Fetched row is archived as if started now.
         let archived = moved
             .replace("status, attempt,", "2, attempt + (status = 1),")
-            .replace("started_at", "coalesce(started_at, ?1)");
+            .replace("started_at", "CASE WHEN status = 1 THEN ?1 ELSE started_at END");
         assert!(
             st.archive_held.contains(&format!("SELECT {archived}, ?1 FROM \"main\".jobs_hot")),
             "{}",
