@@ -16,7 +16,7 @@ use chokaq_core::{
     ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RateLimit,
     RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket,
     ThroughputParams, TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess,
-    WorkerRegistration, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT, MAX_EXPIRED_HOLDS,
+    WorkerRegistration, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -614,7 +614,6 @@ impl Backend for PgBackend {
                     .bind(rows::micros(DEFAULT_FETCHED_TIMEOUT))
                     .bind(limit)
                     .bind(rows::micros(DEFAULT_ZOMBIE_TIMEOUT))
-                    .bind(MAX_EXPIRED_HOLDS)
                     .fetch_one(&mut *tx)
                     .await?;
                 let (retried, dead): (i64, i64) = sqlx::query_as(&self.sql().rescue_zombies)

@@ -381,18 +381,17 @@ const CANCEL: &str = concat!(
 const RESCUE_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'rescue' FOR UPDATE SKIP LOCKED";
 
 /// Expired Fetched rows. `$1` default fetched timeout in microseconds (for a queue that sets
-/// none), `$2` limit, `$3` default zombie timeout in microseconds, `$4` MAX_EXPIRED_HOLDS.
+/// none), `$2` limit, `$3` default zombie timeout in microseconds.
 /// A reserved row (no heartbeat) expires at updated_at + the fetched timeout → Pending. A held
 /// row (heart-beaten; its handler may be running) at heartbeat_at + the zombie timeout: a
-/// requested cancel dead-letters it `cancelled`; its `$4`-th expiry dead-letters it `zombie`;
-/// else → Pending with expired_holds + 1. Lease, worker and heartbeat cleared, attempt
-/// unchanged. Returns (released, dead).
+/// requested cancel dead-letters it `cancelled`; else → Pending with expired_holds + 1, however
+/// often it expired (issue 36: the job may never have run; the count goes out with its next
+/// claim). Lease, worker and heartbeat cleared, attempt unchanged. Returns (released, dead).
 const RESCUE_FETCHED: &str = concat!(
     "WITH f AS (
         SELECT h.id,
                CASE WHEN h.heartbeat_at IS NULL THEN 'release'
                     WHEN h.cancel_requested THEN 'cancelled'
-                    WHEN h.expired_holds + 1 >= $4::int4 THEN 'zombie'
                     ELSE 'expire' END AS act
           FROM {schema}.jobs_hot h
           LEFT JOIN {schema}.queues q ON q.name = h.queue
@@ -414,7 +413,7 @@ const RESCUE_FETCHED: &str = concat!(
           FROM f WHERE h.id = f.id AND f.act IN ('release', 'expire')
         RETURNING h.id
      ),
-     g AS (DELETE FROM {schema}.jobs_hot h USING f WHERE h.id = f.id AND f.act IN ('cancelled', 'zombie') RETURNING h.*),
+     g AS (DELETE FROM {schema}.jobs_hot h USING f WHERE h.id = f.id AND f.act = 'cancelled' RETURNING h.*),
      ",
     promote!("g"),
     ",
@@ -422,11 +421,7 @@ const RESCUE_FETCHED: &str = concat!(
     dlq_cols!(),
     ") SELECT ",
     dlq_vals!(),
-    ", CASE WHEN g.cancel_requested THEN 'cancelled' ELSE 'zombie' END,
-       CASE WHEN g.cancel_requested THEN coalesce(g.last_error, 'cancelled')
-            ELSE 'held ' || (g.expired_holds + 1) || ' times by workers that stopped before its start was recorded'
-       END
-       FROM g RETURNING id)
+    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id)
      SELECT (SELECT count(*) FROM back) AS released, (SELECT count(*) FROM dead) AS dead"
 );
 

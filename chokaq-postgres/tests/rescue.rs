@@ -85,11 +85,13 @@ async fn rescue_releases_old_fetched_and_dead_letters_spent_zombies() {
 }
 
 /// A held job (ClaimMode::Hold) expires by the zombie timeout from its last heartbeat, never
-/// by the fetched timeout; each expiry counts in `expired_holds`, the third dead-letters it
-/// `zombie` with the reason in its error; a held job whose cancel was requested is
-/// dead-lettered `cancelled`; requeue_dead resets the count.
+/// by the fetched timeout; each expiry counts in `expired_holds`, which every claim returns
+/// (`claim`, and the handoff of `complete_and_claim`), and no number of expiries dead-letters it
+/// (issue 36); a held job whose cancel was requested is dead-lettered `cancelled`;
+/// requeue_dead resets the count.
 #[tokio::test]
-async fn held_jobs_expire_by_the_zombie_timeout_and_die_after_three_expiries() {
+async fn held_jobs_expire_by_the_zombie_timeout_and_never_die_of_expiries() {
+    const ROUNDS: i32 = 5;
     let f = fixture!();
     let db = &f.db;
     let s = db.schema().to_string();
@@ -99,9 +101,9 @@ async fn held_jobs_expire_by_the_zombie_timeout_and_die_after_three_expiries() {
         let pool = db.pool().clone();
         async move { sqlx::query_scalar::<_, i32>(&sql).bind(id.0).fetch_optional(&pool).await.unwrap() }
     };
-    for round in 1..=chokaq_core::MAX_EXPIRED_HOLDS {
+    for round in 1..=ROUNDS {
         let j = claim_one(db, WorkerId::random(), "held", ClaimMode::Hold).await;
-        assert_eq!(j.id, id);
+        assert_eq!((j.id, j.expired_holds), (id, round - 1), "held claim {round}");
         // Past the fetched timeout (60 s), within the zombie timeout (300 s): held on.
         let patch = JobPatch { heartbeat_at: Some(Some(ago(120))), updated_at: Some(ago(120)), ..Default::default() };
         db.force(id, &patch).await.unwrap();
@@ -110,22 +112,26 @@ async fn held_jobs_expire_by_the_zombie_timeout_and_die_after_three_expiries() {
         db.force(id, &JobPatch { heartbeat_at: Some(Some(ago(3600))), ..Default::default() }).await.unwrap();
         let r = db.rescue(&RescueParams::default()).await.unwrap();
         let rec = db.get_job(id).await.unwrap().unwrap();
-        if round < chokaq_core::MAX_EXPIRED_HOLDS {
-            assert_eq!((r.fetched_released, r.zombies_dead), (1, 0), "round {round}: {r:?}");
-            assert_eq!(
-                (rec.location, rec.attempt, rec.lease, rec.heartbeat_at),
-                (JobLocation::Hot(JobStatus::Pending), 0, None, None)
-            );
-            assert_eq!(holds(id).await, Some(round), "expired_holds after expiry {round}");
-        } else {
-            assert_eq!((r.fetched_released, r.zombies_dead), (0, 1), "round {round}: {r:?}");
-            assert_eq!(rec.location, JobLocation::Dead(DeadReason::Zombie));
-            assert_eq!(
-                rec.last_error.as_deref(),
-                Some("held 3 times by workers that stopped before its start was recorded")
-            );
-        }
+        assert_eq!((r.fetched_released, r.zombies_dead), (1, 0), "round {round}: {r:?}");
+        assert_eq!(
+            (rec.location, rec.attempt, rec.lease, rec.heartbeat_at),
+            (JobLocation::Hot(JobStatus::Pending), 0, None, None),
+            "after expiry {round}"
+        );
+        assert_eq!(holds(id).await, Some(round), "expired_holds after expiry {round}");
     }
+    // The handoff returns the count too: a second job completed, this one claimed.
+    let w = WorkerId::random();
+    let other = db.enqueue(job("held").priority(9)).await.unwrap().id;
+    let first = claim_one(db, w, "held", ClaimMode::Start).await;
+    assert_eq!((first.id, first.expired_holds), (other, 0));
+    let req = ClaimParams::new(w, vec![q("held")], 1, ClaimMode::Hold);
+    let (done, next) = db.complete_and_claim(w, &[first.lease_ref()], &req).await.unwrap();
+    assert_eq!(done.done, vec![other]);
+    assert_eq!(next.iter().map(|j| (j.id, j.expired_holds)).collect::<Vec<_>>(), vec![(id, ROUNDS)]);
+    assert_eq!(db.release(w, &[next[0].lease_ref()]).await.unwrap().done, vec![id]);
+    // Dead-lettered by a cancel, requeued: a fresh row.
+    assert_eq!(db.cancel(id).await.unwrap(), CancelOutcome::Cancelled);
     assert_eq!(db.requeue_dead(id).await.unwrap(), RequeueOutcome::Requeued);
     assert_eq!(holds(id).await, Some(0), "requeue resets expired_holds");
 
