@@ -753,7 +753,7 @@ $fn$;
 
 -- Complete and claim in one call: moves the Fetched or Processing jobs whose (id, lease) this
 -- worker still holds to the archive (as the complete statement does: a Fetched job's run is
--- counted, attempt + 1, started_at kept or now()), then claims through claim() in the same
+-- counted, attempt + 1, started_at now(): its own run's start, not an earlier attempt's), then claims through claim() in the same
 -- transaction, handing it the slots freed per queue (the rows it archived, Fetched and
 -- Processing alike). Returns one row per claimed job: o_done (the ids completed; the same array
 -- on every row) and o_job; a single row with o_job NULL when nothing was claimed.
@@ -786,7 +786,8 @@ BEGIN
                                            finished_at)
         SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority,
                CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts,
-               g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, coalesce(g.started_at, now()),
+               g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at,
+               CASE WHEN g.status = 1 THEN now() ELSE coalesce(g.started_at, now()) END,
                now(), g.last_error, g.created_by, now()
           FROM g
         RETURNING id, queue, concurrency_key

@@ -52,12 +52,15 @@ macro_rules! guard {
 }
 
 /// Values for [`archive_cols`] from a deleted hot row `g`, completed: a Fetched row is taken as
-/// if it was started first (its run counts: `attempt + 1`; `started_at` is kept, else now).
+/// if it was started now (its run counts: `attempt + 1`; `started_at` now, never an earlier
+/// attempt's, which a held or released row still carries: issue 36 hole 8,
+/// `hold_held_outcome_records_its_own_start`).
 macro_rules! archive_vals_started {
     () => {
         "g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, \
          CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts, g.lease, g.worker_id, \
-         g.heartbeat_at, g.scheduled_at, g.created_at, coalesce(g.started_at, now()), now(), g.last_error, \
+         g.heartbeat_at, g.scheduled_at, g.created_at, \
+         CASE WHEN g.status = 1 THEN now() ELSE coalesce(g.started_at, now()) END, now(), g.last_error, \
          g.created_by, now()"
     };
 }
