@@ -70,10 +70,20 @@ $fn$;
 --    queues' rows in claim order, and locked by id, skipping locked rows; keyed queues do not
 --    top up. A queue-wide rate limit is counted like a cap: under the control row FOR NO KEY
 --    UPDATE SKIP LOCKED, the starts log counted in a new statement (`jobs` less the entries
---    stamped after now() - per, later stamps too), with no lock-free handoff. Every claim of a
---    rate-limited queue appends one starts entry per job, stamped now() (the same now() as a
---    started job's started_at), in this transaction. Queues with neither setting keep the plan
---    above, statement for statement.
+--    stamped after C - per, later stamps too), with no lock-free handoff. Every claim of a
+--    rate-limited queue appends one starts entry per job, stamped S (a started job's
+--    started_at is S too), in this transaction.
+--    The clocks (issue 36 hole 4): C is clock_timestamp() read INSIDE each count statement
+--    (an InitPlan, evaluated during the statement's execution, so after its snapshot was
+--    taken, and after the lock that serialises the queue's or the key's counts); S is
+--    clock_timestamp() read after every count of the claim (S >= every C, S <= the commit).
+--    Never the transaction's now(): a claim held between its start and its count would count a
+--    window that ended long ago, and the rescue's prune (entries stamped <= its own now() -
+--    per) deletes entries that window still holds (6 starts in one window of a limit of 3,
+--    tests/rate_race.rs). With C read after the snapshot, a prune whose deletes the count
+--    cannot see committed before that snapshot, so its now() < C and every entry it deleted is
+--    stamped <= C - per: outside the window counted. The prune needs no lock and no margin.
+--    Queues with neither setting keep the plan above, statement for statement.
 --
 -- Plans: `plan_cache_mode = force_generic_plan` (claim() and key_candidates()). PL/pgSQL
 -- replanned several of their statements on every call (a custom plan for each set of
@@ -124,6 +134,7 @@ DECLARE
     v_rper    bigint[];
     v_rbykey  boolean[];
     v_logq    text[] := '{}';
+    v_stamp   timestamptz;
     v_kids    uuid[] := '{}';
     v_kpick   uuid[] := '{}';
     v_kq      text[] := '{}';
@@ -308,7 +319,7 @@ BEGIN
                 -- previous holder committed is in it.
                 SELECT count(*) INTO v_busy
                   FROM {schema}.starts s
-                 WHERE s.queue = v_q AND s.stamp > now() - v_rp * interval '1 millisecond';
+                 WHERE s.queue = v_q AND s.stamp > (SELECT clock_timestamp()) - v_rp * interval '1 millisecond';
                 v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));
             END IF;
         END IF;
@@ -345,6 +356,11 @@ BEGIN
 
     IF nullif(v_delay, '') IS NOT NULL AND current_setting('chokaq.test_claim_delay_at', true) = 'take' THEN
         PERFORM pg_sleep(v_delay::numeric / 1000);
+    END IF;
+    -- The stamp of this claim's starts (and its started jobs' started_at), read after every
+    -- count (step 6, "The clocks").
+    IF cardinality(v_logq) > 0 THEN
+        v_stamp := clock_timestamp();
     END IF;
 
     LOOP
@@ -423,14 +439,14 @@ BEGIN
         EXIT WHEN v_want = 0;
 
         IF cardinality(v_logq) > 0 THEN
-            -- The starts of rate-limited queues logged with the claim's now(), in the same
+            -- The starts of rate-limited queues logged with the claim's stamp, in the same
             -- statement (a CTE, whose start-up and copy of the rows no other claim pays for).
             RETURN QUERY
             WITH u AS (
                 UPDATE {schema}.jobs_hot h
                    SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
                        attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
-                       started_at   = CASE WHEN p_mode = 2 THEN now() ELSE h.started_at END,
+                       started_at   = CASE WHEN p_mode = 2 THEN v_stamp ELSE h.started_at END,
                        heartbeat_at = CASE WHEN p_mode = 0 THEN NULL ELSE now() END,
                        lease        = nextval('{schema}.lease_seq'),
                        worker_id    = p_worker,
@@ -454,7 +470,7 @@ BEGIN
             ),
             lg AS (
                 INSERT INTO {schema}.starts (queue, ckey, stamp)
-                SELECT u.queue, u.concurrency_key, now() FROM u WHERE u.queue = ANY (v_logq)
+                SELECT u.queue, u.concurrency_key, v_stamp FROM u WHERE u.queue = ANY (v_logq)
             )
             SELECT * FROM u;
         ELSE
@@ -656,7 +672,8 @@ BEGIN
                                            CASE WHEN c.rate IS NOT NULL THEN
                                                c.rate - (SELECT count(*)::integer FROM {schema}.starts st
                                                           WHERE st.queue = n.q AND st.ckey = n.k
-                                                            AND st.stamp > now() - c.per * interval '1 millisecond')
+                                                            AND st.stamp > (SELECT clock_timestamp())
+                                                                           - c.per * interval '1 millisecond')
                                            END)
                            END AS room
                       FROM unnest(v_nq, v_nk, v_nlock) WITH ORDINALITY AS n(q, k, locked, o)
