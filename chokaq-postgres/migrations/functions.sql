@@ -531,6 +531,34 @@ $fn$;
 -- memory backend does), and claim() locks them by id, skipping a row another claimer took
 -- meanwhile: such a race makes the claim come back short, never takes a key over its room
 -- (the room was counted after the lock, whichever rows fill it).
+--
+-- Bounds (issue 36 hole 7): a claim's locks, reads and time are bounded by its limit, never by
+-- the number of keys. Before, a claim took one advisory lock per key it met and walked in
+-- rounds that doubled until it had filled its limit or met every key: one claim of 1,000 over
+-- 1,200 keys held 1,004 locks, and a few such claims, or one claim past 15,000 keys at cap 0,
+-- filled the server's shared lock table (max_locks_per_transaction x max_connections, 6,400 by
+-- default, for every session of the server: 53200 "out of shared memory"); 10,000 full keys at
+-- cap 1 took 5.2 s a claim to return nothing. Now:
+-- - Locks: a key's lock is its queue's stripe (`key_lock`: one of 64 per queue, by a hash of
+--   the key), so a claim holds at most 64 advisory locks; two keys of one stripe exclude each
+--   other's claimers as one key would (a claimer that finds the stripe held skips the key for
+--   this call, as before). A key of a queue at a key cap of 0 is full without a lock or count.
+-- - Reads: at most a budget of candidate rows, 4 x limit + 64, from the queue's first due row
+--   (part 1), and when that budget is spent without filling the limit, as many again (part 2)
+--   from where the previous claim's part 2 stopped (`key_walks`, migration 15) if that lies
+--   further on; part 2 records where it stopped, or clears the position when it reached the
+--   end of the due rows (the next part 2 starts over). So keys at their cap ahead of keys with
+--   room never hold those back for good: each claim moves the position on by up to a budget,
+--   and a key with room is reached within (rows ahead / budget) claims. The rows of keys found
+--   full are skipped inside the read (each such key at most its parking depth of Pending rows,
+--   `key_depth`), and so are the rows already taken.
+CREATE OR REPLACE FUNCTION {schema}.key_lock(p_queue text, p_key text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $fn$
+    SELECT hashtextextended('{schema}' || chr(31) || p_queue || chr(31) || (hashtextextended(p_key, 25) & 63)::text, 25)
+$fn$;
+
 DROP FUNCTION IF EXISTS {schema}.key_candidates(text, integer, integer, integer, bigint);
 DROP FUNCTION IF EXISTS {schema}.key_candidates(text[], integer[], integer[], integer[], bigint[], integer);
 CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queues text[], p_allows integer[], p_kcaps integer[],
@@ -556,6 +584,13 @@ DECLARE
     v_nlock boolean[];
     v_nroom integer[];
     v_pqk   text[] := '{}';
+    -- The same as jsonb objects, rebuilt once a round (a look-up is a binary search, where
+    -- `= ANY` and array_position compare with every element: with thousands of keys met, the
+    -- walk was quadratic): each key met (queue, chr(31), key) to its index in v_pqk, and the
+    -- keys found full.
+    v_pmap  jsonb := '{}';
+    v_fmap  jsonb := '{}';
+    v_fn    integer := 0;
     v_cp    integer[];
     v_cd    timestamptz[];
     -- Where each queue's read starts, in claim order (priority descending, then due time and
@@ -567,6 +602,17 @@ DECLARE
     v_si    uuid[] := p_fis;
     v_m     integer;
     v_round integer := 0;
+    -- The bounds: rows read in this part (v_read) against the budget; the part (1 from the
+    -- first due row, 2 from the queues' walk positions) and its round.
+    v_budget integer := 4 * p_limit + 64;
+    v_read  integer := 0;
+    v_part  integer := 1;
+    v_pround integer := 0;
+    v_save  boolean := false;
+    v_wrap  boolean := false;
+    v_wp    integer;
+    v_wd    timestamptz;
+    v_wi    uuid;
     qi      integer;
     j       integer;
     k       integer;
@@ -574,11 +620,24 @@ BEGIN
     IF p_limit <= 0 THEN
         RETURN v_ids;
     END IF;
+    -- One start per queue, in the queues' order (an element assigned past the end of an empty
+    -- array would not line up with its queue).
+    IF coalesce(cardinality(v_sp), 0) <> cardinality(p_queues) THEN
+        v_sp := array_fill(NULL::integer, ARRAY[cardinality(p_queues)]);
+        v_sd := array_fill(NULL::timestamptz, ARRAY[cardinality(p_queues)]);
+        v_si := array_fill(NULL::uuid, ARRAY[cardinality(p_queues)]);
+    END IF;
     LOOP
         v_round := v_round + 1;
-        -- Round 1 reads a little more than the claim needs; each further round twice as much
-        -- (rows of keys found full and rows already taken are left out by the query).
-        v_m := CASE WHEN v_round = 1 THEN p_limit + 4 ELSE v_m * 2 END;
+        v_pround := v_pround + 1;
+        -- A part's round 1 reads a little more than the claim needs; each further round twice
+        -- as much (rows of keys found full and rows already taken are left out by the query),
+        -- never past the part's budget.
+        v_m := least(CASE WHEN v_pround = 1 THEN p_limit + 4 ELSE v_m * 2 END, v_budget - v_read);
+        IF cardinality(v_full) <> v_fn THEN
+            SELECT jsonb_object_agg(f.k, true) INTO v_fmap FROM unnest(v_full) AS f(k);
+            v_fn := cardinality(v_full);
+        END IF;
         -- The next rows of every keyed queue's claim index from its start, merged in claim
         -- order, and the (queue, key) pairs among them met for the first time. A start bounds
         -- the index scan in two parts (the index orders priority descending, due time and id
@@ -598,7 +657,7 @@ BEGIN
                        AND (y.due_at, y.id) >= (r.sd, r.si) AND y.due_at <= now()
                        AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
                        AND (y.concurrency_key IS NULL
-                            OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
+                            OR NOT (v_fmap ? (r.q || chr(31) || y.concurrency_key)))
                      ORDER BY y.due_at, y.id
                      LIMIT v_m)
                    UNION ALL
@@ -608,7 +667,7 @@ BEGIN
                        AND y.due_at <= now()
                        AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
                        AND (y.concurrency_key IS NULL
-                            OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
+                            OR NOT (v_fmap ? (r.q || chr(31) || y.concurrency_key)))
                      ORDER BY y.priority DESC, y.due_at, y.id
                      LIMIT v_m)
              ) x
@@ -620,7 +679,7 @@ BEGIN
             SELECT DISTINCT c.q, c.concurrency_key AS k
               FROM c
              WHERE c.concurrency_key IS NOT NULL
-               AND NOT ((c.q || chr(31) || c.concurrency_key) = ANY (v_pqk))
+               AND NOT (v_pmap ? (c.q || chr(31) || c.concurrency_key))
         )
         -- Each group of arrays is aggregated in one pass over the same rows, so its arrays
         -- pair up element by element: the rows in claim order (from the sorted sub-select,
@@ -648,9 +707,10 @@ BEGIN
             SELECT coalesce(array_agg(s.locked ORDER BY s.o), '{}')
               INTO v_nlock
               FROM (SELECT n.o,
-                           pg_try_advisory_xact_lock(
-                               hashtextextended('{schema}' || chr(31) || n.q || chr(31) || n.k, 25)) AS locked
+                           CASE WHEN c.kcap = 0 THEN false ELSE
+                           pg_try_advisory_xact_lock({schema}.key_lock(n.q, n.k)) END AS locked
                       FROM unnest(v_nq, v_nk) WITH ORDINALITY AS n(q, k, o)
+                      JOIN unnest(p_queues, p_kcaps) AS c(q, kcap) ON c.q = n.q
                     OFFSET 0) s;
             -- room: begin
             -- The new keys' room (in the pairs' order): none for a key not locked; for a locked
@@ -687,6 +747,7 @@ BEGIN
                     v_full := v_full || v_pqk[cardinality(v_pqk)];
                 END IF;
             END LOOP;
+            SELECT jsonb_object_agg(u.k, u.o) INTO v_pmap FROM unnest(v_pqk) WITH ORDINALITY AS u(k, o);
         END IF;
         -- The walk, in claim order over this round's rows: a keyless row is taken while its
         -- queue has room, a keyed row while its queue and its key have room.
@@ -699,7 +760,7 @@ BEGIN
                 v_left[qi] := v_left[qi] - 1;
                 v_got := v_got + 1;
             ELSE
-                k := array_position(v_pqk, v_cq[j] || chr(31) || v_cck[j]);
+                k := (v_pmap ->> (v_cq[j] || chr(31) || v_cck[j]))::integer;
                 IF v_room[k] > 0 THEN
                     v_room[k] := v_room[k] - 1;
                     v_left[qi] := v_left[qi] - 1;
@@ -711,7 +772,12 @@ BEGIN
                 END IF;
             END IF;
         END LOOP;
-        EXIT WHEN v_got >= p_limit OR cardinality(v_cid) < v_m;
+        EXIT WHEN v_got >= p_limit;
+        IF cardinality(v_cid) < v_m THEN
+            -- The end of the due rows: part 2 wraps around (its position is cleared).
+            v_wrap := v_part = 2;
+            EXIT;
+        END IF;
         -- Each queue's next round starts at its last row of this one: every row before it was
         -- taken, or is of a key now full, or of a queue with nothing left to take (the walk
         -- leaves no other row behind when it does not end the call).
@@ -721,7 +787,50 @@ BEGIN
             v_sd[qi] := v_cd[j];
             v_si[qi] := v_cid[j];
         END LOOP;
+        v_read := v_read + cardinality(v_cid);
+        IF v_read >= v_budget THEN
+            IF v_part = 2 THEN
+                -- Part 2 spent: the next claim's part 2 continues from here.
+                v_save := true;
+                EXIT;
+            END IF;
+            -- Part 1 spent: part 2, from each queue's walk position where it lies further on.
+            v_part := 2;
+            v_read := 0;
+            v_pround := 0;
+            FOR qi IN 1 .. cardinality(p_queues) LOOP
+                SELECT w.priority, w.due_at, w.id INTO v_wp, v_wd, v_wi
+                  FROM {schema}.key_walks w WHERE w.queue = p_queues[qi];
+                IF v_wi IS NOT NULL
+                   AND (v_si[qi] IS NULL OR v_wp < v_sp[qi]
+                        OR (v_wp = v_sp[qi] AND (v_wd, v_wi) > (v_sd[qi], v_si[qi]))) THEN
+                    v_sp[qi] := v_wp;
+                    v_sd[qi] := v_wd;
+                    v_si[qi] := v_wi;
+                END IF;
+            END LOOP;
+        END IF;
     END LOOP;
+    -- Part 2's end: where it stopped (or, at the end of the due rows, no position), for the
+    -- next claim. Never waited for: a row another claimer holds is left to the next.
+    IF v_save OR v_wrap THEN
+        IF v_save THEN
+            INSERT INTO {schema}.key_walks (queue)
+            SELECT u.q FROM unnest(p_queues) AS u(q)
+             WHERE NOT EXISTS (SELECT 1 FROM {schema}.key_walks w WHERE w.queue = u.q)
+             ORDER BY u.q
+                ON CONFLICT (queue) DO NOTHING;
+        END IF;
+        UPDATE {schema}.key_walks w
+           SET priority = CASE WHEN v_save THEN u.p END, due_at = CASE WHEN v_save THEN u.d END,
+               id = CASE WHEN v_save THEN u.i END
+          FROM unnest(p_queues, v_sp, v_sd, v_si) AS u(q, p, d, i)
+         WHERE w.queue = u.q
+           AND w.queue = ANY (ARRAY(SELECT x.queue FROM {schema}.key_walks x
+                                     WHERE x.queue = ANY (p_queues)
+                                     ORDER BY x.queue
+                                       FOR UPDATE SKIP LOCKED));
+    END IF;
     -- The keyed rows the walk took (claim() locks them by id, skipping any taken meanwhile:
     -- the claim may come back short, never over a key's room).
     v_ids := v_ids || v_tids;

@@ -46,6 +46,7 @@ migrations! {
     12, "list_kind", "0012_list_kind";
     13, "keys", "0013_keys";
     14, "key_counts", "0014_key_counts";
+    15, "key_walks", "0015_key_walks";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the
