@@ -1,10 +1,11 @@
--- chokaq PostgreSQL functions: every plpgsql function of the schema, in this one file.
+-- chokaq PostgreSQL functions: every plpgsql function of the schema, in this file and
+-- functions_keys.sql after it (one script: migrate.rs concatenates the two).
 --
 -- Repeatable (Flyway's term): `migrate` applies it after the versioned migrations, under the
 -- same lock and in the same transaction, whenever its checksum differs from the one recorded
 -- in `repeatables` (and only by a build that knows every version the database has applied:
 -- an older build leaves a newer build's functions alone). So a change of a function is a diff
--- of this file; a change of a signature or a return type (which CREATE OR REPLACE cannot make)
+-- of these files; a change of a signature or a return type (which CREATE OR REPLACE cannot make)
 -- also needs a versioned migration that drops the old function first (see 0011).
 --
 -- `{schema}` is replaced by the validated, quoted schema name.
