@@ -1,10 +1,11 @@
--- chokaq PostgreSQL functions: every plpgsql function of the schema, in this one file.
+-- chokaq PostgreSQL functions: every plpgsql function of the schema, in this file and
+-- functions_keys.sql after it (one script: migrate.rs concatenates the two).
 --
 -- Repeatable (Flyway's term): `migrate` applies it after the versioned migrations, under the
 -- same lock and in the same transaction, whenever its checksum differs from the one recorded
 -- in `repeatables` (and only by a build that knows every version the database has applied:
 -- an older build leaves a newer build's functions alone). So a change of a function is a diff
--- of this file; a change of a signature or a return type (which CREATE OR REPLACE cannot make)
+-- of these files; a change of a signature or a return type (which CREATE OR REPLACE cannot make)
 -- also needs a versioned migration that drops the old function first (see 0011).
 --
 -- `{schema}` is replaced by the validated, quoted schema name.
@@ -70,10 +71,20 @@ $fn$;
 --    queues' rows in claim order, and locked by id, skipping locked rows; keyed queues do not
 --    top up. A queue-wide rate limit is counted like a cap: under the control row FOR NO KEY
 --    UPDATE SKIP LOCKED, the starts log counted in a new statement (`jobs` less the entries
---    stamped after now() - per, later stamps too), with no lock-free handoff. Every claim of a
---    rate-limited queue appends one starts entry per job, stamped now() (the same now() as a
---    started job's started_at), in this transaction. Queues with neither setting keep the plan
---    above, statement for statement.
+--    stamped after C - per, later stamps too), with no lock-free handoff. Every claim of a
+--    rate-limited queue appends one starts entry per job, stamped S (a started job's
+--    started_at is S too), in this transaction.
+--    The clocks (issue 36 hole 4): C is clock_timestamp() read INSIDE each count statement
+--    (an InitPlan, evaluated during the statement's execution, so after its snapshot was
+--    taken, and after the lock that serialises the queue's or the key's counts); S is
+--    clock_timestamp() read after every count of the claim (S >= every C, S <= the commit).
+--    Never the transaction's now(): a claim held between its start and its count would count a
+--    window that ended long ago, and the rescue's prune (entries stamped <= its own now() -
+--    per) deletes entries that window still holds (6 starts in one window of a limit of 3,
+--    tests/rate_race.rs). With C read after the snapshot, a prune whose deletes the count
+--    cannot see committed before that snapshot, so its now() < C and every entry it deleted is
+--    stamped <= C - per: outside the window counted. The prune needs no lock and no margin.
+--    Queues with neither setting keep the plan above, statement for statement.
 --
 -- Plans: `plan_cache_mode = force_generic_plan` (claim() and key_candidates()). PL/pgSQL
 -- replanned several of their statements on every call (a custom plan for each set of
@@ -124,6 +135,7 @@ DECLARE
     v_rper    bigint[];
     v_rbykey  boolean[];
     v_logq    text[] := '{}';
+    v_stamp   timestamptz;
     v_kids    uuid[] := '{}';
     v_kpick   uuid[] := '{}';
     v_kq      text[] := '{}';
@@ -308,7 +320,7 @@ BEGIN
                 -- previous holder committed is in it.
                 SELECT count(*) INTO v_busy
                   FROM {schema}.starts s
-                 WHERE s.queue = v_q AND s.stamp > now() - v_rp * interval '1 millisecond';
+                 WHERE s.queue = v_q AND s.stamp > (SELECT clock_timestamp()) - v_rp * interval '1 millisecond';
                 v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));
             END IF;
         END IF;
@@ -345,6 +357,11 @@ BEGIN
 
     IF nullif(v_delay, '') IS NOT NULL AND current_setting('chokaq.test_claim_delay_at', true) = 'take' THEN
         PERFORM pg_sleep(v_delay::numeric / 1000);
+    END IF;
+    -- The stamp of this claim's starts (and its started jobs' started_at), read after every
+    -- count (step 6, "The clocks").
+    IF cardinality(v_logq) > 0 THEN
+        v_stamp := clock_timestamp();
     END IF;
 
     LOOP
@@ -423,14 +440,14 @@ BEGIN
         EXIT WHEN v_want = 0;
 
         IF cardinality(v_logq) > 0 THEN
-            -- The starts of rate-limited queues logged with the claim's now(), in the same
+            -- The starts of rate-limited queues logged with the claim's stamp, in the same
             -- statement (a CTE, whose start-up and copy of the rows no other claim pays for).
             RETURN QUERY
             WITH u AS (
                 UPDATE {schema}.jobs_hot h
                    SET status       = CASE WHEN p_mode = 2 THEN 2 ELSE 1 END,
                        attempt      = CASE WHEN p_mode = 2 THEN h.attempt + 1 ELSE h.attempt END,
-                       started_at   = CASE WHEN p_mode = 2 THEN now() ELSE h.started_at END,
+                       started_at   = CASE WHEN p_mode = 2 THEN v_stamp ELSE h.started_at END,
                        heartbeat_at = CASE WHEN p_mode = 0 THEN NULL ELSE now() END,
                        lease        = nextval('{schema}.lease_seq'),
                        worker_id    = p_worker,
@@ -454,7 +471,7 @@ BEGIN
             ),
             lg AS (
                 INSERT INTO {schema}.starts (queue, ckey, stamp)
-                SELECT u.queue, u.concurrency_key, now() FROM u WHERE u.queue = ANY (v_logq)
+                SELECT u.queue, u.concurrency_key, v_stamp FROM u WHERE u.queue = ANY (v_logq)
             )
             SELECT * FROM u;
         ELSE
@@ -502,320 +519,3 @@ BEGIN
 END
 $fn$;
 
--- The candidates of a keyed queue (claim() step 6): at most `p_allow` Pending due rows of
--- `p_queue` in claim order, each key taking at most what its limits leave. A keyless row is
--- bound by neither per-key limit. A key met for the first time: its per-key lock, taken
--- without waiting (an advisory transaction lock on a hash of schema, queue and key; held
--- by another claimer: the key is skipped for this call; a hash collision only makes a claimer
--- skip a key), then its Fetched + Processing count and, with a rate limit per key, its starts
--- in the window, each in a NEW statement (a fresh snapshot under READ COMMITTED: it sees
--- every claim the previous holder of the lock committed). The lock is held until the claim
--- commits, so no other claimer counts the key before the rows taken here are visible. The
--- walk takes the candidate rows in claim order while their queue and key have room (as the
--- memory backend does), and claim() locks them by id, skipping a row another claimer took
--- meanwhile: such a race makes the claim come back short, never takes a key over its room
--- (the room was counted after the lock, whichever rows fill it).
-DROP FUNCTION IF EXISTS {schema}.key_candidates(text, integer, integer, integer, bigint);
-DROP FUNCTION IF EXISTS {schema}.key_candidates(text[], integer[], integer[], integer[], bigint[], integer);
-CREATE OR REPLACE FUNCTION {schema}.key_candidates(p_queues text[], p_allows integer[], p_kcaps integer[],
-                                                   p_rates integer[], p_pers bigint[], p_limit integer,
-                                                   p_fps integer[], p_fds timestamptz[], p_fis uuid[])
-RETURNS uuid[]
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-AS $fn$
-DECLARE
-    v_ids   uuid[] := '{}';
-    v_left  integer[] := p_allows;
-    v_room  integer[] := '{}';
-    v_got   integer := 0;
-    v_delay text := current_setting('chokaq.test_claim_delay_ms', true);
-    v_tids  uuid[] := '{}';
-    v_full  text[] := '{}';
-    v_cq    text[];
-    v_cid   uuid[];
-    v_cck   text[];
-    v_nq    text[];
-    v_nk    text[];
-    v_nlock boolean[];
-    v_nroom integer[];
-    v_pqk   text[] := '{}';
-    v_cp    integer[];
-    v_cd    timestamptz[];
-    -- Where each queue's read starts, in claim order (priority descending, then due time and
-    -- id): the first due Pending row claim()'s first statement found (so no read walks again the
-    -- index entries of the rows claimed before it, which stay in the claim index until VACUUM),
-    -- or, without one (a NULL priority), the start of the index.
-    v_sp    integer[] := p_fps;
-    v_sd    timestamptz[] := p_fds;
-    v_si    uuid[] := p_fis;
-    v_m     integer;
-    v_round integer := 0;
-    qi      integer;
-    j       integer;
-    k       integer;
-BEGIN
-    IF p_limit <= 0 THEN
-        RETURN v_ids;
-    END IF;
-    LOOP
-        v_round := v_round + 1;
-        -- Round 1 reads a little more than the claim needs; each further round twice as much
-        -- (rows of keys found full and rows already taken are left out by the query).
-        v_m := CASE WHEN v_round = 1 THEN p_limit + 4 ELSE v_m * 2 END;
-        -- The next rows of every keyed queue's claim index from its start, merged in claim
-        -- order, and the (queue, key) pairs among them met for the first time. A start bounds
-        -- the index scan in two parts (the index orders priority descending, due time and id
-        -- ascending, which no single row comparison spans): the start's priority from its due
-        -- time and id on, then the lower priorities. Without a start the first part is no scan
-        -- at all (its NULL bound matches nothing) and the second reads from the index's start
-        -- (every priority is below 2^31).
-        WITH c AS (
-            SELECT r.q, x.id, x.concurrency_key, x.priority, x.due_at
-              FROM unnest(p_queues, v_left, v_sp, v_sd, v_si) AS r(q, a, sp, sd, si)
-             CROSS JOIN LATERAL (
-                   -- (Each part in index order, so the merge below, which sorts anyway, finds
-                   -- the first rows of each queue among at most twice v_m.)
-                   (SELECT y.id, y.concurrency_key, y.priority, y.due_at
-                      FROM {schema}.jobs_hot y
-                     WHERE y.queue = r.q AND y.status = 0 AND y.priority = r.sp
-                       AND (y.due_at, y.id) >= (r.sd, r.si) AND y.due_at <= now()
-                       AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
-                       AND (y.concurrency_key IS NULL
-                            OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
-                     ORDER BY y.due_at, y.id
-                     LIMIT v_m)
-                   UNION ALL
-                   (SELECT y.id, y.concurrency_key, y.priority, y.due_at
-                      FROM {schema}.jobs_hot y
-                     WHERE y.queue = r.q AND y.status = 0 AND y.priority < coalesce(r.sp::bigint, 2147483648)
-                       AND y.due_at <= now()
-                       AND NOT (y.id = ANY (v_ids)) AND NOT (y.id = ANY (v_tids))
-                       AND (y.concurrency_key IS NULL
-                            OR NOT ((r.q || chr(31) || y.concurrency_key) = ANY (v_full)))
-                     ORDER BY y.priority DESC, y.due_at, y.id
-                     LIMIT v_m)
-             ) x
-             WHERE r.a > 0
-             ORDER BY x.priority DESC, x.due_at, x.id
-             LIMIT v_m
-        ),
-        n AS (
-            SELECT DISTINCT c.q, c.concurrency_key AS k
-              FROM c
-             WHERE c.concurrency_key IS NOT NULL
-               AND NOT ((c.q || chr(31) || c.concurrency_key) = ANY (v_pqk))
-        )
-        -- Each group of arrays is aggregated in one pass over the same rows, so its arrays
-        -- pair up element by element: the rows in claim order (from the sorted sub-select,
-        -- one sort for the five), the new pairs in any order (no sort of text).
-        SELECT coalesce(a.q, '{}'), coalesce(a.id, '{}'), coalesce(a.k, '{}'), coalesce(a.p, '{}'),
-               coalesce(a.d, '{}'), coalesce(b.q, '{}'), coalesce(b.k, '{}')
-          INTO v_cq, v_cid, v_cck, v_cp, v_cd, v_nq, v_nk
-          FROM (SELECT array_agg(o.q) AS q, array_agg(o.id) AS id, array_agg(o.concurrency_key) AS k,
-                       array_agg(o.priority) AS p, array_agg(o.due_at) AS d
-                  FROM (SELECT c.q, c.id, c.concurrency_key, c.priority, c.due_at
-                          FROM c
-                         ORDER BY c.priority DESC, c.due_at, c.id) o) a,
-               (SELECT array_agg(n.q) AS q, array_agg(n.k) AS k FROM n) b;
-        IF cardinality(v_nk) > 0 THEN
-            -- Test hook ('key'): the first keys met, before their locks (tests/common/cap_race.rs).
-            IF v_round = 1 AND nullif(v_delay, '') IS NOT NULL
-               AND current_setting('chokaq.test_claim_delay_at', true) = 'key' THEN
-                PERFORM pg_sleep(v_delay::numeric / 1000);
-            END IF;
-            -- Their locks, taken without waiting, in one statement (one flag per new pair, in
-            -- the pairs' order): a key whose lock another claimer holds is skipped for this
-            -- call. (A key at its cap is locked too, and found full by the count below: no
-            -- count before the lock, which would cost a probe per key for an answer the count
-            -- after it gives again.)
-            SELECT coalesce(array_agg(s.locked ORDER BY s.o), '{}')
-              INTO v_nlock
-              FROM (SELECT n.o,
-                           pg_try_advisory_xact_lock(
-                               hashtextextended('{schema}' || chr(31) || n.q || chr(31) || n.k, 25)) AS locked
-                      FROM unnest(v_nq, v_nk) WITH ORDINALITY AS n(q, k, o)
-                    OFFSET 0) s;
-            -- room: begin
-            -- The new keys' room (in the pairs' order): none for a key not locked; for a locked
-            -- key, the claim's limit, less (with a per-key cap) its Fetched + Processing rows and
-            -- (with a per-key rate limit) its starts in the window, each counted here: a new
-            -- statement after the locks, so a fresh snapshot under READ COMMITTED that sees every
-            -- claim the locks' previous holders committed. One probe per key of
-            -- jobs_hot_active_idx, the rows in flight (migration 14).
-            SELECT coalesce(array_agg(greatest(0, z.room) ORDER BY z.o), '{}')
-              INTO v_nroom
-              FROM (SELECT n.o,
-                           CASE WHEN n.locked IS NOT TRUE THEN 0
-                                ELSE least(p_limit,
-                                           CASE WHEN c.kcap IS NOT NULL THEN
-                                               c.kcap - (SELECT count(*)::integer FROM {schema}.jobs_hot h
-                                                          WHERE h.queue = n.q AND h.concurrency_key = n.k
-                                                            AND h.status IN (1, 2))
-                                           END,
-                                           CASE WHEN c.rate IS NOT NULL THEN
-                                               c.rate - (SELECT count(*)::integer FROM {schema}.starts st
-                                                          WHERE st.queue = n.q AND st.ckey = n.k
-                                                            AND st.stamp > now() - c.per * interval '1 millisecond')
-                                           END)
-                           END AS room
-                      FROM unnest(v_nq, v_nk, v_nlock) WITH ORDINALITY AS n(q, k, locked, o)
-                      JOIN unnest(p_queues, p_kcaps, p_rates, p_pers) AS c(q, kcap, rate, per) ON c.q = n.q) z;
-            -- room: end
-            -- (the keys are counted)
-            v_room := v_room || v_nroom;
-            FOR j IN 1 .. cardinality(v_nk) LOOP
-                v_pqk := v_pqk || (v_nq[j] || chr(31) || v_nk[j]);
-                IF v_nroom[j] <= 0 THEN
-                    v_full := v_full || v_pqk[cardinality(v_pqk)];
-                END IF;
-            END LOOP;
-        END IF;
-        -- The walk, in claim order over this round's rows: a keyless row is taken while its
-        -- queue has room, a keyed row while its queue and its key have room.
-        FOR j IN 1 .. cardinality(v_cid) LOOP
-            EXIT WHEN v_got >= p_limit;
-            qi := array_position(p_queues, v_cq[j]);
-            CONTINUE WHEN v_left[qi] <= 0;
-            IF v_cck[j] IS NULL THEN
-                v_ids := v_ids || v_cid[j];
-                v_left[qi] := v_left[qi] - 1;
-                v_got := v_got + 1;
-            ELSE
-                k := array_position(v_pqk, v_cq[j] || chr(31) || v_cck[j]);
-                IF v_room[k] > 0 THEN
-                    v_room[k] := v_room[k] - 1;
-                    v_left[qi] := v_left[qi] - 1;
-                    v_got := v_got + 1;
-                    v_tids := v_tids || v_cid[j];
-                    IF v_room[k] = 0 THEN
-                        v_full := v_full || v_pqk[k];
-                    END IF;
-                END IF;
-            END IF;
-        END LOOP;
-        EXIT WHEN v_got >= p_limit OR cardinality(v_cid) < v_m;
-        -- Each queue's next round starts at its last row of this one: every row before it was
-        -- taken, or is of a key now full, or of a queue with nothing left to take (the walk
-        -- leaves no other row behind when it does not end the call).
-        FOR j IN 1 .. cardinality(v_cid) LOOP
-            qi := array_position(p_queues, v_cq[j]);
-            v_sp[qi] := v_cp[j];
-            v_sd[qi] := v_cd[j];
-            v_si[qi] := v_cid[j];
-        END LOOP;
-    END LOOP;
-    -- The keyed rows the walk took (claim() locks them by id, skipping any taken meanwhile:
-    -- the claim may come back short, never over a key's room).
-    v_ids := v_ids || v_tids;
-    RETURN v_ids;
-END
-$fn$;
-
--- Promotion of Blocked rows (status 4, migration 13) of the given keys (`p_queues`,
--- `p_keys` pairwise; NULL keys ignored): per key, up to its parking depth (`key_depth` of the
--- queue's per-key cap) less the key's Pending + Fetched + Processing rows (counted in this
--- function's own statement: a fresh snapshot), all of them when the queue has no per-key cap,
--- in claim order, skipping rows
--- another session holds. Returns how many were promoted. Called by complete_and_claim and
--- by rescue's sweep; the other moves promote in their own statement (`promote!`, sql.rs).
-CREATE OR REPLACE FUNCTION {schema}.promote_blocked(p_queues text[], p_keys text[])
-RETURNS integer
-LANGUAGE sql VOLATILE
-AS $fn$
-    WITH k AS (
-        SELECT DISTINCT u.q, u.k FROM unnest(p_queues, p_keys) AS u(q, k) WHERE u.k IS NOT NULL
-    ),
-    up AS (
-        UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
-           WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM k LEFT JOIN {schema}.queues c ON c.name = k.q
-                 CROSS JOIN LATERAL (
-                       SELECT x.id FROM {schema}.jobs_hot x
-                        WHERE x.queue = k.q AND x.concurrency_key = k.k AND x.status = 4
-                        ORDER BY x.priority DESC, x.due_at, x.id
-                        LIMIT CASE WHEN c.key_max_workers IS NULL THEN NULL
-                                   -- The key's live rows (as key_live! in sql.rs counts them):
-                                   -- its Pending rows, at most the depth, and its running rows.
-                                   ELSE greatest(0, {schema}.key_depth(c.key_max_workers)
-                                                    - (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_hot y
-                                                                              WHERE y.queue = k.q AND y.concurrency_key = k.k
-                                                                                AND y.status = 0
-                                                                              LIMIT {schema}.key_depth(c.key_max_workers)) z)
-                                                    - (SELECT count(*) FROM {schema}.jobs_hot y
-                                                        WHERE y.queue = k.q AND y.concurrency_key = k.k
-                                                          AND y.status IN (1, 2)))
-                              END
-                          FOR UPDATE SKIP LOCKED) x))
-        RETURNING 1
-    )
-    SELECT count(*)::integer FROM up
-$fn$;
-
--- Complete and claim in one call: moves the Fetched or Processing jobs whose (id, lease) this
--- worker still holds to the archive (as the complete statement does: a Fetched job's run is
--- counted, attempt + 1, started_at kept or now()), then claims through claim() in the same
--- transaction, handing it the slots freed per queue (the rows it archived, Fetched and
--- Processing alike). Returns one row per claimed job: o_done (the ids completed; the same array
--- on every row) and o_job; a single row with o_job NULL when nothing was claimed.
-CREATE OR REPLACE FUNCTION {schema}.complete_and_claim(p_worker uuid, p_ids uuid[], p_leases bigint[],
-                                                       p_queues text[], p_limit integer, p_mode smallint)
-RETURNS TABLE (o_done uuid[], o_job {schema}.jobs_hot)
-LANGUAGE plpgsql VOLATILE
-AS $fn$
-DECLARE
-    v_done   uuid[];
-    v_fqueue text[];
-    v_freed  integer[];
-    v_kq     text[];
-    v_kk     text[];
-    v_row    {schema}.jobs_hot;
-    v_any    boolean := false;
-BEGIN
-    WITH l AS (
-        SELECT h.id FROM {schema}.jobs_hot h
-          JOIN unnest(p_ids, p_leases) AS u(id, lease) ON h.id = u.id AND h.lease = u.lease
-         WHERE h.worker_id = p_worker AND h.status IN (1, 2)
-         ORDER BY h.id
-           FOR UPDATE OF h
-    ),
-    g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
-    ins AS (
-        INSERT INTO {schema}.jobs_archive (id, queue, kind, payload, tags, concurrency_key, idempotency_key,
-                                           priority, attempt, max_attempts, lease, worker_id, heartbeat_at,
-                                           scheduled_at, created_at, started_at, updated_at, last_error, created_by,
-                                           finished_at)
-        SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority,
-               CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts,
-               g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, coalesce(g.started_at, now()),
-               now(), g.last_error, g.created_by, now()
-          FROM g
-        RETURNING id, queue, concurrency_key
-    ),
-    per AS (SELECT ins.queue, count(*)::integer AS n FROM ins GROUP BY ins.queue),
-    keyed AS (SELECT DISTINCT ins.queue, ins.concurrency_key FROM ins WHERE ins.concurrency_key IS NOT NULL)
-    SELECT coalesce((SELECT array_agg(ins.id) FROM ins), '{}'),
-           coalesce((SELECT array_agg(per.queue ORDER BY per.queue) FROM per), '{}'),
-           coalesce((SELECT array_agg(per.n ORDER BY per.queue) FROM per), '{}'),
-           (SELECT array_agg(keyed.queue) FROM keyed),
-           (SELECT array_agg(keyed.concurrency_key) FROM keyed)
-      INTO v_done, v_fqueue, v_freed, v_kq, v_kk;
-
-    -- The completed keys' Blocked rows, before the claim (a new statement: it counts without
-    -- the rows just archived), so the claim may take them.
-    IF v_kq IS NOT NULL THEN
-        PERFORM {schema}.promote_blocked(v_kq, v_kk);
-    END IF;
-
-    FOR v_row IN SELECT * FROM {schema}.claim(p_worker, p_queues, p_limit, p_mode, v_fqueue, v_freed) LOOP
-        o_done := v_done;
-        o_job := v_row;
-        v_any := true;
-        RETURN NEXT;
-    END LOOP;
-    IF NOT v_any THEN
-        o_done := v_done;
-        o_job := NULL;
-        RETURN NEXT;
-    END IF;
-END
-$fn$;

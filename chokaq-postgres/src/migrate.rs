@@ -46,13 +46,17 @@ migrations! {
     12, "list_kind", "0012_list_kind";
     13, "keys", "0013_keys";
     14, "key_counts", "0014_key_counts";
+    15, "key_walks", "0015_key_walks";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the
 /// repeatable script [`migrate`] applies after the versioned ones whenever its checksum differs
 /// from the one the schema records. A function changes here, in one diff; a change of a
-/// signature also needs a versioned migration that drops the old one.
-pub const FUNCTIONS: &str = include_str!("../migrations/functions.sql");
+/// signature also needs a versioned migration that drops the old one. One script in two files
+/// (`functions.sql`: `key_depth` and `claim`; `functions_keys.sql`: the keyed walk,
+/// `promote_blocked` and `complete_and_claim`), concatenated: its checksum is the whole text's.
+pub const FUNCTIONS: &str =
+    concat!(include_str!("../migrations/functions.sql"), include_str!("../migrations/functions_keys.sql"));
 
 /// The name of [`FUNCTIONS`] in the schema's `repeatables` table.
 const FUNCTIONS_NAME: &str = "functions";

@@ -46,7 +46,7 @@ pub(crate) fn claimed(row: &PgRow) -> Result<(ClaimedJob, Timestamp)> {
         heartbeat_at: get(row, "heartbeat_at")?,
         last_error: get(row, "last_error")?,
         created_by: get(row, "created_by")?,
-        expired_holds: 0,
+        expired_holds: get(row, "expired_holds")?,
     };
     Ok((job, get(row, "due_at")?))
 }

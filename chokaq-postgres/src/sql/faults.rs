@@ -128,7 +128,7 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
         script = replace_once(
             &script,
             "            -- (the keys are counted)",
-            "            PERFORM pg_advisory_unlock(hashtextextended('{schema}' || chr(31) || l.q || chr(31) || l.k, 25))
+            "            PERFORM pg_advisory_unlock({schema}.key_lock(l.q, l.k))
                FROM unnest(v_nq, v_nk, v_nlock) AS l(q, k, locked)
               WHERE l.locked;",
         );

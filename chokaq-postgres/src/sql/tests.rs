@@ -1,6 +1,7 @@
 //! The statement set's shape: what the grammar check (`tests/grammar.rs`) cannot see.
 
 use super::*;
+use chokaq_core::ListJobsParams;
 
 /// Every template is rendered: no placeholder is left, the schema is quoted, and the channel
 /// is the schema's.
