@@ -6,12 +6,6 @@ use crate::{QueueName, Result, WorkerId};
 
 /// Largest `limit` accepted by [`Backend::claim`].
 pub const MAX_CLAIM_LIMIT: u32 = 1000;
-/// Before issue 36, a held Fetched job ([`ClaimMode::Hold`]) whose hold expired this many times
-/// was dead-lettered `zombie` by the rescue, which also killed innocent jobs that only waited
-/// in a crashing worker's look-ahead. An expiry no longer dead-letters: the count is returned
-/// in [`crate::ClaimedJob::expired_holds`] and the runtime records such a job's start before its
-/// handler begins. To be removed once no backend reads it.
-pub const MAX_EXPIRED_HOLDS: i32 = 3;
 /// Most jobs accepted by one [`Backend::enqueue_many`] call.
 pub const MAX_ENQUEUE_BATCH: usize = 10_000;
 

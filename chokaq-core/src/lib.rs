@@ -34,7 +34,7 @@ mod wake;
 
 pub use backend::{Backend, BackendExt};
 pub use capabilities::{Capabilities, TimestampPrecision};
-pub use claim::{ClaimMode, ClaimParams, MAX_CLAIM_LIMIT, MAX_ENQUEUE_BATCH, MAX_EXPIRED_HOLDS};
+pub use claim::{ClaimMode, ClaimParams, MAX_CLAIM_LIMIT, MAX_ENQUEUE_BATCH};
 pub use error::{Error, ErrorKind, Result};
 pub use job::*;
 pub use list::{JobPage, JobTable, ListJobsParams};

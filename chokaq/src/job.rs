@@ -242,6 +242,13 @@ impl JobContext {
         &self.inner.control.token
     }
 
+    /// Why the handler was stopped, if it was (the simulator tells a lost lease, whose outcome
+    /// is discarded, from the stops that write one).
+    #[cfg(test)]
+    pub(crate) fn stop_reason(&self) -> Option<StopReason> {
+        self.inner.control.reason()
+    }
+
     /// True once the cancellation token fired.
     pub fn is_cancelled(&self) -> bool {
         self.inner.control.token.is_cancelled()

@@ -70,6 +70,7 @@ fn random_builder(rng: &mut StdRng, backend: Arc<dyn Backend>, queue: &str) -> (
     maybe!("concurrency", count(rng), |b: chokaq::WorkerBuilder, v| b.concurrency(v));
     maybe!("prefetch", count(rng), |b: chokaq::WorkerBuilder, v| b.prefetch(v));
     maybe!("lookahead", count(rng), |b: chokaq::WorkerBuilder, v| b.lookahead(v));
+    maybe!("lookahead_wait", duration(rng), |b: chokaq::WorkerBuilder, v| b.lookahead_wait(v));
     maybe!("poll_interval", duration(rng), |b: chokaq::WorkerBuilder, v| b.poll_interval(v));
     maybe!("min_poll_interval", duration(rng), |b: chokaq::WorkerBuilder, v| b.min_poll_interval(v));
     maybe!("heartbeat_interval", duration(rng), |b: chokaq::WorkerBuilder, v| b.heartbeat_interval(v));

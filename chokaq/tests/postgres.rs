@@ -22,7 +22,7 @@ use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chokaq::core::{DeadReason, JobLocation, JobTable, ListJobsParams, RescueParams, MAX_EXPIRED_HOLDS};
+use chokaq::core::{DeadReason, JobLocation, JobTable, ListJobsParams, RescueParams};
 use chokaq::{Backend, CancellationToken, Client, JobBuilder, JobContext, JobId, MaintenanceConfig, Worker};
 use chokaq_core::testing::TestSupport;
 use chokaq_postgres::{PgBackend, PgConfig};
@@ -234,19 +234,20 @@ fn child_main() -> ExitCode {
             worker_stale_after: None,
         };
         let maintenance = if abort { common::no_maintenance() } else { maintenance };
+        // The aborting worker has one slot, so the innocent job waits in its look-ahead.
         let worker = Worker::builder(backend)
-            .concurrency(CONCURRENCY)
+            .concurrency(if abort { 1 } else { CONCURRENCY })
             .heartbeat_interval(Duration::from_millis(300))
             .poll_interval(Duration::from_millis(200))
             .maintenance(maintenance)
-            .register(move |_job: Count, ctx: JobContext| {
+            .register(move |job: Count, ctx: JobContext| {
                 let (file, ran) = (file.clone(), ran.clone());
                 async move {
                     // One write(2) per run, straight to the file: survives SIGKILL.
                     let line = format!("{}\n", ctx.id());
                     file.lock().unwrap().write_all(line.as_bytes()).map_err(chokaq::JobError::retry)?;
-                    if abort {
-                        // The handler kills its process as soon as it begins.
+                    if abort && job.n == 0 {
+                        // The poison job's handler kills its process as soon as it begins.
                         std::process::abort();
                     }
                     let n = ran.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
@@ -502,20 +503,23 @@ const ABORT_ZOMBIE_TIMEOUT: Duration = Duration::from_secs(1);
 /// dependency.
 const SIGABRT: i32 = 6;
 
-/// Issue 24, rule 9: one job (`max_attempts` 2) whose handler appends its id to a run file
-/// (one `write`) and then calls `std::process::abort()` at once. Its queue's zombie timeout is
-/// 1 s, the parent calls `rescue` every 100 ms and starts a fresh worker process whenever the
-/// previous one died, until the job is in the dead-letter table (at most 60 s).
+/// Issue 24, rule 9, and issue 36, hole 1: a poison job (`max_attempts` 2) whose handler
+/// appends its id to a run file (one `write`) and then calls `std::process::abort()` at once,
+/// and an innocent job enqueued after it, waiting in the same one-slot worker's look-ahead. The
+/// queue's zombie timeout is 1 s, the parent calls `rescue` every 100 ms and starts a fresh
+/// worker process whenever the previous one died, until the poison job is in the dead-letter
+/// table and the innocent one archived (at most 60 s).
 ///
-/// The bound: the job runs at most `max_attempts + MAX_EXPIRED_HOLDS` (2 + 3 = 5) times. A run
-/// is counted (attempt + 1) by its deferred start, 20 ms into the run, or by its outcome; a
-/// process that dies before either leaves the job held (Fetched, attempt not counted), and the
-/// rescue puts it back after the zombie timeout, counting the expiry; the `MAX_EXPIRED_HOLDS`-th
-/// (3rd) expiry dead-letters it `zombie`. So at most `MAX_EXPIRED_HOLDS` runs whose start was
-/// never written, plus at most `max_attempts` counted runs (after which the rescue of the
-/// Processing zombie dead-letters it). Asserted: dead-lettered `zombie`, runs (lines in the run
-/// file) at most that bound, the stored attempt at most `max_attempts`, every worker process
-/// ended by SIGABRT (the last one, started after the last death, is idle and stops cleanly).
+/// The bound: the poison job runs at most `max_attempts + 1` (3) times. Its first run is not
+/// counted (the process dies before the deferred start, 20 ms into the run), so its hold
+/// expires and the rescue puts it back with `expired_holds` 1; from then on a worker records
+/// its start before its handler begins, so each later run counts an attempt, and after
+/// `max_attempts` the rescue of the Processing zombie dead-letters it. The innocent job's holds
+/// expire with it, but an expiry never dead-letters: it runs once, and is archived with
+/// attempt 1 (on 8fb8e0f it was dead-lettered `zombie` with 0 runs). Asserted: poison
+/// dead-lettered `zombie`, its runs (lines in the run file) at most that bound, its stored
+/// attempt at most `max_attempts`; the innocent job archived after exactly one run; every
+/// worker process but the last ended by SIGABRT.
 async fn aborting_handler(b: Arc<PgBackend>) -> TestResult {
     use std::os::unix::process::ExitStatusExt;
     let queue = chokaq::QueueName::new("default").map_err(err)?;
@@ -526,11 +530,10 @@ async fn aborting_handler(b: Arc<PgBackend>) -> TestResult {
         .await
         .map_err(err)?;
     let dynb: Arc<dyn Backend> = b.clone();
-    let id = Client::new(dynb)
-        .enqueue(JobBuilder::new(&Count { n: 0 }).max_attempts(ABORT_MAX_ATTEMPTS))
-        .await
-        .map_err(err)?
-        .id;
+    let client = Client::new(dynb);
+    let id = client.enqueue(JobBuilder::new(&Count { n: 0 }).max_attempts(ABORT_MAX_ATTEMPTS)).await.map_err(err)?.id;
+    let innocent =
+        client.enqueue(JobBuilder::new(&Count { n: 1 }).max_attempts(ABORT_MAX_ATTEMPTS)).await.map_err(err)?.id;
     let dir = std::env::temp_dir().join(format!("chokaq_rt_{}", b.schema()));
     std::fs::create_dir_all(&dir).map_err(err)?;
     let runs_file = dir.join("runs.txt");
@@ -544,7 +547,9 @@ async fn aborting_handler(b: Arc<PgBackend>) -> TestResult {
     let mut child: Option<ChildProc> = None;
     let record = loop {
         let record = b.get_job(id).await.map_err(err)?.ok_or("the job is gone")?;
-        if matches!(record.location, JobLocation::Dead(_)) {
+        let other = b.get_job(innocent).await.map_err(err)?.ok_or("the innocent job is gone")?;
+        let other_final = matches!(other.location, JobLocation::Dead(_) | JobLocation::Archived);
+        if matches!(record.location, JobLocation::Dead(_)) && other_final {
             break record;
         }
         ensure!(
@@ -587,36 +592,43 @@ async fn aborting_handler(b: Arc<PgBackend>) -> TestResult {
             ensure!(status.success(), "the last worker process exited with {status}");
         }
     }
-    let runs = read_runs(&runs_file)?;
-    let bound = ABORT_MAX_ATTEMPTS + MAX_EXPIRED_HOLDS;
+    let all_runs = read_runs(&runs_file)?;
+    let runs: Vec<_> = all_runs.iter().filter(|r| **r == id).collect();
+    let innocent_runs = all_runs.iter().filter(|r| **r == innocent).count();
+    let other = b.get_job(innocent).await.map_err(err)?.ok_or("the innocent job is gone")?;
+    let bound = ABORT_MAX_ATTEMPTS + 1;
     println!(
-        "    aborting handler: {} runs (bound max_attempts {ABORT_MAX_ATTEMPTS} + MAX_EXPIRED_HOLDS \
-         {MAX_EXPIRED_HOLDS} = {bound}), {started} worker processes started, {aborted} aborted; dead-lettered \
-         {:?} after {elapsed:.2?} with attempt {} (last error {:?}); the rescue calls put {rescued_held} held jobs \
-         back, dead-lettered {rescued_dead}, retried {rescued_zombies} zombies",
+        "    aborting handler: {} runs (bound max_attempts {ABORT_MAX_ATTEMPTS} + 1 = {bound}), {started} worker \
+         processes started, {aborted} aborted; dead-lettered {:?} after {elapsed:.2?} with attempt {} (last error \
+         {:?}); the innocent job: {:?}, attempt {}, {innocent_runs} runs; the rescue calls put {rescued_held} held \
+         jobs back, dead-lettered {rescued_dead}, retried {rescued_zombies} zombies",
         runs.len(),
         record.location,
         record.attempt,
-        record.last_error.as_deref().unwrap_or("")
+        record.last_error.as_deref().unwrap_or(""),
+        other.location,
+        other.attempt
     );
-    ensure!(runs.iter().all(|r| *r == id), "a run for another job id");
+    ensure!(all_runs.iter().all(|r| *r == id || *r == innocent), "a run for another job id");
+    ensure!(
+        (other.location, other.attempt, innocent_runs) == (JobLocation::Archived, 1, 1),
+        "the innocent job ended {:?} with attempt {} after {innocent_runs} runs, not archived after one run",
+        other.location,
+        other.attempt
+    );
     ensure!(
         record.location == JobLocation::Dead(DeadReason::Zombie),
         "the job ended {:?}, not dead-lettered zombie",
         record.location
     );
-    ensure!(
-        runs.len() as i32 <= bound,
-        "the job ran {} times: more than max_attempts + MAX_EXPIRED_HOLDS = {bound}",
-        runs.len()
-    );
+    ensure!(runs.len() as i32 <= bound, "the job ran {} times: more than max_attempts + 1 = {bound}", runs.len());
     ensure!(!runs.is_empty(), "the job never ran");
     ensure!(
         record.attempt <= ABORT_MAX_ATTEMPTS,
         "the job's stored attempt is {}, over max_attempts {ABORT_MAX_ATTEMPTS}",
         record.attempt
     );
-    ensure!(aborted as usize == runs.len(), "{aborted} worker processes aborted for {} runs", runs.len());
+    ensure!(aborted as usize == runs.len(), "{aborted} worker processes aborted for {} poison runs", runs.len());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -55,7 +55,8 @@ WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;";
 
 /// Fetched or Processing → archive: `DELETE … OUTPUT DELETED … INTO JobsArchive`, one
 /// statement in one `XACT_ABORT` transaction. A Fetched row (held, its start not recorded) is
-/// archived as if started first: `Attempt + 1`, `StartedAtUtc` now when it has none. Then
+/// archived as if started first: `Attempt + 1`, `StartedAtUtc` now (its own run's start, not an
+/// earlier attempt's: conformance `hold_held_outcome_records_its_own_start`). Then
 /// returns the ids now in the archive under these leases and this worker: a repeated
 /// `complete` with the lease that archived the job (a client retry after a lost answer, or two
 /// copies racing) reports it done again and writes nothing twice, while another or a stale
@@ -71,7 +72,7 @@ DELETE h
 OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
     DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], \
-    DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now, \
+    DELETED.[CreatedAtUtc], CASE WHEN DELETED.[Status] = 1 THEN @Now ELSE DELETED.[StartedAtUtc] END, @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now, \
     DELETED.[ConcurrencyKey] \
     INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \

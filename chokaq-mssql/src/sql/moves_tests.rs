@@ -229,7 +229,9 @@ fn heartbeat_and_complete_take_held_fetched_jobs() {
         "DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
          DELETED.[MaxAttempts],"
     ));
-    assert!(c.contains("DELETED.[CreatedAtUtc], ISNULL(DELETED.[StartedAtUtc], @Now), @Now, DELETED.[LastError],"));
+    assert!(c.contains(
+        "DELETED.[CreatedAtUtc], CASE WHEN DELETED.[Status] = 1 THEN @Now ELSE DELETED.[StartedAtUtc] END, @Now, DELETED.[LastError],"
+    ));
 }
 
 /// Issue 24: `fail` of a held Fetched job starts it first, in its transaction, and only then

@@ -513,6 +513,8 @@ pub async fn pause_keeps_lookahead_running<B: TestSupport>(b: Arc<B>) -> TestRes
         .concurrency(1)
         .prefetch(0)
         .lookahead(3)
+        // The held jobs wait behind a blocked one on purpose: not released for waiting.
+        .lookahead_wait(Duration::from_secs(3600))
         .heartbeat_interval(hb)
         .maintenance(no_maintenance())
         .register(move |job: Block, _ctx: JobContext| {

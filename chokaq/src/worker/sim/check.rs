@@ -243,8 +243,9 @@ impl Checker {
         }
     }
 
-    /// A handler ended (`ok`: it returned `Ok`).
-    pub(super) fn end(&mut self, at: Duration, proc: usize, job: Job, lease: LeaseNo, ok: bool) {
+    /// A handler ended (`ok`: it returned `Ok`; `outcome`: the worker writes its outcome, which
+    /// it does not for a handler stopped because its lease was lost).
+    pub(super) fn end(&mut self, at: Duration, proc: usize, job: Job, lease: LeaseNo, ok: bool, outcome: bool) {
         if self.running.remove(&(job, lease)).is_none() {
             return;
         }
@@ -260,7 +261,7 @@ impl Checker {
         if ok {
             self.ok_ends.insert((job, lease));
         }
-        if self.held.get(&job).is_some_and(|h| h.lease == lease && h.proc == Some(proc)) {
+        if outcome && self.held.get(&job).is_some_and(|h| h.lease == lease && h.proc == Some(proc)) {
             self.ended.entry(proc).or_default().insert((job, lease));
             self.check_unwritten(at, proc);
         }

@@ -259,14 +259,18 @@ struct EndGuard {
     job: u32,
     lease: i64,
     done: bool,
+    ctx: JobContext,
 }
 
 impl EndGuard {
     fn finish(&mut self, how: &str, ok: bool) {
         self.done = true;
+        // A handler stopped because its lease was lost has no outcome to write (discarded).
+        let lost = self.ctx.stop_reason() == Some(crate::job::StopReason::LeaseLost);
+        let how = if lost { format!("{how} (lease lost)") } else { how.to_string() };
         self.world.log(format!("end job {} lease {} p{} {how}", self.job, self.lease, self.p));
         let at = self.world.now();
-        self.world.check.lock().unwrap().end(at, self.p, self.job, self.lease, ok);
+        self.world.check.lock().unwrap().end(at, self.p, self.job, self.lease, ok, !lost);
     }
 }
 
@@ -287,7 +291,7 @@ async fn handler(world: Arc<World>, p: usize, payload: serde_json::Value, ctx: J
     world.log(format!("begin job {job} lease {lease} p{p} attempt {}", ctx.attempt()));
     let at = world.now();
     world.check.lock().unwrap().begin(at, p, job, lease);
-    let mut guard = EndGuard { world: world.clone(), p, job, lease, done: false };
+    let mut guard = EndGuard { world: world.clone(), p, job, lease, done: false, ctx: ctx.clone() };
     if let Some(after) = spec.poison {
         if after > 0 {
             tokio::time::sleep(Duration::from_millis(after)).await;
