@@ -20,6 +20,7 @@ mod config;
 mod execution_tests;
 mod executor;
 mod heartbeat;
+mod lookahead;
 mod maintenance;
 #[cfg(test)]
 mod registration_tests;
