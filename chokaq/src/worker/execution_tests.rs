@@ -49,6 +49,10 @@ where
 /// another worker claims it. When the slot frees, the worker must confirm before it runs the
 /// job (a `start`, which finds the lease lost), never run it on the stale lease.
 pub(super) async fn a_stale_held_job_is_confirmed_before_it_runs(worker: WorkerId) -> Res {
+    // Self-fencing (rule 9, the simulator's `hole2_…`) would stop the long job once its own
+    // lease went unconfirmed and free the slot early; switched off here, so that the slot frees
+    // only after the buffered job's lease is gone, which is the case this rule is about.
+    super::BROKEN.lock().unwrap().push((worker, super::Broken::NoSelfFence));
     let b = Arc::new(Faulty::default());
     let q = QueueName::new("default").unwrap();
     b.control_queue(&q, QueueControl::SetZombieTimeout(Some(Duration::from_millis(600)))).await.unwrap();
