@@ -176,31 +176,40 @@ impl Leases {
         }
     }
 
-    /// Self-fencing (issue 36, hole 2): stops every running handler whose lease was last
-    /// confirmed at least its queue's zombie timeout less `slack` ago, as lost. The database may
-    /// end such a lease (the rescue) from the zombie timeout on, and another worker run the
-    /// job: this handler must be stopped by then. Called every `slack`, so a stop fires before
-    /// the lease can end; the handler then has the worker's `cancel_wait` to return before it
-    /// is dropped. Jobs waiting in the look-ahead are not stopped here (a slot confirms an old
-    /// one before its handler begins), nor finished ones (no handler runs). Returns how many.
-    pub(super) fn fence(&self, slack: Duration) -> usize {
+    /// The running handlers' leases last confirmed at least their queue's zombie timeout less
+    /// `margin` ago (finished jobs and jobs waiting in the look-ahead left out: no handler runs).
+    fn aged(&self, margin: Duration) -> Vec<LeaseRef> {
         let now = Instant::now();
         let zombie = self.zombie.lock().unwrap().clone();
         let held = self.held.lock().unwrap();
-        let mut n = 0;
-        for r in held.values() {
-            if r.finished || r.buffered || r.control.reason().is_some() {
-                continue;
-            }
-            let timeout = zombie.get(&r.queue).copied().unwrap_or(chokaq_core::DEFAULT_ZOMBIE_TIMEOUT);
-            if now.duration_since(r.confirmed) + slack >= timeout {
-                tracing::warn!(id = %r.lease.id, queue = %r.queue, unconfirmed = ?now.duration_since(r.confirmed),
-                    "the job's lease was not confirmed within its queue's zombie timeout; its handler is stopped");
+        held.values()
+            .filter(|r| !r.finished && !r.buffered && r.control.reason().is_none())
+            .filter(|r| {
+                let timeout = zombie.get(&r.queue).copied().unwrap_or(chokaq_core::DEFAULT_ZOMBIE_TIMEOUT);
+                now.duration_since(r.confirmed) + margin >= timeout
+            })
+            .map(|r| r.lease)
+            .collect()
+    }
+
+    /// Self-fencing (issue 36, hole 2): stops every running handler whose lease was last
+    /// confirmed at least its queue's zombie timeout less `slack` ago, as lost. The database may
+    /// end such a lease (the rescue) from the zombie timeout on, and another worker run the
+    /// job: this handler must be stopped by then. The handler then has the worker's
+    /// `cancel_wait` to return before it is dropped. Jobs waiting in the look-ahead are not
+    /// stopped here (a slot confirms an old one before its handler begins), nor finished ones
+    /// (no handler runs). Returns how many.
+    pub(super) fn fence(&self, slack: Duration) -> usize {
+        let aged = self.aged(slack);
+        let held = self.held.lock().unwrap();
+        for l in &aged {
+            if let Some(r) = held.get(&l.id).filter(|r| r.lease == *l) {
+                tracing::warn!(id = %l.id, queue = %r.queue, unconfirmed = ?r.confirmed.elapsed(),
+                    "the job's lease could not be confirmed within its queue's zombie timeout; its handler is stopped");
                 r.control.stop(StopReason::LeaseLost);
-                n += 1;
             }
         }
-        n
+        aged.len()
     }
 
     /// The leases to extend: all held but those already known lost.
@@ -411,12 +420,23 @@ impl Starter {
     }
 }
 
-/// The self-fencing task: every `slack` (half the heartbeat interval, at most a second), stops
-/// the running handlers whose leases went unconfirmed too long ([`Leases::fence`]). It never
-/// waits on the database, so a hung heartbeat delays it not at all.
-pub(super) async fn fence_loop(leases: Arc<Leases>, heartbeat: Duration, worker: WorkerId, stop: CancellationToken) {
-    let slack = (heartbeat / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
-    let mut tick = tokio::time::interval(slack);
+/// The self-fencing task ([`Leases::fence`]). Every `slack / 2` (`slack`: half the heartbeat
+/// interval, at most a second): a running handler whose lease has gone unconfirmed for its
+/// queue's zombie timeout less `2 x slack` gets one heartbeat of its own first, bounded by
+/// `slack / 2` (a lease held all along, granted by a claim whose reply came late after an
+/// outage, say, is confirmed and runs on); one still unconfirmed at the zombie timeout less
+/// `slack` is stopped. An iteration takes at most `slack`, so the stop fires before the zombie
+/// timeout. It never waits longer than that on the database, so a hung heartbeat of the
+/// heartbeat task delays it not at all.
+pub(super) async fn fence_loop(
+    leases: Arc<Leases>,
+    backend: Arc<dyn Backend>,
+    heartbeat: Duration,
+    worker: WorkerId,
+    stop: CancellationToken,
+) {
+    let slack = (heartbeat / 2).clamp(Duration::from_millis(2), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(slack / 2);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -424,9 +444,17 @@ pub(super) async fn fence_loop(leases: Arc<Leases>, heartbeat: Duration, worker:
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if !super::broken(worker, super::Broken::NoSelfFence) {
-            leases.fence(slack);
+        if super::broken(worker, super::Broken::NoSelfFence) {
+            continue;
         }
+        let aging = leases.aged(2 * slack);
+        if !aging.is_empty() {
+            let at = Instant::now();
+            if let Ok(Ok(report)) = tokio::time::timeout(slack / 2, backend.heartbeat(worker, &aging)).await {
+                leases.apply(&aging, &report.lost, &report.cancel_requested, false, at);
+            }
+        }
+        leases.fence(slack);
     }
 }
 

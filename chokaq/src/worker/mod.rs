@@ -300,7 +300,13 @@ impl Worker {
             heartbeat::Starter { backend: backend.clone(), worker, leases: leases.clone(), counters: counters.clone() };
         bg.push(tokio::spawn(starter.run(bg_stop.clone())));
         leases.set_zombie_timeouts(&settings);
-        bg.push(tokio::spawn(heartbeat::fence_loop(leases.clone(), cfg.heartbeat_interval, worker, bg_stop.clone())));
+        bg.push(tokio::spawn(heartbeat::fence_loop(
+            leases.clone(),
+            backend.clone(),
+            cfg.heartbeat_interval,
+            worker,
+            bg_stop.clone(),
+        )));
         if cfg.maintenance.enabled {
             let maintenance = Maintenance::new(backend.clone(), cfg.maintenance.clone(), cfg.heartbeat_interval);
             bg.push(tokio::spawn(maintenance.run(bg_stop.clone())));
