@@ -117,10 +117,10 @@ async fn queue_stats(st: &Shared, ctx: &Ctx, q: &QueueName) -> Result<(QueueStat
 pub async fn queue(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(name): Path<String>,
+    Path(path): Path<HashMap<String, String>>,
     Query(p): Query<Params>,
 ) -> Res {
-    let q = queue_name(&ctx, &name)?;
+    let q = queue_name(&ctx, &own(&path, "queue"))?;
     let settings = st.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
     let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
     let now = taken_at.unwrap_or_else(chrono::Utc::now);
@@ -270,14 +270,25 @@ fn busiest_keys(qs: &QueueStats, key_cap: Option<u32>) -> String {
     s
 }
 
-pub async fn api_queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Path(name): Path<String>) -> Res {
-    let q = queue_name(&ctx, &name)?;
+pub async fn api_queue(
+    State(st): State<Shared>,
+    Extension(ctx): Extension<Ctx>,
+    Path(path): Path<HashMap<String, String>>,
+) -> Res {
+    let q = queue_name(&ctx, &own(&path, "queue"))?;
     let settings = st.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
     let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
     let tp = ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) };
     let throughput = optional(st.backend.throughput(&tp).await).map_err(|e| backend_fail(&ctx, e))?;
     Ok(Json(json!({ "settings": settings, "stats": qs, "taken_at": taken_at, "throughput": throughput }))
         .into_response())
+}
+
+/// The route's own path parameter `name`: a router nested under a path parameter
+/// (`nest("/t/{tenant}", ...)`) also hands the outer ones to `Path`, so a handler picks its own
+/// by name instead of extracting a fixed-size tuple (issue 40, L3).
+fn own(path: &HashMap<String, String>, name: &str) -> String {
+    path.get(name).cloned().unwrap_or_default()
 }
 
 fn parse_form(body: &Bytes) -> Vec<(String, String)> {
@@ -310,9 +321,10 @@ fn confirm_page(ctx: &Ctx, action: &str, question: &str, fields: &[(String, Stri
 pub async fn queue_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path((name, action)): Path<(String, String)>,
+    Path(path): Path<HashMap<String, String>>,
     body: Bytes,
 ) -> Res {
+    let (name, action) = (own(&path, "queue"), own(&path, "action"));
     let q = queue_name(&ctx, &name)?;
     let f = parse_form(&body);
     let control = match action.as_str() {
@@ -627,10 +639,10 @@ pub async fn api_jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, 
 pub async fn job(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(id): Path<String>,
+    Path(path): Path<HashMap<String, String>>,
     Query(p): Query<Params>,
 ) -> Res {
-    let id = job_id(&ctx, &id)?;
+    let id = job_id(&ctx, &own(&path, "id"))?;
     let Some(j) = st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? else {
         return Err(fail(&ctx, StatusCode::NOT_FOUND, &format!("no job with id {id}")));
     };
@@ -727,7 +739,12 @@ pub async fn job(
     Ok(Html(page(&ctx, &format!("Job {id}"), Nav::None, "job", &s)).into_response())
 }
 
-pub async fn api_job(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Path(id): Path<String>) -> Res {
+pub async fn api_job(
+    State(st): State<Shared>,
+    Extension(ctx): Extension<Ctx>,
+    Path(path): Path<HashMap<String, String>>,
+) -> Res {
+    let id = own(&path, "id");
     let id = job_id(&ctx, &id)?;
     match st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? {
         Some(j) => Ok(Json(j).into_response()),
@@ -738,9 +755,10 @@ pub async fn api_job(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, P
 pub async fn job_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path((id, action)): Path<(String, String)>,
+    Path(path): Path<HashMap<String, String>>,
     body: Bytes,
 ) -> Res {
+    let (id, action) = (own(&path, "id"), own(&path, "action"));
     let jid = job_id(&ctx, &id)?;
     let f = parse_form(&body);
     let done = match action.as_str() {
@@ -841,10 +859,18 @@ pub async fn dead_retry(State(st): State<Shared>, Extension(ctx): Extension<Ctx>
     Ok(Redirect::to(&format!("{}/dead?done=requeued&n={requeued}", ctx.base)).into_response())
 }
 
+/// The fields `POST /dead/purge` takes (the form's `csrf` and `confirm` included).
+const PURGE_FIELDS: [&str; 6] = ["older_than_hours", "queue", "kind", "reason", "csrf", "confirm"];
+
 pub async fn dead_purge(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, body: Bytes) -> Res {
     let f = parse_form(&body);
+    // A destructive call names its scope (issue 40, L2): no default age, no unknown field (a
+    // misspelt `older_than=720` once meant "every dead letter"), nothing deleted otherwise.
+    if let Some((k, _)) = f.iter().find(|(k, _)| !PURGE_FIELDS.contains(&k.as_str())) {
+        return Err(bad(&ctx, format!("unknown field {k:?}; a purge takes {}", PURGE_FIELDS[..4].join(", "))));
+    }
     let hours: f64 = match field(&f, "older_than_hours").map(str::trim).filter(|s| !s.is_empty()) {
-        None => 0.0,
+        None => return Err(bad(&ctx, "older_than_hours is required: the age in hours of the dead letters to purge")),
         Some(h) => h
             .parse()
             .ok()
@@ -990,8 +1016,9 @@ fn schedule_state(r: &chokaq_core::ScheduleRow, now: Timestamp) -> (&'static str
 pub async fn schedule_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path((name, action)): Path<(String, String)>,
+    Path(path): Path<HashMap<String, String>>,
 ) -> Res {
+    let (name, action) = (own(&path, "name"), own(&path, "action"));
     let enabled = match action.as_str() {
         "pause" => false,
         "resume" => true,
