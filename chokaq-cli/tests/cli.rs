@@ -1024,6 +1024,7 @@ fn main() -> ExitCode {
         ];
         #[cfg(unix)]
         these.push(trial("web_says_it_stopped", kind, operator::web_says_it_stopped));
+        these.push(trial("web_port_in_use", kind, operator::web_port_in_use));
         if kind != Kind::Sqlite {
             these.push(
                 Trial::test(format!("{label}::missing_database_and_role"), move || {
