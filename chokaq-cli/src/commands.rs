@@ -103,11 +103,40 @@ impl Cx {
         };
         let options = chokaq_web::WebOptions::new(auth).read_only(args.read_only).secure_cookie(args.secure_cookie);
         chokaq_web::check_listen(args.listen, &options)?;
+        // Bound first, then announced (issue 40): a port in use is an error that says so, and
+        // "serving" is never printed for a dashboard that does not listen.
+        let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| {
+            let what = if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!("cannot listen on {}: the port is in use ({e})", args.listen)
+            } else {
+                format!("cannot listen on {}: {e}", args.listen)
+            };
+            Failure::new(Exit::Unavailable, what).hint("choose another address with --listen, or stop what holds it")
+        })?;
         eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
-        chokaq_web::serve(self.backend.clone(), args.listen, options).await?;
+        chokaq_web::serve_on(self.backend.clone(), listener, options, shutdown_signal()).await?;
         eprintln!("chokaq web: stopped");
         Ok(Exit::Ok)
     }
+}
+
+/// Ctrl-C or SIGTERM: what stops `chokaq web`.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
 /// The subcommand that printed `done` ("paused" -> "pause"), for a hint.

@@ -157,11 +157,20 @@ pub fn failure(as_json: bool, f: &Failure) {
         });
         eprintln!("{doc}");
     } else {
-        eprintln!("error: {}", f.message);
-        if let Some(h) = &f.hint {
-            eprintln!("hint: {h}");
-        }
+        eprint!("{}", failure_text(f));
     }
+}
+
+/// The `error: …` and `hint: …` lines of a failure, as printed on stderr. Both carry text a
+/// server chose (its error message), so every character that could move, hide or break text
+/// is [`escape`]d, as in a table cell: no terminal escape, bidi override or forged extra line
+/// gets through (issue 40, L1).
+fn failure_text(f: &Failure) -> String {
+    let mut s = format!("error: {}\n", escape(&f.message));
+    if let Some(h) = &f.hint {
+        s.push_str(&format!("hint: {}\n", escape(h)));
+    }
+    s
 }
 
 /// `2026-01-31 12:00:00Z`.
@@ -250,5 +259,21 @@ mod tests {
             assert!(l[..end].ends_with(|c: char| c.is_ascii_digit()), "{l:?} in\n{out}");
         }
         assert_eq!(escape("ünïcödé 日本 🚀"), "ünïcödé 日本 🚀");
+    }
+
+    /// Issue 40, L1: a server's text in an error or hint line (a hostile server's terminal
+    /// escapes: OSC title, clear screen, right-to-left override) is printed escaped.
+    #[test]
+    fn error_and_hint_lines_are_escaped() {
+        let f =
+            crate::Failure::new(crate::Exit::Usage, "relation \u{1b}]0;pwned\u{7}\u{1b}[2J does not exist\u{202e}x")
+                .hint("ask \u{1b}[31mthe admin\nhint: forged");
+        let out = failure_text(&f);
+        assert_eq!(
+            out,
+            "error: relation \\u{1b}]0;pwned\\u{7}\\u{1b}[2J does not exist\\u{202e}x\n\
+             hint: ask \\u{1b}[31mthe admin\\u{a}hint: forged\n",
+            "{out:?}"
+        );
     }
 }

@@ -26,9 +26,19 @@ pub fn all_statements(schema: &str) -> Result<Vec<(String, String)>> {
     Ok(Statements::new(schema)?.into_named())
 }
 
+/// The server's own databases (any case): `migrate` must never write into them (issue 40, L8).
+const MYSQL_SYSTEM_DATABASES: [&str; 4] = ["mysql", "performance_schema", "sys", "information_schema"];
+
 /// The schema name as a quoted identifier, after validation (so splicing it is safe).
 pub(crate) fn quote(schema: &str) -> Result<String> {
     validate::schema_name(schema)?;
+    if MYSQL_SYSTEM_DATABASES.iter().any(|r| r.eq_ignore_ascii_case(schema)) {
+        return Err(chokaq_core::Error::invalid(format!(
+            "invalid schema name {schema:?}: reserved, it is the MariaDB / MySQL server's own system database \
+             (reserved: {})",
+            MYSQL_SYSTEM_DATABASES.join(", ")
+        )));
+    }
     Ok(format!("`{schema}`"))
 }
 

@@ -297,3 +297,21 @@ pub async fn closed_pipe(db: Arc<Db>) -> TestResult {
     }
     Ok(())
 }
+
+/// Issue 40: `chokaq web` on a port already in use fails saying so (exit 5, unavailable), and
+/// never claims it is serving: "serving …" is printed only once the listener is bound.
+pub async fn web_port_in_use(db: Arc<Db>) -> TestResult {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?;
+    let listen = taken.local_addr().map_err(err)?.to_string();
+    let out = db
+        .cmd(&["web", "--listen", &listen])
+        .env("CHOKAQ_WEB_TOKEN", "s3cret-token-0123456789")
+        .output()
+        .map_err(err)?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure_eq!(out.status.code(), Some(5), "web on a taken port (stderr {stderr})");
+    ensure!(stderr.contains("in use") && stderr.contains(&listen), "the error names the taken port: {stderr}");
+    ensure!(!stderr.contains("serving"), "web printed \"serving\" before binding: {stderr}");
+    drop(taken);
+    Ok(())
+}

@@ -59,3 +59,15 @@ fn every_table_is_qualified_and_the_schema_is_validated() {
         assert!(all_statements(bad).is_err(), "{bad}");
     }
 }
+
+/// Issue 40, L8: the server's own databases are refused, in any case, with a typed
+/// InvalidInput error naming the reason (`migrate` would otherwise write into them).
+#[test]
+fn the_servers_system_databases_are_refused() {
+    for name in ["mysql", "MySQL", "performance_schema", "PERFORMANCE_SCHEMA", "sys", "Sys", "information_schema"] {
+        let e = all_statements(name).expect_err(name);
+        assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput, "{name}: {e}");
+        assert!(e.to_string().contains("reserved"), "{name}: {e}");
+    }
+    assert!(all_statements("mysql_jobs").is_ok(), "a name merely starting with mysql is fine");
+}
