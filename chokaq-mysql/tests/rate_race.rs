@@ -24,26 +24,6 @@ const CLAIMERS: usize = 6;
 const BACKLOG: usize = 300;
 const RUN_FOR: Duration = Duration::from_secs(6);
 
-/// The most starts in any window of `per` (`(s, s + per]`, as the claim counts it) among the
-/// sorted start times `at`, with the first start of that window.
-fn busiest_window(at: &[Timestamp], per: Duration) -> (usize, Option<Timestamp>) {
-    let per = chrono::Duration::from_std(per).unwrap();
-    let mut best = (0, None);
-    let mut j = 0;
-    for i in 0..at.len() {
-        if j < i {
-            j = i;
-        }
-        while j < at.len() && at[j] - at[i] < per {
-            j += 1;
-        }
-        if j - i > best.0 {
-            best = (j - i, Some(at[i]));
-        }
-    }
-    best
-}
-
 /// How many windows of `per` that begin at a start hold more than `limit` starts.
 fn windows_over(at: &[Timestamp], per: Duration, limit: usize) -> usize {
     let per = chrono::Duration::from_std(per).unwrap();
@@ -100,15 +80,12 @@ async fn rate_window_holds_while_the_rescue_prunes() {
     }
     let rescues = rescuer.await.unwrap();
     starts.sort_unstable();
-    let (most, at) = busiest_window(&starts, PER);
+    let most = chokaq_conformance::max_in_window(&starts, PER);
     let over = windows_over(&starts, PER, JOBS as usize);
     eprintln!("{} starts, {rescues} rescues; at most {most} starts in a window of {PER:?}", starts.len());
     // The run really claimed and rescued (a window's worth of starts or more).
     assert!(starts.len() > JOBS as usize && rescues > 0, "{} starts, {rescues} rescues", starts.len());
-    assert!(
-        most <= JOBS as usize,
-        "{over} windows of {PER:?} held more than {JOBS} starts (the most: {most}, from {at:?})"
-    );
+    assert!(most <= JOBS as usize, "{over} windows of {PER:?} held more than {JOBS} starts (the most: {most})");
     assert_eq!(b.lock_retries().hot_paths(), 0, "{}", b.lock_retries());
     b.drop_schema().await.expect("drop the schema");
 }

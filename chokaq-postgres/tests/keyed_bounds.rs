@@ -50,16 +50,7 @@ async fn fill(db: &PgBackend, queue: &str, keys: i32, running: i32, pending: i32
 /// go. Returns (advisory locks held, jobs claimed, the claim's time less the hold).
 async fn claim_counting_locks(db: &PgBackend, queue: &str, limit: i32) -> (i64, usize, Duration) {
     const HOLD_MS: u64 = 300;
-    let mut conn = sqlx::PgConnection::connect(&common::url()).await.unwrap();
-    sqlx::query(
-        "SELECT set_config('chokaq.test_claim_delay_ms', $1, false), \
-                set_config('chokaq.test_claim_delay_at', 'take', false)",
-    )
-    .bind(HOLD_MS.to_string())
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await.unwrap();
+    let common::cap_race::Delayed { mut conn, pid } = common::cap_race::Delayed::new(HOLD_MS, "take").await.unwrap();
     let claim_sql = format!("SELECT id FROM \"{}\".claim($1, $2, $3, $4)", db.schema());
     let queue_name = queue.to_string();
     let t0 = Instant::now();

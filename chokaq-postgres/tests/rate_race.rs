@@ -21,14 +21,6 @@ const PER_MS: u64 = 1000;
 /// How long the held claim sleeps: the window, and time for the rescue.
 const HOLD_MS: u64 = PER_MS + 2000;
 
-/// The most stamps any half-open window `[s, s + per)` holds.
-fn max_in_window(stamps: &[Timestamp], per: Duration) -> usize {
-    let mut s = stamps.to_vec();
-    s.sort();
-    let per = chokaq_core::chrono::Duration::from_std(per).unwrap();
-    (0..s.len()).map(|i| s[i..].iter().take_while(|t| **t < s[i] + per).count()).max().unwrap_or(0)
-}
-
 /// Queue-wide and per key (all jobs of one key): 3 started, a claim held before its count,
 /// the window passes and the rescue prunes the 3 entries, the held claim goes on. Before the
 /// fix it counted with its transaction's start time (a window that still held the 3 pruned
@@ -53,16 +45,7 @@ async fn a_prune_during_a_claim_never_overruns_the_window(#[case] by_key: bool) 
     let last_start = first.iter().filter_map(|j| j.started_at).max().unwrap();
 
     // The held claim, on its own session.
-    let mut conn = sqlx::PgConnection::connect(&common::url()).await.unwrap();
-    sqlx::query(
-        "SELECT set_config('chokaq.test_claim_delay_ms', $1, false), \
-                set_config('chokaq.test_claim_delay_at', 'first', false)",
-    )
-    .bind(HOLD_MS.to_string())
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await.unwrap();
+    let common::cap_race::Delayed { mut conn, pid } = common::cap_race::Delayed::new(HOLD_MS, "first").await.unwrap();
     let claim_sql = format!("SELECT id FROM \"{s}\".claim($1, $2, $3, $4)");
     let held = tokio::spawn(async move {
         let mut tx = conn.begin().await.unwrap();
@@ -112,7 +95,7 @@ async fn a_prune_during_a_claim_never_overruns_the_window(#[case] by_key: bool) 
     .fetch_all(db.pool())
     .await
     .unwrap();
-    let most = max_in_window(&stamps, limit.per);
+    let most = chokaq_conformance::max_in_window(&stamps, limit.per);
     eprintln!("by_key {by_key}: the held claim took {n}; {} started, at most {most} in one window", stamps.len());
     assert!(
         most <= JOBS as usize,

@@ -22,13 +22,6 @@ const CLAIMERS: usize = 6;
 const BACKLOG: usize = 300;
 const RUN_FOR: Duration = Duration::from_secs(4);
 
-/// The most starts in any window of `per` (`(s, s + per]`, as the claim counts it) among the
-/// sorted start times `at`.
-fn busiest_window(at: &[Timestamp], per: Duration) -> usize {
-    let per = chrono::Duration::from_std(per).unwrap();
-    (0..at.len()).map(|i| at[i..].iter().take_while(|t| **t - at[i] < per).count()).max().unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_window_holds_while_the_rescue_prunes() {
     let (b, _db) = fresh().await;
@@ -68,7 +61,7 @@ async fn rate_window_holds_while_the_rescue_prunes() {
     }
     let rescues = rescuer.await.unwrap();
     starts.sort_unstable();
-    let most = busiest_window(&starts, PER);
+    let most = chokaq_conformance::max_in_window(&starts, PER);
     eprintln!("{} starts, {rescues} rescues; at most {most} starts in a window of {PER:?}", starts.len());
     assert!(starts.len() > JOBS as usize && rescues > 0, "{} starts, {rescues} rescues", starts.len());
     assert!(most <= JOBS as usize, "{most} starts in a window of {PER:?} (limit {JOBS})");

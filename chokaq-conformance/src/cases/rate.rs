@@ -57,7 +57,7 @@ async fn archived(cx: &Ctx, q: &QueueName) -> Result<Vec<JobRecord>, Failure> {
 
 /// The most stamps any half-open window `[s, s + per)` holds (the windows that matter start at
 /// a stamp).
-pub(crate) fn max_in_window(stamps: &[Timestamp], per: Duration) -> usize {
+pub fn max_in_window(stamps: &[Timestamp], per: Duration) -> usize {
     let mut s = stamps.to_vec();
     s.sort();
     let per = chrono::Duration::from_std(per).expect("small period");

@@ -23,14 +23,16 @@ const START: i16 = 2;
 /// How long the held claim sleeps.
 const HOLD_MS: u64 = 1500;
 
-/// A claim held by the test hook, on its own connection.
-struct Delayed {
-    conn: sqlx::PgConnection,
-    pid: i32,
+/// A claim held by the test hook, on its own connection (also `keyed_bounds.rs` and
+/// `rate_race.rs`).
+pub struct Delayed {
+    pub conn: sqlx::PgConnection,
+    pub pid: i32,
 }
 
 impl Delayed {
-    async fn new(ms: u64, at: &str) -> Result<Delayed, String> {
+    /// A session whose next claim sleeps `ms` at hook point `at` (`first`, `take`, …).
+    pub async fn new(ms: u64, at: &str) -> Result<Delayed, String> {
         let mut conn = sqlx::PgConnection::connect(&super::url()).await.map_err(|e| e.to_string())?;
         sqlx::query(
             "SELECT set_config('chokaq.test_claim_delay_ms', $1, false), \

@@ -127,16 +127,15 @@ impl Checker {
         self.key_caps.entry(queue.to_string()).or_default().push((at, cap));
     }
 
-    /// The loosest cap in force at any time in `[from, to]` (`None`: uncapped then).
+    /// The loosest cap in force at any time from `from` on (`None`: uncapped then).
     fn loosest(history: Option<&Vec<(Duration, Option<u32>)>>, from: Duration) -> Option<u32> {
         let h = history?;
         let mut loosest: Option<Option<u32>> = None;
-        for (i, (t, cap)) in h.iter().enumerate() {
+        for (i, (_, cap)) in h.iter().enumerate() {
             let until = h.get(i + 1).map(|x| x.0);
             if until.is_some_and(|u| u <= from) {
                 continue;
             }
-            let _ = t;
             loosest = Some(match (loosest, cap) {
                 (None, c) => *c,
                 (Some(None), _) | (_, None) => None,
