@@ -19,6 +19,9 @@ pub(crate) enum Workload {
     /// bare, one row per autocommit statement.
     EnqueueSingle,
     Drain,
+    /// 8 slots with `lookahead(500)` and `unwritten_outcomes(500)`: the throughput setting
+    /// that trades re-runs after a crash for fewer commits (issue 38).
+    DrainExposure,
     Raw,
     /// The raw loop claiming [`RAW_B500_BATCH`] jobs at a time (same statements, server, jobs
     /// and loops as `raw`).
@@ -191,7 +194,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,enqueue-single,drain,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,list"
+        default_value = "enqueue,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,list"
     )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
@@ -362,7 +365,7 @@ mod tests {
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
         assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
         assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
-        assert_eq!(a.workloads.len(), 15);
+        assert_eq!(a.workloads.len(), 16);
         assert_eq!((a.keyed_keys, a.key_cap, a.hot_jobs(), a.rate_secs, a.rate_claimers), (1_000, 2, 50_000, 10, 4));
         assert_eq!(a.rate_limit().unwrap().to_string(), "500/1000ms");
         assert_eq!(args(&["--jobs", "600"]).hot_jobs(), 300);

@@ -109,6 +109,9 @@ pub(crate) struct Costs {
     pub(crate) statements: u64,
     /// The drained table's counts (None before PostgreSQL 15: no `pg_stat_force_next_flush`).
     pub(crate) table: Option<TableCounts>,
+    /// The server's CPU time over the window, in microseconds (None: the server is not on
+    /// this machine; see [`crate::server_cpu`]).
+    pub(crate) server_cpu_us: Option<u64>,
 }
 
 impl Costs {
@@ -119,6 +122,7 @@ impl Costs {
             index_entries: self.index_entries.map(|n| n as f64 / jobs),
             round_trips: self.round_trips as f64 / jobs,
             statements: self.statements as f64 / jobs,
+            server_cpu_us: self.server_cpu_us.map(|us| us as f64 / jobs),
         }
     }
 }
@@ -130,12 +134,15 @@ pub(crate) struct PerJob {
     pub(crate) index_entries: Option<f64>,
     pub(crate) round_trips: f64,
     pub(crate) statements: f64,
+    /// The server's CPU time per job, in microseconds.
+    pub(crate) server_cpu_us: Option<f64>,
 }
 
 impl PerJob {
     pub(crate) fn json(&self) -> Value {
         json!({ "wal_bytes": round1(self.wal_bytes), "index_entries": self.index_entries.map(round3),
-                "round_trips": round3(self.round_trips), "statements": round3(self.statements) })
+                "round_trips": round3(self.round_trips), "statements": round3(self.statements),
+                "server_cpu_us": self.server_cpu_us.map(round1) })
     }
 }
 
@@ -146,6 +153,8 @@ pub(crate) struct DrainFigures {
     /// Slots of each.
     pub(crate) concurrency: u32,
     pub(crate) capped: Option<u32>,
+    /// The exposure drain's settings: (look-ahead, unwritten outcomes); None: the defaults.
+    pub(crate) exposure: Option<(u32, u32)>,
     /// The handler's time (a sleep), ms; 0 for a no-op.
     pub(crate) handler_ms: u64,
     /// The handlers' mean time as measured around the sleep, ms (0 for a no-op).
@@ -178,6 +187,8 @@ impl DrainFigures {
             "workers": self.workers,
             "concurrency": self.concurrency,
             "max_workers": self.capped,
+            "lookahead": self.exposure.map(|e| e.0),
+            "unwritten_outcomes": self.exposure.map(|e| e.1),
             "handler_ms": self.handler_ms,
             "handler_ms_measured": round3(self.handler_ms_measured),
             "jobs": self.rate.jobs,
@@ -282,6 +293,16 @@ pub(crate) struct MultiFigures {
     pub(crate) rate: Rate,
     /// Jobs each worker process reported completed.
     pub(crate) per_process: Vec<u64>,
+    /// The server's CPU time over the whole example run (its enqueue, migration and stats
+    /// polling included), in microseconds.
+    pub(crate) server_cpu_us: Option<u64>,
+}
+
+impl MultiFigures {
+    /// The server's CPU time per job of the run, in microseconds.
+    pub(crate) fn server_cpu_per_job(&self) -> Option<f64> {
+        self.server_cpu_us.map(|us| us as f64 / self.rate.jobs.max(1) as f64)
+    }
 }
 
 /// The keyed workloads (issue 25): the keyed drain, the hot key and the keyed claim. With
@@ -433,11 +454,17 @@ pub(crate) struct Results {
     pub(crate) scheduled: Option<ScheduledFigures>,
     pub(crate) pickup: Option<PickupFigures>,
     pub(crate) multi: Option<MultiFigures>,
+    /// The same example with one process of as many slots (like with like, issue 38).
+    pub(crate) multi_1: Option<MultiFigures>,
+    /// The exposure drain: 8 slots, look-ahead 500, 500 unwritten outcomes (issue 38).
+    pub(crate) exposure: Option<DrainFigures>,
     /// The list workload's JSON (`list_page_ms` and `list`).
     pub(crate) list: Option<serde_json::Value>,
     /// The keyed workloads and the rate limit (None: not run).
     pub(crate) keyed: Option<KeyedFigures>,
     pub(crate) rate: Option<RateFigures>,
+    /// Why the server's CPU was not measured (None: it was).
+    pub(crate) server_cpu_note: Option<String>,
 }
 
 impl Results {

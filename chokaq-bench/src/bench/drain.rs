@@ -60,9 +60,10 @@ impl Bench {
         }
         self.vacuum_hot().await?;
         let shape = if workers > 1 { format!("{workers} workers x{concurrency}") } else { format!("x{concurrency}") };
-        let label = match cap {
-            Some(c) => format!("drain {shape} cap {c} h {handler_ms}ms"),
-            None => format!("drain {shape}"),
+        let label = match (cap, self.exposure) {
+            (Some(c), _) => format!("drain {shape} cap {c} h {handler_ms}ms"),
+            (None, Some((l, u))) => format!("drain {shape} la {l} uw {u}"),
+            (None, None) => format!("drain {shape}"),
         };
         let pb = self.bar(&label, n);
         let work = Duration::from_millis(handler_ms);
@@ -90,6 +91,9 @@ impl Bench {
                     }
                 },
             );
+            if let Some((lookahead, unwritten)) = self.exposure {
+                builder = builder.lookahead(lookahead).unwritten_outcomes(unwritten);
+            }
             if let Some(ms) = self.args.min_poll_ms {
                 builder = builder.min_poll_interval(Duration::from_millis(ms.max(1)));
             }
@@ -136,6 +140,7 @@ impl Bench {
             workers,
             concurrency,
             capped: cap,
+            exposure: self.exposure,
             handler_ms,
             handler_ms_measured: worked.load(Ordering::Relaxed) as f64 / 1e6 / n as f64,
             rate: Rate { jobs: n, secs, wal_bytes: 0 },
@@ -152,7 +157,13 @@ impl Bench {
         figures.rate.wal_bytes = p.wal_bytes;
         // One statement per call (see `timed`).
         let calls = figures.calls();
-        figures.costs = Costs { index_entries: p.index_entries, round_trips: calls, statements: calls, table: p.table };
+        figures.costs = Costs {
+            index_entries: p.index_entries,
+            round_trips: calls,
+            statements: calls,
+            table: p.table,
+            server_cpu_us: p.server_cpu_us,
+        };
         pb.finish_with_message(format!("{:.0} jobs/s", n as f64 / secs));
         if (completed, failed, lease_lost) != (n, 0, 0) {
             return Err(other(format!(

@@ -29,6 +29,7 @@ use serde_json::json;
 use crate::args::{Args, Workload, RAW_B500_BATCH};
 use crate::figures::{Rate, Results, TableCounts};
 use crate::other;
+use crate::server_cpu::ServerCpu;
 use crate::timed::CallStats;
 
 const NOOP_KIND: &str = "bench.noop.v1";
@@ -53,7 +54,14 @@ pub(crate) struct Bench {
     pub(crate) stats_flush: bool,
     /// The schema of `pg_walinspect`, when it could be used: index entries are counted.
     pub(crate) walinspect: Option<String>,
+    /// The server's CPU reader, or why it cannot be read (the server is elsewhere).
+    pub(crate) server_cpu: std::result::Result<ServerCpu, String>,
+    /// Set while the exposure drain runs: its (look-ahead, unwritten outcomes).
+    pub(crate) exposure: Option<(u32, u32)>,
 }
+
+/// The exposure drain's look-ahead and unwritten-outcome bound.
+pub(crate) const EXPOSURE: (u32, u32) = (500, 500);
 
 /// PostgreSQL between a fill and a timed part: VACUUM ANALYZE of the hot table, as before
 /// every drain.
@@ -88,6 +96,7 @@ pub(crate) async fn checkpoint(pg: &PgBackend) {
 pub(crate) struct Probe {
     lsn: String,
     table: Option<(String, TableCounts)>,
+    cpu_us: Option<u64>,
 }
 
 /// What a window cost: WAL bytes, B-tree leaf entries (from the WAL) and the table's counters.
@@ -95,6 +104,8 @@ pub(crate) struct Probed {
     pub(crate) wal_bytes: i64,
     pub(crate) index_entries: Option<i64>,
     pub(crate) table: Option<TableCounts>,
+    /// The server's CPU time over the window, in microseconds (None: not readable here).
+    pub(crate) server_cpu_us: Option<u64>,
 }
 
 impl fmt::Debug for Bench {
@@ -107,6 +118,7 @@ impl Bench {
     /// Runs the selected workloads in their fixed order, adding their figures to `res`.
     pub(crate) async fn run(&mut self, res: &mut Results) -> Result<()> {
         self.probes().await?;
+        res.server_cpu_note = self.server_cpu.as_ref().err().cloned();
         // Built (or found) first, so a build failure costs no run.
         let mp_exe = if self.args.has(Workload::MultiProcess) { Some(self.multi_process_exe().await?) } else { None };
         if self.args.has(Workload::Enqueue) {
@@ -125,6 +137,12 @@ impl Bench {
                 res.drains.push(d);
             }
             res.drains.sort_by_key(|d| d.concurrency);
+        }
+        if self.args.has(Workload::DrainExposure) {
+            self.exposure = Some(EXPOSURE);
+            let d = self.drain(8, None, 0, res).await;
+            self.exposure = None;
+            res.exposure = Some(d?);
         }
         if self.args.has(Workload::Raw) {
             res.raw = Some(self.raw("raw", self.args.raw_batch, res).await?);
@@ -145,7 +163,11 @@ impl Bench {
             res.pickup = Some(self.pickup().await?);
         }
         if let Some(exe) = mp_exe {
-            res.multi = Some(self.multi_process(&exe).await?);
+            // Like with like: one process, then --mp-processes, each on a fresh schema.
+            if self.args.mp_processes > 1 {
+                res.multi_1 = Some(self.multi_process(&exe, 1).await?);
+            }
+            res.multi = Some(self.multi_process(&exe, self.args.mp_processes).await?);
         }
         if self.args.has(Workload::Keyed) {
             let settle = PgSettle { pg: self.pg.clone(), schema: self.schema.clone() };
@@ -226,6 +248,12 @@ impl Bench {
         .fetch_optional(pool)
         .await
         .map_err(map_sqlx_error)?;
+        let backend: i32 =
+            sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(pool).await.map_err(map_sqlx_error)?;
+        self.server_cpu = ServerCpu::detect(backend as u32);
+        if let Err(why) = &self.server_cpu {
+            eprintln!("chokaq-bench: server CPU per job is not measured: {why}");
+        }
         self.walinspect = match installed {
             Some(s) => Some(s),
             None => match self.exec(&format!("CREATE EXTENSION pg_walinspect SCHEMA {}", self.q())).await {
@@ -288,11 +316,13 @@ impl Bench {
             }
             _ => None,
         };
-        Ok(Probe { lsn: self.wal_lsn().await?, table })
+        let lsn = self.wal_lsn().await?;
+        Ok(Probe { lsn, table, cpu_us: self.server_cpu_us() })
     }
 
     /// Ends a measured window (once its sessions are idle or closed).
     pub(crate) async fn probed(&self, p: Probe) -> Result<Probed> {
+        let server_cpu_us = self.server_cpu_us().zip(p.cpu_us).map(|(b, a)| b.saturating_sub(a));
         let wal_bytes = self.wal_since(&p.lsn).await?;
         let table = match p.table {
             Some((t, before)) => {
@@ -302,7 +332,7 @@ impl Bench {
             None => None,
         };
         let index_entries = self.index_entries_since(&p.lsn).await;
-        Ok(Probed { wal_bytes, index_entries, table })
+        Ok(Probed { wal_bytes, index_entries, table, server_cpu_us })
     }
 
     /// B-tree leaf entries written since `lsn`, server-wide: one `INSERT_LEAF` or
@@ -324,6 +354,11 @@ impl Bench {
                 None
             }
         }
+    }
+
+    /// The server's CPU time so far, when it runs on this machine.
+    pub(crate) fn server_cpu_us(&self) -> Option<u64> {
+        self.server_cpu.as_ref().ok().map(ServerCpu::read_us)
     }
 
     fn q(&self) -> String {

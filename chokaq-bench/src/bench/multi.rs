@@ -48,9 +48,9 @@ impl Bench {
 
     /// Runs the example (it enqueues the jobs itself, after its workers are up, and times
     /// from its first enqueue until it counts them all archived) and checks its counts.
-    pub(super) async fn multi_process(&self, exe: &Path) -> Result<MultiFigures> {
-        let (processes, concurrency, jobs) = (self.args.mp_processes, self.args.mp_concurrency, self.args.mp_jobs());
-        let schema = format!("{}_mp", self.schema);
+    pub(super) async fn multi_process(&self, exe: &Path, processes: u32) -> Result<MultiFigures> {
+        let (concurrency, jobs) = (self.args.mp_concurrency, self.args.mp_jobs());
+        let schema = format!("{}_mp{processes}", self.schema);
         validate::schema_name(&schema)?;
         let pb = self.bar(&format!("multi-process {processes}x{concurrency}"), u64::from(jobs));
         let run = tokio::process::Command::new(exe)
@@ -62,7 +62,9 @@ impl Bench {
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .output();
+        let cpu0 = self.server_cpu_us();
         let out = tokio::time::timeout(WAIT_LIMIT, run).await;
+        let server_cpu_us = self.server_cpu_us().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
         let dropped = self.drop_mp_schema(&schema).await;
         let out = out
             .map_err(|_| other("the multi_process example did not finish in time"))?
@@ -71,7 +73,8 @@ impl Bench {
         if !out.status.success() {
             return Err(other(format!("the multi_process example failed ({})", out.status)));
         }
-        let fig = parse_multi(&String::from_utf8_lossy(&out.stdout), jobs)?;
+        let mut fig = parse_multi(&String::from_utf8_lossy(&out.stdout), jobs)?;
+        fig.server_cpu_us = server_cpu_us;
         pb.set_position(fig.rate.jobs);
         pb.finish_with_message(format!("{:.0} jobs/s", fig.rate.per_s()));
         Ok(fig)
@@ -132,6 +135,7 @@ fn parse_multi(out: &str, jobs: u32) -> Result<MultiFigures> {
         concurrency: result["concurrency"].as_u64().unwrap_or(0) as u32,
         rate: Rate { jobs: n, secs, wal_bytes: 0 },
         per_process,
+        server_cpu_us: None,
     })
 }
 

@@ -142,7 +142,13 @@ impl Bench {
             rate: Rate { jobs: n, secs: end.secs, wal_bytes: p.wal_bytes },
             claim,
             finish,
-            costs: Costs { index_entries: p.index_entries, round_trips: statements, statements, table: p.table },
+            costs: Costs {
+                index_entries: p.index_entries,
+                round_trips: statements,
+                statements,
+                table: p.table,
+                server_cpu_us: p.server_cpu_us,
+            },
         })
     }
 }

@@ -27,6 +27,17 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
         format!("drain_jobs_per_s_{}x{}", args.mp_processes, args.mp_concurrency),
         json!(f(r.multi.as_ref().map(|m| m.rate.per_s()))),
     );
+    if args.mp_processes > 1 {
+        o.insert(
+            format!("drain_jobs_per_s_1x{}", args.mp_concurrency),
+            json!(f(r.multi_1.as_ref().map(|m| m.rate.per_s()))),
+        );
+    }
+    o.insert("drain_exposure_jobs_per_s".into(), json!(f(r.exposure.as_ref().map(|d| d.rate.per_s()))));
+    o.insert(
+        "drain_exposure_vs_raw_b500".into(),
+        json!(f3(vs_raw(r.exposure.as_ref(), r).iter().find(|(n, _)| *n == "raw_b500").and_then(|(_, v)| *v))),
+    );
     o.insert("raw_drain_jobs_per_s".into(), json!(f(r.raw.as_ref().map(|x| x.rate.per_s()))));
     o.insert("raw_min_drain_jobs_per_s".into(), json!(f(r.raw_min.as_ref().map(|x| x.rate.per_s()))));
     o.insert("raw_b500_drain_jobs_per_s".into(), json!(f(r.raw_b500.as_ref().map(|x| x.rate.per_s()))));
@@ -86,6 +97,7 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
         })
         .collect();
     o.insert("per_job".into(), Value::Object(per_job));
+    o.insert("server_cpu_note".into(), json!(r.server_cpu_note));
     let by_c: BTreeMap<String, f64> =
         r.drains.iter().map(|d| (d.concurrency.to_string(), round1(d.rate.per_s()))).collect();
     o.insert("drain_jobs_per_s_by_concurrency".into(), json!(by_c));
@@ -98,6 +110,7 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
         v
     };
     o.insert("drains".into(), Value::Array(r.drains.iter().map(drain_json).collect()));
+    o.insert("drain_exposure".into(), json!(r.exposure.as_ref().map(drain_json)));
     o.insert("capped".into(), json!(r.capped.as_ref().map(drain_json)));
     o.insert("capped_slow".into(), json!(r.capped_slow.as_ref().map(drain_json)));
     o.insert("capped_spread".into(), json!(r.capped_spread.as_ref().map(drain_json)));
@@ -135,13 +148,15 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
             "wal_bytes": h.wal_bytes, "index_entries": h.index_entries,
         }))),
     );
-    o.insert(
-        "multi_process".into(),
-        json!(r.multi.as_ref().map(|m| json!({
+    let multi_json = |m: &crate::figures::MultiFigures| {
+        json!({
             "processes": m.processes, "concurrency": m.concurrency, "jobs": m.rate.jobs,
             "seconds": round3(m.rate.secs), "jobs_per_s": round1(m.rate.per_s()), "per_process": m.per_process,
-        }))),
-    );
+            "server_cpu_us_per_job": m.server_cpu_per_job().map(round1),
+        })
+    };
+    o.insert("multi_process".into(), json!(r.multi.as_ref().map(multi_json)));
+    o.insert("multi_process_1".into(), json!(r.multi_1.as_ref().map(multi_json)));
     o.insert(
         "fills".into(),
         Value::Array(
@@ -236,7 +251,7 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
 
 /// The keys a full run puts at the top level of its JSON line (the default settings).
 #[cfg(test)]
-pub(crate) const HEADLINE_KEYS: [&str; 36] = [
+pub(crate) const HEADLINE_KEYS: [&str; 39] = [
     "enqueue_jobs_per_s",
     "enqueue_single_concurrent_jobs_per_s",
     "raw_insert_single_concurrent_per_s",
@@ -245,6 +260,9 @@ pub(crate) const HEADLINE_KEYS: [&str; 36] = [
     "drain_jobs_per_s_c8",
     "drain_jobs_per_s_c64",
     "drain_jobs_per_s_4x8",
+    "drain_jobs_per_s_1x8",
+    "drain_exposure_jobs_per_s",
+    "drain_exposure_vs_raw_b500",
     "raw_drain_jobs_per_s",
     "raw_min_drain_jobs_per_s",
     "raw_b500_drain_jobs_per_s",
@@ -291,6 +309,12 @@ mod tests {
         assert_eq!(j["drain_jobs_per_s"], json!(900.0));
         assert_eq!(j["drain_jobs_per_s_c64"], json!(2000.0));
         assert_eq!(j["drain_jobs_per_s_4x8"], json!(1200.0));
+        assert_eq!(
+            (j["drain_jobs_per_s_1x8"].clone(), j["drain_exposure_jobs_per_s"].clone()),
+            (json!(1000.0), json!(1000.0))
+        );
+        assert_eq!(j["multi_process"]["server_cpu_us_per_job"], json!(100.0));
+        assert_eq!(j["per_job"]["chokaq_drain"]["server_cpu_us"], json!(888.9));
         assert_eq!(j["drain_jobs_per_s_by_concurrency"]["1"], json!(100.0));
         assert_eq!(j["capped_efficiency_h5"], json!(0.875));
         assert_eq!(
@@ -349,11 +373,11 @@ mod tests {
         assert_eq!(j["capped"]["drain_vs_raw"], json!(3.0));
         assert_eq!((j["raw_b500"]["batch"].clone(), j["settings"]["raw_b500_batch"].clone()), (json!(500), json!(500)));
         let names: Vec<&str> = j["targets"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
-        for t in ["drain_vs_raw", "drain_vs_raw_b500", "drain_wal_per_job", "capped_spread_efficiency_h5"] {
+        for t in ["drain_vs_raw", "drain_exposure_vs_raw_b500", "drain_wal_per_job", "capped_spread_efficiency_h5"] {
             assert!(names.contains(&t), "target {t} missing: {names:?}");
         }
-        for col in ["chokaq_drain", "raw", "raw_min", "raw_b500"] {
-            for k in ["wal_bytes", "index_entries", "round_trips", "statements", "hot_share"] {
+        for col in ["chokaq_drain", "chokaq_exposure", "raw", "raw_min", "raw_b500"] {
+            for k in ["wal_bytes", "index_entries", "round_trips", "statements", "hot_share", "server_cpu_us"] {
                 assert!(j["per_job"][col][k].is_number(), "per_job.{col}.{k}");
             }
         }

@@ -33,11 +33,13 @@ fn vs_raw(d: Option<&DrainFigures>, r: &Results) -> [(&'static str, Option<f64>)
 
 /// The columns of the cost table: name, per-job figures and table counters of the main
 /// drain and of each raw loop.
-fn per_job_columns(r: &Results) -> [(&'static str, Option<PerJob>, Option<TableCounts>); 4] {
+fn per_job_columns(r: &Results) -> [(&'static str, Option<PerJob>, Option<TableCounts>); 5] {
     let raw = |x: &Option<RawFigures>| x.as_ref().map(|x| x.costs.per_job(&x.rate));
     let table = |x: &Option<RawFigures>| x.as_ref().and_then(|x| x.costs.table);
+    let exposure = r.exposure.as_ref();
     [
         ("chokaq_drain", r.main_drain().map(|d| d.costs.per_job(&d.rate)), r.main_drain().and_then(|d| d.costs.table)),
+        ("chokaq_exposure", exposure.map(|d| d.costs.per_job(&d.rate)), exposure.and_then(|d| d.costs.table)),
         ("raw", raw(&r.raw), table(&r.raw)),
         ("raw_min", raw(&r.raw_min), table(&r.raw_min)),
         ("raw_b500", raw(&r.raw_b500), table(&r.raw_b500)),
@@ -54,7 +56,13 @@ pub(crate) fn sample_results() -> Results {
     let rate = |jobs: u64, secs: f64| Rate { jobs, secs, wal_bytes: jobs as i64 * 1000 };
     let p50 = |ms: f64| Latency { p50: ms, ..Default::default() };
     let table = |upd: i64, hot: i64| Some(TableCounts { updates: upd, hot_updates: hot, ..Default::default() });
-    let costs = Costs { index_entries: Some(8_000), round_trips: 100, statements: 100, table: table(2_000, 0) };
+    let costs = Costs {
+        index_entries: Some(8_000),
+        round_trips: 100,
+        statements: 100,
+        table: table(2_000, 0),
+        server_cpu_us: Some(800_000),
+    };
     let drain = |c: u32, per_s: u64| DrainFigures {
         workers: 1,
         concurrency: c,
@@ -84,7 +92,21 @@ pub(crate) fn sample_results() -> Results {
         ],
         scheduled: Some(ScheduledFigures { scheduled: 1_000_000, due: 5, all_queues: p50(40.0) }),
         pickup: Some(PickupFigures { latency: p50(4.0), ..Default::default() }),
-        multi: Some(MultiFigures { processes: 4, concurrency: 8, rate: rate(1200, 1.0), per_process: vec![300; 4] }),
+        multi: Some(MultiFigures {
+            processes: 4,
+            concurrency: 8,
+            rate: rate(1200, 1.0),
+            per_process: vec![300; 4],
+            server_cpu_us: Some(120_000),
+        }),
+        multi_1: Some(MultiFigures {
+            processes: 1,
+            concurrency: 8,
+            rate: rate(1000, 1.0),
+            per_process: vec![1000],
+            server_cpu_us: Some(90_000),
+        }),
+        exposure: Some(DrainFigures { exposure: Some((500, 500)), ..drain(8, 1000) }),
         keyed: Some(KeyedFigures {
             keys: 1000,
             cap: 2,

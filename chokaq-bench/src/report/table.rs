@@ -123,11 +123,19 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
             ),
         );
     }
-    if let Some(m) = &r.multi {
+    if let Some(d) = &r.exposure {
+        let (l, u) = d.exposure.unwrap_or_default();
+        row(&format!("drain, {} slots, lookahead {l}, unwritten {u}", d.concurrency), &d.rate, drain_notes(d));
+    }
+    for m in [&r.multi_1, &r.multi].into_iter().flatten() {
         row(
             &format!("multi-process, {} x {} slots", m.processes, m.concurrency),
             &m.rate,
-            format!("per process {:?} (the example's own clock, enqueue included)", m.per_process),
+            format!(
+                "per process {:?}, server CPU {} us/job (the example's own clock and whole run, enqueue included)",
+                m.per_process,
+                opt(m.server_cpu_per_job(), 1)
+            ),
         );
     }
     for (label, rate) in &r.fill {
@@ -137,10 +145,10 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
     let per_job = per_job_columns(r);
     if per_job.iter().any(|(_, p, _)| p.is_some()) {
         println!();
-        let cells = |c: [String; 4]| format!("{:>14} {:>14} {:>14} {:>14}", c[0], c[1], c[2], c[3]);
-        let heads = ["chokaq drain", "raw loop", "raw_min loop", "raw_b500 loop"].map(String::from);
+        let cells = |c: [String; 5]| format!("{:>14} {:>14} {:>14} {:>14} {:>14}", c[0], c[1], c[2], c[3], c[4]);
+        let heads = ["chokaq drain", "exposure drain", "raw loop", "raw_min loop", "raw_b500 loop"].map(String::from);
         println!("{:<36} {}", "cost per job", cells(heads));
-        println!("{}", "-".repeat(100));
+        println!("{}", "-".repeat(111));
         let line = |name: &str, f: &dyn Fn(&PerJob) -> Option<f64>, digits: usize| {
             println!("{:<36} {}", name, cells(per_job.map(|(_, p, _)| opt(p.as_ref().and_then(f), digits))));
         };
@@ -148,8 +156,12 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
         line("index entries/job", &|p| p.index_entries, 2);
         line("round trips/job", &|p| Some(p.round_trips), 3);
         line("statements/job", &|p| Some(p.statements), 3);
+        line("server CPU us/job", &|p| p.server_cpu_us, 1);
         let hot = per_job.map(|(_, _, t)| opt(t.and_then(|t| t.hot_share()), 3));
         println!("{:<36} {}", "HOT share of updates", cells(hot));
+        if let Some(why) = &r.server_cpu_note {
+            println!("(server CPU not measured: {why})");
+        }
     }
     let any_latency = !r.claims.is_empty()
         || r.pickup.is_some()

@@ -83,7 +83,8 @@ impl Claimer {
     ) -> Self {
         let Parts { wake, executor, leases, lookahead, completer, outcomes, counters } = parts;
         let lookahead_max = if cfg.prefetch == 0 {
-            cfg.lookahead.unwrap_or(cfg.concurrency.saturating_mul(4)).min(MAX_CLAIM_LIMIT) as usize
+            let default = cfg.unwritten_cap().saturating_mul(2).min(MAX_CLAIM_LIMIT as usize) as u32;
+            cfg.lookahead.unwrap_or(default).min(MAX_CLAIM_LIMIT) as usize
         } else {
             0
         };
@@ -102,7 +103,12 @@ impl Claimer {
             lookahead_wait: cfg.lookahead_wait,
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
-            backlog_bound: backlog_bound(cfg.concurrency as usize, cfg.prefetch as usize, lookahead_max),
+            backlog_bound: backlog_bound(
+                cfg.unwritten_cap(),
+                cfg.concurrency as usize,
+                cfg.prefetch as usize,
+                lookahead_max,
+            ),
             wake,
             executor,
             leases,
@@ -539,10 +545,11 @@ pub(super) fn caps_fill_slots(queues: &[QueueName], settings: &[QueueSettings], 
 }
 
 /// The back-pressure bound: unwritten outcomes plus held jobs (running, prefetched,
-/// look-ahead) never exceed 2 x `concurrency` plus what the worker can hold, so a stalled
-/// outcome writer leaves at most this many finished, unwritten jobs.
-pub(super) fn backlog_bound(concurrency: usize, prefetch: usize, lookahead_max: usize) -> usize {
-    2 * concurrency + concurrency + prefetch + lookahead_max
+/// look-ahead) never exceed the unwritten-outcome bound (`unwritten`, 2 x `concurrency` by
+/// default) plus what the worker can hold, so a stalled outcome writer leaves at most
+/// `unwritten` finished, unwritten jobs.
+pub(super) fn backlog_bound(unwritten: usize, concurrency: usize, prefetch: usize, lookahead_max: usize) -> usize {
+    unwritten + concurrency + prefetch + lookahead_max
 }
 
 /// How many look-ahead jobs to hold: what the slots get through in two claim round trips,

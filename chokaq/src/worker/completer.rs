@@ -77,7 +77,7 @@ pub(super) struct Completer {
     max: usize,
     /// Longest a finished job waits for its batch.
     flush_every: Duration,
-    /// Flush at once when this many wait (2 x `concurrency`), unless cap-bound.
+    /// Flush at once when this many wait (the unwritten-outcome bound), unless cap-bound.
     early: usize,
     /// Finished jobs waiting for their completion write, oldest first.
     queue: Mutex<VecDeque<Completion>>,
@@ -107,7 +107,7 @@ impl Completer {
             worker,
             max: cfg.completion_batch,
             flush_every: cfg.completion_flush,
-            early: 2 * cfg.concurrency as usize,
+            early: cfg.unwritten_cap(),
             queue: Mutex::new(VecDeque::new()),
             queued: Notify::new(),
             cap_bound: AtomicBool::new(false),

@@ -28,6 +28,12 @@ pub struct WorkerConfig {
     /// Most started jobs held beyond the running ones when `prefetch` is 0 (the buffer adapts
     /// below it); `None` = 4 x `concurrency`.
     pub lookahead: Option<u32>,
+    /// Most finished jobs whose outcome is not yet written, counted with the running handlers,
+    /// per process (`concurrency` to 100,000); `None` = 2 x `concurrency`. A crash of the
+    /// process runs at most this many finished jobs again (their leases expire unwritten). It
+    /// also sets the default look-ahead (2 x this) and how many finished jobs the outcome
+    /// writer waits for before it writes early.
+    pub unwritten_outcomes: Option<u32>,
     /// How long a look-ahead job may wait for a slot before it is released for other workers;
     /// `None` = adaptive (four average job runs or claim round trips, 20 to 250 ms).
     pub lookahead_wait: Option<Duration>,
@@ -67,6 +73,7 @@ impl Default for WorkerConfig {
             concurrency: 10,
             prefetch: 0,
             lookahead: None,
+            unwritten_outcomes: None,
             lookahead_wait: None,
             poll_interval: Duration::from_secs(1),
             min_poll_interval: Duration::from_millis(20),
@@ -162,6 +169,17 @@ impl WorkerBuilder {
     /// counted) at shutdown. 0 claims only free slots.
     pub fn lookahead(mut self, n: u32) -> Self {
         self.config.lookahead = Some(n);
+        self
+    }
+
+    /// The most finished, unwritten outcomes per process, counted with the running handlers
+    /// (`concurrency` to 100,000). Default 2 x `concurrency`: a crash runs at most that many
+    /// finished jobs again. A larger bound lets a drain of many cheap jobs write their outcomes
+    /// in larger batches (fewer commits per job on the database) at the price of more re-runs
+    /// after a crash: set it only for idempotent jobs (`docs/runtime.md`, "Exposure"). The
+    /// default look-ahead follows it (2 x this bound, at most 1000).
+    pub fn unwritten_outcomes(mut self, n: u32) -> Self {
+        self.config.unwritten_outcomes = Some(n);
         self
     }
 
@@ -349,6 +367,17 @@ fn within_limit(name: &str, d: Duration) -> Result<()> {
 /// The longest completion flush interval (`completion_batching`): it is a batching window.
 const MAX_COMPLETION_FLUSH: Duration = Duration::from_secs(10);
 
+/// The largest [`WorkerConfig::unwritten_outcomes`].
+const MAX_UNWRITTEN_OUTCOMES: u32 = 100_000;
+
+impl WorkerConfig {
+    /// The most finished, unwritten outcomes plus running handlers of this worker:
+    /// [`WorkerConfig::unwritten_outcomes`], else 2 x `concurrency`.
+    pub fn unwritten_cap(&self) -> usize {
+        self.unwritten_outcomes.unwrap_or(self.concurrency.saturating_mul(2)) as usize
+    }
+}
+
 /// The range and consistency checks of the numeric settings.
 fn check(c: &WorkerConfig) -> Result<()> {
     let m = &c.maintenance;
@@ -377,6 +406,12 @@ fn check(c: &WorkerConfig) -> Result<()> {
     }
     if c.prefetch > MAX_CLAIM_LIMIT {
         return Err(Error::invalid(format!("prefetch must be 0 to {MAX_CLAIM_LIMIT}, got {}", c.prefetch)));
+    }
+    if let Some(n) = c.unwritten_outcomes.filter(|n| *n < c.concurrency || *n > MAX_UNWRITTEN_OUTCOMES) {
+        return Err(Error::invalid(format!(
+            "unwritten outcomes must be {} (the concurrency) to {MAX_UNWRITTEN_OUTCOMES}, got {n}",
+            c.concurrency
+        )));
     }
     if let Some(n) = c.lookahead.filter(|n| *n > MAX_CLAIM_LIMIT) {
         return Err(Error::invalid(format!("lookahead must be 0 to {MAX_CLAIM_LIMIT}, got {n}")));

@@ -21,6 +21,22 @@ fn lookahead_out_of_range_is_invalid_input() {
     assert_eq!(e.kind(), chokaq_core::ErrorKind::InvalidInput);
 }
 
+/// The unwritten-outcome bound: `concurrency` to 100,000, 2 x `concurrency` by default, and
+/// the default look-ahead follows it (2 x the bound, at most 1000).
+#[test]
+fn unwritten_outcomes_range_and_default() {
+    for (c, n) in [(4, 3), (4, 100_001), (10, 0)] {
+        let e = builder().concurrency(c).unwritten_outcomes(n).build().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "concurrency {c}, unwritten {n}");
+        assert!(e.to_string().contains("unwritten outcomes must be"), "{e}");
+    }
+    assert_eq!(builder().concurrency(4).build().unwrap().config().unwritten_cap(), 8);
+    let w = builder().concurrency(4).unwritten_outcomes(4).build().unwrap();
+    assert_eq!(w.config().unwritten_cap(), 4);
+    let w = builder().concurrency(8).unwritten_outcomes(100_000).build().unwrap();
+    assert_eq!(w.config().unwritten_cap(), 100_000);
+}
+
 /// Queues: `"default"` when none is given, duplicates dropped, order kept; queue timeouts
 /// land in the config by queue.
 #[test]

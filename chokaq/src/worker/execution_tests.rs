@@ -364,3 +364,53 @@ async fn unwritten_outcomes_stay_within_twice_the_slots() {
         assert_eq!(report.completed, 300, "lookahead {lookahead:?}: {report:?}");
     }
 }
+
+/// Rule 7 at a non-default bound (`unwritten_outcomes(40)`, 4 slots, default look-ahead 80):
+/// with outcome writes stalled, exactly 40 jobs finish and stay unwritten (not the default 8,
+/// and never more), then every job is archived once writes resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwritten_outcomes_stay_within_a_set_bound() {
+    let b = Arc::new(Faulty::default());
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f2 = finished.clone();
+    let dynb: Arc<dyn Backend> = b.clone();
+    let bound = 40usize;
+    let w = Worker::builder(dynb)
+        .concurrency(4)
+        .unwritten_outcomes(bound as u32)
+        .maintenance(no_maintenance())
+        .poll_interval(Duration::from_millis(20))
+        .min_poll_interval(Duration::from_millis(5))
+        .register_raw("t", move |_p, _ctx: JobContext| {
+            let f = f2.clone();
+            async move {
+                f.fetch_add(1, Ordering::AcqRel);
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    b.stall(true);
+    b.enqueue_many(jobs("default", 300)).await.unwrap();
+    let report = run_until(w, || async {
+        let out = async {
+            wait_until("40 finished", Duration::from_secs(10), || async { finished.load(Ordering::Acquire) >= bound })
+                .await?;
+            // Held there: nothing more begins while 40 outcomes wait.
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(300) {
+                let n = finished.load(Ordering::Acquire);
+                ensure!(n == bound, "{n} finished, unwritten outcomes with writes stalled; the bound is {bound}");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Ok(())
+        }
+        .await;
+        b.stall(false);
+        out?;
+        wait_until("300 archived", Duration::from_secs(20), || async { b.stats().await.unwrap().archived == 300 }).await
+    })
+    .await
+    .unwrap();
+    assert_eq!((report.completed, finished.load(Ordering::Acquire)), (300, 300), "{report:?}");
+}

@@ -259,7 +259,7 @@ impl Worker {
             starting: AtomicU64::new(0),
             suspect_until: std::sync::Mutex::new(None),
             hold_fresh_us: AtomicU64::new(hold_fresh(&cfg.queues, cfg.heartbeat_interval, &settings).as_micros() as u64),
-            unwritten_cap: 2 * cfg.concurrency as usize,
+            unwritten_cap: cfg.unwritten_cap(),
             concurrency: cfg.concurrency as usize,
             span: tracing::info_span!("chokaq.worker", worker = %worker),
         });

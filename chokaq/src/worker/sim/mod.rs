@@ -13,7 +13,8 @@
 //!   a rate limit in any window (its length less the longest reply delay);
 //! * no job is dead-lettered without a run unless cancelled; attempts count runs; a poison job
 //!   crashes its process at most `max_attempts + 1` times;
-//! * a live process never has more than `2 x concurrency` finished, unwritten outcomes;
+//! * a live process never has more than its unwritten-outcome bound (`2 x concurrency` unless
+//!   the plan sets `unwritten_outcomes`) of finished, unwritten outcomes;
 //! * once the faults stop, every job becomes final (archived or dead), none is lost, and only a
 //!   lease whose handler returned `Ok` archives its job.
 //!
@@ -120,12 +121,11 @@ fn random_plan(seed: u64) -> Plan {
                 Vec::new()
             };
             let prefetch = if (themed && theme == Theme::Stalls) || r.gen_bool(0.15) { r.gen_range(1..=6) } else { 0 };
-            ProcPlan {
-                at: if r.gen_bool(0.5) { Duration::ZERO } else { Duration::from_millis(r.gen_range(0..500)) },
-                concurrency: r.gen_range(1..=3),
-                prefetch,
-                windows,
-            }
+            let at = if r.gen_bool(0.5) { Duration::ZERO } else { Duration::from_millis(r.gen_range(0..500)) };
+            let concurrency = r.gen_range(1..=3);
+            // A quarter of the processes set their own unwritten-outcome bound (issue 38).
+            let unwritten = r.gen_bool(0.25).then(|| r.gen_range(concurrency..=4 * concurrency));
+            ProcPlan { at, concurrency, prefetch, unwritten, windows }
         })
         .collect();
     Plan {

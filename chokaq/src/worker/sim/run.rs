@@ -68,6 +68,8 @@ pub(super) struct ProcPlan {
     pub(super) at: Duration,
     pub(super) concurrency: u32,
     pub(super) prefetch: u32,
+    /// `unwritten_outcomes` (None: the default, 2 x `concurrency`).
+    pub(super) unwritten: Option<u32>,
     pub(super) windows: Vec<(Duration, Duration, Window)>,
 }
 
@@ -223,13 +225,18 @@ async fn simulate(plan: &Plan) -> Outcome {
 /// Starts a process: the real worker over its own fault layer.
 fn spawn_proc(world: &Arc<World>, pp: &ProcPlan, queues: &[String], broken: &[Broken]) -> usize {
     let worker = WorkerId::random();
-    let p = world.register_proc(worker, pp.concurrency, pp.prefetch, pp.windows.clone());
+    let bound = pp.unwritten.unwrap_or(2 * pp.concurrency);
+    let p = world.register_proc(worker, bound, pp.prefetch, pp.windows.clone());
     for b in broken {
         BROKEN.lock().unwrap().push((worker, *b));
     }
     let backend: Arc<dyn Backend> = Arc::new(SimBackend { world: world.clone(), p });
     let w = world.clone();
-    let built = Worker::builder(backend)
+    let mut builder = Worker::builder(backend);
+    if let Some(n) = pp.unwritten {
+        builder = builder.unwritten_outcomes(n);
+    }
+    let built = builder
         .worker_id(worker)
         .queues(queues.iter().cloned())
         .concurrency(pp.concurrency)
@@ -248,7 +255,7 @@ fn spawn_proc(world: &Arc<World>, pp: &ProcPlan, queues: &[String], broken: &[Br
         let _ = built.run(CancellationToken::new()).await;
     });
     world.procs.lock().unwrap()[p].task = Some(task);
-    world.log(format!("start p{p} concurrency {} prefetch {}", pp.concurrency, pp.prefetch));
+    world.log(format!("start p{p} concurrency {} prefetch {} unwritten bound {bound}", pp.concurrency, pp.prefetch));
     p
 }
 

@@ -24,7 +24,7 @@ fn job(at_ms: u64, queue: &str, ms: u64) -> JobPlan {
 }
 
 fn proc(at_ms: u64, concurrency: u32, prefetch: u32) -> ProcPlan {
-    ProcPlan { at: Duration::from_millis(at_ms), concurrency, prefetch, windows: Vec::new() }
+    ProcPlan { at: Duration::from_millis(at_ms), concurrency, prefetch, unwritten: None, windows: Vec::new() }
 }
 
 /// A plan without random faults, crashes or operator actions.

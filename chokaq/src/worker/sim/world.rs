@@ -202,7 +202,7 @@ impl World {
     pub(super) fn register_proc(
         &self,
         worker: WorkerId,
-        concurrency: u32,
+        unwritten_bound: u32,
         prefetch: u32,
         windows: Vec<(Duration, Duration, Window)>,
     ) -> usize {
@@ -211,7 +211,7 @@ impl World {
         let p = procs.len();
         procs.push(Proc { dead: false, prefetch, started, windows, task: None });
         self.by_worker.lock().unwrap().insert(worker, p);
-        self.check.lock().unwrap().unwritten_bound.insert(p, 2 * concurrency as usize);
+        self.check.lock().unwrap().unwritten_bound.insert(p, unwritten_bound as usize);
         p
     }
 
