@@ -17,8 +17,9 @@ use sqlx::Connection;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const RUNNER: &str = env!("CARGO_BIN_EXE_chokaq-conformance");
-/// Per-run limit: the whole suite takes about 7 s on the 2-core dev machine.
-const RUN_LIMIT: Duration = Duration::from_secs(50);
+/// Per-run limit, a guard against a hang: the whole suite takes about 7 s on the 2-core dev
+/// machine when it is quiet, and over 50 s beside other test binaries and builds.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
 
 fn url() -> String {
     std::env::var("CHOKAQ_TEST_POSTGRES_URL").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| DEFAULT_URL.into())
