@@ -3,9 +3,10 @@
 #
 #   scripts/test.sh [extra cargo test args]
 #
-# With no arguments it builds every test binary once, then runs the outage test
-# (chokaq/tests/outage.rs, throwaway PostgreSQL clusters of its own) beside all the others; with
-# arguments it runs `cargo test --workspace --all-features ARGS` as it is.
+# With no arguments it builds every test binary once, then runs them CHOKAQ_TEST_JOBS at a time
+# (default 2) with the doc tests, and the outage test (chokaq/tests/outage.rs, throwaway
+# PostgreSQL clusters of its own) beside them all; with arguments it runs
+# `cargo test --workspace --all-features ARGS` as it is.
 #
 # PostgreSQL is found, in this order:
 #   1. $CHOKAQ_TEST_POSTGRES_URL;
@@ -272,31 +273,86 @@ if [ "$#" -gt 0 ]; then
     log "cargo test --workspace --all-features $*"
     cargo test --workspace --all-features "$@"
 else
-    # The whole suite. The outage test (chokaq/tests/outage.rs) starts throwaway PostgreSQL
-    # clusters of its own, on ports of their own, and spends most of its ~100 s waiting for
-    # their restarts and stops: it runs beside the other binaries (which share the servers
-    # above) instead of after them. Its output is printed when it ends; either failing fails.
+    # The whole suite, built once, then run CHOKAQ_TEST_JOBS test binaries at a time (default
+    # 2: most tests wait on the databases, so two binaries at once take about half the wall
+    # time of one after the other on a 2-core machine; the tests isolate themselves, as two
+    # CI runs at once must). Each binary runs in its package's directory, as `cargo test` runs
+    # it, the longest first; its output is printed when it ends. The doc tests run as one more
+    # job (`cargo test --doc`). The outage test (chokaq/tests/outage.rs) starts throwaway
+    # PostgreSQL clusters of its own, on ports of their own, and spends most of its ~100 s
+    # waiting for their restarts and stops: it runs beside all of these from the start. Any
+    # failure fails the run, after every binary has run.
     log "cargo test --workspace --all-features --no-run (every test binary, built once)"
-    # (The build's output goes to stderr through the inherited descriptor: `tee /dev/stderr`
-    # would reopen, and so truncate, a log file that stderr is redirected to.)
-    build_log=$(mktemp)
-    cargo test --workspace --all-features --no-run 2>&1 | tee "$build_log" >&2
-    outage_bin=$(sed -n 's|^ *Executable tests/outage.rs (\(.*\))$|\1|p' "$build_log" | head -n 1)
-    rm -f "$build_log"
-    [ -n "$outage_bin" ] || { log "error: no outage test binary in the build's output"; exit 1; }
-    case "$outage_bin" in /*) ;; *) outage_bin="$PWD/$outage_bin" ;; esac
-    outage_log=$(mktemp)
+    run_dir=$(mktemp -d)
+    cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics >"$run_dir/build.json"
+    # One line per test binary: order key, package directory, binary, label.
+    python3 - "$run_dir/build.json" >"$run_dir/bins" <<'PY'
+import json, os, sys
+# Binaries known to take longest (seconds on a quiet 2-core machine), so they start first.
+LONG = {"chokaq-mssql/grammar": 150, "chokaq-postgres/concurrency": 100, "chokaq-mysql/grammar": 90,
+        "chokaq-postgres/grammar": 80, "chokaq/lib": 75, "chokaq-postgres/conformance": 55,
+        "chokaq-mysql/conformance": 50, "chokaq-bench/chokaq-bench": 45, "chokaq-cli/cli": 40,
+        "chokaq/postgres": 40, "chokaq-conformance/runner": 35, "chokaq-mysql/teeth": 28,
+        "chokaq-postgres/ops": 26, "chokaq-postgres/teeth": 25, "chokaq-sqlite/conformance": 25}
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("profile", {}).get("test") or not m.get("executable"):
+        continue
+    pkg_dir = os.path.dirname(m["manifest_path"])
+    t = m["target"]
+    name = "lib" if t["kind"] == ["lib"] else t["name"]
+    label = f"{os.path.basename(pkg_dir)}/{name}"
+    if label == "chokaq/outage":
+        print(f"outage\t{pkg_dir}\t{m['executable']}\t{label}")
+        continue
+    print(f"{1000 - LONG.get(label, 0):04d}\t{pkg_dir}\t{m['executable']}\t{label}")
+PY
+    outage=$(grep -P '^outage\t' "$run_dir/bins" || true)
+    [ -n "$outage" ] || { log "error: no outage test binary in the build's output"; exit 1; }
+    IFS=$'\t' read -r _ outage_dir outage_bin _ <<<"$outage"
     log "outage test in the background: $outage_bin"
-    (cd chokaq && "$outage_bin") >"$outage_log" 2>&1 &
+    (cd "$outage_dir" && CARGO_MANIFEST_DIR="$outage_dir" "$outage_bin") >"$run_dir/outage.log" 2>&1 &
     outage_pid=$!
-    log "cargo test --workspace --all-features -- --skip outage_"
+    jobs_n=${CHOKAQ_TEST_JOBS:-2}
+    { grep -vP '^outage\t' "$run_dir/bins" | sort; printf '0000\t%s\tdoc\tdoc tests\n' "$PWD"; } \
+        | sort | cut -f2- >"$run_dir/queue"
+    log "$(wc -l <"$run_dir/queue") test jobs (binaries and the doc tests), $jobs_n at a time, --skip outage_"
+    export run_dir
+    run_one() {
+        local dir=$1 bin=$2 label=$3 n rc=0 t0=$SECONDS
+        n=$(printf '%s' "$label" | tr -c 'A-Za-z0-9_-' '_')
+        if [ "$bin" = doc ]; then
+            cargo test --workspace --all-features --doc >"$run_dir/$n.log" 2>&1 || rc=$?
+        else
+            (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$bin" --skip outage_) >"$run_dir/$n.log" 2>&1 || rc=$?
+        fi
+        echo "$rc" >"$run_dir/$n.rc"
+        {
+            flock 9
+            printf '\n[test.sh] ==== %s (exit %s, %s s)\n' "$label" "$rc" "$((SECONDS - t0))"
+            cat "$run_dir/$n.log"
+        } 9>"$run_dir/print.lock"
+    }
+    export -f run_one
+    tr '\t' '\n' <"$run_dir/queue" | xargs -d '\n' -n 3 -P "$jobs_n" bash -c 'run_one "$@"' _ || true
     rc=0
-    cargo test --workspace --all-features -- --skip outage_ || rc=$?
+    failed=$(grep -Lx 0 "$run_dir"/*.rc || true)
+    if [ -n "$failed" ]; then
+        log "FAILED: $(for f in $failed; do basename "$f" .rc; done | tr '\n' ' ')"
+        rc=1
+    fi
+    [ "$(ls "$run_dir"/*.rc | wc -l)" = "$(wc -l <"$run_dir/queue")" ] || { log "error: not every test job ran"; rc=1; }
     outage_rc=0
     wait "$outage_pid" || outage_rc=$?
     log "the outage test (exit $outage_rc):"
-    cat "$outage_log"
-    rm -f "$outage_log"
+    cat "$run_dir/outage.log"
+    # The totals of every binary's `test result:` lines.
+    cat "$run_dir"/*.log | awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
+        END { printf "[test.sh] in all: %d passed, %d failed, %d ignored\n", p, f, g }' >&2
+    rm -rf "$run_dir"
     [ "$rc" = 0 ] || exit "$rc"
     [ "$outage_rc" = 0 ] || exit "$outage_rc"
 fi
