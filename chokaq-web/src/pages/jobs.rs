@@ -136,7 +136,7 @@ pub(super) fn filter_form(ctx: &Ctx, l: &ListJobsParams, action: &str, with_tabl
         }
         s.push_str("</select></label>");
     }
-    let v = |o: Option<String>| esc(&o.unwrap_or_default());
+    let v = |o: Option<String>| html::esc_value(&o.unwrap_or_default());
     let _ = write!(
         s,
         "<label>Queue <input name=\"queue\" value=\"{}\" size=\"12\"></label>\
