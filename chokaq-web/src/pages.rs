@@ -335,11 +335,7 @@ fn schedule_state(r: &chokaq_core::ScheduleRow, now: Timestamp) -> (&'static str
     }
 }
 
-pub async fn schedule_action(
-    State(st): State<Shared>,
-    Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
-) -> Res {
+pub async fn schedule_action(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let (name, action) = (own(&path, "name"), own(&path, "action"));
     let enabled = match action.as_str() {
         "pause" => false,

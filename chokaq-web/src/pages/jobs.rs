@@ -268,7 +268,7 @@ pub async fn api_jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, 
 pub async fn job(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
+    OwnPath(path): OwnPath,
     Query(p): Query<Params>,
 ) -> Res {
     let id = job_id(&ctx, &own(&path, "id"))?;
@@ -368,11 +368,7 @@ pub async fn job(
     Ok(Html(page(&ctx, &format!("Job {id}"), Nav::None, "job", &s)).into_response())
 }
 
-pub async fn api_job(
-    State(st): State<Shared>,
-    Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
-) -> Res {
+pub async fn api_job(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let id = own(&path, "id");
     let id = job_id(&ctx, &id)?;
     match st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? {
@@ -384,7 +380,7 @@ pub async fn api_job(
 pub async fn job_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
+    OwnPath(path): OwnPath,
     body: Bytes,
 ) -> Res {
     let (id, action) = (own(&path, "id"), own(&path, "action"));

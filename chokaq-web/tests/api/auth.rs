@@ -243,7 +243,9 @@ pub(crate) async fn basic_and_no_auth(b: Arc<dyn Backend>) -> TestResult {
     );
     ensure_eq!(call(&app, "GET", "/ops/jobs", &[("authorization", good)], None).await?.status, StatusCode::OK, "basic");
     let s = Session::new(app, PREFIX, Some(good)).login().await?;
-    ensure_eq!(s.post("/queues/web-ba/pause", &[]).await?.status, StatusCode::SEE_OTHER, "basic POST");
+    // create=yes: web-ba has no job (issue 40: no settings for an unknown queue without it).
+    let create = [("create", "yes")];
+    ensure_eq!(s.post("/queues/web-ba/pause", &create).await?.status, StatusCode::SEE_OTHER, "basic POST");
 
     let open = Session::new(mounted(b.clone(), WebOptions::new(Auth::None)), PREFIX, None);
     ensure_eq!(open.get("").await?.status, StatusCode::OK, "Auth::None GET");
