@@ -9,7 +9,8 @@ use crate::Ctx;
 /// Escapes text for HTML element content and quoted attribute values, and shows every
 /// character that could move, hide or break text ([`is_unsafe`]) as its escape, `\u{202e}`,
 /// as the CLI's table cells do (issue 40, L6: an unterminated U+202E in a tags cell reversed
-/// the tags after it). For a value a form sends back unchanged use [`esc_value`].
+/// the tags after it), except `\n` and `\t`. For a value a form sends back unchanged use
+/// [`esc_value`].
 pub fn esc(s: &str) -> String {
     esc_with(s, true)
 }
@@ -24,7 +25,8 @@ fn esc_with(s: &str, visible: bool) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
-            c if visible && is_unsafe(c) => out.extend(c.escape_unicode()),
+            // Line breaks and tabs stay: HTML folds them, and a payload's <pre> needs them.
+            c if visible && is_unsafe(c) && c != '\n' && c != '\t' => out.extend(c.escape_unicode()),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -236,8 +238,8 @@ mod tests {
     #[test]
     fn invisible_and_bidi_characters_are_shown() {
         assert_eq!(
-            esc("a\u{202E}b\u{200B}c\u{2066}\n\u{1b}[2J<"),
-            "a\\u{202e}b\\u{200b}c\\u{2066}\\u{a}\\u{1b}[2J&lt;"
+            esc("a\u{202E}b\u{200B}c\u{2066}\r\u{1b}[2J<\n\tz"),
+            "a\\u{202e}b\\u{200b}c\\u{2066}\\u{d}\\u{1b}[2J&lt;\n\tz"
         );
         assert_eq!(esc("naïve 日本 emoji 🎉"), "naïve 日本 emoji 🎉");
         assert_eq!(esc_value("a\u{202E}\"b"), "a\u{202E}&quot;b");
