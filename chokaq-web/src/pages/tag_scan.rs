@@ -34,7 +34,7 @@ pub async fn list(backend: &dyn Backend, l: &ListJobsParams) -> Result<(JobPage,
             searched += 1;
             // Where to go on from this job: after it, unless it ends the listing.
             let on = if i + 1 == n && page.next.is_none() { None } else { Some(j.id) };
-            if j.tags.iter().any(|t| *t == tag) {
+            if j.tags.contains(&tag) {
                 found.push(j);
             }
             if found.len() >= l.limit as usize || searched >= u64::from(TAG_SCAN_ROWS) {
