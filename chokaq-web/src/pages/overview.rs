@@ -119,7 +119,17 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
             ));
         }
         if let Some(l) = q.lag_seconds.filter(|l| *l > st.opts.lag_warning.as_secs_f64()) {
-            problems.push(format!("<li class=\"warn\">{qh}: oldest due job waiting {}</li>", dur(l)));
+            match q.rate_limit.filter(|_| window_full(q)) {
+                // Throttled: the limit holds the jobs back, as asked (issue 40).
+                Some(r) => problems.push(format!(
+                    "<li class=\"info\" data-throttled=\"{}\">{qh}: throttled, its rate limit's window is full \
+                     ({}): due jobs wait for the next window, oldest waiting {}</li>",
+                    esc(&q.queue),
+                    esc(&crate::html::rate(&r)),
+                    dur(l)
+                )),
+                None => problems.push(format!("<li class=\"warn\">{qh}: oldest due job waiting {}</li>", dur(l))),
+            }
         }
         if q.is_paused {
             problems.push(format!("<li class=\"warn\">{qh}: paused</li>"));
@@ -173,6 +183,7 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
     }
     for q in &d.queues {
         let qe = enc(&q.queue);
+        let full = window_full(q);
         let _ = write!(
             s,
             "<tr data-queue=\"{}\"><td><a href=\"{b}/queues/{qe}\">{}</a></td><td>{}</td>\
@@ -184,7 +195,9 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
              <td class=\"n\" data-col=\"done\">{}</td><td>{}</td></tr>",
             esc(&q.queue),
             esc(&q.queue),
-            state_badges(q.is_paused, q.is_active, q.max_workers) + &limit_badges(q.key_max_workers, q.rate_limit),
+            state_badges(q.is_paused, q.is_active, q.max_workers)
+                + &limit_badges(q.key_max_workers, q.rate_limit)
+                + if full { " <span class=\"badge\" data-limit=\"window-full\">window full</span>" } else { "" },
             num(q.pending),
             num(q.fetched),
             num(q.processing),
@@ -192,7 +205,7 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
             num(q.failed),
             num(q.cancelled),
             archived(q.archived, q.archived_estimated),
-            lag_class(st, q.lag_seconds),
+            if full { "throttled" } else { lag_class(st, q.lag_seconds) },
             q.lag_seconds.map(dur).unwrap_or_else(empty),
             q.finished_last_hour.map(num).unwrap_or_else(empty),
             q.per_minute.as_ref().map(chart::spark).unwrap_or_default(),
@@ -210,6 +223,29 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
         }
     );
     s
+}
+
+/// Whether a queue's queue-wide rate limit is what holds its due jobs back: jobs wait, and as
+/// many started in the last window as the limit allows. Read from the last hour's per-minute
+/// throughput (jobs done or failed, by the minute they finished), so approximate: a window of
+/// a minute or more is full when the minutes it spans hold `jobs` finishes; a shorter one when
+/// the busier of the last two minutes ran at 90 % of the limit's rate or more.
+pub(super) fn window_full(q: &data::QueueRow) -> bool {
+    let (Some(r), Some(s)) = (q.rate_limit, q.per_minute.as_ref()) else { return false };
+    let per_ms = u64::try_from(r.per.as_millis()).unwrap_or(u64::MAX);
+    let n = s.done.len();
+    if r.by_key || q.pending == 0 || per_ms == 0 || n == 0 {
+        return false;
+    }
+    let finished = |i: usize| s.done[i] + s.failed[i];
+    if per_ms >= 60_000 {
+        let minutes = usize::try_from(per_ms.div_ceil(60_000)).unwrap_or(usize::MAX).min(n);
+        (n - minutes..n).map(finished).sum::<u64>() >= u64::from(r.jobs)
+    } else {
+        let per_minute = u64::from(r.jobs).saturating_mul(60_000) / per_ms;
+        let recent = (n.saturating_sub(2)..n).map(finished).max().unwrap_or(0);
+        recent.saturating_mul(10) >= per_minute.saturating_mul(9)
+    }
 }
 
 /// The per-key cap and the rate limit as badges (nothing when the queue has neither).
