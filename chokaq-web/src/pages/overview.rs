@@ -39,15 +39,23 @@ pub(super) fn lag_class(st: &Shared, lag: Option<f64>) -> &'static str {
     }
 }
 
-/// An archived count, marked `~` (with a tooltip) when it is an estimate.
-pub(super) fn archived(n: u64, estimated: bool) -> String {
-    if estimated {
-        format!(
+/// An archived count, marked `~` (with a tooltip) when it is an estimate. An estimate below
+/// what the archive is known to hold, `at_least` (the jobs done in the last hour, which the
+/// throughput reads from the archive itself), is stale (a fresh install: the planner's
+/// statistics not gathered yet, so the backend's floor of 1,001) and is shown as that lower
+/// bound instead, `≥30,000` (issue 40: `~1,001` beside 30,000 done that hour).
+pub(super) fn archived(n: u64, estimated: bool, at_least: Option<u64>) -> String {
+    match (estimated, at_least) {
+        (true, Some(min)) if min > n => format!(
+            "<span class=\"est\" data-stale=\"1\" title=\"at least this many: the jobs done in the last hour; \
+             the planner's statistics are not gathered yet (ANALYZE); exact on the queue page\">≥{}</span>",
+            num(min)
+        ),
+        (true, _) => format!(
             "<span class=\"est\" title=\"estimate (planner statistics); exact on the queue page\">~{}</span>",
             num(n)
-        )
-    } else {
-        num(n)
+        ),
+        (false, _) => num(n),
     }
 }
 
@@ -81,7 +89,11 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
         &mut s,
         "archived",
         "Archived",
-        archived(t.archived, t.archived_estimated),
+        archived(
+            t.archived,
+            t.archived_estimated,
+            d.queues.iter().map(|q| q.finished_last_hour).sum::<Option<u64>>().filter(|_| !d.queues.is_empty()),
+        ),
         "",
         format!("{b}/jobs?table=archive"),
     );
@@ -204,7 +216,7 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
             if q.failed > 0 { "bad" } else { "" },
             num(q.failed),
             num(q.cancelled),
-            archived(q.archived, q.archived_estimated),
+            archived(q.archived, q.archived_estimated, q.finished_last_hour),
             if full { "throttled" } else { lag_class(st, q.lag_seconds) },
             q.lag_seconds.map(dur).unwrap_or_else(empty),
             q.finished_last_hour.map(num).unwrap_or_else(empty),
