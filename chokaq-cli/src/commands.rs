@@ -102,6 +102,7 @@ impl Cx {
             }
         };
         let options = chokaq_web::WebOptions::new(auth).read_only(args.read_only).secure_cookie(args.secure_cookie);
+        let options = args.limits.apply(options);
         chokaq_web::check_listen(args.listen, &options)?;
         // Bound first, then announced (issue 40): a port in use is an error that says so, and
         // "serving" is never printed for a dashboard that does not listen.
@@ -114,6 +115,7 @@ impl Cx {
             Failure::new(Exit::Unavailable, what).hint("choose another address with --listen, or stop what holds it")
         })?;
         eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
+        args.limits.init_log();
         chokaq_web::serve_on(self.backend.clone(), listener, options, shutdown_signal()).await?;
         eprintln!("chokaq web: stopped");
         Ok(Exit::Ok)

@@ -9,6 +9,7 @@ mod commands;
 mod dead;
 mod output;
 mod parse;
+mod web_flags;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -201,6 +202,8 @@ pub struct WebArgs {
     /// in front).
     #[arg(long)]
     pub secure_cookie: bool,
+    #[command(flatten)]
+    pub limits: web_flags::WebFlags,
 }
 
 #[derive(Debug, Subcommand)]

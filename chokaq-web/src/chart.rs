@@ -125,7 +125,7 @@ pub fn chart(id: &str, s: &Series, now: Timestamp) -> String {
         let x = left + i * bar + gap / 2;
         let _ = write!(
             out,
-            "<g class=\"m\"><title>{} UTC: {} done, {} failed, {} retried</title>",
+            "<g class=\"m\"><title>{} UTC: {} done, {} failed, {} failed attempts still waiting to retry</title>",
             minute.format("%H:%M"),
             num(d),
             num(f),
@@ -148,14 +148,22 @@ pub fn chart(id: &str, s: &Series, now: Timestamp) -> String {
         out.push_str("</g>");
     }
     out.push_str("</svg><figcaption class=\"legend\">");
-    for (class, label, total) in [
-        ("done", "Done", s.done_total()),
-        ("failed", "Failed", s.failed_total()),
-        ("retried", "Retried", s.retried_total()),
+    // What each series counts, said where it is shown (issue 40: "Retried 0" while 3,000 jobs
+    // had been retried that hour; the series counts only retries still waiting).
+    for (class, label, what, total) in [
+        ("done", "Done", "jobs archived as done, by the minute they finished", s.done_total()),
+        ("failed", "Failed", "jobs dead-lettered as failures, by the minute they failed", s.failed_total()),
+        (
+            "retried",
+            "Retry waiting",
+            "failed attempts now waiting for their retry, by the minute they failed; a retry already \
+             claimed again or finished is no longer counted",
+            s.retried_total(),
+        ),
     ] {
         let _ = write!(
             out,
-            "<span class=\"key {class}\"><svg class=\"sw\" viewBox=\"0 0 10 10\" width=\"10\" height=\"10\">\
+            "<span class=\"key {class}\" title=\"{what}\"><svg class=\"sw\" viewBox=\"0 0 10 10\" width=\"10\" height=\"10\">\
              <rect class=\"{class}\" width=\"10\" height=\"10\"></rect></svg> {label} <b id=\"{id}-{class}\">{}</b></span>",
             num(total)
         );
@@ -174,7 +182,7 @@ pub fn spark(s: &Series) -> String {
     let peak = s.peak().max(1);
     let mut out = format!(
         "<svg class=\"spark\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" \
-         aria-label=\"done, failed and retried per minute, last hour\"><title>last hour: {} done, {} failed, {} retried</title>",
+         aria-label=\"done, failed and waiting to retry per minute, last hour\"><title>last hour: {} done, {} failed, {} waiting to retry</title>",
         num(s.done_total()),
         num(s.failed_total()),
         num(s.retried_total())
@@ -246,6 +254,10 @@ mod tests {
         assert_eq!(c.matches("<rect class=\"done\" x=").count(), 1);
         assert_eq!(c.matches("<rect class=\"failed\" x=").count(), 1);
         assert_eq!(c.matches("<rect class=\"retried\" x=").count(), 1);
+        // Each series says what it counts: "Retried" read as every retry of the hour.
+        assert!(c.contains("Retry waiting <b id=\"chart-total-retried\">1</b>"), "{c}");
+        assert!(c.contains("a retry already claimed again or finished is no longer counted"), "{c}");
+        assert!(!c.contains("Retried"), "{c}");
         assert!(c.contains("<title>") && !c.contains("style") && !c.contains("<script"), "{c}");
         assert!(c.contains("id=\"chart-total-done\">8<"), "{c}");
         let sp = spark(&s);

@@ -291,8 +291,8 @@ pub(crate) fn plain_error(status: StatusCode, message: &str, json: bool) -> Resp
     if json {
         (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
     } else {
-        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{status}: {message}\n"))
-            .into_response()
+        let shown = crate::html::visible(message);
+        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{status}: {shown}\n")).into_response()
     }
 }
 

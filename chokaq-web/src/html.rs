@@ -6,17 +6,68 @@ use chokaq_core::{RateLimit, Timestamp};
 
 use crate::Ctx;
 
-/// Escapes text for HTML element content and quoted attribute values.
+/// Escapes text for HTML element content and quoted attribute values, and shows every
+/// character that could move, hide or break text ([`is_unsafe`]) as its escape, `\u{202e}`,
+/// as the CLI's table cells do (issue 40, L6: an unterminated U+202E in a tags cell reversed
+/// the tags after it), except `\n` and `\t`. For a value a form sends back unchanged use
+/// [`esc_value`].
 pub fn esc(s: &str) -> String {
+    esc_with(s, true)
+}
+
+/// Escapes text for a quoted attribute value that a form submits (hidden fields, filter
+/// inputs): the characters themselves are kept, so the value round-trips.
+pub fn esc_value(s: &str) -> String {
+    esc_with(s, false)
+}
+
+fn esc_with(s: &str, visible: bool) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
+            // Line breaks and tabs stay: HTML folds them, and a payload's <pre> needs them.
+            c if visible && is_unsafe(c) && c != '\n' && c != '\t' => out.extend(c.escape_unicode()),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether `c` would move, hide or break text: control characters (Unicode `Cc`), line and
+/// paragraph separators, bidi controls and marks, zero-width and other invisible format
+/// characters (soft hyphen, word joiner, invisible operators, interlinear annotation marks,
+/// tag characters). The same set as the CLI's `output::escape`.
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || chokaq_core::validate::is_bidi_control(c)
+        || chokaq_core::validate::is_zero_width(c)
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{180E}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{206A}'..='\u{206F}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0001}'
+                | '\u{E0020}'..='\u{E007F}'
+        )
+}
+
+/// `s` with every [`is_unsafe`] character written as its escape (plain-text answers).
+pub fn visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if is_unsafe(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
         }
     }
     out
@@ -89,7 +140,7 @@ pub fn form(ctx: &Ctx, action: &str, fields: &[(&str, &str)], inner: &str, confi
         s.push_str("<input type=\"hidden\" name=\"confirm\" value=\"\">");
     }
     for (k, v) in fields {
-        let _ = write!(s, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(k), esc(v));
+        let _ = write!(s, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(k), esc_value(v));
     }
     s.push_str(inner);
     s.push_str("</form>");
@@ -182,6 +233,16 @@ mod tests {
     #[test]
     fn escapes_everything_that_matters() {
         assert_eq!(esc("<script>alert('x')</script>&\""), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;");
+    }
+
+    #[test]
+    fn invisible_and_bidi_characters_are_shown() {
+        assert_eq!(
+            esc("a\u{202E}b\u{200B}c\u{2066}\r\u{1b}[2J<\n\tz"),
+            "a\\u{202e}b\\u{200b}c\\u{2066}\\u{d}\\u{1b}[2J&lt;\n\tz"
+        );
+        assert_eq!(esc("naïve 日本 emoji 🎉"), "naïve 日本 emoji 🎉");
+        assert_eq!(esc_value("a\u{202E}\"b"), "a\u{202E}&quot;b");
     }
 
     #[test]

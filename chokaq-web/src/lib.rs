@@ -21,6 +21,9 @@
 //! Without authentication only a local `Host` is answered (DNS rebinding). [`serve`] holds
 //! header-read, body and request timeouts and a connection cap before authentication. Nothing
 //! is loaded from outside the binary.
+//!
+//! Every request is logged with `tracing` (target `chokaq_web::access`): method, path (never
+//! the query, headers or body), status and milliseconds; a 5xx at ERROR, a 4xx at WARN.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,6 +33,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Router};
 use chokaq_core::{Backend, Error, ErrorKind};
 
+mod access;
 mod chart;
 mod csrf;
 mod data;
@@ -129,6 +133,7 @@ pub fn router(backend: Arc<dyn Backend>, options: WebOptions) -> Router {
         .route("/api/csrf", get(pages::api_csrf))
         .fallback(pages::not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
+        .layer(middleware::from_fn(access::access_log))
         .with_state(state)
 }
 

@@ -101,12 +101,17 @@ pub struct WebOptions {
     /// How many connections [`serve`](crate::serve) and [`serve_on`](crate::serve_on) serve at
     /// once (default 512); more wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// How many of those connections one peer may hold (one IPv4 address, one IPv6 /64;
+    /// default 64, at most `max_connections`): one more is answered 429 and closed at once, so
+    /// one client cannot take every slot. Behind a reverse proxy every connection comes from
+    /// the proxy: raise it to `max_connections` there.
+    pub max_connections_per_peer: usize,
 }
 
 impl WebOptions {
     /// Read-write, the prefix from the request, workers stuck after 60 s, lag highlighted
     /// from 60 s, refresh every 1.5 s, CSRF tokens valid for 12 h, headers within 10 s, a
-    /// body within 10 s, a request within 60 s, at most 512 connections.
+    /// body within 10 s, a request within 60 s, at most 512 connections, 64 from one peer.
     pub fn new(auth: Auth) -> Self {
         WebOptions {
             auth,
@@ -123,6 +128,7 @@ impl WebOptions {
             request_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(10),
             max_connections: 512,
+            max_connections_per_peer: 64,
         }
     }
 
@@ -196,11 +202,17 @@ impl WebOptions {
         self
     }
 
+    /// See [`WebOptions::max_connections_per_peer`](WebOptions#structfield.max_connections_per_peer).
+    pub fn max_connections_per_peer(mut self, max: usize) -> Self {
+        self.max_connections_per_peer = max;
+        self
+    }
+
     /// Refuses settings no one can use safely, as an `InvalidInput` error that never quotes a
     /// secret: a bearer token or basic-auth password that is blank, has surrounding whitespace
     /// or a control character, or is shorter than [`MIN_SECRET_LEN`] (16) characters; a
-    /// basic-auth user that is empty or holds `:`; a zero timeout, CSRF lifetime or connection
-    /// cap; an allowed host that is not a host name or `host:port`. [`serve`](crate::serve),
+    /// basic-auth user that is empty or holds `:`; a zero timeout, CSRF lifetime, connection
+    /// cap or per-peer cap; an allowed host that is not a host name or `host:port`. [`serve`](crate::serve),
     /// [`serve_on`](crate::serve_on) and [`check_listen`](crate::check_listen) call it;
     /// [`router`](crate::router) only logs its error, so call it yourself when embedding.
     pub fn validate(&self) -> chokaq_core::Result<()> {
@@ -232,6 +244,9 @@ impl WebOptions {
                 "max_connections must be between 1 and 1,000,000, not {}",
                 self.max_connections
             )));
+        }
+        if self.max_connections_per_peer == 0 {
+            return Err(Error::invalid("max_connections_per_peer must be at least 1"));
         }
         for h in &self.allowed_hosts {
             if crate::guard::split_host_port(h).is_none() || h.contains(|c: char| c.is_whitespace() || c == '/') {

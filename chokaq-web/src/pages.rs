@@ -102,6 +102,7 @@ pub async fn script() -> Response {
 
 mod overview;
 mod paging;
+mod tag_scan;
 pub use overview::{api_overview, overview};
 use overview::{lag_class, limit_badges, state_badges};
 
@@ -116,7 +117,7 @@ pub use queue::*;
 
 pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
     let l = list_params(&ctx, &p, Some(JobTable::DeadLetter))?;
-    let page_ = st.backend.list_jobs(&l).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (page_, searched) = tag_scan::list(&*st.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
     let now = chrono::Utc::now();
     let mut s = format!("<div class=\"head\"><h1>Dead letters</h1></div>{}", flash(&p));
     s.push_str(&filter_form(&ctx, &l, "/dead", false));
@@ -148,6 +149,7 @@ pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
         ));
         s.push_str("</div>");
     }
+    s.push_str(&tag_scope(searched, &page_));
     s.push_str(&job_table(&ctx, &page_.jobs, now, !ctx.read_only));
     s.push_str(&pager(&st, &ctx, "/dead", &p, &l, &page_, false).await?);
     Ok(Html(page(&ctx, "Dead letters", Nav::Dead, "dead", &s)).into_response())
@@ -333,11 +335,7 @@ fn schedule_state(r: &chokaq_core::ScheduleRow, now: Timestamp) -> (&'static str
     }
 }
 
-pub async fn schedule_action(
-    State(st): State<Shared>,
-    Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
-) -> Res {
+pub async fn schedule_action(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let (name, action) = (own(&path, "name"), own(&path, "action"));
     let enabled = match action.as_str() {
         "pause" => false,

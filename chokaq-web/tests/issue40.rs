@@ -1,7 +1,8 @@
 //! Issue 40's dashboard findings, on SQLite (a fresh file in the temp directory):
 //! L2, a destructive purge names its scope (no default age, unknown fields refused, nothing
 //! deleted on a bad request); L3, the router nested under a path parameter (as
-//! docs/operations.md shows) answers every route shape.
+//! docs/operations.md shows) answers every route shape; L6, bidi and invisible characters in
+//! keys, tags and errors are shown as escapes on every page.
 
 use std::sync::Arc;
 
@@ -38,6 +39,15 @@ async fn call(app: &Router, method: &str, uri: &str, cookie: Option<&str>, body:
     let set_cookie = resp.headers().get(header::SET_COOKIE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20).await.expect("body");
     Resp { status, set_cookie, body: String::from_utf8_lossy(&bytes).into_owned() }
+}
+
+/// `GET uri` as a browser asks for it (HTML): status and body.
+async fn get_html(app: &Router, uri: &str) -> (StatusCode, String) {
+    let req = Request::builder().uri(uri).header("authorization", BEARER).body(Body::empty()).expect("request");
+    let resp = app.clone().oneshot(req).await.expect("answer");
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20).await.expect("body");
+    (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A CSRF token and its cookie, from `GET <prefix>/api/csrf`.
@@ -166,5 +176,57 @@ fn nested_under_a_path_parameter() {
             assert_eq!(r.status, want, "{method} {path}: {}", r.body);
         }
         assert!(b.get_job(id).await.unwrap().is_some(), "job still readable");
+    }));
+}
+
+/// L6: a tag with an unterminated U+202E, an idempotency key with a zero-width space, a
+/// concurrency key with U+2066 and an error with U+202E and U+200F (all accepted by
+/// enqueue: right-to-left text is legitimate) reach no page raw: each shows as its escape,
+/// `\u{202e}`, as the CLI's cells do. Before the fix the pages held the characters
+/// themselves (an unterminated U+202E in the tags cell reversed the tags after it).
+#[test]
+fn bidi_and_invisible_characters_are_shown() {
+    runtime().block_on(with_sqlite(|b| async move {
+        let app = chokaq_web::router(b.clone(), WebOptions::new(Auth::bearer("issue40-token-5b2e")));
+        let job = NewJob::build("i40-bidi", "web.fail.v1")
+            .unwrap()
+            .json(serde_json::json!({}))
+            .tags(["evil\u{202E}gat", "next"])
+            .idempotency_key("key\u{200B}zw")
+            .concurrency_key("ck\u{2066}iso");
+        let id = b.enqueue_many(vec![job]).await.expect("enqueue")[0].id;
+        let w = WorkerId::random();
+        let q = QueueName::new("i40-bidi").unwrap();
+        let claimed = b.claim(&ClaimParams::new(w, vec![q], 1, ClaimMode::Start)).await.expect("claim");
+        assert_eq!(claimed.len(), 1, "claimed");
+        let error = "failed: \u{202E}dlrow\u{200F} end".to_string();
+        let out = b
+            .fail(w, claimed[0].lease_ref(), FailAction::DeadLetter { reason: DeadReason::Failed, error })
+            .await
+            .expect("fail");
+        assert!(matches!(out, chokaq_core::Fenced::Done(_)), "fail: {out:?}");
+        let raw = ['\u{202E}', '\u{200B}', '\u{2066}', '\u{200F}'];
+        let mut shown = std::collections::BTreeSet::new();
+        for path in [
+            "/".to_string(),
+            "/jobs".into(),
+            "/jobs?queue=i40-bidi&tag=next".into(),
+            format!("/jobs/{id}"),
+            "/dead".into(),
+            "/queues/i40-bidi".into(),
+            "/queues/q%E2%80%AEx".into(),
+        ] {
+            let (status, body) = get_html(&app, &path).await;
+            assert!(status.is_success() || status.is_client_error(), "GET {path}: {status} {body}");
+            for c in raw {
+                assert!(!body.contains(c), "GET {path}: U+{:04X} printed raw", u32::from(c));
+            }
+            for e in ["\\u{202e}", "\\u{200b}", "\\u{2066}", "\\u{200f}"] {
+                if body.contains(e) {
+                    shown.insert(e);
+                }
+            }
+        }
+        assert_eq!(shown.len(), 4, "every character shown as its escape somewhere: {shown:?}");
     }));
 }

@@ -257,7 +257,8 @@ async fn cross_origin_posts_are_refused_in_every_auth_mode() {
         }
         let token = csrf_token(&app, "", &base).await;
         let cookie = format!("chokaq_csrf={token}");
-        let form = format!("csrf={token}");
+        // create=yes: the queue has no job yet (its settings are written on purpose).
+        let form = format!("csrf={token}&create=yes");
         let post = |extra: Vec<(&'static str, &'static str)>| {
             let mut h = base.clone();
             h.push(("cookie", cookie.as_str()));
@@ -497,7 +498,7 @@ async fn csrf_tokens_expire() {
     let h = [auth, ("cookie", cookie.as_str()), ("accept", "application/json")];
     let deadline = Instant::now() + Duration::from_secs(5);
     let refused = loop {
-        let r = call(&app, "POST", "/queues/sec-exp/resume", &h, Some(format!("csrf={token}"))).await;
+        let r = call(&app, "POST", "/queues/sec-exp/resume", &h, Some(format!("csrf={token}&create=yes"))).await;
         if r.status == StatusCode::FORBIDDEN {
             break r;
         }

@@ -136,7 +136,7 @@ pub(super) fn filter_form(ctx: &Ctx, l: &ListJobsParams, action: &str, with_tabl
         }
         s.push_str("</select></label>");
     }
-    let v = |o: Option<String>| esc(&o.unwrap_or_default());
+    let v = |o: Option<String>| html::esc_value(&o.unwrap_or_default());
     let _ = write!(
         s,
         "<label>Queue <input name=\"queue\" value=\"{}\" size=\"12\"></label>\
@@ -212,13 +212,34 @@ pub(super) async fn pager(
     page: &JobPage,
     with_table: bool,
 ) -> Result<String, Response> {
-    let total = paging::total(&*st.backend, l).await.map_err(|e| backend_fail(ctx, e))?;
+    // A tag filter is not counted: counting would read the whole table (tag_scan).
+    let total = match l.tag {
+        Some(_) => None,
+        None => Some(paging::total(&*st.backend, l).await.map_err(|e| backend_fail(ctx, e))?),
+    };
     Ok(paging::pager(ctx, path, &list_query(l, with_table), l, page, &paging::Trail::parse(p), total))
+}
+
+/// What a tag-filtered page says about its scope: how many jobs it searched, and that "Next
+/// page" searches on. Empty without a tag filter.
+pub(super) fn tag_scope(searched: Option<u64>, page: &JobPage) -> String {
+    let Some(n) = searched else { return String::new() };
+    let on = if page.next.is_some() {
+        " <strong>Next page</strong> searches the following ones."
+    } else {
+        " That is the end of the list."
+    };
+    format!(
+        "<p class=\"muted\" id=\"tag-scope\">The tag filter searched {} jobs of this list from here (at most {} a page: \
+         no index serves tags, so a page never reads more).{on}</p>",
+        num(n),
+        num(u64::from(tag_scan::TAG_SCAN_ROWS))
+    )
 }
 
 pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
     let l = list_params(&ctx, &p, None)?;
-    let page_ = st.backend.list_jobs(&l).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (page_, searched) = tag_scan::list(&*st.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
     let now = chrono::Utc::now();
     let title = match (l.table, l.status) {
         (JobTable::Hot, Some(s)) => format!("Jobs: {}", status_name(s)),
@@ -228,6 +249,7 @@ pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
     };
     let mut s = format!("<div class=\"head\"><h1>{}</h1></div>", esc(&title));
     s.push_str(&filter_form(&ctx, &l, "/jobs", true));
+    s.push_str(&tag_scope(searched, &page_));
     s.push_str(&job_table(&ctx, &page_.jobs, now, false));
     s.push_str(&pager(&st, &ctx, "/jobs", &p, &l, &page_, true).await?);
     Ok(Html(page(&ctx, &title, Nav::Jobs, "jobs", &s)).into_response())
@@ -235,14 +257,18 @@ pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
 
 pub async fn api_jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
     let l = list_params(&ctx, &p, None)?;
-    let page_ = st.backend.list_jobs(&l).await.map_err(|e| backend_fail(&ctx, e))?;
-    Ok(Json(json!({ "jobs": page_.jobs, "next": page_.next })).into_response())
+    let (page_, searched) = tag_scan::list(&*st.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
+    let mut v = json!({ "jobs": page_.jobs, "next": page_.next });
+    if let Some(n) = searched {
+        v["tag_searched"] = json!(n);
+    }
+    Ok(Json(v).into_response())
 }
 
 pub async fn job(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
+    OwnPath(path): OwnPath,
     Query(p): Query<Params>,
 ) -> Res {
     let id = job_id(&ctx, &own(&path, "id"))?;
@@ -342,11 +368,7 @@ pub async fn job(
     Ok(Html(page(&ctx, &format!("Job {id}"), Nav::None, "job", &s)).into_response())
 }
 
-pub async fn api_job(
-    State(st): State<Shared>,
-    Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
-) -> Res {
+pub async fn api_job(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let id = own(&path, "id");
     let id = job_id(&ctx, &id)?;
     match st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? {
@@ -358,7 +380,7 @@ pub async fn api_job(
 pub async fn job_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
+    OwnPath(path): OwnPath,
     body: Bytes,
 ) -> Res {
     let (id, action) = (own(&path, "id"), own(&path, "action"));

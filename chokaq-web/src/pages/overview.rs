@@ -39,15 +39,23 @@ pub(super) fn lag_class(st: &Shared, lag: Option<f64>) -> &'static str {
     }
 }
 
-/// An archived count, marked `~` (with a tooltip) when it is an estimate.
-pub(super) fn archived(n: u64, estimated: bool) -> String {
-    if estimated {
-        format!(
+/// An archived count, marked `~` (with a tooltip) when it is an estimate. An estimate below
+/// what the archive is known to hold, `at_least` (the jobs done in the last hour, which the
+/// throughput reads from the archive itself), is stale (a fresh install: the planner's
+/// statistics not gathered yet, so the backend's floor of 1,001) and is shown as that lower
+/// bound instead, `≥30,000` (issue 40: `~1,001` beside 30,000 done that hour).
+pub(super) fn archived(n: u64, estimated: bool, at_least: Option<u64>) -> String {
+    match (estimated, at_least) {
+        (true, Some(min)) if min > n => format!(
+            "<span class=\"est\" data-stale=\"1\" title=\"at least this many: the jobs done in the last hour; \
+             the planner's statistics are not gathered yet (ANALYZE); exact on the queue page\">≥{}</span>",
+            num(min)
+        ),
+        (true, _) => format!(
             "<span class=\"est\" title=\"estimate (planner statistics); exact on the queue page\">~{}</span>",
             num(n)
-        )
-    } else {
-        num(n)
+        ),
+        (false, _) => num(n),
     }
 }
 
@@ -81,7 +89,11 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
         &mut s,
         "archived",
         "Archived",
-        archived(t.archived, t.archived_estimated),
+        archived(
+            t.archived,
+            t.archived_estimated,
+            d.queues.iter().map(|q| q.finished_last_hour).sum::<Option<u64>>().filter(|_| !d.queues.is_empty()),
+        ),
         "",
         format!("{b}/jobs?table=archive"),
     );
@@ -119,7 +131,17 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
             ));
         }
         if let Some(l) = q.lag_seconds.filter(|l| *l > st.opts.lag_warning.as_secs_f64()) {
-            problems.push(format!("<li class=\"warn\">{qh}: oldest due job waiting {}</li>", dur(l)));
+            match q.rate_limit.filter(|_| window_full(q)) {
+                // Throttled: the limit holds the jobs back, as asked (issue 40).
+                Some(r) => problems.push(format!(
+                    "<li class=\"info\" data-throttled=\"{}\">{qh}: throttled, its rate limit's window is full \
+                     ({}): due jobs wait for the next window, oldest waiting {}</li>",
+                    esc(&q.queue),
+                    esc(&crate::html::rate(&r)),
+                    dur(l)
+                )),
+                None => problems.push(format!("<li class=\"warn\">{qh}: oldest due job waiting {}</li>", dur(l))),
+            }
         }
         if q.is_paused {
             problems.push(format!("<li class=\"warn\">{qh}: paused</li>"));
@@ -173,6 +195,7 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
     }
     for q in &d.queues {
         let qe = enc(&q.queue);
+        let full = window_full(q);
         let _ = write!(
             s,
             "<tr data-queue=\"{}\"><td><a href=\"{b}/queues/{qe}\">{}</a></td><td>{}</td>\
@@ -184,15 +207,17 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
              <td class=\"n\" data-col=\"done\">{}</td><td>{}</td></tr>",
             esc(&q.queue),
             esc(&q.queue),
-            state_badges(q.is_paused, q.is_active, q.max_workers) + &limit_badges(q.key_max_workers, q.rate_limit),
+            state_badges(q.is_paused, q.is_active, q.max_workers)
+                + &limit_badges(q.key_max_workers, q.rate_limit)
+                + if full { " <span class=\"badge\" data-limit=\"window-full\">window full</span>" } else { "" },
             num(q.pending),
             num(q.fetched),
             num(q.processing),
             if q.failed > 0 { "bad" } else { "" },
             num(q.failed),
             num(q.cancelled),
-            archived(q.archived, q.archived_estimated),
-            lag_class(st, q.lag_seconds),
+            archived(q.archived, q.archived_estimated, q.finished_last_hour),
+            if full { "throttled" } else { lag_class(st, q.lag_seconds) },
             q.lag_seconds.map(dur).unwrap_or_else(empty),
             q.finished_last_hour.map(num).unwrap_or_else(empty),
             q.per_minute.as_ref().map(chart::spark).unwrap_or_default(),
@@ -210,6 +235,29 @@ fn live_html(ctx: &Ctx, st: &Shared, d: &OverviewData) -> String {
         }
     );
     s
+}
+
+/// Whether a queue's queue-wide rate limit is what holds its due jobs back: jobs wait, and as
+/// many started in the last window as the limit allows. Read from the last hour's per-minute
+/// throughput (jobs done or failed, by the minute they finished), so approximate: a window of
+/// a minute or more is full when the minutes it spans hold `jobs` finishes; a shorter one when
+/// the busier of the last two minutes ran at 90 % of the limit's rate or more.
+pub(super) fn window_full(q: &data::QueueRow) -> bool {
+    let (Some(r), Some(s)) = (q.rate_limit, q.per_minute.as_ref()) else { return false };
+    let per_ms = u64::try_from(r.per.as_millis()).unwrap_or(u64::MAX);
+    let n = s.done.len();
+    if r.by_key || q.pending == 0 || per_ms == 0 || n == 0 {
+        return false;
+    }
+    let finished = |i: usize| s.done[i] + s.failed[i];
+    if per_ms >= 60_000 {
+        let minutes = usize::try_from(per_ms.div_ceil(60_000)).unwrap_or(usize::MAX).min(n);
+        (n - minutes..n).map(finished).sum::<u64>() >= u64::from(r.jobs)
+    } else {
+        let per_minute = u64::from(r.jobs).saturating_mul(60_000) / per_ms;
+        let recent = (n.saturating_sub(2)..n).map(finished).max().unwrap_or(0);
+        recent.saturating_mul(10) >= per_minute.saturating_mul(9)
+    }
 }
 
 /// The per-key cap and the rate limit as badges (nothing when the queue has neither).

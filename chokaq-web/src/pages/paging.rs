@@ -65,7 +65,7 @@ pub fn pager(
     l: &ListJobsParams,
     page: &JobPage,
     trail: &Trail,
-    total: (u64, bool),
+    total: Option<(u64, bool)>,
 ) -> String {
     let b = esc(&ctx.base);
     let sep = if query.is_empty() { "" } else { "&amp;" };
@@ -74,7 +74,11 @@ pub fn pager(
     let known = l.after.is_none() || trail.0.first() == Some(&None);
     let first = if l.after.is_none() { 0 } else { trail.0.len() as u64 * u64::from(l.limit) };
     let shown = page.jobs.len() as u64;
-    let (n, capped) = total;
+    let Some((n, capped)) = total else {
+        // Not counted (a tag filter: counting would read the whole table).
+        let _ = write!(s, "<span class=\"pager-info\" id=\"page-info\">{} shown</span>", num(shown));
+        return links(s, &b, path, query, sep, l, page, trail);
+    };
     let of = if capped {
         format!("<span class=\"est\" title=\"counting stops at {}\">{}+</span>", num(u64::from(COUNT_CAP)), num(n))
     } else {
@@ -92,6 +96,21 @@ pub fn pager(
     } else {
         let _ = write!(s, "<span class=\"pager-info\" id=\"page-info\">{} shown of {of}</span>", num(shown));
     }
+    links(s, &b, path, query, sep, l, page, trail)
+}
+
+/// The pager's links (first, previous, next page) after its position, and its end.
+#[allow(clippy::too_many_arguments)]
+fn links(
+    mut s: String,
+    b: &str,
+    path: &str,
+    query: &str,
+    sep: &str,
+    l: &ListJobsParams,
+    page: &JobPage,
+    trail: &Trail,
+) -> String {
     if l.after.is_some() {
         let _ = write!(s, "<a href=\"{b}{path}?{query}\" id=\"first-page\">« First page</a>");
         let prev = match trail.0.split_last() {

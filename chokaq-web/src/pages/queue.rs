@@ -16,7 +16,7 @@ pub(super) async fn queue_stats(
 pub async fn queue(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
+    OwnPath(path): OwnPath,
     Query(p): Query<Params>,
 ) -> Res {
     let q = queue_name(&ctx, &own(&path, "queue"))?;
@@ -169,11 +169,7 @@ pub(super) fn busiest_keys(qs: &QueueStats, key_cap: Option<u32>) -> String {
     s
 }
 
-pub async fn api_queue(
-    State(st): State<Shared>,
-    Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
-) -> Res {
+pub async fn api_queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let q = queue_name(&ctx, &own(&path, "queue"))?;
     let settings = st.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
     let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
@@ -188,6 +184,28 @@ pub async fn api_queue(
 /// by name instead of extracting a fixed-size tuple (issue 40, L3).
 pub(super) fn own(path: &HashMap<String, String>, name: &str) -> String {
     path.get(name).cloned().unwrap_or_default()
+}
+
+/// The path parameters, or a 400 as the client asked for it (JSON under `/api/`): a
+/// parameter that is not UTF-8 once decoded (`/api/queues/%FF`) was axum's plain-text
+/// rejection (issue 40).
+pub struct OwnPath(pub HashMap<String, String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OwnPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Response> {
+        match Path::<HashMap<String, String>>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(OwnPath(p)),
+            Err(e) => {
+                let msg = format!("bad path: {}", e.body_text());
+                Err(match parts.extensions.get::<Ctx>() {
+                    Some(ctx) => fail(ctx, StatusCode::BAD_REQUEST, &msg),
+                    None => e.into_response(),
+                })
+            }
+        }
+    }
 }
 
 pub(super) fn parse_form(body: &Bytes) -> Vec<(String, String)> {
@@ -226,7 +244,7 @@ pub(super) fn confirm_page(
 pub async fn queue_action(
     State(st): State<Shared>,
     Extension(ctx): Extension<Ctx>,
-    Path(path): Path<HashMap<String, String>>,
+    OwnPath(path): OwnPath,
     body: Bytes,
 ) -> Res {
     let (name, action) = (own(&path, "queue"), own(&path, "action"));
@@ -260,7 +278,19 @@ pub async fn queue_action(
         }
         "rate-limit" => {
             let raw = field(&f, "rate").unwrap_or("").trim();
-            let by_key = matches!(field(&f, "by_key"), Some("on" | "true" | "1"));
+            // Only what the checkbox sends, or its spelled-out forms: `by_key=yes` was read as
+            // "not per key" and set a queue-wide limit (issue 40).
+            let by_key = match field(&f, "by_key").map(str::trim) {
+                None | Some("" | "off" | "false" | "0") => false,
+                Some("on" | "true" | "1") => true,
+                Some(o) => return Err(bad(&ctx, format!("by_key must be on or off, got {o:?}"))),
+            };
+            if raw.eq_ignore_ascii_case("none") && by_key {
+                return Err(bad(
+                    &ctx,
+                    "by_key needs a limit, not none: none (or an empty rate) removes the limit, per key or not",
+                ));
+            }
             if raw.is_empty() || raw.eq_ignore_ascii_case("none") {
                 QueueControl::SetRateLimit(None)
             } else {
@@ -269,11 +299,61 @@ pub async fn queue_action(
         }
         _ => return Err(fail(&ctx, StatusCode::NOT_FOUND, "no such queue action")),
     };
+    // A queue with no job and no settings is most likely a typo: as the CLI's --create, its
+    // settings are written only when the request says so (issue 40).
+    if field(&f, "create") != Some("yes") && !queue_exists(&st, &q).await.map_err(|e| backend_fail(&ctx, e))? {
+        if ctx.wants_json {
+            return Err(fail(
+                &ctx,
+                StatusCode::NOT_FOUND,
+                &format!("no queue {q}: it has no job and no settings; send create=yes to set it anyway"),
+            ));
+        }
+        let mut keep = f.clone();
+        keep.push(("create".into(), "yes".into()));
+        return Ok(confirm_page(
+            &ctx,
+            &format!("/queues/{}/{}", enc(q.as_str()), enc(&action)),
+            &format!("Queue {q} has no job and no settings. Create its settings anyway?"),
+            &keep,
+            "/",
+        ));
+    }
+    // A key cap of 0 lets no job with a concurrency key start (as a cap of 0 stops the
+    // queue): accepted, and said (issue 40).
+    let note = matches!(control, QueueControl::SetKeyMaxWorkers(Some(0))).then_some(KEY_CAP_0);
     let settings = st.backend.control_queue(&q, control).await.map_err(|e| backend_fail(&ctx, e))?;
     if ctx.wants_json {
-        return Ok(Json(json!({ "ok": true, "settings": settings })).into_response());
+        let mut v = json!({ "ok": true, "settings": settings });
+        if let Some(n) = note {
+            v["note"] = json!(n);
+        }
+        return Ok(Json(v).into_response());
     }
-    Ok(Redirect::to(&format!("{}/queues/{}?done={action}", ctx.base, enc(q.as_str()))).into_response())
+    let done = if note.is_some() { "key-cap-0" } else { action.as_str() };
+    Ok(Redirect::to(&format!("{}/queues/{}?done={done}", ctx.base, enc(q.as_str()))).into_response())
+}
+
+/// What a key cap of 0 does.
+const KEY_CAP_0: &str = "Key cap 0: no job with a concurrency key starts in this queue until the cap is raised \
+                         or cleared (jobs without a key still run). Clear the field for no per-key cap.";
+
+/// Whether a queue is known: it has a settings row, or a job in any table (three one-row
+/// reads, whatever the size of the tables); the CLI's rule for `--create`.
+async fn queue_exists(st: &Shared, q: &QueueName) -> chokaq_core::Result<bool> {
+    if st.backend.queue_settings(q).await?.updated_at.is_some() {
+        return Ok(true);
+    }
+    for table in [JobTable::Hot, JobTable::DeadLetter, JobTable::Archive] {
+        let mut p = ListJobsParams::new(table);
+        p.queue = Some(q.clone());
+        p.limit = 1;
+        p.without_payloads = true;
+        if !st.backend.list_jobs(&p).await?.jobs.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The message for `?done=` (a fixed table: nothing from the query is echoed).
@@ -288,6 +368,7 @@ pub(super) fn flash(p: &Params) -> String {
         Some("deactivate") => "Queue deactivated.".to_string(),
         Some("cap") => "Cap set.".to_string(),
         Some("key-cap") => "Key cap set.".to_string(),
+        Some("key-cap-0") => KEY_CAP_0.to_string(),
         Some("rate-limit") => "Rate limit set.".to_string(),
         Some("cancelled") => "Job cancelled.".to_string(),
         Some("requested") => "Cancel requested: the worker stops it at its next heartbeat.".to_string(),
