@@ -296,6 +296,14 @@ pub(crate) struct MultiFigures {
     /// The server's CPU time over the whole example run (its enqueue, migration and stats
     /// polling included), in microseconds.
     pub(crate) server_cpu_us: Option<u64>,
+    /// The worker processes' claim and complete calls and released look-ahead jobs, summed.
+    pub(crate) claim_calls: u64,
+    pub(crate) complete_calls: u64,
+    pub(crate) released: u64,
+    /// MultiXact ids the server assigned over the run (shared row locks held by several
+    /// sessions at once), from `pg_control_checkpoint()` after a CHECKPOINT on each side
+    /// (None without the rights).
+    pub(crate) multixacts: Option<i64>,
 }
 
 impl MultiFigures {

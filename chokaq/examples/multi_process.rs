@@ -76,7 +76,15 @@ async fn worker_process() -> chokaq::Result<()> {
     });
     println!("ready {}", worker.id());
     let report = worker.run(token).await?;
-    println!("pid {} completed {} jobs (claimed {})", std::process::id(), report.completed, report.claimed);
+    println!(
+        "pid {} completed {} jobs (claimed {}, {} claim calls, {} complete calls, {} released)",
+        std::process::id(),
+        report.completed,
+        report.claimed,
+        report.claim_calls,
+        report.complete_calls,
+        report.released
+    );
     Ok(())
 }
 

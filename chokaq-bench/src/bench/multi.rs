@@ -62,9 +62,11 @@ impl Bench {
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .output();
+        let mx0 = self.next_multixact().await;
         let cpu0 = self.server_cpu_us();
         let out = tokio::time::timeout(WAIT_LIMIT, run).await;
         let server_cpu_us = self.server_cpu_us().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+        let multixacts = self.next_multixact().await.zip(mx0).map(|(b, a)| b - a);
         let dropped = self.drop_mp_schema(&schema).await;
         let out = out
             .map_err(|_| other("the multi_process example did not finish in time"))?
@@ -75,9 +77,20 @@ impl Bench {
         }
         let mut fig = parse_multi(&String::from_utf8_lossy(&out.stdout), jobs)?;
         fig.server_cpu_us = server_cpu_us;
+        fig.multixacts = multixacts;
         pb.set_position(fig.rate.jobs);
         pb.finish_with_message(format!("{:.0} jobs/s", fig.rate.per_s()));
         Ok(fig)
+    }
+
+    /// The next MultiXact id as of a fresh checkpoint (None without the rights to checkpoint).
+    async fn next_multixact(&self) -> Option<i64> {
+        sqlx::raw_sql("CHECKPOINT").execute(self.pg.pool()).await.ok()?;
+        let next: Option<String> = sqlx::query_scalar("SELECT next_multixact_id::text FROM pg_control_checkpoint()")
+            .fetch_one(self.pg.pool())
+            .await
+            .ok()?;
+        next?.parse().ok()
     }
 
     async fn drop_mp_schema(&self, schema: &str) -> Result<()> {
@@ -113,6 +126,17 @@ fn parse_multi(out: &str, jobs: u32) -> Result<MultiFigures> {
             rest.split_once(" jobs")?.0.parse().ok()
         })
         .collect();
+    // `(claimed N, C claim calls, W complete calls, R released)` of each process.
+    let count = |what: &str| -> u64 {
+        out.lines()
+            .filter(|l| l.contains(" completed "))
+            .filter_map(|l| {
+                let (before, _) = l.split_once(what)?;
+                before.rsplit([' ', '(']).next()?.parse::<u64>().ok()
+            })
+            .sum()
+    };
+    let (claim_calls, complete_calls, released) = (count(" claim calls"), count(" complete calls"), count(" released"));
     let totals: Vec<u64> = out
         .lines()
         .find_map(|l| l.strip_prefix("totals in ").and_then(|t| t.split_once(": ")).map(|(_, t)| t.to_string()))
@@ -136,6 +160,10 @@ fn parse_multi(out: &str, jobs: u32) -> Result<MultiFigures> {
         rate: Rate { jobs: n, secs, wal_bytes: 0 },
         per_process,
         server_cpu_us: None,
+        claim_calls,
+        complete_calls,
+        released,
+        multixacts: None,
     })
 }
 
@@ -147,8 +175,8 @@ mod tests {
 worker process 12: ready 0192
 enqueued 1000 jobs
 1000 jobs archived in 1.25s
-  pid 11 completed 600 jobs (claimed 600)
-  pid 12 completed 400 jobs (claimed 400)
+  pid 11 completed 600 jobs (claimed 600, 70 claim calls, 40 complete calls, 3 released)
+  pid 12 completed 400 jobs (claimed 400, 50 claim calls, 30 complete calls, 0 released)
 totals in chokaq_bench_ab_mp: 1000 archived, 0 dead, 0 live
 result {\"concurrency\":8,\"jobs\":1000,\"jobs_per_s\":800.0,\"processes\":2,\"seconds\":1.25}
 ";
@@ -158,6 +186,7 @@ result {\"concurrency\":8,\"jobs\":1000,\"jobs_per_s\":800.0,\"processes\":2,\"s
         let f = parse_multi(OUT, 1000).unwrap();
         assert_eq!((f.processes, f.concurrency, f.rate.jobs, f.per_process.clone()), (2, 8, 1000, vec![600, 400]));
         assert_eq!(f.rate.per_s(), 800.0);
+        assert_eq!((f.claim_calls, f.complete_calls, f.released), (120, 70, 3));
         assert!(parse_multi(OUT, 999).is_err());
         assert!(parse_multi(&OUT.replace("0 dead", "1 dead"), 1000).is_err());
         assert!(parse_multi(&OUT.replace("completed 400", "completed 399"), 1000).is_err());

@@ -153,6 +153,8 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
             "processes": m.processes, "concurrency": m.concurrency, "jobs": m.rate.jobs,
             "seconds": round3(m.rate.secs), "jobs_per_s": round1(m.rate.per_s()), "per_process": m.per_process,
             "server_cpu_us_per_job": m.server_cpu_per_job().map(round1),
+            "claim_calls": m.claim_calls, "complete_calls": m.complete_calls, "released": m.released,
+            "multixacts": m.multixacts,
         })
     };
     o.insert("multi_process".into(), json!(r.multi.as_ref().map(multi_json)));

@@ -98,6 +98,10 @@ pub(crate) fn sample_results() -> Results {
             rate: rate(1200, 1.0),
             per_process: vec![300; 4],
             server_cpu_us: Some(120_000),
+            claim_calls: 400,
+            complete_calls: 300,
+            released: 0,
+            multixacts: Some(10),
         }),
         multi_1: Some(MultiFigures {
             processes: 1,
@@ -105,6 +109,10 @@ pub(crate) fn sample_results() -> Results {
             rate: rate(1000, 1.0),
             per_process: vec![1000],
             server_cpu_us: Some(90_000),
+            claim_calls: 100,
+            complete_calls: 100,
+            released: 0,
+            multixacts: Some(0),
         }),
         exposure: Some(DrainFigures { exposure: Some((500, 500)), ..drain(8, 1000) }),
         keyed: Some(KeyedFigures {

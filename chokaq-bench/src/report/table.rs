@@ -132,9 +132,13 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
             &format!("multi-process, {} x {} slots", m.processes, m.concurrency),
             &m.rate,
             format!(
-                "per process {:?}, server CPU {} us/job (the example's own clock and whole run, enqueue included)",
+                "per process {:?}, server CPU {} us/job (the example's own clock and whole run, enqueue included), {} claim calls, {} complete calls, {} released, {} MultiXacts",
                 m.per_process,
-                opt(m.server_cpu_per_job(), 1)
+                opt(m.server_cpu_per_job(), 1),
+                m.claim_calls,
+                m.complete_calls,
+                m.released,
+                m.multixacts.map_or("n/a".to_string(), |n| n.to_string())
             ),
         );
     }
