@@ -16,6 +16,8 @@
 //! Delivery is at least once: a handler may run twice if its process dies after the
 //! handler's side effects and before the completion is written. Handlers must be idempotent.
 
+#[cfg(feature = "apptest")]
+pub mod apptest;
 mod client;
 mod connect;
 mod job;
