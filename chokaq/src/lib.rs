@@ -80,6 +80,14 @@ mod markdown_snippets {
     struct RuntimeDoc;
 }
 
+/// `docs/testing.md` (the `apptest` feature's guide): its Rust snippets are compiled and run
+/// by `cargo test --doc --features apptest` (and `--all-features`).
+#[cfg(all(doctest, feature = "apptest", feature = "sqlite"))]
+mod apptest_doc_snippets {
+    #[doc = include_str!("../../docs/testing.md")]
+    struct Testing;
+}
+
 /// The other pages of `docs/` (`docs/conformance.md` is compiled by `chokaq-conformance`):
 /// their Rust snippets are compiled by `cargo test --doc --all-features`, so the docs run as
 /// written. Snippets that need a server are `no_run`.

@@ -159,6 +159,26 @@ impl<T: Job> Expect<T> {
     }
 
     /// The jobs that match, oldest first (no panic).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use chokaq::apptest::Expect;
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Serialize, Deserialize)]
+    /// # struct Invoice { cents: u64 }
+    /// # impl chokaq::Job for Invoice { const KIND: &'static str = "invoice.v1"; }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> chokaq::Result<()> {
+    /// let backend = Arc::new(chokaq::core::memory::MemoryBackend::new());
+    /// let client = chokaq::Client::new(backend.clone());
+    /// client.enqueue_many(&[Invoice { cents: 100 }, Invoice { cents: 250 }, Invoice { cents: 990 }]).await?;
+    /// let big = Expect::<Invoice>::matching(|i| i.cents > 200);
+    /// let found = big.find(&*backend).await?;
+    /// assert_eq!(found.iter().map(|f| f.job.cents).sum::<u64>(), 1240);
+    /// // The panicking form: exactly two.
+    /// big.assert_enqueued_times(&*backend, 2).await;
+    /// # Ok(()) }
+    /// ```
     pub async fn find<B: Backend + ?Sized>(&self, backend: &B) -> Result<Vec<Found<T>>> {
         let jobs = self.candidates(backend).await?;
         Ok(jobs.into_iter().filter_map(|r| self.decode_match(r)).collect())
