@@ -342,7 +342,7 @@ fn schedule_mismatch(s: &Schedule, r: &JobRecord) -> Option<String> {
         (Schedule::At(want), at) => Some(format!("scheduled at {at:?}, not {want}")),
         (Schedule::DelayedBy(d), Some(at)) => {
             let got = (at - r.created_at).to_std().unwrap_or_default();
-            let off = if got > *d { got - *d } else { *d - got };
+            let off = got.abs_diff(*d);
             (off > DELAY_TOLERANCE).then(|| format!("delayed by {got:?}, not {d:?}"))
         }
         (Schedule::DelayedBy(d), None) => Some(format!("due now, not delayed by {d:?}")),
