@@ -17,7 +17,7 @@ use super::run::{Harness, MAX_INLINE_DEPTH};
 /// A backend that forwards every call to the harness's backend, except that `enqueue_many`
 /// (and so `enqueue`) then runs each new job due now through the [`Harness`], one attempt,
 /// before it returns: jobs a handler enqueues run inside that handler's call, up to
-/// `MAX_INLINE_DEPTH` (16) levels deep: the enqueue one level further is an `InvalidInput`
+/// [`MAX_INLINE_DEPTH`](super::MAX_INLINE_DEPTH) (16) levels deep: the enqueue one level further is an `InvalidInput`
 /// error (its job is inserted and left pending), which fails the attempt of the handler that
 /// made it, as any error from `enqueue` would. The jobs are real rows, so the assertions of
 /// [`Expect`](super::Expect) (with `including_finished`) and

@@ -29,7 +29,7 @@ mod inline;
 mod report;
 mod run;
 
-pub use expect::{assert_enqueued_exactly, Expect, Expectation, Found};
+pub use expect::{assert_enqueued_exactly, Expect, Expectation, Found, DELAY_TOLERANCE, MAX_JOBS_READ};
 pub use inline::InlineBackend;
 pub use report::{Drained, Outcome, Ran};
-pub use run::Harness;
+pub use run::{Harness, DEFAULT_TIMEOUT, MAX_INLINE_DEPTH};

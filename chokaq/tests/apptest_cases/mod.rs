@@ -40,6 +40,16 @@ impl Job for Welcome {
     }
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Slow;
+
+impl Job for Slow {
+    const KIND: &'static str = "apptest.slow.v1";
+    fn timeout() -> Option<Duration> {
+        Some(Duration::from_millis(100))
+    }
+}
+
 /// What a case gets: a migrated backend of its own.
 pub type Case = fn(Arc<dyn Backend>) -> BoxFuture<'static, ()>;
 
@@ -216,10 +226,22 @@ async fn perform(b: Arc<dyn Backend>) {
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     assert!(err.message().contains("no handler is registered"), "{err}");
     Expect::<Welcome>::any().due_now().assert_enqueued_times(&*b, 1).await;
+    // The type's timeout applies: the handler is stopped and the attempt retried.
+    h.register(|_s: Slow, ctx| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(ctx.is_cancelled());
+        Ok(())
+    });
+    let slow = h.perform(&Slow).await.unwrap();
+    assert!(
+        matches!(slow.outcome, Outcome::Retried { ref error, .. } if error == "job timed out after 100ms"),
+        "{slow:?}"
+    );
     // A job scheduled for later is not run.
     let later = JobBuilder::new(&signup(1)).delay(Duration::from_secs(3600));
     assert_eq!(h.perform(later).await.unwrap_err().kind(), ErrorKind::InvalidInput);
-    assert_eq!(b.stats().await.unwrap().archived, 1);
+    let stats = b.stats().await.unwrap();
+    assert_eq!((stats.archived, stats.pending, stats.processing), (1, 3 + 1 + 1 + 1, 0), "{stats:?}");
 }
 
 /// `drain` runs the jobs due in one queue when called, once each, and not what they enqueue;
