@@ -81,8 +81,8 @@ mod markdown_snippets {
 }
 
 /// `docs/testing.md` (the `apptest` feature's guide): its Rust snippets are compiled and run
-/// by `cargo test --doc --features apptest` (and `--all-features`).
-#[cfg(all(doctest, feature = "apptest", feature = "sqlite"))]
+/// by `cargo test --doc --features apptest,sqlite,postgres` (and `--all-features`).
+#[cfg(all(doctest, feature = "apptest", feature = "sqlite", feature = "postgres"))]
 mod apptest_doc_snippets {
     #[doc = include_str!("../../docs/testing.md")]
     struct Testing;

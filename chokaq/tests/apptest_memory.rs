@@ -7,5 +7,10 @@ use std::sync::Arc;
 use chokaq::core::memory::MemoryBackend;
 
 fn main() -> std::process::ExitCode {
-    apptest_cases::main_with(Ok(()), || async { Ok(Arc::new(MemoryBackend::new())) }, |_b: Arc<MemoryBackend>| async {})
+    apptest_cases::main_with(
+        Ok(()),
+        Vec::new(),
+        || async { Ok(Arc::new(MemoryBackend::new())) },
+        |_b: Arc<MemoryBackend>| async {},
+    )
 }

@@ -8,9 +8,14 @@ mod apptest_cases;
 
 use std::sync::Arc;
 
+use apptest_cases::{Signup, Welcome};
+use chokaq::apptest::Expect;
+use chokaq::postgres::map_sqlx_error;
 use chokaq::postgres::{PgBackend, PgConfig};
 use chokaq::Backend;
+use chokaq::{Client, JobBuilder};
 use chokaq_core::testing::TestSupport;
+use futures::FutureExt;
 
 fn url() -> String {
     std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
@@ -33,6 +38,7 @@ fn main() -> std::process::ExitCode {
     };
     apptest_cases::main_with(
         reachable,
+        vec![("transaction_form_sees_uncommitted_jobs", |b| in_tx(b).boxed())],
         || async {
             let b = connect(&format!("chokaq_t_{:016x}", rand::random::<u64>())).await?;
             b.migrate().await?;
@@ -45,4 +51,34 @@ fn main() -> std::process::ExitCode {
             }
         },
     )
+}
+
+/// The transaction form: a job enqueued in an open transaction is seen on that transaction's
+/// connection, with its options, and not outside it; a rollback leaves nothing.
+async fn in_tx(b: Arc<PgBackend>) {
+    let client = Client::new((*b).clone());
+    let signup = Signup { user: 5, email: "u5@example.com".into() };
+    let mut tx = b.pool().begin().await.map_err(map_sqlx_error).unwrap();
+    client.enqueue_in_tx(&mut tx, JobBuilder::new(&signup).priority(3).tag("tx")).await.unwrap();
+    client.enqueue_many_in_tx(&mut tx, [&signup, &signup]).await.unwrap();
+    let five = || Expect::<Signup>::matching(|s| s.user == 5);
+    let found = five().priority(3).tag("tx").assert_enqueued_in_tx(&b, &mut tx).await;
+    assert_eq!(found.job.email, "u5@example.com");
+    assert_eq!(five().assert_enqueued_times_in_tx(&b, &mut tx, 3).await.len(), 3);
+    assert_eq!(five().find_in_tx(&b, &mut tx).await.unwrap().len(), 3);
+    Expect::<Welcome>::any().refute_enqueued_in_tx(&b, &mut tx).await;
+    five().refute_enqueued(&*b).await; // not committed: not visible outside
+    tx.commit().await.unwrap();
+    five().assert_enqueued_times(&*b, 3).await;
+
+    let mut tx = b.pool().begin().await.map_err(map_sqlx_error).unwrap();
+    client.enqueue_in_tx(&mut tx, &Welcome { to: "w@example.com".into() }).await.unwrap();
+    Expect::<Welcome>::any().assert_enqueued_in_tx(&b, &mut tx).await;
+    let miss = Expect::<Welcome>::any().priority(9);
+    let panic = std::panic::AssertUnwindSafe(miss.assert_enqueued_in_tx(&b, &mut tx)).catch_unwind().await.unwrap_err();
+    let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("differs: priority is 0, not 9"), "{msg}");
+    tx.rollback().await.unwrap();
+    Expect::<Welcome>::any().refute_enqueued(&*b).await;
+    assert_eq!(b.stats().await.unwrap().total(), 3);
 }

@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
     std::fs::create_dir_all(dir()).expect("temporary directory");
     let code = apptest_cases::main_with(
         Ok(()),
+        Vec::new(),
         || async {
             let file = dir().join(format!("{:016x}.db", rand::random::<u64>()));
             let b = SqliteBackend::connect(SqliteConfig::new(file.to_string_lossy())).await?;

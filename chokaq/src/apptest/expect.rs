@@ -200,8 +200,12 @@ impl<T: Job> Expect<T> {
         backend: &B,
         n: impl Into<Option<usize>>,
     ) -> Vec<Found<T>> {
-        let n = n.into();
         let jobs = self.candidates(backend).await.unwrap_or_else(|e| panic!("could not list the jobs: {e}"));
+        self.check(jobs, n.into())
+    }
+
+    /// The matches among `jobs`; panics unless there are `n` (`None`: at least one).
+    fn check(&self, jobs: Vec<JobRecord>, n: Option<usize>) -> Vec<Found<T>> {
         let found: Vec<Found<T>> = jobs.iter().cloned().filter_map(|r| self.decode_match(r)).collect();
         let ok = match n {
             Some(n) => found.len() == n,
@@ -348,6 +352,11 @@ fn schedule_mismatch(s: &Schedule, r: &JobRecord) -> Option<String> {
         (Schedule::DelayedBy(d), None) => Some(format!("due now, not delayed by {d:?}")),
     }
 }
+
+/// The transaction form (PostgreSQL).
+#[cfg(feature = "postgres")]
+#[path = "pg_tx.rs"]
+mod pg_tx;
 
 /// One job, for a failure message.
 fn show(r: &JobRecord) -> String {

@@ -13,7 +13,8 @@
 //! - [`Expect`]: a typed expectation on the jobs of type `T` (a predicate on the payload,
 //!   queue, priority, idempotency key, tags, schedule); [`Expect::assert_enqueued`],
 //!   [`Expect::refute_enqueued`], [`Expect::assert_enqueued_times`] and, for many jobs at
-//!   once, [`assert_enqueued_exactly`]. A failing assertion panics with the closest jobs of
+//!   once, [`assert_enqueued_exactly`]; with feature `postgres`, the `_in_tx` forms
+//!   ([`Expect::assert_enqueued_in_tx`], ...) read inside a caller's open transaction. A failing assertion panics with the closest jobs of
 //!   that type and how each differs.
 //! - [`Harness`]: handlers registered as on a [`WorkerBuilder`](crate::WorkerBuilder);
 //!   [`Harness::perform`] enqueues one job and runs its handler inline with a real

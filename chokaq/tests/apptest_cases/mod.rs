@@ -61,8 +61,18 @@ pub const CASES: &[(&str, Case)] = &[
     ("inline_client_runs_each_job_as_it_is_enqueued", |b| inline(b).boxed()),
 ];
 
+/// A case on one backend type (for backend-specific cases).
+pub type CaseOn<B> = fn(Arc<B>) -> BoxFuture<'static, ()>;
+
+type CaseOf<B> = Box<dyn Fn(Arc<B>) -> BoxFuture<'static, ()> + Send + Sync>;
+
 /// Runs every case through libtest-mimic on backends from `make`, after `cleanup`.
-pub fn main_with<B, M, MF, C, CF>(reachable: Result<(), String>, make: M, cleanup: C) -> std::process::ExitCode
+pub fn main_with<B, M, MF, C, CF>(
+    reachable: Result<(), String>,
+    extra: Vec<(&'static str, CaseOn<B>)>,
+    make: M,
+    cleanup: C,
+) -> std::process::ExitCode
 where
     B: Backend,
     M: Fn() -> MF + Send + Sync + Clone + 'static,
@@ -71,15 +81,18 @@ where
     CF: Future<Output = ()>,
 {
     let args = Arguments::from_args();
-    let trials = CASES
-        .iter()
-        .map(|&(name, case)| {
+    let shared =
+        CASES.iter().map(|&(name, case)| (name, Box::new(move |b: Arc<B>| case(b as Arc<dyn Backend>)) as CaseOf<B>));
+    let extra = extra.into_iter().map(|(name, case)| (name, Box::new(case) as CaseOf<B>));
+    let trials = shared
+        .chain(extra)
+        .map(|(name, case)| {
             let (make, cleanup) = (make.clone(), cleanup.clone());
             Trial::test(name, move || {
                 let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
                 rt.block_on(async {
                     let b = make().await.map_err(|e| Failed::from(format!("backend: {e}")))?;
-                    let out = std::panic::AssertUnwindSafe(case(b.clone() as Arc<dyn Backend>)).catch_unwind().await;
+                    let out = std::panic::AssertUnwindSafe(case(b.clone())).catch_unwind().await;
                     cleanup(b).await;
                     out.map_err(|p| {
                         let msg = p
