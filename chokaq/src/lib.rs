@@ -16,6 +16,8 @@
 //! Delivery is at least once: a handler may run twice if its process dies after the
 //! handler's side effects and before the completion is written. Handlers must be idempotent.
 
+#[cfg(feature = "apptest")]
+pub mod apptest;
 mod client;
 mod connect;
 mod job;
@@ -76,6 +78,14 @@ mod markdown_snippets {
 
     #[doc = include_str!("../../docs/runtime.md")]
     struct RuntimeDoc;
+}
+
+/// `docs/testing.md` (the `apptest` feature's guide): its Rust snippets are compiled and run
+/// by `cargo test --doc --features apptest,sqlite,postgres` (and `--all-features`).
+#[cfg(all(doctest, feature = "apptest", feature = "sqlite", feature = "postgres"))]
+mod apptest_doc_snippets {
+    #[doc = include_str!("../../docs/testing.md")]
+    struct Testing;
 }
 
 /// The other pages of `docs/` (`docs/conformance.md` is compiled by `chokaq-conformance`):
