@@ -1,7 +1,9 @@
 //! [`SqliteBackend`]: the pools, the transactions, and `impl Backend`.
 //!
-//! The operations' bodies live by topic in [`crate::claim`], [`crate::lease`],
-//! [`crate::admin`] and [`crate::inspect`]; every statement they run comes from
+//! `impl Backend` only forwards: the operations' bodies live by room (the same files in every
+//! backend crate, `docs/architecture.md`): [`crate::enqueue`], [`crate::claim`],
+//! [`crate::lease`], [`crate::admin`], [`crate::inspect`], [`crate::list`], [`crate::workers`],
+//! [`crate::periodic`] and [`crate::migrate`]; every statement they run comes from
 //! [`crate::sql::Statements`], built once here at connect.
 
 use std::collections::HashSet;
@@ -10,11 +12,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued,
-    FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob,
-    PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt,
-    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
-    TimestampPrecision, Wake, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, FailAction,
+    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
+    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision, Wake,
+    Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -22,9 +24,9 @@ use tokio::sync::broadcast;
 
 use crate::config::SqliteConfig;
 use crate::error::map_err;
-use crate::rows::{self, clean_error, dur_us, now_us, ts_us};
+use crate::rows::{self, clean_error};
 use crate::sql::{Statements, MAIN};
-use crate::{admin, claim, inspect, lease, migrate, periodic, workers};
+use crate::{admin, claim, enqueue, inspect, lease, list, migrate, periodic, workers};
 
 /// A transaction on one of the pools.
 pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -209,75 +211,9 @@ impl Backend for SqliteBackend {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        async move {
-            // Every job, the batch's length and its total bytes.
-            validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
-            if jobs.is_empty() {
-                return Ok(Vec::new());
-            }
-            // Validate and serialize everything before touching SQL: one bad job inserts nothing.
-            struct Prepared {
-                payload: String,
-                tags: String,
-                at: Option<i64>,
-                after: Option<i64>,
-            }
-            let mut prepared = Vec::with_capacity(jobs.len());
-            for job in &jobs {
-                let (at, after) = match job.run_at {
-                    RunAt::Now => (None, None),
-                    RunAt::At(t) => (Some(ts_us("run_at", t)?), None),
-                    RunAt::After(d) => (None, Some(dur_us("delay", d)?)),
-                };
-                prepared.push(Prepared {
-                    payload: serde_json::to_string(&job.payload)?,
-                    tags: serde_json::to_string(&job.tags)?,
-                    at,
-                    after,
-                });
-            }
-            let mut tx = self.begin_write().await?;
-            let now = now_us();
-            let mut out = Vec::with_capacity(jobs.len());
-            for (job, p) in jobs.iter().zip(&prepared) {
-                if let Some(key) = &job.idempotency_key {
-                    let existing: Option<uuid::Uuid> = sqlx::query_scalar(&self.sql.find_by_key)
-                        .bind(job.queue.as_str())
-                        .bind(key)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(map_err)?;
-                    if let Some(id) = existing {
-                        out.push(Enqueued { id: JobId(id), duplicate: true });
-                        continue;
-                    }
-                }
-                let id = JobId::new();
-                let scheduled = p.at.or(p.after.map(|d| now + d));
-                sqlx::query(&self.sql.insert_job)
-                    .bind(id.0)
-                    .bind(job.queue.as_str())
-                    .bind(job.kind.as_str())
-                    .bind(&p.payload)
-                    .bind(&p.tags)
-                    .bind(job.idempotency_key.as_deref())
-                    .bind(job.priority)
-                    .bind(job.max_attempts)
-                    .bind(scheduled)
-                    .bind(now)
-                    .bind(job.created_by.as_deref())
-                    .bind(job.concurrency_key.as_deref())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                out.push(Enqueued { id, duplicate: false });
-            }
-            commit(tx).await?;
-            self.notify(jobs.iter().map(|j| j.queue.as_str().to_string()));
-            Ok(out)
-        }
-        .await
-        .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_many"))
+        async move { enqueue::enqueue_many(self, jobs).await }
+            .await
+            .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_many"))
     }
 
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
@@ -357,7 +293,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        async move { inspect::list_jobs(self, filter).await }
+        async move { list::list_jobs(self, filter).await }
             .await
             .map_err(|e: chokaq_core::Error| e.with_operation("list_jobs"))
     }
