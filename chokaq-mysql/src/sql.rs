@@ -6,13 +6,13 @@
 //!
 //! Values always travel as bound parameters. MySQL's placeholders are positional (`?`, each one
 //! its own parameter), so every statement's comment lists its parameters in order. The listing
-//! statement is built per call with sea-query from only the filters given ([`crate::list`]);
+//! statement is built per call with sea-query from only the filters given ([`list`]);
 //! a representative set of its shapes is listed here. The DDL templates live in
 //! [`crate::migrate`].
 
 use chokaq_core::{validate, Result};
 
-use crate::{list, migrate};
+use crate::migrate;
 
 /// Every statement the backend can send (migrations, listings and test support included),
 /// named and rendered for the schema `schema`: what the grammar check parses.
@@ -91,7 +91,6 @@ macro_rules! cols {
          created_by, concurrency_key"
     };
 }
-pub(crate) use cols;
 
 /// A job read from one table with `finished_at` and `reason` (NULL where the table has none).
 macro_rules! select_job {
@@ -164,7 +163,7 @@ macro_rules! statements {
         pub(crate) struct Statements {
             /// The DDL of [`crate::migrate::MIGRATIONS`], in order, with their names.
             pub(crate) migrations: Vec<(&'static str, String)>,
-            /// The listing statement's builder ([`crate::list`]).
+            /// The listing statement's builder ([`list`]).
             pub(crate) lists: list::Lists,
             $( $(#[doc = $doc])* pub(crate) $name: String, )*
         }
@@ -579,5 +578,6 @@ statements! {
     drop_schema: "DROP DATABASE IF EXISTS {schema}",
 }
 
+pub(crate) mod list;
 #[cfg(test)]
 mod tests;
