@@ -378,14 +378,59 @@ const CANCEL: &str = concat!(
      SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
 );
 
-// The statement groups below use the macros above (declared after them).
+/// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
+macro_rules! hot_record {
+    ($payload:literal) => {
+        concat!(
+            "'hot'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, concurrency_key, idempotency_key, priority, \
+             CASE WHEN status IN (3, 4) THEN 0::int2 ELSE status END AS status, \
+             NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
+             heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+        )
+    };
+}
+macro_rules! archive_record {
+    ($payload:literal) => {
+        concat!(
+            "'archive'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, concurrency_key, idempotency_key, priority, \
+             NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
+             created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
+             created_by"
+        )
+    };
+}
+macro_rules! dlq_record {
+    ($payload:literal) => {
+        concat!(
+            "'dead'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, concurrency_key, idempotency_key, priority, NULL::int2 AS status, \
+             reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
+             updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+        )
+    };
+}
+
+// The statements of the other rooms, one file each (`sql/<room>.rs`); they use the macros above
+// (declared after them).
 mod admin;
-mod maintenance;
-mod reads;
+mod inspect;
+mod list;
+mod migrate;
+mod periodic;
+mod testing;
+mod workers;
 use admin::*;
-use maintenance::*;
-pub(crate) use reads::list_query;
-use reads::*;
+use inspect::*;
+pub(crate) use list::list_query;
+use migrate::*;
+use periodic::*;
+use testing::*;
+use workers::*;
 
 // After the macros above, which it uses.
 #[cfg(feature = "fault-injection")]

@@ -1,7 +1,4 @@
-//! The read statements: stats, a job by id, the listing's page (moved out of sql.rs).
-
-use chokaq_core::listing::{self, ListQuery, SqlDialect};
-use chokaq_core::{JobTable, ListJobsParams, Result};
+//! The statements of the inspect room: stats (exact and estimated) and a job by id.
 
 /// The stats of every queue with a job or a control row, in one statement (one snapshot: the
 /// per-table sums always add up). `{archived}` is the archive's per-queue counts: the exact
@@ -114,43 +111,6 @@ pub(super) const STATS_ESTIMATED: &str = stats!(
       FROM capped WHERE capped.n > 0"
 );
 
-/// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
-macro_rules! hot_record {
-    ($payload:literal) => {
-        concat!(
-            "'hot'::text AS loc, id, queue, kind, ",
-            $payload,
-            " AS payload, tags, concurrency_key, idempotency_key, priority, \
-             CASE WHEN status IN (3, 4) THEN 0::int2 ELSE status END AS status, \
-             NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
-             heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
-        )
-    };
-}
-macro_rules! archive_record {
-    ($payload:literal) => {
-        concat!(
-            "'archive'::text AS loc, id, queue, kind, ",
-            $payload,
-            " AS payload, tags, concurrency_key, idempotency_key, priority, \
-             NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
-             created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
-             created_by"
-        )
-    };
-}
-macro_rules! dlq_record {
-    ($payload:literal) => {
-        concat!(
-            "'dead'::text AS loc, id, queue, kind, ",
-            $payload,
-            " AS payload, tags, concurrency_key, idempotency_key, priority, NULL::int2 AS status, \
-             reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
-             updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
-        )
-    };
-}
-
 /// `$1` id: the job from whichever table holds it.
 pub(super) const GET_JOB: &str = concat!(
     "SELECT ",
@@ -161,42 +121,3 @@ pub(super) const GET_JOB: &str = concat!(
     dlq_record!("payload"),
     " FROM {schema}.jobs_dlq WHERE id = $1"
 );
-
-/// The columns of a `list_jobs` page of each table, with payloads or without (every payload
-/// then reads as JSON `null`, and none leaves the server), as `rows::record` decodes them. The
-/// statement around them is built per call with sea-query (`chokaq_core::listing`): only the
-/// filters given, keyset `id > after`, `ORDER BY id`, `LIMIT`; [`all_statements`] lists a
-/// representative set of its shapes for the grammar check.
-pub(crate) fn list_columns(table: JobTable, without_payloads: bool) -> &'static str {
-    match (table, without_payloads) {
-        (JobTable::Hot, false) => hot_record!("payload"),
-        (JobTable::Hot, true) => hot_record!("'null'::jsonb"),
-        (JobTable::Archive, false) => archive_record!("payload"),
-        (JobTable::Archive, true) => archive_record!("'null'::jsonb"),
-        (JobTable::DeadLetter, false) => dlq_record!("payload"),
-        (JobTable::DeadLetter, true) => dlq_record!("'null'::jsonb"),
-    }
-}
-
-/// The listing of `p` in `schema` (validated), rendered for PostgreSQL.
-pub(crate) fn list_query(schema: &str, p: &ListJobsParams) -> Result<ListQuery> {
-    let mut q = listing::list_query(SqlDialect::Postgres, schema, list_columns(p.table, p.without_payloads), p)?;
-    if p.table == JobTable::Hot && p.status == Some(chokaq_core::JobStatus::Pending) {
-        q.sql = with_blocked(&q.sql)?;
-    }
-    Ok(q)
-}
-
-/// The Pending filter of a hot listing (`"status" IN ($a, $b)`: Pending and Scheduled, as
-/// `chokaq_core::listing` renders it) with Blocked (4, migration 13) added: it reads as Pending.
-fn with_blocked(sql: &str) -> Result<String> {
-    const AT: &str = "\"status\" IN (";
-    let start = sql
-        .find(AT)
-        .ok_or_else(|| chokaq_core::Error::new(chokaq_core::ErrorKind::Other, "listing: no status filter"))?;
-    let close = sql[start..]
-        .find(')')
-        .ok_or_else(|| chokaq_core::Error::new(chokaq_core::ErrorKind::Other, "listing: status filter not closed"))?
-        + start;
-    Ok(format!("{}, 4{}", &sql[..close], &sql[close..]))
-}
