@@ -1,4 +1,4 @@
-//! Unit tests of the guarded writes (`moves.rs`): the text of each statement, its guards
+//! Unit tests of the guarded writes (`lease.rs`, and `rescue`, `cancel` and `requeue_dead` of `admin.rs`): the text of each statement, its guards
 //! and the order of its steps.
 
 use super::super::Statements;

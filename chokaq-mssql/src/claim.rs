@@ -1,6 +1,7 @@
-//! The claim's argument encoding and row handling, shared by `claim` and
-//! `complete_and_claim`, and `complete_and_claim` itself: the completions and the claim in ONE
-//! batch and transaction (`sql/claim_batch.rs`), handing the slots the completions freed on to
+//! [`chokaq_core::Backend::claim`] and [`chokaq_core::Backend::complete_and_claim`]: the
+//! claim's argument encoding and row handling, shared by both, and `complete_and_claim`
+//! itself: the completions and the claim in ONE
+//! batch and transaction (`sql/claim.rs`), handing the slots the completions freed on to
 //! the next jobs of their queues without the counting lock (`docs/sqlserver.md`, "The
 //! handoff").
 
@@ -9,6 +10,7 @@ use chokaq_core::{Result, WorkerId};
 use tiberius::Row;
 
 use crate::backend::{split_decoded, MssqlBackend};
+use crate::rows::last_set;
 use crate::rows::{decode_claimed, ids_of, leases_json, outcome};
 
 /// The claim's bound values: the queue names as one JSON array, the limit, and `@Mode`
@@ -79,6 +81,14 @@ impl MssqlBackend {
         let done = outcome(leases, &ids_of(op, &done)?);
         Ok((done, self.finish_claim(req.worker, claimed).await))
     }
+}
+
+/// [`chokaq_core::Backend::claim`].
+pub(crate) async fn claim(b: &MssqlBackend, req_: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+    req_.validate()?;
+    let (queues, limit, mode) = claim_args(req_)?;
+    let sets = b.run("claim", &b.sql().claim, &[&queues, &req_.worker.0, &limit, &mode]).await?;
+    Ok(b.finish_claim(req_.worker, last_set(sets)).await)
 }
 
 #[cfg(test)]
