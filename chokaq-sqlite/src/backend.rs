@@ -190,6 +190,13 @@ pub(crate) async fn commit(tx: Tx) -> Result<()> {
     tx.commit().await.map_err(map_err)
 }
 
+/// Names the operation on an error: every method of `impl Backend` below forwards through it.
+macro_rules! op {
+    ($name:literal, $body:expr) => {
+        async move { $body }.await.map_err(|e: chokaq_core::Error| e.with_operation($name))
+    };
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     fn name(&self) -> &'static str {
@@ -211,158 +218,114 @@ impl Backend for SqliteBackend {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        async move { enqueue::enqueue_many(self, jobs).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_many"))
+        op!("enqueue_many", enqueue::enqueue_many(self, jobs).await)
     }
 
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        async move { claim::claim(self, req).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("claim"))
+        op!("claim", claim::claim(self, req).await)
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        async move { lease::start(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("start"))
+        op!("start", lease::start(self, worker, leases).await)
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-        async move { lease::heartbeat(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("heartbeat"))
+        op!("heartbeat", lease::heartbeat(self, worker, leases).await)
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        async move { lease::complete(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("complete"))
+        op!("complete", lease::complete(self, worker, leases).await)
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
-        async move { lease::fail(self, worker, lease, outcome).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("fail"))
+        op!("fail", lease::fail(self, worker, lease, outcome).await)
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        async move { lease::release(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("release"))
+        op!("release", lease::release(self, worker, leases).await)
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
-        async move { admin::rescue(self, params).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("rescue"))
+        op!("rescue", admin::rescue(self, params).await)
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        async move { admin::cancel(self, id).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("cancel"))
+        op!("cancel", admin::cancel(self, id).await)
     }
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
-        async move { admin::control_queue(self, queue, control).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("control_queue"))
+        op!("control_queue", admin::control_queue(self, queue, control).await)
     }
 
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
-        async move { inspect::queue_settings(self, queue).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("queue_settings"))
+        op!("queue_settings", inspect::queue_settings(self, queue).await)
     }
 
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
-        async move { admin::requeue_dead(self, id).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("requeue_dead"))
+        op!("requeue_dead", admin::requeue_dead(self, id).await)
     }
 
     async fn purge(&self, req: &PurgeParams) -> Result<u64> {
-        async move { admin::purge(self, req).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("purge"))
+        op!("purge", admin::purge(self, req).await)
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {
-        async move { inspect::stats(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("stats"))
+        op!("stats", inspect::stats(self).await)
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        async move { inspect::get_job(self, id).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("get_job"))
+        op!("get_job", inspect::get_job(self, id).await)
     }
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        async move { list::list_jobs(self, filter).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("list_jobs"))
+        op!("list_jobs", list::list_jobs(self, filter).await)
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
-        async move { workers::register(self, reg).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("register_worker"))
+        op!("register_worker", workers::register(self, reg).await)
     }
 
     async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
-        async move { workers::deregister(self, worker).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("deregister_worker"))
+        op!("deregister_worker", workers::deregister(self, worker).await)
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
-        async move { workers::list(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("list_workers"))
+        op!("list_workers", workers::list(self).await)
     }
 
     async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
-        async move { workers::prune(self, stale_after).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("prune_workers"))
+        op!("prune_workers", workers::prune(self, stale_after).await)
     }
 
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
-        async move { workers::throughput(self, params).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("throughput"))
+        op!("throughput", workers::throughput(self, params).await)
     }
 
     /// In-process wake-ups: fed by this process's own enqueues, releases and rescues (other
     /// processes on the same file are not heard; poll for those).
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
-        async move { Ok(Some(Wakeups::new(self.wake.subscribe()))) }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("wakeups"))
+        op!("wakeups", Ok(Some(Wakeups::new(self.wake.subscribe()))))
     }
 
     // ---- Periodic jobs (the schedules table) ----
 
     async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
-        async move { periodic::register(self, def).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("register_schedule"))
+        op!("register_schedule", periodic::register(self, def).await)
     }
 
     async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
-        async move { periodic::enqueue_tick(self, req).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_tick"))
+        op!("enqueue_tick", periodic::enqueue_tick(self, req).await)
     }
 
     async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
-        async move { periodic::list(self).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("list_schedules"))
+        op!("list_schedules", periodic::list(self).await)
     }
 
     async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
-        async move { periodic::set_enabled(self, name, enabled).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("set_schedule_enabled"))
+        op!("set_schedule_enabled", periodic::set_enabled(self, name, enabled).await)
     }
 
     async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
-        async move { periodic::mark_stale(self, group, live).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("mark_stale_schedules"))
+        op!("mark_stale_schedules", periodic::mark_stale(self, group, live).await)
     }
 }
