@@ -240,3 +240,28 @@ DELETE FROM {schema}.",
 
 pub(super) const PURGE_ARCHIVE: &str = purge!("jobs_archive", "");
 pub(super) const PURGE_DLQ: &str = purge!("jobs_dlq", "\n       AND ($5::text IS NULL OR reason = $5::text)");
+
+/// `$1` id. Pending, Scheduled and reserved Fetched (no heartbeat): moved to the dead-letter
+/// table. Processing and held Fetched (heart-beaten: its worker may be running it): flagged, a
+/// request.
+pub(super) const CANCEL: &str = concat!(
+    "WITH l AS (
+        SELECT h.id, (h.status = 2 OR (h.status = 1 AND h.heartbeat_at IS NOT NULL)) AS running
+          FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND NOT l.running RETURNING h.*),
+     ",
+    promote!("(SELECT g.queue, g.concurrency_key FROM g WHERE g.status IN (0, 1, 2))"),
+    ",
+     dead AS (INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id),
+     req AS (
+        UPDATE {schema}.jobs_hot h SET cancel_requested = true
+          FROM l WHERE h.id = l.id AND l.running
+        RETURNING h.id
+     )
+     SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
+);
