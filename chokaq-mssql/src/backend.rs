@@ -1,27 +1,31 @@
-//! `MssqlBackend`: the struct and its constructors here, `impl Backend` in `backend/ops.rs`.
-//! Statements come from `sql/` (rendered once at connect), values are encoded and rows
-//! decoded in `rows/`, and every batch goes through [`Pool::run`](crate::pool::Pool::run);
-//! these files bind and run.
+//! `MssqlBackend`: the struct, its constructors and `impl Backend`, which forwards: the
+//! operations' bodies live by room (the same files in every backend crate,
+//! `docs/architecture.md`): [`crate::enqueue`], [`crate::claim`], [`crate::lease`],
+//! [`crate::admin`], [`crate::inspect`], [`crate::list`], [`crate::workers`],
+//! [`crate::periodic`] and [`crate::migrate`]. Statements come from `sql/` (rendered once at
+//! connect), values are encoded and rows decoded in `rows/`, and every batch goes through
+//! [`Pool::run`](crate::pool::Pool::run); the room files bind and run.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use chokaq_core::uuid::Uuid;
-use chokaq_core::{validate, Error, PurgeParams, PurgeTarget, Result, WorkerId};
+use chokaq_core::{
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, FailAction,
+    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
+    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, StatsSnapshot,
+    ThroughputBucket, ThroughputParams, TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration,
+};
 use tiberius::{Row, ToSql};
 
 use crate::config::MssqlConfig;
 use crate::error::{connect_error, map_error, timeout};
 use crate::pool::{Manager, Pool};
-use crate::rows::{col, dead_reason_text, first_row, id_bytes, job_id, millis, req};
+use crate::rows::{col, first_row, id_bytes, job_id, req};
 use crate::sql::{self, Statements};
-
-mod ops;
-
-/// The largest JSON document one `enqueue_many` sends (an `NVARCHAR(MAX)` parameter holds
-/// 2 GB; tiberius sends at most 1 GiB of text as `nvarchar(max)`).
-const MAX_BATCH_DOCUMENT_BYTES: usize = 512 * 1024 * 1024;
+use crate::{admin, claim, enqueue, inspect, lease, list, migrate, workers};
 
 /// The SQL Server backend. Cheap to clone (an `Arc` inside).
 #[derive(Clone)]
@@ -84,43 +88,6 @@ impl fmt::Debug for MssqlBackend {
 }
 
 impl MssqlBackend {
-    /// Deletes finished rows in bounded batches. `locked` (maintenance): each batch runs in a
-    /// transaction holding the `rescue` row of `Locks` (taken with `READPAST`); the purge stops
-    /// at the first batch that finds it held by another instance.
-    async fn purge_batches(&self, r: &PurgeParams, locked: bool) -> Result<u64> {
-        let op = "purge";
-        if r.batch_size == 0 || r.batch_size > 100_000 {
-            return Err(Error::invalid("purge batch_size must be 1 to 100000"));
-        }
-        if r.reason.is_some() && r.target == PurgeTarget::Archive {
-            return Err(Error::invalid("purge: a reason filter applies to the dead-letter table only"));
-        }
-        let batch = i32::try_from(r.batch_size).map_err(|_| Error::invalid("purge batch_size too large"))?;
-        let older = millis("older_than", r.older_than)?;
-        let queue = r.queue.as_ref().map(|q| q.as_str().to_string());
-        let kind = r.kind.as_ref().map(|k| k.as_str().to_string());
-        let reason = r.reason.map(dead_reason_text);
-        let mut total = 0u64;
-        for _ in 0..r.max_batches {
-            let sets = match r.target {
-                PurgeTarget::Archive => {
-                    self.run(op, &self.sql().purge_archive, &[&batch, &older, &queue, &kind, &locked]).await?
-                }
-                PurgeTarget::DeadLetter => {
-                    self.run(op, &self.sql().purge_dlq, &[&batch, &older, &queue, &kind, &reason, &locked]).await?
-                }
-            };
-            let deleted: i64 = crate::rows::req(op, &first_row(op, sets)?, "Deleted")?;
-            // -1: another instance holds the maintenance lock.
-            let Ok(n) = u64::try_from(deleted) else { break };
-            total += n;
-            if n < u64::from(r.batch_size) {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
     /// Connects (one connection is opened and checked at once, so a wrong address fails here
     /// with [`ErrorKind::Unavailable`] within the connect timeout) and builds the pool. Does
     /// not migrate: call [`Backend::migrate`].
@@ -173,6 +140,11 @@ impl MssqlBackend {
     }
 
     /// The statements, rendered for this backend's schema.
+    /// Calls of `rescue` in a row that did not run ([`note_rescue`]).
+    pub(crate) fn rescue_misses(&self) -> &AtomicU32 {
+        &self.inner.rescue_misses
+    }
+
     pub(crate) fn sql(&self) -> &Statements {
         &self.inner.sql
     }
@@ -206,6 +178,151 @@ impl MssqlBackend {
     /// Runs one batch on a pooled connection (statement timeout, transient failures retried).
     pub(crate) async fn run(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
         self.inner.pool.run(op, sql, params).await
+    }
+}
+
+/// Names the operation on an error: every method of `impl Backend` below forwards through it.
+macro_rules! op {
+    ($name:literal, $body:expr) => {
+        async move { $body }.await.map_err(|e: chokaq_core::Error| e.with_operation($name))
+    };
+}
+
+#[async_trait]
+impl Backend for MssqlBackend {
+    fn name(&self) -> &'static str {
+        "mssql"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal(TimestampPrecision::HundredNanoseconds)
+            .with_kill_connections(true)
+            .with_multi_process(true)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        op!("migrate", migrate::run(self).await)
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        op!("enqueue_many", enqueue::enqueue_many(self, jobs).await)
+    }
+
+    async fn claim(&self, req_: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        op!("claim", claim::claim(self, req_).await)
+    }
+
+    /// One batch and one transaction: the completions, then the claim, which hands the slots
+    /// the completions freed on (`claim.rs`, `docs/sqlserver.md`).
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        op!("complete_and_claim", self.complete_and_claim_impl(worker, leases, req).await)
+    }
+
+    async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("start", lease::start(self, worker, leases).await)
+    }
+
+    async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        op!("heartbeat", lease::heartbeat(self, worker, leases).await)
+    }
+
+    async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("complete", lease::complete(self, worker, leases).await)
+    }
+
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, action: FailAction) -> Result<Fenced<FailOutcome>> {
+        op!("fail", lease::fail(self, worker, lease, action).await)
+    }
+
+    async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("release", lease::release(self, worker, leases).await)
+    }
+
+    async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        op!("rescue", admin::rescue(self, params).await)
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        op!("cancel", admin::cancel(self, id).await)
+    }
+
+    async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        op!("control_queue", admin::control_queue(self, queue, control).await)
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
+        op!("queue_settings", inspect::queue_settings(self, queue).await)
+    }
+
+    async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
+        op!("requeue_dead", admin::requeue_dead(self, id).await)
+    }
+
+    async fn purge(&self, r: &PurgeParams) -> Result<u64> {
+        op!("purge", self.purge_batches(r, false).await)
+    }
+
+    async fn stats(&self) -> Result<StatsSnapshot> {
+        op!("stats", inspect::stats(self).await)
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        op!("get_job", inspect::get_job(self, id).await)
+    }
+
+    async fn list_jobs(&self, f: &ListJobsParams) -> Result<JobPage> {
+        op!("list_jobs", list::list_jobs(self, f).await)
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        op!("register_worker", workers::register_worker(self, reg).await)
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        op!("deregister_worker", workers::deregister_worker(self, worker).await)
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        op!("list_workers", workers::list_workers(self).await)
+    }
+
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        op!("prune_workers", workers::prune_workers(self, stale_after).await)
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        op!("throughput", workers::throughput(self, params).await)
+    }
+
+    async fn wakeups(&self) -> Result<Option<chokaq_core::Wakeups>> {
+        op!("wakeups", Ok(None))
+    }
+
+    // ---- Periodic jobs (the schedules table) ----
+
+    async fn register_schedule(&self, def: &chokaq_core::ScheduleDef) -> Result<chokaq_core::ScheduleRow> {
+        op!("register_schedule", self.register_schedule_impl(def).await)
+    }
+
+    async fn enqueue_tick(&self, req: &chokaq_core::TickRequest) -> Result<chokaq_core::TickOutcome> {
+        op!("enqueue_tick", self.enqueue_tick_impl(req).await)
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<chokaq_core::ScheduleRow>> {
+        op!("list_schedules", self.list_schedules_impl().await)
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<chokaq_core::ScheduleRow> {
+        op!("set_schedule_enabled", self.set_schedule_enabled_impl(name, enabled).await)
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        op!("mark_stale_schedules", self.mark_stale_schedules_impl(group, live).await)
     }
 }
 

@@ -6,17 +6,26 @@
 //! sends. See `docs/sqlserver.md` for setup, permissions and how the claim keeps `max_workers`
 //! strict with READ_COMMITTED_SNAPSHOT on and off.
 //!
-//! Inside: `backend.rs` (the struct; `impl Backend` in `backend/ops.rs`), `sql/` (every statement), `rows/`
-//! (values and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`),
-//! `config.rs` and `connstr.rs` (configuration, connection strings and URLs), `pool.rs`
-//! (connections and running a batch), `reply.rs` (a batch's reply read into its result
-//! sets), `migrate.rs`, and `testing.rs` (`TestSupport`, feature `testing`).
+//! Inside, the rooms of every backend crate (`docs/architecture.md` has the table: file ->
+//! trait methods): `backend.rs` (the struct and `impl Backend`, which forwards to)
+//! `enqueue.rs`, `claim.rs` (with the completions' slot handoff of `complete_and_claim`),
+//! `lease.rs`, `admin.rs`, `inspect.rs`, `list.rs`, `workers.rs`, `periodic.rs` and
+//! `migrate.rs`; `sql.rs` and `sql/` (every statement, by room), `rows.rs` and `rows/` (values
+//! and rows), `error.rs` (SQL Server errors to `chokaq_core::ErrorKind`), `config.rs` and
+//! `testing.rs` (`TestSupport`, feature `testing`). SQL Server's extras: `connstr.rs`
+//! (connection strings and URLs), `pool.rs` (connections and running a batch) and `reply.rs`
+//! (a batch's reply read into its result sets).
 
+mod admin;
 mod backend;
+mod claim;
 mod config;
 mod connstr;
+mod enqueue;
 mod error;
-mod handoff;
+mod inspect;
+mod lease;
+mod list;
 mod migrate;
 mod periodic;
 mod pool;
@@ -25,6 +34,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod workers;
 
 pub use backend::MssqlBackend;
 pub use config::{MssqlConfig, DEFAULT_SCHEMA, MAX_DATABASE_NAME_LEN};

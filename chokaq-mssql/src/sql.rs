@@ -1,11 +1,11 @@
 //! Every T-SQL statement of the SQL Server backend; nothing else in the crate builds SQL text.
 //!
-//! The statements are `const` templates in the submodules, grouped by what they do:
-//! [`migrate`] (the schema objects), [`claim`] (enqueue), [`claim_batch`] (the claim and
-//! `complete_and_claim`), [`moves`] (the guarded
-//! writes of a claimed job, rescue, cancel, requeue), [`admin`] (queue controls, purge, stats,
-//! `get_job`, `list_jobs`) and [`support`] (test support and the conformance harness's database
-//! setup). [`render`] is the one function that puts names into a template; [`Statements`] is
+//! The statements are `const` templates in the submodules, one per room of the crate
+//! (`docs/architecture.md`): [`migrate`] (the schema objects), [`enqueue`], [`claim`] (the
+//! claim and `complete_and_claim`), [`lease`] (the guarded writes of a claimed job), [`admin`]
+//! (queue controls, purge, rescue, cancel, requeue), [`inspect`] (stats, `get_job`), [`list`]
+//! (`list_jobs`), [`workers`], [`periodic`] and [`testing`] (test support and the conformance
+//! harness's database setup). [`render`] is the one function that puts names into a template; [`Statements`] is
 //! the set rendered once for the backend's schema when it connects.
 //!
 //! Each statement is one batch sent with `sp_executesql` (tiberius binds values as `@P1`,
@@ -29,11 +29,13 @@ use chokaq_core::{validate, Result};
 
 mod admin;
 mod claim;
-mod claim_batch;
+mod enqueue;
+mod inspect;
+mod lease;
+mod list;
 mod migrate;
-mod moves;
 mod periodic;
-mod support;
+mod testing;
 mod workers;
 
 /// The session options every pooled connection gets once, as a plain batch (so they stick;
@@ -142,32 +144,32 @@ impl Statements {
             migrate_objects: r(migrate::MIGRATE_OBJECTS)?,
             migrate_keys: r(migrate::MIGRATE_KEYS)?,
             migrate_lock_escalation: r(migrate::MIGRATE_LOCK_ESCALATION)?,
-            enqueue: r(claim::ENQUEUE)?,
-            claim: r(&claim_batch::claim())?,
-            complete_and_claim: r(&claim_batch::complete_and_claim())?,
-            start: r(moves::START)?,
-            heartbeat: r(moves::HEARTBEAT)?,
-            complete: r(moves::COMPLETE)?,
-            fail: r(moves::FAIL)?,
-            release: r(moves::RELEASE)?,
-            dead_letter_undecodable: r(moves::DEAD_LETTER_UNDECODABLE)?,
-            rescue: r(moves::RESCUE)?,
-            cancel: r(moves::CANCEL)?,
+            enqueue: r(enqueue::ENQUEUE)?,
+            claim: r(&claim::claim())?,
+            complete_and_claim: r(&claim::complete_and_claim())?,
+            start: r(lease::START)?,
+            heartbeat: r(lease::HEARTBEAT)?,
+            complete: r(lease::COMPLETE)?,
+            fail: r(lease::FAIL)?,
+            release: r(lease::RELEASE)?,
+            dead_letter_undecodable: r(lease::DEAD_LETTER_UNDECODABLE)?,
+            rescue: r(admin::RESCUE)?,
+            cancel: r(admin::CANCEL)?,
             control_queue: r(admin::CONTROL_QUEUE)?,
             queue_settings: r(admin::QUEUE_SETTINGS)?,
-            requeue_dead: r(moves::REQUEUE_DEAD)?,
+            requeue_dead: r(admin::REQUEUE_DEAD)?,
             purge_archive: r(admin::PURGE_ARCHIVE)?,
             purge_dlq: r(admin::PURGE_DLQ)?,
-            stats: r(admin::STATS)?,
-            get_job: r(admin::GET_JOB)?,
-            list_hot: r(admin::LIST_HOT)?,
-            list_archive: r(admin::LIST_ARCHIVE)?,
-            list_dlq: r(admin::LIST_DLQ)?,
-            db_now: r(support::DB_NOW)?,
-            force: r(support::FORCE)?,
-            presence_many: r(support::PRESENCE_MANY)?,
-            kill_connections: r(support::KILL_CONNECTIONS)?,
-            drop_schema: r(support::DROP_SCHEMA)?,
+            stats: r(inspect::STATS)?,
+            get_job: r(inspect::GET_JOB)?,
+            list_hot: r(list::LIST_HOT)?,
+            list_archive: r(list::LIST_ARCHIVE)?,
+            list_dlq: r(list::LIST_DLQ)?,
+            db_now: r(testing::DB_NOW)?,
+            force: r(testing::FORCE)?,
+            presence_many: r(testing::PRESENCE_MANY)?,
+            kill_connections: r(testing::KILL_CONNECTIONS)?,
+            drop_schema: r(testing::DROP_SCHEMA)?,
             migrate_workers: r(workers::MIGRATE_WORKERS)?,
             register_worker: r(workers::REGISTER_WORKER)?,
             deregister_worker: r(workers::DEREGISTER_WORKER)?,
@@ -245,7 +247,7 @@ impl Statements {
 /// The conformance harness's database setup for database `db` (see
 /// [`crate::MssqlBackend::ensure_database`]); an invalid name is `InvalidInput`.
 pub(crate) fn ensure_test_database(db: &str) -> Result<String> {
-    render(support::ENSURE_TEST_DATABASE, Name::Database(db))
+    render(testing::ENSURE_TEST_DATABASE, Name::Database(db))
 }
 
 /// Every statement the backend can send, as `(name, sql)`, rendered for `schema`: the

@@ -1,8 +1,10 @@
 //! [`MysqlBackend`]: the pools, the transactions, the retry loop, and `impl Backend`.
 //!
-//! The operations' bodies live by topic in [`crate::claim`], [`crate::lease`],
-//! [`crate::admin`], [`crate::inspect`], [`crate::workers`] and [`crate::periodic`]; every
-//! statement they run comes from [`crate::sql::Statements`], built once here at connect.
+//! `impl Backend` only forwards, each operation naming itself on its errors: the bodies live by
+//! room (the same files in every backend crate, `docs/architecture.md`): [`crate::enqueue`],
+//! [`crate::claim`], [`crate::lease`], [`crate::admin`], [`crate::inspect`], [`crate::list`],
+//! [`crate::workers`], [`crate::periodic`] and [`crate::migrate`]; every statement they run
+//! comes from [`crate::sql::Statements`], built once here at connect.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -10,7 +12,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chokaq_core::{DeadReason, Error, ErrorKind, JobId, QueueName, QueueSettings, Result};
+use async_trait::async_trait;
+use chokaq_core::{
+    Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, Error,
+    ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams,
+    NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
+    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
+    TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+};
 use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, MySqlConnection};
@@ -19,6 +28,7 @@ use crate::config::MysqlConfig;
 use crate::error::{map_err, retryable_code, LockRetries, LockRetryCounts, Path};
 use crate::rows::{self, clean_error};
 use crate::sql::Statements;
+use crate::{admin, claim, enqueue, inspect, lease, list, migrate, periodic, workers};
 
 /// A transaction on the main pool.
 pub(crate) type Tx = sqlx::Transaction<'static, MySql>;
@@ -280,4 +290,151 @@ fn pool_options(
 /// Commits a transaction.
 pub(crate) async fn commit(tx: Tx) -> Result<()> {
     tx.commit().await.map_err(map_err)
+}
+
+/// Names the operation on an error.
+macro_rules! op {
+    ($name:literal, $body:expr) => {
+        async move { $body }.await.map_err(|e: chokaq_core::Error| e.with_operation($name))
+    };
+}
+
+#[async_trait]
+impl Backend for MysqlBackend {
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
+    /// Microsecond times; several processes on one database; sessions can be killed
+    /// (`KILL CONNECTION`). No wake-ups: MySQL has no LISTEN/NOTIFY, workers poll.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(true).with_multi_process(true)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        op!("migrate", {
+            let mut conn = self.pool.acquire().await.map_err(crate::error::map_err)?;
+            let now = self.now(&mut conn).await?;
+            migrate::run(&mut conn, &self.sql, now).await
+        })
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        op!("enqueue_many", enqueue::enqueue_many(self, jobs).await)
+    }
+
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        op!("claim", claim::claim(self, req).await)
+    }
+
+    /// The completions and the claim in one transaction (`claim::complete_and_claim`).
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        op!("complete_and_claim", claim::complete_and_claim(self, worker, leases, req).await)
+    }
+
+    async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("start", lease::start(self, worker, leases).await)
+    }
+
+    async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        op!("heartbeat", lease::heartbeat(self, worker, leases).await)
+    }
+
+    async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("complete", lease::complete(self, worker, leases).await)
+    }
+
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
+        op!("fail", lease::fail(self, worker, lease, outcome).await)
+    }
+
+    async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("release", lease::release(self, worker, leases).await)
+    }
+
+    async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        op!("rescue", admin::rescue(self, params).await)
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        op!("cancel", admin::cancel(self, id).await)
+    }
+
+    async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        op!("control_queue", admin::control_queue(self, queue, control).await)
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
+        op!("queue_settings", inspect::queue_settings(self, queue).await)
+    }
+
+    async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
+        op!("requeue_dead", admin::requeue_dead(self, id).await)
+    }
+
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
+        op!("purge", admin::purge(self, req).await)
+    }
+
+    async fn stats(&self) -> Result<StatsSnapshot> {
+        op!("stats", inspect::stats(self).await)
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        op!("get_job", inspect::get_job(self, id).await)
+    }
+
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
+        op!("list_jobs", list::list_jobs(self, filter).await)
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        op!("register_worker", workers::register(self, reg).await)
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        op!("deregister_worker", workers::deregister(self, worker).await)
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        op!("list_workers", workers::list(self).await)
+    }
+
+    async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
+        op!("prune_workers", workers::prune(self, stale_after).await)
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        op!("throughput", workers::throughput(self, params).await)
+    }
+
+    /// None: MySQL and MariaDB push no notifications; workers poll (with back-off).
+    async fn wakeups(&self) -> Result<Option<Wakeups>> {
+        op!("wakeups", Ok(None))
+    }
+
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        op!("register_schedule", periodic::register(self, def).await)
+    }
+
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        op!("enqueue_tick", periodic::enqueue_tick(self, req).await)
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        op!("list_schedules", periodic::list(self).await)
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        op!("set_schedule_enabled", periodic::set_enabled(self, name, enabled).await)
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        op!("mark_stale_schedules", periodic::mark_stale(self, group, live).await)
+    }
 }

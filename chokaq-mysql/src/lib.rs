@@ -33,20 +33,22 @@
 //!
 //! # Layout
 //!
-//! - `backend.rs`: [`MysqlBackend`] (pools, transactions, the retry loop); `api.rs`: `impl
-//!   Backend`, whose bodies live by topic in `enqueue.rs`, `claim.rs`, `lease.rs` (start,
-//!   heartbeat, complete, fail, release), `admin.rs` (rescue, cancel, queue controls, requeue,
-//!   purge), `inspect.rs` (settings, stats, `get_job`, `list_jobs`), `workers.rs` and
-//!   `periodic.rs`;
+//! The rooms of every backend crate (`docs/architecture.md` has the table: file -> trait
+//! methods):
+//!
+//! - `backend.rs`: [`MysqlBackend`] (pools, transactions, the retry loop) and `impl Backend`,
+//!   which forwards to `enqueue.rs`, `claim.rs`, `lease.rs` (start, heartbeat, complete, fail,
+//!   release), `admin.rs` (rescue, cancel, queue controls, requeue, purge), `inspect.rs`
+//!   (settings, stats, `get_job`), `list.rs` (`list_jobs`), `workers.rs` (the workers table,
+//!   throughput), `periodic.rs` (schedules) and `migrate.rs`;
 //! - `sql.rs`: every statement, rendered once per backend from `{schema}` templates
-//!   ([`all_statements`] lists them for the grammar check); `list.rs`: the listing statement,
-//!   built per call with sea-query from the filters given; `migrate.rs`: the DDL;
+//!   ([`all_statements`] lists them for the grammar check); `sql/list.rs`: the listing
+//!   statement, built per call with sea-query from the filters given; `migrate.rs`: the DDL;
 //! - `rows.rs`: rows to core types; `error.rs`: driver errors to [`chokaq_core::ErrorKind`] by
 //!   error number, and the lock-retry counters; `config.rs`: [`MysqlConfig`];
 //! - `testing.rs`: `impl chokaq_core::testing::TestSupport` (feature `testing`).
 
 mod admin;
-mod api;
 mod backend;
 mod claim;
 mod config;

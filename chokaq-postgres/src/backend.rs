@@ -1,37 +1,32 @@
-//! [`PgBackend`]: its constructors and `impl Backend`. Every statement comes from the
-//! [`Statements`] set built when the backend is; this file only binds values and reads rows.
+//! [`PgBackend`]: its constructors and `impl Backend`, which forwards: the operations' bodies
+//! live by room (the same files in every backend crate, `docs/architecture.md`):
+//! [`crate::enqueue`], [`crate::claim`], [`crate::lease`], [`crate::admin`], [`crate::inspect`],
+//! [`crate::list`], [`crate::workers`], [`crate::periodic`] and [`crate::migrate`]. Every
+//! statement comes from the [`Statements`] set built when the backend is.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimMode, ClaimParams, ClaimedJob, DeadReason,
-    Enqueued, Error, ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef,
-    ListJobsParams, NewJob, PurgeParams, PurgeTarget, QueueControl, QueueName, QueueSettings, RateLimit,
-    RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket,
-    ThroughputParams, TickOutcome, TickRequest, Timestamp, TimestampPrecision, Wakeups, WorkerId, WorkerProcess,
-    WorkerRegistration, ZombiePolicy, DEFAULT_FETCHED_TIMEOUT, DEFAULT_ZOMBIE_TIMEOUT,
+    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, FailAction,
+    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
+    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision,
+    Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{PgPool, Row};
-use uuid::Uuid;
+use sqlx::PgPool;
 
 use crate::config::PgConfig;
 use crate::enqueue::Target;
 use crate::error::{map_sqlx_error, with_retry};
 use crate::kept::Kept;
-use crate::rows::{count, error_text, pairs, sorted_claims, split};
 use crate::sql::{self, Statements};
-use crate::{listen, migrate, rows};
-
-/// Largest batch of `purge`.
-const MAX_PURGE_BATCH: u32 = 100_000;
+use crate::{admin, claim, inspect, lease, list, listen, migrate, workers};
 
 /// The PostgreSQL backend. Cheap to clone (the pool and statements are shared).
 #[derive(Clone)]
@@ -154,55 +149,6 @@ impl PgBackend {
         &self.shared.sql
     }
 
-    /// Counts rescue calls in a row that did not run (another session held the lock) and warns
-    /// every [`RESCUE_SKIPPED_WARN`] of them: a lock held for that long means a stuck instance
-    /// or a session that should not hold it.
-    /// Deletes finished rows in bounded batches. `locked` (maintenance): each batch runs in a
-    /// transaction that holds the schema's `rescue` lock row, taken without waiting; the purge
-    /// stops at the first batch that finds it held by another instance.
-    async fn purge_batches(&self, req: &PurgeParams, locked: bool) -> Result<u64> {
-        if req.batch_size == 0 || req.batch_size > MAX_PURGE_BATCH {
-            return Err(Error::invalid(format!(
-                "purge batch_size must be 1 to {MAX_PURGE_BATCH}, got {}",
-                req.batch_size
-            )));
-        }
-        if req.reason.is_some() && req.target != PurgeTarget::DeadLetter {
-            return Err(Error::invalid("a reason filter applies to the dead-letter table only"));
-        }
-        let sql = match req.target {
-            PurgeTarget::Archive => &self.sql().purge_archive,
-            PurgeTarget::DeadLetter => &self.sql().purge_dlq,
-        };
-        let mut total = 0u64;
-        for _ in 0..req.max_batches {
-            let n = with_retry(|| async {
-                let mut tx = self.kept.begin().await?;
-                if locked && sqlx::query(&self.sql().rescue_lock).fetch_optional(&mut *tx).await?.is_none() {
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                let q = sqlx::query(sql)
-                    .bind(rows::micros(req.older_than))
-                    .bind(req.queue.as_ref().map(|q| q.as_str()))
-                    .bind(req.kind.as_ref().map(|k| k.as_str()))
-                    .bind(i64::from(req.batch_size));
-                // `$5` reason: a parameter of the dead-letter statement only.
-                let q = if req.target == PurgeTarget::DeadLetter { q.bind(req.reason.map(|r| r.as_str())) } else { q };
-                let n = q.execute(&mut *tx).await?.rows_affected();
-                tx.commit().await?;
-                Ok(Some(n))
-            })
-            .await?;
-            let Some(n) = n else { break };
-            total += n;
-            if n < u64::from(req.batch_size) {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
     /// Queues the wake-ups of `queues` for after the commit: now (`xid` None: the enqueue ran
     /// on the pool and has committed), or once the caller's transaction `xid` reads as
     /// committed. Starts the notifier task on first use.
@@ -222,137 +168,6 @@ impl PgBackend {
         tokio::spawn(crate::notify::run(self.kept.clone(), self.shared.channel.clone(), sql, rx));
         let _ = tx.send(req);
         *guard = Some(tx);
-    }
-
-    fn note_rescue(&self, ran: bool) {
-        if ran {
-            self.shared.rescue_skipped.store(0, Ordering::Relaxed);
-            return;
-        }
-        let n = self.shared.rescue_skipped.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % RESCUE_SKIPPED_WARN == 0 {
-            tracing::warn!(
-                schema = %self.shared.schema,
-                skipped = n,
-                "rescue has not run for {n} calls in a row: another session holds the schema's rescue lock \
-                 (the `rescue` row of its `locks` table)"
-            );
-        }
-    }
-
-    /// Runs one of the guarded batch statements (`$1` worker, `$2` ids, `$3` leases) over every
-    /// (id, lease) pair of the input (an id may come with several leases: the one that holds
-    /// the row matches) and splits the input's ids into done and lost.
-    async fn guarded(
-        &self,
-        op: &str,
-        sql: &str,
-        worker: WorkerId,
-        leases: &[LeaseRef],
-    ) -> Result<(Vec<Uuid>, HashSet<Uuid>)> {
-        validate::lease_list(op, leases)?;
-        let (ids, lease_nums) = pairs(leases);
-        if ids.is_empty() {
-            return Ok((ids, HashSet::new()));
-        }
-        let done: HashSet<Uuid> = with_retry(|| {
-            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.kept)
-        })
-        .await?
-        .into_iter()
-        .collect();
-        Ok((ids, done))
-    }
-
-    /// Adds to `done` the ids of `leases` not in it that this worker already completed with a
-    /// lease it names: a repeated complete reports the outcome that stands.
-    async fn completed_before(&self, worker: WorkerId, leases: &[LeaseRef], done: &mut HashSet<Uuid>) -> Result<()> {
-        let rest: Vec<LeaseRef> = leases.iter().filter(|l| !done.contains(&l.id.0)).copied().collect();
-        if rest.is_empty() {
-            return Ok(());
-        }
-        let (ids, lease_nums) = pairs(&rest);
-        let sql = &self.sql().complete_standing;
-        let found: Vec<Uuid> = with_retry(|| {
-            sqlx::query_scalar::<_, Uuid>(sql).bind(worker.0).bind(&ids).bind(&lease_nums).fetch_all(&self.kept)
-        })
-        .await?;
-        done.extend(found);
-        Ok(())
-    }
-
-    /// Moves claimed rows that could not be decoded to the dead-letter table (guarded by the
-    /// claim's lease), so they neither fail their batch nor come back after the fetched
-    /// timeout.
-    async fn dead_letter_undecodable(&self, worker: WorkerId, bad: Vec<rows::Undecodable>) -> Result<()> {
-        for b in bad {
-            tracing::error!(job_id = %b.id, reason = %b.reason, "claimed row cannot be decoded: dead-lettered");
-            with_retry(|| {
-                sqlx::query(&self.sql().dead_undecodable)
-                    .bind(worker.0)
-                    .bind(b.id)
-                    .bind(b.lease)
-                    .bind(&b.reason)
-                    .fetch_optional(&self.kept)
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    async fn set_control<T>(&self, sql: &str, queue: &QueueName, value: T) -> Result<QueueSettings>
-    where
-        T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Sync + Clone,
-    {
-        // One transaction: the row made sure of, locked FOR UPDATE (waits for the claims that
-        // read the old settings), then changed; see `CONTROL_LOCK`.
-        let row = with_retry(|| async {
-            let mut tx = self.kept.begin().await?;
-            sqlx::query(&self.sql().control_ensure).bind(queue.as_str()).execute(&mut *tx).await?;
-            sqlx::query(&self.sql().control_lock).bind(queue.as_str()).execute(&mut *tx).await?;
-            let row = sqlx::query(sql).bind(queue.as_str()).bind(value.clone()).fetch_one(&mut *tx).await?;
-            tx.commit().await?;
-            Ok(row)
-        })
-        .await?;
-        rows::queue_settings(&row)
-    }
-}
-
-impl PgBackend {
-    /// `SetRateLimit`, validated by the caller: the three columns in one upsert, under the
-    /// same locks as [`PgBackend::set_control`].
-    async fn set_rate_limit(&self, queue: &QueueName, limit: Option<RateLimit>) -> Result<QueueSettings> {
-        let jobs = limit
-            .map(|l| i32::try_from(l.jobs).map_err(|_| Error::invalid(format!("rate limit {} is too large", l.jobs))))
-            .transpose()?;
-        let per = limit.map(|l| l.per_millis());
-        let by_key = limit.is_some_and(|l| l.by_key);
-        let row = with_retry(|| async {
-            let mut tx = self.kept.begin().await?;
-            sqlx::query(&self.sql().control_ensure).bind(queue.as_str()).execute(&mut *tx).await?;
-            sqlx::query(&self.sql().control_lock).bind(queue.as_str()).execute(&mut *tx).await?;
-            let row = sqlx::query(&self.sql().control_rate_limit)
-                .bind(queue.as_str())
-                .bind(jobs)
-                .bind(per)
-                .bind(by_key)
-                .fetch_one(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(row)
-        })
-        .await?;
-        rows::queue_settings(&row)
-    }
-}
-
-/// The claim functions' `p_mode`: 0 reserve, 1 hold, 2 start (`migrations/functions.sql`).
-fn mode_code(mode: ClaimMode) -> i16 {
-    match mode {
-        ClaimMode::Reserve => 0,
-        ClaimMode::Hold => 1,
-        ClaimMode::Start => 2,
     }
 }
 
@@ -398,5 +213,186 @@ impl PgBackend {
     }
 }
 
-// `impl Backend for PgBackend`, in its own file (it uses this module's imports and private items).
-mod trait_impl;
+/// Names the operation on an error: every method of `impl Backend` below forwards through it.
+macro_rules! op {
+    ($name:literal, $body:expr) => {
+        async move { $body }.await.map_err(|e: chokaq_core::Error| e.with_operation($name))
+    };
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(true).with_multi_process(true)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        op!("migrate", with_retry(|| migrate::migrate(&self.pool, self.sql(), &self.shared.schema)).await)
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        async move {
+            let (rows, slots) = self.prepare(jobs)?;
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.enqueue_on(Target::Pool(&self.kept), &rows, &slots).await
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("enqueue_many"))
+    }
+
+    async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        op!("claim", claim::claim(self, req).await)
+    }
+
+    async fn complete_and_claim(
+        &self,
+        worker: WorkerId,
+        leases: &[LeaseRef],
+        req: &ClaimParams,
+    ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
+        op!("complete_and_claim", claim::complete_and_claim(self, worker, leases, req).await)
+    }
+
+    async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("start", lease::start(self, worker, leases).await)
+    }
+
+    async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
+        op!("heartbeat", lease::heartbeat(self, worker, leases).await)
+    }
+
+    async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("complete", lease::complete(self, worker, leases).await)
+    }
+
+    async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
+        op!("fail", lease::fail(self, worker, lease, outcome).await)
+    }
+
+    async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        op!("release", lease::release(self, worker, leases).await)
+    }
+
+    async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
+        op!("rescue", admin::rescue(self, params).await)
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        op!("cancel", admin::cancel(self, id).await)
+    }
+
+    async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
+        op!("control_queue", admin::control_queue(self, queue, control).await)
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
+        op!("queue_settings", inspect::queue_settings(self, queue).await)
+    }
+
+    async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
+        op!("requeue_dead", admin::requeue_dead(self, id).await)
+    }
+
+    /// Deletes in bounded batches (`DELETE … WHERE id IN (SELECT id … LIMIT n FOR UPDATE SKIP
+    /// LOCKED)`), each its own short transaction, until a batch comes back short or
+    /// `max_batches` ran. Concurrent purges skip each other's rows instead of waiting.
+    async fn purge(&self, req: &PurgeParams) -> Result<u64> {
+        op!("purge", self.purge_batches(req, false).await)
+    }
+
+    async fn stats(&self) -> Result<StatsSnapshot> {
+        op!("stats", inspect::stats(self).await)
+    }
+
+    async fn stats_estimated(&self) -> Result<StatsSnapshot> {
+        op!("stats_estimated", inspect::stats_estimated(self).await)
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        op!("get_job", inspect::get_job(self, id).await)
+    }
+
+    async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
+        op!("list_jobs", list::list_jobs(self, filter).await)
+    }
+
+    async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
+        op!("register_worker", workers::register_worker(self, reg).await)
+    }
+
+    async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
+        op!("deregister_worker", workers::deregister_worker(self, worker).await)
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
+        op!("list_workers", workers::list_workers(self).await)
+    }
+
+    async fn prune_workers(&self, stale_after: Duration) -> Result<u64> {
+        op!("prune_workers", workers::prune_workers(self, stale_after).await)
+    }
+
+    async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
+        op!("throughput", workers::throughput(self, params).await)
+    }
+
+    async fn wakeups(&self) -> Result<Option<Wakeups>> {
+        async move {
+            // One LISTEN session per backend, whatever the number of workers on it: every
+            // stream subscribes to the same broadcast.
+            let mut wake = self.shared.wake.lock().await;
+            if let Some(tx) = wake.as_ref().filter(|tx| tx.receiver_count() > 0) {
+                return Ok(Some(Wakeups::new(tx.subscribe())));
+            }
+            let channel = self.shared.channel.clone();
+            // The listener's own connection, outside the pool (same options: the sessions'
+            // name, isolation pin and timeouts), so it never takes a connection the claims need:
+            // a pool of one serves them beside it.
+            let own = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(self.pool.options().get_acquire_timeout())
+                .test_before_acquire(false)
+                .connect_lazy_with((*self.pool.connect_options()).clone());
+            let listener = with_retry(|| async {
+                let mut listener = PgListener::connect_with(&own).await?;
+                listener.listen(&channel).await?;
+                Ok(listener)
+            })
+            .await?;
+            let (tx, rx) = tokio::sync::broadcast::channel(1024);
+            tokio::spawn(listen::run(self.pool.clone(), own, channel, tx.clone(), listener));
+            *wake = Some(tx);
+            Ok(Some(Wakeups::new(rx)))
+        }
+        .await
+        .map_err(|e: Error| e.with_operation("wakeups"))
+    }
+
+    // ---- Periodic jobs (the schedules table) ----
+
+    async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
+        op!("register_schedule", self.register_schedule_impl(def).await)
+    }
+
+    async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
+        op!("enqueue_tick", self.enqueue_tick_impl(req).await)
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        op!("list_schedules", self.list_schedules_impl().await)
+    }
+
+    async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
+        op!("set_schedule_enabled", self.set_schedule_enabled_impl(name, enabled).await)
+    }
+
+    async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
+        op!("mark_stale_schedules", self.mark_stale_schedules_impl(group, live).await)
+    }
+}

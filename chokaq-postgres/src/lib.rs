@@ -20,19 +20,30 @@
 //! # }
 //! ```
 //!
-//! The source is laid out by concern: `backend.rs` ([`PgBackend`] and its `impl Backend`),
-//! `enqueue.rs`, `sql.rs` (every statement; the broken ones of the `fault-injection` feature in
-//! `sql/faults.rs`), `rows.rs`, `error.rs`, `config.rs`, `migrate.rs` (with `migrations/*.sql`),
-//! `listen.rs` (wake-ups, on a connection of their own) and `testing.rs` (`TestSupport`, feature
-//! `testing`).
+//! The source has the rooms of every backend crate (`docs/architecture.md` has the table:
+//! file -> trait methods): `backend.rs` ([`PgBackend`] and its `impl Backend`, which forwards
+//! to) `enqueue.rs`, `claim.rs`, `lease.rs` (start, heartbeat, complete, fail, release),
+//! `admin.rs` (rescue, cancel, queue controls, requeue, purge), `inspect.rs` (settings, stats,
+//! `get_job`), `list.rs` (`list_jobs`), `workers.rs` (the workers table, throughput),
+//! `periodic.rs` (schedules) and `migrate.rs` (with `migrations/*.sql`); `sql.rs` (every
+//! statement, by room in `sql/*.rs`; the broken ones of the `fault-injection` feature in
+//! `sql/faults.rs`), `rows.rs`, `error.rs`, `config.rs` and `testing.rs` (`TestSupport`,
+//! feature `testing`). PostgreSQL's extras: `listen.rs` (wake-ups, on a connection of their
+//! own), `notify.rs` (wake-ups sent after the commit) and `kept.rs` (pooled sessions kept
+//! between statements).
 //!
 //! See `docs/postgres.md` for the schema and the reasoning behind each statement.
 
+mod admin;
 mod backend;
+mod claim;
 mod config;
 mod enqueue;
 mod error;
+mod inspect;
 mod kept;
+mod lease;
+mod list;
 mod listen;
 mod migrate;
 mod notify;
@@ -41,6 +52,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod workers;
 
 pub use backend::PgBackend;
 pub use config::PgConfig;

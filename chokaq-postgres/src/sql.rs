@@ -130,262 +130,65 @@ macro_rules! queue_cols {
     };
 }
 
-const ENQUEUE: &str = concat!(
-    "
-WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[],
-                         $8::timestamptz[], $9::int8[], $10::int4[], $11::text[], $12::text[])
-        WITH ORDINALITY AS t(id, queue, kind, payload, tags, idempotency_key, priority, scheduled_at, delay_us,
-                             max_attempts, created_by, ckey, ord)
-),
-due AS (
-    SELECT i.*, CASE WHEN i.delay_us IS NULL THEN i.scheduled_at
-                     ELSE now() + i.delay_us * interval '1 microsecond' END AS at
-      FROM input i
-),
--- The status: Scheduled (3) when due later; a due keyed job of a queue with a per-key cap is
--- Blocked (4) when its key already holds key_depth(cap) Pending, Fetched or Processing rows,
--- counting the batch's own due rows of the key before it in claim order (an index
--- optimisation only: see migration 13); else Pending (0). Keyless rows skip the window.
-st AS (
-    SELECT d.id, d.queue, d.kind, d.payload, d.tags, d.idempotency_key, d.priority, d.max_attempts, d.created_by,
-           d.ckey, d.ord, d.at, CASE WHEN d.at > now() THEN 3 ELSE 0 END AS status
-      FROM due d
-     WHERE d.ckey IS NULL
-        OR NOT EXISTS (SELECT 1 FROM {schema}.queues c WHERE c.name = d.queue AND c.key_max_workers IS NOT NULL)
-    UNION ALL
-    SELECT k.id, k.queue, k.kind, k.payload, k.tags, k.idempotency_key, k.priority, k.max_attempts, k.created_by,
-           k.ckey, k.ord, k.at,
-           CASE WHEN k.at > now() THEN 3
-                WHEN k.rk > k.depth THEN 4
-                WHEN ",
-    key_live!("k.queue", "k.ckey", "k.depth"),
-    " + k.rk - 1 >= k.depth THEN 4
-                ELSE 0 END
-      FROM (SELECT d.*, {schema}.key_depth(c.key_max_workers) AS depth,
-                   row_number() OVER (PARTITION BY d.queue, d.ckey
-                                      ORDER BY d.at > now(), d.priority DESC, d.at, d.ord) AS rk
-              FROM due d JOIN {schema}.queues c ON c.name = d.queue AND c.key_max_workers IS NOT NULL
-             WHERE d.ckey IS NOT NULL) k
-),
-ins AS (
-    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority,
-                                   max_attempts, scheduled_at, status, created_by)
-    SELECT i.id, i.queue, i.kind, i.payload::jsonb, ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)),
-           i.ckey, i.idempotency_key, i.priority, i.max_attempts, i.at, i.status, i.created_by
-      FROM st i
-     -- Keyed rows in one order for every batch (queue, key), so that two batches whose keys
-     -- overlap wait on each other at most once and never deadlock (40P01 seen in
-     -- idempotency_concurrent_overlapping_batches with the input order).
-     ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.ord
-    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue
-),
-xid AS (SELECT txid_current() AS x)
-SELECT ins.id, (SELECT x FROM xid) AS xid FROM ins"
-);
+/// The projection of a [`chokaq_core::JobRecord`] from each table (same columns, same order).
+macro_rules! hot_record {
+    ($payload:literal) => {
+        concat!(
+            "'hot'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, concurrency_key, idempotency_key, priority, \
+             CASE WHEN status IN (3, 4) THEN 0::int2 ELSE status END AS status, \
+             NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
+             heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
+        )
+    };
+}
+macro_rules! archive_record {
+    ($payload:literal) => {
+        concat!(
+            "'archive'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, concurrency_key, idempotency_key, priority, \
+             NULL::int2 AS status, NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, \
+             created_at, started_at, heartbeat_at, updated_at, finished_at, last_error, false AS cancel_requested, \
+             created_by"
+        )
+    };
+}
+macro_rules! dlq_record {
+    ($payload:literal) => {
+        concat!(
+            "'dead'::text AS loc, id, queue, kind, ",
+            $payload,
+            " AS payload, tags, concurrency_key, idempotency_key, priority, NULL::int2 AS status, \
+             reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, heartbeat_at, \
+             updated_at, finished_at, error AS last_error, false AS cancel_requested, created_by"
+        )
+    };
+}
 
-/// The wake-ups after the commit (`notify.rs`): `$1` channel, `$2` queues.
-const NOTIFY_QUEUES: &str = "SELECT count(pg_notify($1, q.queue)) FROM unnest($2::text[]) AS q (queue)";
-
-/// The fate of the callers' enqueuing transactions (`notify.rs`): `$1` transaction ids.
-const TX_STATUS: &str = "SELECT t.x, txid_status(t.x) FROM unnest($1::int8[]) AS t (x)";
-
-/// The live jobs holding keys: `$1` queues, `$2` keys (pairwise); returns queue, key, id.
-const LOOKUP_KEYS: &str = "SELECT h.queue, h.idempotency_key, h.id FROM {schema}.jobs_hot h \
-    JOIN unnest($1::text[], $2::text[]) AS k(queue, key) ON h.queue = k.queue AND h.idempotency_key = k.key";
-
-const CLAIM: &str = "SELECT * FROM {schema}.claim($1, $2, $3, $4)";
-
-/// `$1` worker, `$2` ids, `$3` leases (the completions), `$4` queues, `$5` limit, `$6` mode:
-/// the completed ids (`o_done`, on every row) and the claimed rows (all NULL when none).
-const COMPLETE_AND_CLAIM: &str =
-    "SELECT r.o_done, (r.o_job).* FROM {schema}.complete_and_claim($1, $2, $3, $4, $5, $6) r";
-
-/// Fetched → Processing (attempt + 1). Repeatable: a Processing row this lease and worker
-/// hold is reported done again and not written (its attempt is counted once).
-const START: &str = concat!(
-    "WITH l AS (",
-    guard!("IN (1, 2)"),
-    "), up AS (
-        UPDATE {schema}.jobs_hot h
-           SET status = 2, attempt = h.attempt + 1, started_at = now(), heartbeat_at = now(), updated_at = now()
-          FROM l WHERE h.id = l.id AND l.status = 1
-     )
-     SELECT l.id FROM l"
-);
-
-/// Fetched (held or reserved: a heart-beaten reserved row is held from then on) or
-/// Processing.
-const HEARTBEAT: &str = concat!(
-    "WITH l AS (",
-    guard!("IN (1, 2)"),
-    ") UPDATE {schema}.jobs_hot h SET heartbeat_at = now()
-       FROM l WHERE h.id = l.id
-     RETURNING h.id, h.cancel_requested"
-);
-
-/// Fetched → Pending (lease, worker and heartbeat cleared, attempt unchanged); a row whose
-/// cancel was requested is dead-lettered `cancelled` instead (cancel is final). Both are done.
-const RELEASE: &str = concat!(
-    "WITH l AS (",
-    guard!("= 1"),
-    "), back AS (
-        UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL,
-                                       updated_at = now()
-          FROM l WHERE h.id = l.id AND NOT l.cancel_requested
-        RETURNING h.id
-     ),
-     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.cancel_requested RETURNING h.*),
-     ",
-    promote!("g"),
-    ",
-     dead AS (INSERT INTO {schema}.jobs_dlq (",
-    dlq_cols!(),
-    ") SELECT ",
-    dlq_vals!(),
-    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id)
-     SELECT id FROM back UNION ALL SELECT id FROM dead"
-);
-
-/// Fetched or Processing → archived; a Fetched row's run counts ([`archive_vals_started`]).
-const COMPLETE: &str = concat!(
-    "WITH l AS (",
-    guard!("IN (1, 2)"),
-    "), g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
-     ",
-    promote!("g"),
-    "
-     INSERT INTO {schema}.jobs_archive (",
-    archive_cols!(),
-    ") SELECT ",
-    archive_vals_started!(),
-    " FROM g RETURNING id"
-);
-
-/// `$1` worker, `$2` ids, `$3` leases: the ids this worker already completed with the lease
-/// it names (a repeated complete, whose first reply was lost: the outcome stands).
-const COMPLETE_STANDING: &str = "
-SELECT a.id FROM {schema}.jobs_archive a
-  JOIN unnest($2::uuid[], $3::int8[]) AS u(id, lease) ON a.id = u.id AND a.lease = u.lease
- WHERE a.worker_id = $1";
-
-/// `$1` worker, `$2` id, `$3` lease: the outcome a fail with this lease already wrote, if it
-/// did. A retry or snooze leaves its lease on the Pending row (release, rescue and requeue clear
-/// it): `at` is its due time. A dead letter keeps lease and worker: `reason`, unless rescue
-/// filed it as a zombie (that lease was lost, not used).
-const FAIL_STANDING: &str = "
-SELECT h.scheduled_at AS at, NULL::text AS reason FROM {schema}.jobs_hot h
- WHERE h.id = $2 AND h.lease = $3 AND h.status IN (0, 3) AND h.scheduled_at IS NOT NULL
-UNION ALL
-SELECT NULL::timestamptz, d.reason FROM {schema}.jobs_dlq d
- WHERE d.id = $2 AND d.lease = $3 AND d.worker_id = $1 AND d.reason <> 'zombie'";
-
-/// `$1` worker, `$2` id, `$3` lease, `$4` action (`retry`, `snooze`, `dead`), `$5` delay in
-/// microseconds, `$6` error, `$7` dead-letter reason. The row is Fetched or Processing; a
-/// Fetched row is taken as started first (its effective attempt `eff` is attempt + 1, and
-/// started_at is set), and the rules apply to `eff`: a retry with `eff` >= max_attempts becomes
-/// a dead letter (`failed`); a snooze leaves `eff - 1`; a retry or snooze of a job whose cancel
-/// was requested becomes a dead letter (`cancelled`, act `cancelled`): cancel is final. One row
-/// when the lease was held, none when it was lost.
-const FAIL: &str = concat!(
-    "WITH l AS (
-        SELECT h.id, h.status AS st, h.attempt + CASE WHEN h.status = 1 THEN 1 ELSE 0 END AS eff,
-               CASE WHEN $4::text IN ('retry', 'snooze') AND h.cancel_requested THEN 'cancelled'
-                    WHEN $4::text = 'retry' AND h.attempt + CASE WHEN h.status = 1 THEN 1 ELSE 0 END >= h.max_attempts
-                         THEN 'dead'
-                    ELSE $4::text END AS act
-          FROM {schema}.jobs_hot h
-         WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status IN (1, 2)
-           FOR UPDATE
-     ),
-     back AS (
-        UPDATE {schema}.jobs_hot h
-           SET status = CASE WHEN $5::int8 > 0 THEN 3 ELSE 0 END, worker_id = NULL,
-               scheduled_at = now() + $5::int8 * interval '1 microsecond',
-               attempt = CASE WHEN l.act = 'snooze' THEN greatest(l.eff - 1, 0) ELSE l.eff END,
-               started_at = CASE WHEN l.st = 1 THEN now() ELSE h.started_at END,
-               last_error = CASE WHEN l.act = 'retry' THEN $6::text ELSE h.last_error END,
-               updated_at = now()
-          FROM l WHERE h.id = l.id AND l.act IN ('retry', 'snooze')
-        RETURNING h.scheduled_at, h.queue, h.concurrency_key, h.status
-     ),
-     g AS (
-        DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND l.act IN ('dead', 'cancelled') RETURNING h.*
-     ),
-     ",
-    promote!(
-        "(SELECT g.queue, g.concurrency_key FROM g UNION ALL
-                 SELECT back.queue, back.concurrency_key FROM back WHERE back.status = 3)"
-    ),
-    ",
-     dead AS (
-        INSERT INTO {schema}.jobs_dlq (",
-    dlq_cols!(),
-    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, l.eff,
-               g.max_attempts,
-               g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at,
-               CASE WHEN l.st = 1 THEN now() ELSE g.started_at END, now(), g.created_by, now(),
-               CASE WHEN l.act = 'cancelled' THEN 'cancelled' WHEN $4::text = 'retry' THEN 'failed'
-                    ELSE $7::text END,
-               coalesce($6::text, g.last_error)
-          FROM g JOIN l ON l.id = g.id
-        RETURNING id
-     )
-     SELECT l.act, (SELECT scheduled_at FROM back) AS at, (SELECT count(*) FROM dead) AS dead FROM l"
-);
-
-/// A claimed row the backend cannot decode, to the dead-letter table as `failed` with the
-/// reason: `$1` worker, `$2` id, `$3` lease (the claim's), `$4` error. Returns its id.
-const DEAD_UNDECODABLE: &str = concat!(
-    "WITH g AS (
-        DELETE FROM {schema}.jobs_hot h
-         WHERE h.id = $2 AND h.lease = $3 AND h.worker_id = $1 AND h.status IN (1, 2)
-        RETURNING h.*
-     ),
-     ",
-    promote!("g"),
-    "
-     INSERT INTO {schema}.jobs_dlq (",
-    dlq_cols!(),
-    ") SELECT ",
-    dlq_vals!(),
-    ", 'failed', $4::text FROM g RETURNING id"
-);
-
-/// `$1` id. Pending, Scheduled and reserved Fetched (no heartbeat): moved to the dead-letter
-/// table. Processing and held Fetched (heart-beaten: its worker may be running it): flagged, a
-/// request.
-const CANCEL: &str = concat!(
-    "WITH l AS (
-        SELECT h.id, (h.status = 2 OR (h.status = 1 AND h.heartbeat_at IS NOT NULL)) AS running
-          FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE
-     ),
-     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND NOT l.running RETURNING h.*),
-     ",
-    promote!("(SELECT g.queue, g.concurrency_key FROM g WHERE g.status IN (0, 1, 2))"),
-    ",
-     dead AS (INSERT INTO {schema}.jobs_dlq (",
-    dlq_cols!(),
-    ") SELECT ",
-    dlq_vals!(),
-    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id),
-     req AS (
-        UPDATE {schema}.jobs_hot h SET cancel_requested = true
-          FROM l WHERE h.id = l.id AND l.running
-        RETURNING h.id
-     )
-     SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
-);
-
-// The statement groups below use the macros above (declared after them).
+// The statements of each room, one file each (`sql/<room>.rs`); they use the macros above
+// (declared after them).
 mod admin;
-mod maintenance;
-mod reads;
+mod claim;
+mod enqueue;
+mod inspect;
+mod lease;
+mod list;
+mod migrate;
+mod periodic;
+mod testing;
+mod workers;
 use admin::*;
-use maintenance::*;
-pub(crate) use reads::list_query;
-use reads::*;
+use claim::*;
+use enqueue::*;
+use inspect::*;
+use lease::*;
+pub(crate) use list::list_query;
+use migrate::*;
+use periodic::*;
+use testing::*;
+use workers::*;
 
 // After the macros above, which it uses.
 #[cfg(feature = "fault-injection")]

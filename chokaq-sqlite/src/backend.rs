@@ -1,7 +1,9 @@
 //! [`SqliteBackend`]: the pools, the transactions, and `impl Backend`.
 //!
-//! The operations' bodies live by topic in [`crate::claim`], [`crate::lease`],
-//! [`crate::admin`] and [`crate::inspect`]; every statement they run comes from
+//! `impl Backend` only forwards: the operations' bodies live by room (the same files in every
+//! backend crate, `docs/architecture.md`): [`crate::enqueue`], [`crate::claim`],
+//! [`crate::lease`], [`crate::admin`], [`crate::inspect`], [`crate::list`], [`crate::workers`],
+//! [`crate::periodic`] and [`crate::migrate`]; every statement they run comes from
 //! [`crate::sql::Statements`], built once here at connect.
 
 use std::collections::HashSet;
@@ -10,11 +12,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued,
-    FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob,
-    PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, RunAt,
-    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
-    TimestampPrecision, Wake, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, FailAction,
+    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
+    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision, Wake,
+    Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -22,9 +24,9 @@ use tokio::sync::broadcast;
 
 use crate::config::SqliteConfig;
 use crate::error::map_err;
-use crate::rows::{self, clean_error, dur_us, now_us, ts_us};
+use crate::rows::{self, clean_error};
 use crate::sql::{Statements, MAIN};
-use crate::{admin, claim, inspect, lease, migrate, periodic, workers};
+use crate::{admin, claim, enqueue, inspect, lease, list, migrate, periodic, workers};
 
 /// A transaction on one of the pools.
 pub(crate) type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -188,6 +190,13 @@ pub(crate) async fn commit(tx: Tx) -> Result<()> {
     tx.commit().await.map_err(map_err)
 }
 
+/// Names the operation on an error: every method of `impl Backend` below forwards through it.
+macro_rules! op {
+    ($name:literal, $body:expr) => {
+        async move { $body }.await.map_err(|e: chokaq_core::Error| e.with_operation($name))
+    };
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     fn name(&self) -> &'static str {
@@ -209,224 +218,114 @@ impl Backend for SqliteBackend {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        async move {
-            // Every job, the batch's length and its total bytes.
-            validate::enqueue_batch(&jobs, self.max_payload_bytes)?;
-            if jobs.is_empty() {
-                return Ok(Vec::new());
-            }
-            // Validate and serialize everything before touching SQL: one bad job inserts nothing.
-            struct Prepared {
-                payload: String,
-                tags: String,
-                at: Option<i64>,
-                after: Option<i64>,
-            }
-            let mut prepared = Vec::with_capacity(jobs.len());
-            for job in &jobs {
-                let (at, after) = match job.run_at {
-                    RunAt::Now => (None, None),
-                    RunAt::At(t) => (Some(ts_us("run_at", t)?), None),
-                    RunAt::After(d) => (None, Some(dur_us("delay", d)?)),
-                };
-                prepared.push(Prepared {
-                    payload: serde_json::to_string(&job.payload)?,
-                    tags: serde_json::to_string(&job.tags)?,
-                    at,
-                    after,
-                });
-            }
-            let mut tx = self.begin_write().await?;
-            let now = now_us();
-            let mut out = Vec::with_capacity(jobs.len());
-            for (job, p) in jobs.iter().zip(&prepared) {
-                if let Some(key) = &job.idempotency_key {
-                    let existing: Option<uuid::Uuid> = sqlx::query_scalar(&self.sql.find_by_key)
-                        .bind(job.queue.as_str())
-                        .bind(key)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(map_err)?;
-                    if let Some(id) = existing {
-                        out.push(Enqueued { id: JobId(id), duplicate: true });
-                        continue;
-                    }
-                }
-                let id = JobId::new();
-                let scheduled = p.at.or(p.after.map(|d| now + d));
-                sqlx::query(&self.sql.insert_job)
-                    .bind(id.0)
-                    .bind(job.queue.as_str())
-                    .bind(job.kind.as_str())
-                    .bind(&p.payload)
-                    .bind(&p.tags)
-                    .bind(job.idempotency_key.as_deref())
-                    .bind(job.priority)
-                    .bind(job.max_attempts)
-                    .bind(scheduled)
-                    .bind(now)
-                    .bind(job.created_by.as_deref())
-                    .bind(job.concurrency_key.as_deref())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                out.push(Enqueued { id, duplicate: false });
-            }
-            commit(tx).await?;
-            self.notify(jobs.iter().map(|j| j.queue.as_str().to_string()));
-            Ok(out)
-        }
-        .await
-        .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_many"))
+        op!("enqueue_many", enqueue::enqueue_many(self, jobs).await)
     }
 
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        async move { claim::claim(self, req).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("claim"))
+        op!("claim", claim::claim(self, req).await)
     }
 
     async fn start(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        async move { lease::start(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("start"))
+        op!("start", lease::start(self, worker, leases).await)
     }
 
     async fn heartbeat(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<HeartbeatReport> {
-        async move { lease::heartbeat(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("heartbeat"))
+        op!("heartbeat", lease::heartbeat(self, worker, leases).await)
     }
 
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        async move { lease::complete(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("complete"))
+        op!("complete", lease::complete(self, worker, leases).await)
     }
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
-        async move { lease::fail(self, worker, lease, outcome).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("fail"))
+        op!("fail", lease::fail(self, worker, lease, outcome).await)
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
-        async move { lease::release(self, worker, leases).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("release"))
+        op!("release", lease::release(self, worker, leases).await)
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
-        async move { admin::rescue(self, params).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("rescue"))
+        op!("rescue", admin::rescue(self, params).await)
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        async move { admin::cancel(self, id).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("cancel"))
+        op!("cancel", admin::cancel(self, id).await)
     }
 
     async fn control_queue(&self, queue: &QueueName, control: QueueControl) -> Result<QueueSettings> {
-        async move { admin::control_queue(self, queue, control).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("control_queue"))
+        op!("control_queue", admin::control_queue(self, queue, control).await)
     }
 
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
-        async move { inspect::queue_settings(self, queue).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("queue_settings"))
+        op!("queue_settings", inspect::queue_settings(self, queue).await)
     }
 
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
-        async move { admin::requeue_dead(self, id).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("requeue_dead"))
+        op!("requeue_dead", admin::requeue_dead(self, id).await)
     }
 
     async fn purge(&self, req: &PurgeParams) -> Result<u64> {
-        async move { admin::purge(self, req).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("purge"))
+        op!("purge", admin::purge(self, req).await)
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {
-        async move { inspect::stats(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("stats"))
+        op!("stats", inspect::stats(self).await)
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        async move { inspect::get_job(self, id).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("get_job"))
+        op!("get_job", inspect::get_job(self, id).await)
     }
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        async move { inspect::list_jobs(self, filter).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("list_jobs"))
+        op!("list_jobs", list::list_jobs(self, filter).await)
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
-        async move { workers::register(self, reg).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("register_worker"))
+        op!("register_worker", workers::register(self, reg).await)
     }
 
     async fn deregister_worker(&self, worker: WorkerId) -> Result<bool> {
-        async move { workers::deregister(self, worker).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("deregister_worker"))
+        op!("deregister_worker", workers::deregister(self, worker).await)
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
-        async move { workers::list(self).await }.await.map_err(|e: chokaq_core::Error| e.with_operation("list_workers"))
+        op!("list_workers", workers::list(self).await)
     }
 
     async fn prune_workers(&self, stale_after: std::time::Duration) -> Result<u64> {
-        async move { workers::prune(self, stale_after).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("prune_workers"))
+        op!("prune_workers", workers::prune(self, stale_after).await)
     }
 
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
-        async move { workers::throughput(self, params).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("throughput"))
+        op!("throughput", workers::throughput(self, params).await)
     }
 
     /// In-process wake-ups: fed by this process's own enqueues, releases and rescues (other
     /// processes on the same file are not heard; poll for those).
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
-        async move { Ok(Some(Wakeups::new(self.wake.subscribe()))) }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("wakeups"))
+        op!("wakeups", Ok(Some(Wakeups::new(self.wake.subscribe()))))
     }
 
     // ---- Periodic jobs (the schedules table) ----
 
     async fn register_schedule(&self, def: &ScheduleDef) -> Result<ScheduleRow> {
-        async move { periodic::register(self, def).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("register_schedule"))
+        op!("register_schedule", periodic::register(self, def).await)
     }
 
     async fn enqueue_tick(&self, req: &TickRequest) -> Result<TickOutcome> {
-        async move { periodic::enqueue_tick(self, req).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("enqueue_tick"))
+        op!("enqueue_tick", periodic::enqueue_tick(self, req).await)
     }
 
     async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
-        async move { periodic::list(self).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("list_schedules"))
+        op!("list_schedules", periodic::list(self).await)
     }
 
     async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {
-        async move { periodic::set_enabled(self, name, enabled).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("set_schedule_enabled"))
+        op!("set_schedule_enabled", periodic::set_enabled(self, name, enabled).await)
     }
 
     async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64> {
-        async move { periodic::mark_stale(self, group, live).await }
-            .await
-            .map_err(|e: chokaq_core::Error| e.with_operation("mark_stale_schedules"))
+        op!("mark_stale_schedules", periodic::mark_stale(self, group, live).await)
     }
 }

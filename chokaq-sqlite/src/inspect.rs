@@ -1,20 +1,18 @@
-//! Reads on the reader pool: queue settings, stats, `get_job`, `list_jobs`. Each runs on a
+//! Reads on the reader pool: queue settings, stats, `get_job` (`list_jobs` is in
+//! [`crate::list`]). Each runs on a
 //! read-only connection; the multi-statement ones inside one read transaction (one WAL
 //! snapshot), so what they report is consistent.
 
 use std::collections::HashMap;
 
-use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{
-    validate, JobId, JobPage, JobRecord, JobTable, KeyCount, ListJobsParams, QueueName, QueueSettings, QueueStats,
-    Result, StatsSnapshot, MAX_BUSIEST_KEYS,
+    validate, JobId, JobRecord, KeyCount, QueueName, QueueSettings, QueueStats, Result, StatsSnapshot, MAX_BUSIEST_KEYS,
 };
 use sqlx::Row;
 
 use crate::backend::SqliteBackend;
 use crate::error::{corrupt, map_err};
-use crate::rows::{self, now_us, ts, ts_us, Src};
-use crate::sql::{self, MAIN};
+use crate::rows::{self, now_us, ts, Src};
 
 /// [`chokaq_core::Backend::queue_settings`].
 pub(crate) async fn queue_settings(b: &SqliteBackend, queue: &QueueName) -> Result<QueueSettings> {
@@ -104,44 +102,4 @@ pub(crate) async fn get_job(b: &SqliteBackend, id: JobId) -> Result<Option<JobRe
     }
     tx.rollback().await.map_err(map_err)?;
     Ok(found)
-}
-
-/// [`chokaq_core::Backend::list_jobs`]: keyset paging by id, with a statement of exactly the
-/// filters asked for ([`crate::sql::list_query`]).
-pub(crate) async fn list_jobs(b: &SqliteBackend, filter: &ListJobsParams) -> Result<JobPage> {
-    listing::validate_params(filter)?;
-    // Times outside years 0..=9999 are refused before they reach the database.
-    if let Some(t) = filter.created_from {
-        ts_us("created_from", t)?;
-    }
-    if let Some(t) = filter.created_to {
-        ts_us("created_to", t)?;
-    }
-    let src = match filter.table {
-        JobTable::Hot => Src::Hot,
-        JobTable::Archive => Src::Archive,
-        JobTable::DeadLetter => Src::Dead,
-    };
-    let lq = sql::list_query(MAIN, filter)?;
-    let mut q = sqlx::query(&lq.sql);
-    for arg in &lq.args {
-        q = match arg {
-            ListArg::Text(s) => q.bind(s.as_str()),
-            ListArg::SmallInt(n) => q.bind(i64::from(*n)),
-            ListArg::BigInt(n) => q.bind(*n),
-            ListArg::Bytes(v) => q.bind(v.as_slice()),
-            ListArg::Uuid(u) => q.bind(u.as_bytes().as_slice()),
-            ListArg::Time(t) => q.bind(t.timestamp_micros()),
-        };
-    }
-    let mut conn = b.reader.acquire().await.map_err(map_err)?;
-    let rows = q.fetch_all(&mut *conn).await.map_err(map_err)?;
-    let mut jobs = rows.iter().map(|r| rows::record(r, src)).collect::<Result<Vec<_>>>()?;
-    let next = if jobs.len() > filter.limit as usize {
-        jobs.truncate(filter.limit as usize);
-        jobs.last().map(|j| j.id)
-    } else {
-        None
-    };
-    Ok(JobPage { jobs, next })
 }

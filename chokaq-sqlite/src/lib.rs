@@ -25,10 +25,14 @@
 //!
 //! # Layout
 //!
-//! - `backend.rs`: [`SqliteBackend`] (pools, transactions) and `impl Backend`, whose bodies
-//!   live by topic in `claim.rs`, `lease.rs` (start, heartbeat, complete, fail, release),
-//!   `admin.rs` (rescue, cancel, queue controls, requeue, purge) and `inspect.rs` (settings,
-//!   stats, `get_job`, `list_jobs`);
+//! The rooms of every backend crate (`docs/architecture.md` has the table: file -> trait
+//! methods):
+//!
+//! - `backend.rs`: [`SqliteBackend`] (pools, transactions) and `impl Backend`, which forwards
+//!   to `enqueue.rs`, `claim.rs`, `lease.rs` (start, heartbeat, complete, fail, release),
+//!   `admin.rs` (rescue, cancel, queue controls, requeue, purge), `inspect.rs` (settings,
+//!   stats, `get_job`), `list.rs` (`list_jobs`), `workers.rs` (the workers table,
+//!   throughput), `periodic.rs` (schedules) and `migrate.rs`;
 //! - `sql.rs`: every statement, rendered once per backend from `{schema}` templates
 //!   ([`all_statements`] lists them for the grammar check); `migrate.rs`: the DDL and the
 //!   migration routine;
@@ -41,10 +45,12 @@ mod admin;
 mod backend;
 mod claim;
 mod config;
+mod enqueue;
 mod error;
 mod file;
 mod inspect;
 mod lease;
+mod list;
 mod migrate;
 mod periodic;
 mod rows;

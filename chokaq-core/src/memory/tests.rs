@@ -3,7 +3,7 @@
 use super::*;
 #[cfg(feature = "testing")]
 use crate::testing::{JobPatch, Presence, TestSupport};
-use crate::{BackendExt, ClaimMode};
+use crate::{Backend, BackendExt, CancelOutcome, ClaimMode, ClaimParams, ErrorKind, QueueControl, RequeueOutcome};
 
 fn q(name: &str) -> QueueName {
     QueueName::new(name).unwrap()

@@ -1,17 +1,14 @@
-//! Queue controls, purge, stats and the read-only job lookups (`get_job`, `list_jobs`).
+//! The statements of the admin room: queue controls, purge, `rescue`, `cancel` and
+//! `requeue_dead`. The moves between tables are `DELETE … OUTPUT DELETED … INTO <target>`
+//! inside one `SET XACT_ABORT ON` transaction, as in [`super::lease`].
 //!
 //! Optional filters are static SQL over NULL-able parameters (`@Queue IS NULL OR [Queue] =
 //! @Queue`): one statement per table, whatever filters the caller sets.
-//!
-//! A job record (`get_job`, `list_*`) has the same columns from every table: `Loc` (0 = hot,
-//! 1 = archive, 2 = dead), the columns every job table shares, then `Status`,
-//! `CancelRequested`, `FinishedAtUtc` and `Reason`, typed NULLs (or 0) where a table has no
-//! such column.
 
 /// Queue control as an upsert, behind the queue's gate row: the `Kind` 0 row of
 /// `[schema].[QueueLocks]` (inserted first if missing, autocommit), updated in the transaction
 /// (an exclusive row lock), the row every claim naming the queue holds `Shared` (see the claim
-/// batch, `sql/claim_batch.rs`). It waits for in-flight claims of the queue, and claims that
+/// batch, `sql/claim.rs`). It waits for in-flight claims of the queue, and claims that
 /// start later wait for it, so every claim sees the settings from before or from after the
 /// change, never both. Only a principal with rights on the table can lock the row (schema
 /// version 8; it was an app lock any login could hold). Under that lock: update the row,
@@ -204,222 +201,291 @@ END;
     purge_commit!()
 );
 
-/// Counts per queue and state, in ONE statement. The batch switches to SNAPSHOT isolation
-/// when the database has `ALLOW_SNAPSHOT_ISOLATION ON` (a transaction-consistent view);
-/// otherwise the single statement runs under READ COMMITTED, which is statement-consistent
-/// when READ_COMMITTED_SNAPSHOT is ON, and a locking read (that can see a job mid-move)
-/// when both are off (documented in docs/sqlserver.md). Returns the `IsSnapshot` flag and
-/// the clock, then one row per queue.
+/// Maintenance, one instance at a time: the `rescue` row of `[schema].[Locks]`, updated
+/// `WITH (ROWLOCK, READPAST)` (its `LastTakenAtUtc` records the run) and so held until the
+/// commit. A second instance skips the locked row, updates nothing and returns `Ran = 0` at
+/// once instead of waiting. Only a role with `UPDATE` on the schema's `Locks` table can hold
+/// that row, unlike an app lock, which any login can take (issue 16, finding 4). No row (a
+/// schema not migrated to version 3) also returns `Ran = 0`; the backend warns when rescue
+/// has not run for several calls in a row.
 ///
-/// Every queue with a job or a control row (`Queues`) is listed, with its control row's columns
-/// (`Name` NULL when it has none); `Cancelled` counts the dead letters of reason `cancelled`.
-/// Every count is `COUNT_BIG` (`BIGINT`), so no count overflows at 2^31 rows. Each branch
-/// reads the narrowest index that holds its rows: the filtered `IX_JobsHot_Pending`,
-/// `IX_JobsHot_Scheduled` and `IX_JobsHot_Active` for the hot table (Scheduled rows count as
-/// Pending, and those already due count for `OldestDue`), `IX_JobsArchive_Queue` and
-/// `IX_JobsDlq_Queue` (queue and finish time only) for the two history tables: the scans
-/// still grow with the tables, but read a small fraction of their pages, which keeps the
-/// snapshot short. The `SET` ends with the batch (`sp_executesql`).
+/// Parameters: `@P1` default fetched timeout (ms), `@P2` default zombie timeout (ms) (each
+/// for queues whose `Queues` row sets none), `@P3` limit,
+/// capped at 4,000 rows of each kind per call, fewer row locks than lock escalation would
+/// ever consider, whatever `RescueParams::limit` says (the next call moves the rest).
+/// Expired reserved Fetched jobs (no heartbeat; older than their queue's `FetchedTimeoutMs` or
+/// the default) go back to Pending: a `FORCESEEK` range seek on `IX_JobsHot_Fetched
+/// (UpdatedAtUtc) WHERE Status = 1` up to the latest cutoff any queue can have, then checked
+/// against their own queue's.
+/// Held Fetched jobs (a heartbeat: their handler may be running) expire by the zombie timeout
+/// instead, from their last heartbeat: a `FORCESEEK` range seek on `IX_JobsHot_Held
+/// (HeartbeatUtc) WHERE Status = 1 AND HeartbeatUtc IS NOT NULL`, as for zombies below. The
+/// zombie policy does not apply to them: one whose cancel was accepted goes to `JobsDlq` as
+/// `cancelled` (counted in `ZombiesDead`); any other goes back to Pending with its attempt
+/// unspent and `ExpiredHolds + 1` (counted in `FetchedReleased`), however often it expired
+/// (issue 36: an expiry never dead-letters; the count goes out with the job's next claim,
+/// `ClaimedJob::expired_holds`). Zombies (Processing, heartbeat older
+/// than their queue's `ZombieTimeoutMs` or the default) are found by a `FORCESEEK` range seek
+/// on `IX_JobsHot_Processing (HeartbeatUtc) WHERE Status = 2` up to the latest cutoff any
+/// queue can have (the smallest timeout), oldest heartbeat first, then checked against their
+/// own queue's cutoff; a row without a heartbeat falls back to `UpdatedAtUtc`. They go back to
+/// Pending when attempts remain, the queue's policy is Retry (0) and no cancel was accepted,
+/// else to `JobsDlq`: reason `cancelled` when `CancelRequested` is set (an accepted cancel is
+/// final), else `zombie`. The three reads take `UPDLOCK, READPAST, ROWLOCK`, as the claim
+/// does: rows locked by others are skipped.
 ///
-/// `BusiestKeys` (issue 25) is each queue's busiest concurrency keys as a JSON array
-/// `[{"k": key, "n": running}, …]` (NULL when none runs): the keys with the most Fetched +
-/// Processing jobs, at most 5 (`chokaq_core::MAX_BUSIEST_KEYS`), most running first, ties by
-/// key (binary collation order), a seek per queue on `IX_JobsHot_ActiveKey`. It is a
-/// subquery of the same statement, so it reads the same snapshot as the counts.
-pub(super) const STATS: &str = "SET NOCOUNT ON;
+/// Last, the starts log of rate limits (issue 25) is pruned: per queue that has entries
+/// (found `READPAST`, so an uncommitted claim's entries are never waited for), only when this
+/// call can take, without waiting (`READPAST`), the queue's gate row `UPDLOCK` (so no
+/// `control_queue` can change its rate limit meanwhile; claims share the gate) and its cap row
+/// `XLOCK` (the row every counting claimer of a rate-limited queue holds from before it stamps
+/// its starts until it commits, so no claim is between its stamp and its count): a queue
+/// with a rate limit loses the entries at or before now minus its window (no claim stamped
+/// after this commits can count them), a queue without one loses them all. A queue whose rows
+/// are held is left for the next call. The rows stay held to the commit, right after.
+/// Returns `Ran, FetchedReleased, ZombiesRetried, ZombiesDead`.
+pub(super) const RESCUE: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @FetchedTimeoutMs BIGINT = @P1;
+DECLARE @DefaultZombieMs BIGINT = @P2;
+DECLARE @Limit INT = CASE WHEN @P3 > 4000 THEN 4000 ELSE @P3 END;
 DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
-DECLARE @Snapshot BIT = 0;
-IF EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [snapshot_isolation_state] = 1)
+DECLARE @MinFetchedMs BIGINT;
+DECLARE @FetchedCutoff DATETIME2(7);
+DECLARE @MinZombieMs BIGINT;
+DECLARE @ZombieCutoff DATETIME2(7);
+DECLARE @FetchedReleased INT = 0;
+DECLARE @ZombiesRetried INT = 0;
+DECLARE @ZombiesDead INT = 0;
+DECLARE @Z TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Retry] BIT NOT NULL);
+DECLARE @H TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY, [Dead] BIT NOT NULL);
+DECLARE @PruneQueue VARCHAR(128);
+DECLARE @PrunePerMs BIGINT;
+DECLARE @Got BIGINT;
+BEGIN TRANSACTION;
+UPDATE l
+SET l.[LastTakenAtUtc] = @Now
+FROM {schema}.[Locks] AS l WITH (ROWLOCK, READPAST)
+WHERE l.[Name] = 'rescue';
+IF @@ROWCOUNT = 0
 BEGIN
-    SET TRANSACTION ISOLATION LEVEL SNAPSHOT;
-    SET @Snapshot = 1;
+    ROLLBACK TRANSACTION;
+    SELECT CAST(0 AS BIT) AS [Ran], 0 AS [FetchedReleased], 0 AS [ZombiesRetried], 0 AS [ZombiesDead];
+    RETURN;
 END;
-BEGIN TRANSACTION;
-SELECT @Snapshot AS [IsSnapshot], @Now AS [Now];
-SELECT y.[Queue], y.[Pending], y.[Fetched], y.[Processing], y.[Archived], y.[Dead], y.[Cancelled], y.[OldestDue],
-    c.[Name], c.[MaxWorkers], c.[IsPaused], c.[IsActive], c.[ZombieTimeoutMs], c.[ZombiePolicy], c.[FetchedTimeoutMs],
-    c.[KeyMaxWorkers], c.[RateJobs], c.[RatePerMs], c.[RateByKey], c.[UpdatedAtUtc],
-    (
-        SELECT TOP (5) b.[ConcurrencyKey] AS [k], COUNT_BIG(*) AS [n]
-        FROM {schema}.[JobsHot] AS b
-        WHERE b.[Queue] = y.[Queue] AND b.[Status] IN (1, 2) AND b.[ConcurrencyKey] IS NOT NULL
-        GROUP BY b.[ConcurrencyKey]
-        ORDER BY COUNT_BIG(*) DESC, b.[ConcurrencyKey] ASC
-        FOR JSON PATH
-    ) AS [BusiestKeys]
+SELECT @MinFetchedMs = MIN(v.[Ms])
 FROM (
-SELECT
-    x.[Queue],
-    SUM(x.[Pending]) AS [Pending],
-    SUM(x.[Fetched]) AS [Fetched],
-    SUM(x.[Processing]) AS [Processing],
-    SUM(x.[Archived]) AS [Archived],
-    SUM(x.[Dead]) AS [Dead],
-    SUM(x.[Cancelled]) AS [Cancelled],
-    MIN(x.[OldestDue]) AS [OldestDue]
+    SELECT @FetchedTimeoutMs AS [Ms]
+    UNION ALL
+    SELECT q.[FetchedTimeoutMs] FROM {schema}.[Queues] AS q WHERE q.[FetchedTimeoutMs] IS NOT NULL
+) AS v;
+SET @FetchedCutoff = DATEADD(MILLISECOND, -(@MinFetchedMs % 1000), DATEADD(SECOND, -(@MinFetchedMs / 1000), @Now));
+UPDATE TOP (@Limit) h
+SET h.[Status] = 0, h.[WorkerId] = NULL, h.[UpdatedAtUtc] = @Now
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
+WHERE h.[Status] = 1
+    AND h.[UpdatedAtUtc] < @FetchedCutoff
+    AND h.[UpdatedAtUtc] < DATEADD(
+        MILLISECOND,
+        -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) % 1000),
+        DATEADD(SECOND, -(ISNULL(q.[FetchedTimeoutMs], @FetchedTimeoutMs) / 1000), @Now)
+    )
+    AND h.[HeartbeatUtc] IS NULL;
+SET @FetchedReleased = @@ROWCOUNT;
+SELECT @MinZombieMs = MIN(v.[Ms])
 FROM (
-    SELECT
-        p.[Queue],
-        COUNT_BIG(*) AS [Pending],
-        CAST(0 AS BIGINT) AS [Fetched],
-        CAST(0 AS BIGINT) AS [Processing],
-        CAST(0 AS BIGINT) AS [Archived],
-        CAST(0 AS BIGINT) AS [Dead],
-        CAST(0 AS BIGINT) AS [Cancelled],
-        MIN(CASE WHEN p.[DueAtUtc] <= @Now THEN p.[DueAtUtc] END) AS [OldestDue]
-    FROM {schema}.[JobsHot] AS p
-    WHERE p.[Status] = 0
-    GROUP BY p.[Queue]
+    SELECT @DefaultZombieMs AS [Ms]
     UNION ALL
-    SELECT s.[Queue], COUNT_BIG(*), 0, 0, 0, 0, 0, MIN(CASE WHEN s.[DueAtUtc] <= @Now THEN s.[DueAtUtc] END)
-    FROM {schema}.[JobsHot] AS s
-    WHERE s.[Status] = 3
-    GROUP BY s.[Queue]
-    UNION ALL
-    SELECT
-        h.[Queue],
-        0,
-        SUM(CASE WHEN h.[Status] = 1 THEN CAST(1 AS BIGINT) ELSE 0 END),
-        SUM(CASE WHEN h.[Status] = 2 THEN CAST(1 AS BIGINT) ELSE 0 END),
-        0,
-        0,
-        0,
-        NULL
-    FROM {schema}.[JobsHot] AS h
-    WHERE h.[Status] IN (1, 2)
-    GROUP BY h.[Queue]
-    UNION ALL
-    SELECT a.[Queue], 0, 0, 0, COUNT_BIG(*), 0, 0, NULL
-    FROM {schema}.[JobsArchive] AS a
-    GROUP BY a.[Queue]
-    UNION ALL
-    SELECT d.[Queue], 0, 0, 0, 0, COUNT_BIG(*), SUM(CASE WHEN d.[Reason] = 'cancelled' THEN CAST(1 AS BIGINT) ELSE 0 END),
-        NULL
-    FROM {schema}.[JobsDlq] AS d
-    GROUP BY d.[Queue]
-    UNION ALL
-    SELECT q.[Name], 0, 0, 0, 0, 0, 0, NULL
-    FROM {schema}.[Queues] AS q
-) AS x
-GROUP BY x.[Queue]
-) AS y
-LEFT JOIN {schema}.[Queues] AS c ON c.[Name] = y.[Queue]
-ORDER BY y.[Queue];
-COMMIT TRANSACTION;";
+    SELECT q.[ZombieTimeoutMs] FROM {schema}.[Queues] AS q WHERE q.[ZombieTimeoutMs] IS NOT NULL
+) AS v;
+SET @ZombieCutoff = DATEADD(MILLISECOND, -(@MinZombieMs % 1000), DATEADD(SECOND, -(@MinZombieMs / 1000), @Now));
+INSERT INTO @H ([Id], [Dead])
+SELECT TOP (@Limit)
+    h.[Id],
+    h.[CancelRequested]
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
+WHERE h.[Status] = 1
+    AND h.[HeartbeatUtc] IS NOT NULL
+    AND h.[HeartbeatUtc] < @ZombieCutoff
+    AND h.[HeartbeatUtc] < DATEADD(
+        MILLISECOND,
+        -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) % 1000),
+        DATEADD(SECOND, -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) / 1000), @Now)
+    )
+ORDER BY h.[HeartbeatUtc] ASC;
+UPDATE h
+SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[ExpiredHolds] = h.[ExpiredHolds] + 1, \
+    h.[UpdatedAtUtc] = @Now
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @H AS x ON x.[Id] = h.[Id]
+WHERE x.[Dead] = 0 AND h.[Status] = 1 AND h.[CancelRequested] = 0;
+SET @FetchedReleased = @FetchedReleased + @@ROWCOUNT;
+DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
+    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @H AS x ON x.[Id] = h.[Id]
+WHERE x.[Dead] = 1 AND h.[Status] = 1 AND h.[CancelRequested] = 1;
+SET @ZombiesDead = @@ROWCOUNT;
+INSERT INTO @Z ([Id], [Retry])
+SELECT TOP (@Limit)
+    h.[Id],
+    CASE
+        WHEN h.[CancelRequested] = 0 AND h.[Attempt] < h.[MaxAttempts] AND ISNULL(q.[ZombiePolicy], 0) = 0 THEN 1
+        ELSE 0
+    END
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = h.[Queue]
+WHERE h.[Status] = 2
+    AND (h.[HeartbeatUtc] IS NULL OR h.[HeartbeatUtc] < @ZombieCutoff)
+    AND ISNULL(h.[HeartbeatUtc], h.[UpdatedAtUtc]) < DATEADD(
+        MILLISECOND,
+        -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) % 1000),
+        DATEADD(SECOND, -(ISNULL(q.[ZombieTimeoutMs], @DefaultZombieMs) / 1000), @Now)
+    )
+ORDER BY h.[HeartbeatUtc] ASC;
+UPDATE h
+SET h.[Status] = 0, h.[WorkerId] = NULL, h.[HeartbeatUtc] = NULL, h.[UpdatedAtUtc] = @Now
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @Z AS z ON z.[Id] = h.[Id]
+WHERE z.[Retry] = 1 AND h.[Status] = 2 AND h.[CancelRequested] = 0;
+SET @ZombiesRetried = @@ROWCOUNT;
+DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
+    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' \
+    ELSE 'zombie' END, DELETED.[ConcurrencyKey] \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @Z AS z ON z.[Id] = h.[Id]
+WHERE z.[Retry] = 0 AND h.[Status] = 2;
+SET @ZombiesDead = @ZombiesDead + @@ROWCOUNT;
+SET @PruneQueue = (SELECT MIN(s.[Queue]) FROM {schema}.[StartsLog] AS s WITH (READPAST));
+WHILE @PruneQueue IS NOT NULL
+BEGIN
+    SET @Got = 0;
+    SELECT @Got = COUNT_BIG(*)
+    FROM {schema}.[QueueLocks] AS l WITH (UPDLOCK, ROWLOCK, READPAST)
+    WHERE l.[Queue] = @PruneQueue AND l.[Kind] = 0;
+    IF @Got = 1
+        SELECT @Got = COUNT_BIG(*)
+        FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)
+        WHERE l.[Queue] = @PruneQueue AND l.[Kind] = 1;
+    IF @Got = 1
+    BEGIN
+        SET @PrunePerMs = NULL;
+        SELECT @PrunePerMs = q.[RatePerMs]
+        FROM {schema}.[Queues] AS q WITH (FORCESEEK)
+        WHERE q.[Name] = @PruneQueue AND q.[RateJobs] IS NOT NULL;
+        DELETE s
+        FROM {schema}.[StartsLog] AS s WITH (ROWLOCK, READPAST, FORCESEEK)
+        WHERE s.[Queue] = @PruneQueue
+            AND (
+                @PrunePerMs IS NULL
+                OR s.[Stamp] <= DATEADD(MILLISECOND, -(@PrunePerMs % 1000), DATEADD(SECOND, -(@PrunePerMs / 1000), @Now))
+            );
+    END;
+    SET @PruneQueue = (SELECT MIN(s.[Queue]) FROM {schema}.[StartsLog] AS s WITH (READPAST) WHERE s.[Queue] > @PruneQueue);
+END;
+COMMIT TRANSACTION;
+SELECT CAST(1 AS BIT) AS [Ran], @FetchedReleased AS [FetchedReleased], @ZombiesRetried AS [ZombiesRetried], \
+    @ZombiesDead AS [ZombiesDead];";
 
-/// A job wherever it is, from ONE consistent view. `@P1` id. The batch reads under SNAPSHOT
-/// when the database allows it, under READ COMMITTED when READ_COMMITTED_SNAPSHOT is ON (one
-/// statement, one statement-level snapshot), and otherwise (both off, the on-premises default)
-/// under SERIALIZABLE: the three key lookups hold their key(-range) locks to the end, so a
-/// move between tables cannot slip between them (seen twice, or nowhere). The reader runs at
-/// `DEADLOCK_PRIORITY LOW`: if it deadlocks with a move, it is the victim and is retried
-/// (1205). The `SET`s end with the batch. At most one row; more would mean a broken invariant
-/// and are reported.
-pub(super) const GET_JOB: &str = "SET NOCOUNT ON;
+/// Cancels a live job. `@P1` id. Pending, Scheduled or reserved Fetched (`HeartbeatUtc` NULL):
+/// moved to `JobsDlq` (reason `cancelled`) by `DELETE … OUTPUT DELETED … INTO`; Processing or
+/// held Fetched (a heartbeat: its worker may be running it): `CancelRequested = 1`, a request
+/// its worker sees in the heartbeat.
+/// Returns `Result` (0 = not live, 1 = cancelled, 2 = requested).
+///
+/// Lock order: a claim (and the promotion) locks a job's entry in `IX_JobsHot_Pending` (or
+/// `IX_JobsHot_Scheduled`) first, then its clustered row; a plain `DELETE` by id would take
+/// them the other way round and could deadlock with a claim. So cancel first reads where the
+/// job is without locking it, then locks that index entry (`UPDLOCK`, the index named), and
+/// only then deletes by id. If the job moved in between, the index read locks nothing and
+/// the `DELETE`/`UPDATE` that follow still decide on the row's state then; the only deadlock
+/// left is that narrow race, and it is retried (1205).
+pub(super) const CANCEL: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
 DECLARE @Id BINARY(16) = @P1;
-IF EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [snapshot_isolation_state] = 1)
-    SET TRANSACTION ISOLATION LEVEL SNAPSHOT;
-ELSE IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE [database_id] = DB_ID() AND [is_read_committed_snapshot_on] = 1)
-    SET TRANSACTION ISOLATION LEVEL SERIALIZABLE;
-SET DEADLOCK_PRIORITY LOW;
+DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Result INT = 0;
+DECLARE @Status SMALLINT;
+DECLARE @Queue VARCHAR(128);
+DECLARE @Priority INT;
+DECLARE @Due DATETIME2(7);
+DECLARE @Seen INT;
 BEGIN TRANSACTION;
-SELECT 0 AS [Loc], h.[Id], h.[Queue], h.[Kind], h.[Payload], h.[Tags], h.[IdempotencyKey], h.[Priority], \
-    h.[Attempt], h.[MaxAttempts], h.[Lease], h.[WorkerId], h.[HeartbeatUtc], h.[ScheduledAtUtc], h.[CreatedAtUtc], \
-    h.[StartedAtUtc], h.[UpdatedAtUtc], h.[LastError], h.[CreatedBy], h.[ConcurrencyKey], h.[Status] AS [Status], \
-    h.[CancelRequested] AS [CancelRequested], CAST(NULL AS DATETIME2(7)) AS [FinishedAtUtc], \
-    CAST(NULL AS VARCHAR(32)) AS [Reason] FROM {schema}.[JobsHot] AS h WHERE h.[Id] = @Id
-UNION ALL
-SELECT 1 AS [Loc], a.[Id], a.[Queue], a.[Kind], a.[Payload], a.[Tags], a.[IdempotencyKey], a.[Priority], \
-    a.[Attempt], a.[MaxAttempts], a.[Lease], a.[WorkerId], a.[HeartbeatUtc], a.[ScheduledAtUtc], a.[CreatedAtUtc], \
-    a.[StartedAtUtc], a.[UpdatedAtUtc], a.[LastError], a.[CreatedBy], a.[ConcurrencyKey], CAST(NULL AS SMALLINT) AS [Status], \
-    CAST(0 AS BIT) AS [CancelRequested], a.[FinishedAtUtc] AS [FinishedAtUtc], \
-    CAST(NULL AS VARCHAR(32)) AS [Reason] FROM {schema}.[JobsArchive] AS a WHERE a.[Id] = @Id
-UNION ALL
-SELECT 2 AS [Loc], d.[Id], d.[Queue], d.[Kind], d.[Payload], d.[Tags], d.[IdempotencyKey], d.[Priority], \
-    d.[Attempt], d.[MaxAttempts], d.[Lease], d.[WorkerId], d.[HeartbeatUtc], d.[ScheduledAtUtc], d.[CreatedAtUtc], \
-    d.[StartedAtUtc], d.[UpdatedAtUtc], d.[LastError], d.[CreatedBy], d.[ConcurrencyKey], CAST(NULL AS SMALLINT) AS [Status], \
-    CAST(0 AS BIT) AS [CancelRequested], d.[FinishedAtUtc] AS [FinishedAtUtc], \
-    d.[Reason] AS [Reason] FROM {schema}.[JobsDlq] AS d WHERE d.[Id] = @Id;
-COMMIT TRANSACTION;";
+SELECT @Status = h.[Status], @Queue = h.[Queue], @Priority = h.[Priority], @Due = h.[DueAtUtc]
+FROM {schema}.[JobsHot] AS h
+WHERE h.[Id] = @Id;
+IF @Status = 0
+    SELECT @Seen = COUNT(*)
+    FROM {schema}.[JobsHot] AS p WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Pending]))
+    WHERE p.[Queue] = @Queue AND p.[Priority] = @Priority AND p.[DueAtUtc] = @Due AND p.[Id] = @Id AND p.[Status] = 0;
+IF @Status = 3
+    SELECT @Seen = COUNT(*)
+    FROM {schema}.[JobsHot] AS p WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Scheduled]))
+    WHERE p.[Queue] = @Queue AND p.[DueAtUtc] = @Due AND p.[Id] = @Id AND p.[Status] = 3;
+DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
+    DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
+    DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+WHERE h.[Id] = @Id AND (h.[Status] IN (0, 3) OR (h.[Status] = 1 AND h.[HeartbeatUtc] IS NULL));
+IF @@ROWCOUNT = 1
+    SET @Result = 1;
+IF @Result = 0
+BEGIN
+    UPDATE {schema}.[JobsHot]
+    SET [CancelRequested] = 1, [UpdatedAtUtc] = @Now
+    WHERE [Id] = @Id AND ([Status] = 2 OR ([Status] = 1 AND [HeartbeatUtc] IS NOT NULL));
+    IF @@ROWCOUNT = 1
+        SET @Result = 2;
+END;
+COMMIT TRANSACTION;
+SELECT @Result AS [Result];";
 
-/// A filtered page of the hot table, keyset-paged on the clustered `Id` (UUID v7 bytes, so id
-/// order is creation order). `@P1` limit (the caller asks one more to know if a next page
-/// exists), `@P2` after id or NULL, `@P3` queue, `@P4` status (Pending, 0, also matches the
-/// internal Scheduled state, 3), `@P5` kind, `@P6` tag,
-/// `@P7` created from, `@P8` created to: every filter NULL when unset. `OPTION (RECOMPILE)`
-/// so each combination of filters gets its own plan.
-pub(super) const LIST_HOT: &str = "DECLARE @Limit INT = @P1;
-DECLARE @After BINARY(16) = @P2;
-DECLARE @Queue VARCHAR(128) = @P3;
-DECLARE @Status SMALLINT = @P4;
-DECLARE @Kind NVARCHAR(255) = @P5;
-DECLARE @Tag NVARCHAR(100) = @P6;
-DECLARE @CreatedFrom DATETIME2(7) = @P7;
-DECLARE @CreatedTo DATETIME2(7) = @P8;
-SELECT TOP (@Limit) 0 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
-    t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
-    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[ConcurrencyKey], t.[Status] AS [Status], \
-    t.[CancelRequested] AS [CancelRequested], CAST(NULL AS DATETIME2(7)) AS [FinishedAtUtc], \
-    CAST(NULL AS VARCHAR(32)) AS [Reason]
-FROM {schema}.[JobsHot] AS t
-WHERE (@After IS NULL OR t.[Id] > @After)
-    AND (@Queue IS NULL OR t.[Queue] = @Queue)
-    AND (@Status IS NULL OR t.[Status] = @Status OR (@Status = 0 AND t.[Status] = 3))
-    AND (@Kind IS NULL OR t.[Kind] = @Kind)
-    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
-    WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
-    AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
-    AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
-ORDER BY t.[Id]
-OPTION (RECOMPILE);";
-
-/// [`LIST_HOT`] for the archive (`@P4`, the status, is declared and unused: every list
-/// statement binds the same eight values).
-pub(super) const LIST_ARCHIVE: &str = "DECLARE @Limit INT = @P1;
-DECLARE @After BINARY(16) = @P2;
-DECLARE @Queue VARCHAR(128) = @P3;
-DECLARE @Status SMALLINT = @P4;
-DECLARE @Kind NVARCHAR(255) = @P5;
-DECLARE @Tag NVARCHAR(100) = @P6;
-DECLARE @CreatedFrom DATETIME2(7) = @P7;
-DECLARE @CreatedTo DATETIME2(7) = @P8;
-SELECT TOP (@Limit) 1 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
-    t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
-    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[ConcurrencyKey], \
-    CAST(NULL AS SMALLINT) AS [Status], CAST(0 AS BIT) AS [CancelRequested], t.[FinishedAtUtc] AS [FinishedAtUtc], \
-    CAST(NULL AS VARCHAR(32)) AS [Reason]
-FROM {schema}.[JobsArchive] AS t
-WHERE (@After IS NULL OR t.[Id] > @After)
-    AND (@Queue IS NULL OR t.[Queue] = @Queue)
-    AND (@Kind IS NULL OR t.[Kind] = @Kind)
-    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
-    WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
-    AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
-    AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
-ORDER BY t.[Id]
-OPTION (RECOMPILE);";
-
-/// [`LIST_HOT`] for the dead letters (`@P4` unused, as in [`LIST_ARCHIVE`]).
-pub(super) const LIST_DLQ: &str = "DECLARE @Limit INT = @P1;
-DECLARE @After BINARY(16) = @P2;
-DECLARE @Queue VARCHAR(128) = @P3;
-DECLARE @Status SMALLINT = @P4;
-DECLARE @Kind NVARCHAR(255) = @P5;
-DECLARE @Tag NVARCHAR(100) = @P6;
-DECLARE @CreatedFrom DATETIME2(7) = @P7;
-DECLARE @CreatedTo DATETIME2(7) = @P8;
-SELECT TOP (@Limit) 2 AS [Loc], t.[Id], t.[Queue], t.[Kind], t.[Payload], t.[Tags], t.[IdempotencyKey], \
-    t.[Priority], t.[Attempt], t.[MaxAttempts], t.[Lease], t.[WorkerId], t.[HeartbeatUtc], t.[ScheduledAtUtc], \
-    t.[CreatedAtUtc], t.[StartedAtUtc], t.[UpdatedAtUtc], t.[LastError], t.[CreatedBy], t.[ConcurrencyKey], \
-    CAST(NULL AS SMALLINT) AS [Status], CAST(0 AS BIT) AS [CancelRequested], t.[FinishedAtUtc] AS [FinishedAtUtc], \
-    t.[Reason] AS [Reason]
-FROM {schema}.[JobsDlq] AS t
-WHERE (@After IS NULL OR t.[Id] > @After)
-    AND (@Queue IS NULL OR t.[Queue] = @Queue)
-    AND (@Kind IS NULL OR t.[Kind] = @Kind)
-    AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(t.[Tags]) AS g \
-    WHERE g.[value] COLLATE Latin1_General_BIN2 = @Tag))
-    AND (@CreatedFrom IS NULL OR t.[CreatedAtUtc] >= @CreatedFrom)
-    AND (@CreatedTo IS NULL OR t.[CreatedAtUtc] < @CreatedTo)
-ORDER BY t.[Id]
-OPTION (RECOMPILE);";
+/// Dead letter → Pending (due now: `Status` 0, `ScheduledAtUtc` cleared), same id, priority
+/// and key, attempt 0, `ExpiredHolds` 0 (a fresh row): `DELETE … OUTPUT DELETED … INTO
+/// JobsHot` in one transaction; `Outcome` stays NULL, so no `fail` of the old lease can report
+/// anything for the requeued job. A live job of the SAME QUEUE holding the key (keys are
+/// scoped per queue: the unique index is `UX_JobsHot_QueueIdempotencyKey (Queue,
+/// IdempotencyKey)`) makes the insert fail with 2601 (→ Conflict) and the whole move rolls
+/// back; a job of another queue with that key does not. `@P1` id. Returns `Moved` (0 or 1).
+pub(super) const REQUEUE_DEAD: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+DECLARE @Id BINARY(16) = @P1;
+DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Moved INT;
+BEGIN TRANSACTION;
+DELETE d
+OUTPUT
+    DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey],
+    DELETED.[Priority], 0, DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[CreatedAtUtc], @Now, \
+    DELETED.[LastError],
+    DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0, DELETED.[ConcurrencyKey]
+INTO {schema}.[JobsHot] (
+    [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey],
+    [Priority], [Attempt], [MaxAttempts], [Lease], [CreatedAtUtc], [UpdatedAtUtc], [LastError],
+    [CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds], [ConcurrencyKey]
+)
+FROM {schema}.[JobsDlq] AS d WITH (FORCESEEK)
+WHERE d.[Id] = @Id;
+SET @Moved = @@ROWCOUNT;
+COMMIT TRANSACTION;
+SELECT @Moved AS [Moved];";

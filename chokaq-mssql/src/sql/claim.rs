@@ -1,329 +1,479 @@
-//! Enqueue and the claim: the two statements that put jobs in and hand them out.
+//! The claim batch and `complete_and_claim` (the handoff), built from the same parts so that
+//! the two can never drift apart: [`claim`] is the claim, [`complete_and_claim`] completes the
+//! worker's jobs and claims in ONE transaction, handing the slots it freed on.
+//!
+//! Order of one claim (both statements):
+//!
+//! 0. Promotion (its own short autocommit statement, before the transaction): per requested
+//!    queue, a range seek on `IX_JobsHot_Scheduled (Queue, DueAtUtc) WHERE Status = 3` for
+//!    `DueAtUtc <= @Now`, oldest first, at most 1,000 rows in all (`@Promote`), turns Scheduled
+//!    (3) into Pending (0). Rows another claimer is promoting are skipped (`READPAST`).
+//! 1. The lock rows: every queue has two rows in `[schema].[QueueLocks]`, `Kind` 0 (the queue
+//!    gate) and 1 (the cap). A missing row is inserted before the transaction (autocommit,
+//!    `UPDLOCK, HOLDLOCK` against a racing inserter; looked for first without a lock, so a
+//!    claim whose rows exist, all claims but a queue's first, writes nothing here). Rows are
+//!    never deleted. Only a principal with rights on the table can lock its rows: an app lock
+//!    (`sp_getapplock`, the design before schema version 8) could be held by any login of the
+//!    database and stall every claim.
+//! 2. Leases: `sys.sp_sequence_get_range` reserves `@Limit` consecutive values of `LeaseSeq`
+//!    (`NEXT VALUE FOR` is not allowed in a statement with `TOP`); the k-th claimed row, in
+//!    claim order, gets `@FirstLease + k - 1`. A range drawn by a claim that then rolls back
+//!    (or claims fewer rows) leaves a gap: a sequence never hands a value out twice.
+//! 3. (`complete_and_claim` only) The worker's own Fetched and Processing rows named by the
+//!    leases are U-locked (`UPDLOCK, ROWLOCK, FORCESEEK`, the complete's guard) into `@Done`;
+//!    `Freed` per requested queue is how many of them it holds. Nothing can move those rows
+//!    before this transaction archives them, so `Freed` is exactly what it frees.
+//! 4. The queue gates: the `Kind` 0 row of every requested queue, `Shared`
+//!    (`REPEATABLEREAD`: held to the commit), in name order (a sorted `TOP` feeding a
+//!    `LOOP JOIN` under `FORCE ORDER`). `control_queue` updates the same row (exclusive)
+//!    before it changes the queue's settings, so the settings read next cannot change before
+//!    this claim commits. A wait beyond the session's lock timeout is 1222 (retried).
+//! 5. The settings: paused and inactive queues leave `@Q`; `MaxWorkers` is read.
+//! 6. Capped queues, in name order:
+//!    - unless the slots this call freed cover the whole claim (`Freed >= @Limit`), the cap
+//!      row is read `WITH (XLOCK, ROWLOCK, READPAST)`: the counting lock, exclusive, never
+//!      waited for (a row another transaction holds in any mode, a handoff's shared lock
+//!      included, is skipped; an `UPDATE … WITH (READPAST)` would not skip a shared lock: its
+//!      update lock is compatible with it, and it would then wait to convert), then stamped
+//!      (`LastTakenAtUtc`) under that lock. Taken: the active jobs (Fetched + Processing) are counted
+//!      `WITH (READCOMMITTEDLOCK)`, a locking read of committed rows even under
+//!      READ_COMMITTED_SNAPSHOT, and `Slots = MaxWorkers - (Active - Freed)`;
+//!    - not taken (another counting claimer holds it) and nothing freed: `Slots = 0`, the
+//!      queue is skipped for this call, like PostgreSQL's `SKIP LOCKED`;
+//!    - not taken (or not tried) and `Freed > 0`: THE HANDOFF. The cap row is read `Shared`
+//!      (`REPEATABLEREAD`; handoffs share it, a counting claimer's exclusive lock excludes
+//!      them: the handoff waits for that claimer's commit, a short transaction that never
+//!      waits for a handoff), the active jobs are counted without waiting (`READPAST`), and
+//!      `Slots = least(Freed, MaxWorkers - (Active - Freed))`, never below 0.
+//! 7. (`complete_and_claim` only) The `@Done` rows move to `JobsArchive` (the complete's
+//!    move), and the ids archived under the given leases and this worker are returned.
+//! 8. Keyed and rate-limited ("guarded") queues (issue 25): their cap row was taken waiting
+//!    and exclusive in step 6 (never the handoff); [`KEYS`] reads the claim time again, counts
+//!    each key's running jobs and the rate windows after the locks, and chooses their rows in
+//!    rounds that skip full keys (`docs/sqlserver.md`, keyed caps and rate limits).
+//! 9. THE claim: one `UPDATE … OUTPUT INSERTED`, per queue a bounded `FORCESEEK` on
+//!    `IX_JobsHot_Pending` (`TOP (min(limit, Slots))` inside `CROSS APPLY`,
+//!    `UPDLOCK, READPAST, ROWLOCK`), the best `@Limit` across queues numbered by
+//!    `ROW_NUMBER` over those few rows.
+//!
+//! Why the cap holds (see `docs/sqlserver.md`, "Why `max_workers` is strict"): a handoff
+//! claims at most the slots its own transaction freed, in the same commit, so it never raises
+//! a queue's active count, whatever it counted. A counting claimer holds the cap row
+//! exclusively, so no handoff of that queue is in flight while it counts (a handoff holds
+//! the row shared from before it archives until it commits), and every other transition
+//! that is in flight (a complete, a fail, a rescue, a start) only lowers the count or moves a
+//! row within the active states: the locking count is exact or too high. Unlike PostgreSQL,
+//! where the counting claimer's snapshot sees a handoff whole or not at all, SQL Server's
+//! locking read committed can miss a row that moves into the range it already passed while
+//! still waiting on a row the handoff deleted, so a handoff and a count must not overlap.
+//! A lowered cap hands nothing on: `MaxWorkers - (Active - Freed)` is 0 or less while what
+//! runs is at or above the new cap.
+//!
+//! No deadlock: every lock wait of these batches is on a lock row (gates by name, then caps by
+//! name, the only waiting cap request being a handoff's shared one, taken before it writes
+//! any job row), and the holder of a conflicting lock row (a counting claimer or
+//! `control_queue`) never waits for a lock row or a job row the waiter holds.
 
-/// Enqueue one or many jobs in one round trip.
-///
-/// `@P1` NVARCHAR(MAX): a JSON array of jobs, one object per job:
-/// `{"o": ordinal, "id": "<32 hex>", "q": queue, "k": kind, "p": "<payload JSON text>",
-/// "t": "<tags JSON text>"|null, "key": key|null, "pr": priority, "ma": max_attempts,
-/// "at": "yyyy-mm-ddThh:mm:ss.fffffff"|null, "ds": delay seconds|null, "dn": delay nanos,
-/// "by": created_by|null, "ck": concurrency key|null}`. The concurrency key is stored as given
-/// (`NVARCHAR(255)`, binary collation; core validated it: at most 255 bytes, text rules).
-///
-/// A job due later than now is stored Scheduled (`Status` 3), outside the claim index, and
-/// promoted to Pending by the claim once due (see [`CLAIM`]); a job due now is Pending (0).
-///
-/// Idempotency keys are scoped per queue (`docs/contract.md`, input limits): a key already
-/// held by a hot job OF THE SAME QUEUE returns that job's id (`Duplicate = 1`); the same key
-/// on another queue is another job. Concurrent enqueuers of one (queue, key) serialise on the
-/// key-range lock that `WITH (UPDLOCK, HOLDLOCK)` takes on the (possibly missing) entry of the
-/// filtered unique index `UX_JobsHot_QueueIdempotencyKey (Queue, IdempotencyKey)`. Every probe
-/// names both columns, states the index's filter (`IdempotencyKey IS NOT NULL`) and is
-/// `FORCESEEK`, so it can only be a seek on that index, never a scan that range-locks the
-/// whole index. The (queue, key) pairs of the batch are locked first, in index order (a
-/// sorted `TOP` feeding a `LOOP JOIN` under `FORCE ORDER`), so two batches whose keys overlap
-/// in opposite orders queue behind each other instead of deadlocking. The unique index is the
-/// backstop (2601 → Conflict → retried). Two jobs with one key on one queue in the same
-/// batch: the first is inserted, the rest get its id.
-///
-/// A batch of up to 10,000 jobs stays one atomic statement; with `LOCK_ESCALATION = DISABLE`
-/// on the table its row locks are never escalated to a table lock.
-///
-/// Returns one row per input job, in input order: `Ord, Id, Duplicate`.
-pub(super) const ENQUEUE: &str = "SET XACT_ABORT ON;
+/// The first lines of the claim: its parameters (`@P1` queues JSON, `@P2` worker, `@P3`
+/// limit, `@P4` mode).
+const CLAIM_PARAMS: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-DECLARE @Jobs NVARCHAR(MAX) = @P1;
-DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
-DECLARE @In TABLE (
-    [Ord] INT NOT NULL PRIMARY KEY,
-    [Id] BINARY(16) NOT NULL,
-    [Queue] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL,
-    [Kind] NVARCHAR(255) COLLATE Latin1_General_BIN2 NOT NULL,
-    [Payload] NVARCHAR(MAX) NOT NULL,
-    [Tags] NVARCHAR(MAX) NULL,
-    [IdempotencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL,
-    [Priority] INT NOT NULL,
-    [MaxAttempts] INT NOT NULL,
-    [ScheduledAtUtc] DATETIME2(7) NULL,
-    [CreatedBy] NVARCHAR(255) NULL,
-    [FirstOfKey] BIT NOT NULL,
-    [ConcurrencyKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL
+DECLARE @Queues NVARCHAR(MAX) = @P1;
+DECLARE @WorkerId UNIQUEIDENTIFIER = @P2;
+DECLARE @Limit INT = @P3;
+DECLARE @Mode SMALLINT = @P4;
+";
+
+/// The first lines of `complete_and_claim`: `@P1` leases JSON (`[{"id": "<32 hex>", "lease":
+/// n}, …]`, as `complete`), `@P2` worker, `@P3` queues JSON, `@P4` limit, `@P5` mode.
+const HANDOFF_PARAMS: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @Leases NVARCHAR(MAX) = @P1;
+DECLARE @WorkerId UNIQUEIDENTIFIER = @P2;
+DECLARE @Queues NVARCHAR(MAX) = @P3;
+DECLARE @Limit INT = @P4;
+DECLARE @Mode SMALLINT = @P5;
+";
+
+/// Variables, the queue list, promotion, the lock rows and the lease range.
+const PREPARE: &str = "DECLARE @Now DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @Promote INT = 1000;
+DECLARE @Name VARCHAR(128);
+DECLARE @Got BIGINT;
+DECLARE @RangeFirst SQL_VARIANT;
+DECLARE @FirstLease BIGINT;
+DECLARE @KeyMax INT;
+DECLARE @RateJobs INT;
+DECLARE @RatePerMs BIGINT;
+DECLARE @RateByKey BIT;
+DECLARE @KeyDefault BIGINT;
+DECLARE @QueueRoom BIGINT;
+DECLARE @Need BIGINT;
+DECLARE @Round INT;
+DECLARE @Since DATETIME2(7);
+DECLARE @Q TABLE (
+    [Name] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL PRIMARY KEY,
+    [MaxWorkers] INT NULL,
+    [Slots] INT NULL,
+    [Freed] INT NOT NULL DEFAULT 0,
+    [KeyMax] INT NULL,
+    [RateJobs] INT NULL,
+    [RatePerMs] BIGINT NULL,
+    [RateByKey] BIT NULL,
+    [Guarded] BIT NOT NULL DEFAULT 0
 );
-DECLARE @Inserted TABLE ([Id] BINARY(16) NOT NULL PRIMARY KEY);
-DECLARE @KeysLocked BIGINT;
-INSERT INTO @In ([Ord], [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [MaxAttempts], \
-    [ScheduledAtUtc], [CreatedBy], [FirstOfKey], [ConcurrencyKey])
-SELECT
-    j.[Ord],
-    CONVERT(BINARY(16), j.[Id], 2),
-    j.[Queue],
-    j.[Kind],
-    j.[Payload],
-    j.[Tags],
-    j.[IdempotencyKey],
-    j.[Priority],
-    j.[MaxAttempts],
-    CASE
-        WHEN j.[At] IS NOT NULL THEN j.[At]
-        WHEN j.[DelaySec] IS NOT NULL THEN DATEADD(NANOSECOND, ISNULL(j.[DelayNs], 0), DATEADD(SECOND, \
-    j.[DelaySec], @Now))
-    END,
-    j.[CreatedBy],
-    CASE
-        WHEN j.[IdempotencyKey] IS NULL THEN 1
-        WHEN j.[Ord] = MIN(j.[Ord]) OVER (
-            PARTITION BY j.[Queue] COLLATE Latin1_General_BIN2, j.[IdempotencyKey] COLLATE Latin1_General_BIN2
-        ) THEN 1
-        ELSE 0
-    END,
-    j.[ConcurrencyKey]
-FROM OPENJSON(@Jobs) WITH (
-    [Ord] INT '$.o',
-    [Id] CHAR(32) '$.id',
-    [Queue] VARCHAR(128) '$.q',
-    [Kind] NVARCHAR(255) '$.k',
-    [Payload] NVARCHAR(MAX) '$.p',
-    [Tags] NVARCHAR(MAX) '$.t',
-    [IdempotencyKey] NVARCHAR(255) '$.key',
-    [Priority] INT '$.pr',
-    [MaxAttempts] INT '$.ma',
-    [At] DATETIME2(7) '$.at',
-    [DelaySec] INT '$.ds',
-    [DelayNs] INT '$.dn',
-    [CreatedBy] NVARCHAR(255) '$.by',
-    [ConcurrencyKey] NVARCHAR(255) '$.ck'
-) AS j;
-BEGIN TRANSACTION;
-SELECT @KeysLocked = COUNT_BIG(*)
-FROM (
-    SELECT TOP (2147483647) i.[Queue], i.[IdempotencyKey]
-    FROM @In AS i
-    WHERE i.[IdempotencyKey] IS NOT NULL AND i.[FirstOfKey] = 1
-    ORDER BY i.[Queue], i.[IdempotencyKey]
-) AS k
-INNER LOOP JOIN {schema}.[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)
-    ON h.[Queue] = k.[Queue] AND h.[IdempotencyKey] = k.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
-OPTION (FORCE ORDER);
-INSERT INTO {schema}.[JobsHot] (
-    [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Status], [Attempt], [MaxAttempts],
-    [ScheduledAtUtc], [DueAtUtc], [CreatedAtUtc], [UpdatedAtUtc], [CancelRequested], [CreatedBy], [ConcurrencyKey]
+DECLARE @C TABLE (
+    [Id] BINARY(16) NOT NULL PRIMARY KEY,
+    [Queue] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL,
+    [CKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL,
+    [Priority] INT NOT NULL,
+    [DueAtUtc] DATETIME2(7) NOT NULL
+);
+DECLARE @K TABLE (
+    [CKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NOT NULL PRIMARY KEY,
+    [Room] BIGINT NOT NULL
+);
+DECLARE @Done TABLE (
+    [Id] BINARY(16) NOT NULL PRIMARY KEY,
+    [Queue] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL
+);
+INSERT INTO @Q ([Name])
+SELECT DISTINCT CAST(j.[value] AS VARCHAR(128)) COLLATE Latin1_General_BIN2 FROM OPENJSON(@Queues) AS j;
+UPDATE s
+SET s.[Status] = 0
+FROM {schema}.[JobsHot] AS s WITH (FORCESEEK)
+INNER JOIN (
+    SELECT TOP (@Promote) d.[Id], d.[DueAtUtc]
+    FROM @Q AS t
+    CROSS APPLY (
+        SELECT TOP (@Promote) r.[Id], r.[DueAtUtc]
+        FROM {schema}.[JobsHot] AS r WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+        WHERE r.[Queue] = t.[Name] AND r.[Status] = 3 AND r.[DueAtUtc] <= @Now
+        ORDER BY r.[DueAtUtc] ASC
+    ) AS d
+    ORDER BY d.[DueAtUtc] ASC
+) AS p ON p.[Id] = s.[Id]
+WHERE s.[Status] = 3;
+IF EXISTS (
+    SELECT 1
+    FROM @Q AS t
+    WHERE (SELECT COUNT_BIG(*) FROM {schema}.[QueueLocks] AS l WITH (NOLOCK) WHERE l.[Queue] = t.[Name]) < 2
 )
-OUTPUT INSERTED.[Id] INTO @Inserted ([Id])
-SELECT
-    i.[Id], i.[Queue], i.[Kind], i.[Payload], i.[Tags], i.[IdempotencyKey], i.[Priority],
-    CASE WHEN ISNULL(i.[ScheduledAtUtc], @Now) > @Now THEN 3 ELSE 0 END, 0, i.[MaxAttempts],
-    i.[ScheduledAtUtc], ISNULL(i.[ScheduledAtUtc], @Now), @Now, @Now, 0, i.[CreatedBy], i.[ConcurrencyKey]
-FROM @In AS i
-WHERE i.[FirstOfKey] = 1
-    AND (
-        i.[IdempotencyKey] IS NULL
-        OR NOT EXISTS (
+    INSERT INTO {schema}.[QueueLocks] ([Queue], [Kind])
+    SELECT t.[Name], k.[Kind]
+    FROM @Q AS t
+    CROSS JOIN (VALUES (0), (1)) AS k ([Kind])
+    WHERE NOT EXISTS (
+        SELECT 1
+        FROM {schema}.[QueueLocks] AS l WITH (UPDLOCK, HOLDLOCK)
+        WHERE l.[Queue] = t.[Name] AND l.[Kind] = k.[Kind]
+    );
+IF EXISTS (SELECT 1 FROM @Q)
+BEGIN
+    EXEC sys.sp_sequence_get_range @sequence_name = N'{schema}.[LeaseSeq]', @range_size = @Limit, \
+    @range_first_value = @RangeFirst OUTPUT;
+    SET @FirstLease = CAST(@RangeFirst AS BIGINT);
+END;
+BEGIN TRANSACTION;
+";
+
+/// `complete_and_claim` only: the worker's rows named by the leases, U-locked, and the slots
+/// they free per requested queue.
+const LOCK_DONE: &str = "INSERT INTO @Done ([Id], [Queue])
+SELECT DISTINCT h.[Id], h.[Queue]
+FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK)
+INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
+    ON h.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND h.[Lease] = l.[Lease]
+WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;
+UPDATE t
+SET t.[Freed] = d.[Freed]
+FROM @Q AS t
+INNER JOIN (SELECT f.[Queue], COUNT_BIG(*) AS [Freed] FROM @Done AS f GROUP BY f.[Queue]) AS d ON d.[Queue] = t.[Name];
+";
+
+/// The gates, the settings, and the cap rows (counting lock or handoff).
+const GATES_AND_CAPS: &str = "SELECT @Got = COUNT_BIG(*)
+FROM (
+    SELECT TOP (2147483647) t.[Name]
+    FROM @Q AS t
+    ORDER BY t.[Name]
+) AS g
+INNER LOOP JOIN {schema}.[QueueLocks] AS l WITH (REPEATABLEREAD, ROWLOCK, FORCESEEK)
+    ON l.[Queue] = g.[Name] AND l.[Kind] = 0
+OPTION (FORCE ORDER);
+IF @Got < (SELECT COUNT_BIG(*) FROM @Q)
+    THROW 51002, N'chokaq: a queue lock row is missing; retried', 1;
+DELETE t
+FROM @Q AS t
+INNER JOIN {schema}.[Queues] AS q WITH (FORCESEEK) ON q.[Name] = t.[Name]
+WHERE q.[IsPaused] = 1 OR q.[IsActive] = 0;
+UPDATE t
+SET
+    t.[MaxWorkers] = q.[MaxWorkers],
+    t.[KeyMax] = q.[KeyMaxWorkers],
+    t.[RateJobs] = q.[RateJobs],
+    t.[RatePerMs] = q.[RatePerMs],
+    t.[RateByKey] = q.[RateByKey],
+    t.[Guarded] = CASE WHEN q.[KeyMaxWorkers] IS NOT NULL OR q.[RateJobs] IS NOT NULL THEN 1 ELSE 0 END
+FROM @Q AS t
+INNER JOIN {schema}.[Queues] AS q WITH (FORCESEEK) ON q.[Name] = t.[Name]
+WHERE q.[MaxWorkers] IS NOT NULL OR q.[KeyMaxWorkers] IS NOT NULL OR q.[RateJobs] IS NOT NULL;
+SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [MaxWorkers] IS NOT NULL OR [Guarded] = 1);
+WHILE @Name IS NOT NULL
+BEGIN
+    SET @Got = 0;
+    IF (SELECT t.[Guarded] FROM @Q AS t WHERE t.[Name] = @Name) = 1
+    BEGIN
+        SELECT @Got = COUNT_BIG(*)
+        FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK)
+        WHERE l.[Queue] = @Name AND l.[Kind] = 1;
+        IF @Got = 0
+            THROW 51002, N'chokaq: a queue lock row is missing; retried', 1;
+        UPDATE l
+        SET l.[LastTakenAtUtc] = @Now
+        FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK)
+        WHERE l.[Queue] = @Name AND l.[Kind] = 1;
+    END
+    ELSE IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) < @Limit
+    BEGIN
+        SELECT @Got = COUNT_BIG(*)
+        FROM {schema}.[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)
+        WHERE l.[Queue] = @Name AND l.[Kind] = 1;
+        IF @Got = 1
+            UPDATE l
+            SET l.[LastTakenAtUtc] = @Now
+            FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK)
+            WHERE l.[Queue] = @Name AND l.[Kind] = 1;
+    END;
+    IF @Got = 1
+        UPDATE t
+        SET t.[Slots] = CASE
+            WHEN t.[MaxWorkers] > a.[Active] - t.[Freed] THEN t.[MaxWorkers] - (a.[Active] - t.[Freed])
+            ELSE 0
+        END
+        FROM @Q AS t
+        CROSS APPLY (
+            SELECT COUNT_BIG(*) AS [Active]
+            FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
+            WHERE h.[Queue] = t.[Name] AND h.[Status] IN (1, 2)
+        ) AS a
+        WHERE t.[Name] = @Name AND t.[MaxWorkers] IS NOT NULL;
+    ELSE IF (SELECT t.[Freed] FROM @Q AS t WHERE t.[Name] = @Name) > 0
+    BEGIN
+        IF NOT EXISTS (
             SELECT 1
-            FROM {schema}.[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)
-            WHERE h.[Queue] = i.[Queue] AND h.[IdempotencyKey] = i.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL
+            FROM {schema}.[QueueLocks] AS l WITH (REPEATABLEREAD, ROWLOCK)
+            WHERE l.[Queue] = @Name AND l.[Kind] = 1
         )
-    )
-ORDER BY i.[Ord];
-SELECT
-    i.[Ord],
-    CASE WHEN n.[Id] IS NOT NULL THEN n.[Id] ELSE h.[Id] END AS [Id],
-    CAST(CASE WHEN n.[Id] IS NOT NULL THEN 0 ELSE 1 END AS BIT) AS [Duplicate]
-FROM @In AS i
-LEFT JOIN @Inserted AS n ON n.[Id] = i.[Id]
-LEFT JOIN {schema}.[JobsHot] AS h WITH (FORCESEEK)
-    ON i.[IdempotencyKey] IS NOT NULL AND h.[Queue] = i.[Queue] AND h.[IdempotencyKey] = i.[IdempotencyKey]
-        AND h.[IdempotencyKey] IS NOT NULL
-ORDER BY i.[Ord];
+            THROW 51002, N'chokaq: a queue lock row is missing; retried', 1;
+        UPDATE t
+        SET t.[Slots] = CASE
+            WHEN t.[MaxWorkers] <= a.[Active] - t.[Freed] THEN 0
+            WHEN t.[MaxWorkers] - (a.[Active] - t.[Freed]) < t.[Freed] THEN t.[MaxWorkers] - (a.[Active] - t.[Freed])
+            ELSE t.[Freed]
+        END
+        FROM @Q AS t
+        CROSS APPLY (
+            SELECT COUNT_BIG(*) AS [Active]
+            FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, READPAST, FORCESEEK)
+            WHERE h.[Queue] = t.[Name] AND h.[Status] IN (1, 2)
+        ) AS a
+        WHERE t.[Name] = @Name;
+    END
+    ELSE
+        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;
+    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE ([MaxWorkers] IS NOT NULL OR [Guarded] = 1) AND [Name] > @Name);
+END;
+";
+
+/// Keyed and rate-limited queues ("guarded": `KeyMaxWorkers` or `RateJobs` set; issue 25):
+/// their candidates, chosen under the cap row each holds since [`GATES_AND_CAPS`] (taken
+/// waiting, exclusive), into `@C`. The claim's time is read again here (`@Now`), after every
+/// lock is held: it is the stamp the starts log gets and Start mode's `StartedAtUtc`.
+///
+/// Per guarded queue, in name order: its per-key allowances into `@K` (a key's room: the cap
+/// less its Fetched + Processing jobs, and, with a per-key rate limit, the limit less its
+/// log entries stamped after `@Now - per`; the smaller), from statements that start after the
+/// lock is held and read the latest committed rows (`READCOMMITTEDLOCK`, also under
+/// READ_COMMITTED_SNAPSHOT); `@KeyDefault`, the room of a key with nothing running and
+/// nothing logged; `@QueueRoom`, the queue's own room (the limit, the cap's `Slots`, and a
+/// queue-wide rate limit less its log entries in the window). Then rounds: the next due
+/// rows in claim order (`FORCESEEK` on `IX_JobsHot_Pending`, `UPDLOCK, READPAST, ROWLOCK` as
+/// the plain claim) that are key-less or whose key still has room counting the rows `@C`
+/// already holds; rows past a key's room (a round may take several of one key) are dropped
+/// again, and their key is then full, so the next round skips it and takes the next keys: a
+/// key at its cap never holds back other keys. At most 10 rounds; a round that drops nothing
+/// and finds fewer rows than it asked for ends it (everything it may take is in).
+const KEYS: &str = "IF EXISTS (SELECT 1 FROM @Q WHERE [Guarded] = 1)
+    SET @Now = SYSUTCDATETIME();
+SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Guarded] = 1);
+WHILE @Name IS NOT NULL
+BEGIN
+    SELECT
+        @KeyMax = t.[KeyMax],
+        @RateJobs = t.[RateJobs],
+        @RatePerMs = t.[RatePerMs],
+        @RateByKey = t.[RateByKey],
+        @QueueRoom = CASE WHEN t.[Slots] IS NULL OR t.[Slots] > @Limit THEN @Limit ELSE t.[Slots] END
+    FROM @Q AS t
+    WHERE t.[Name] = @Name;
+    SET @Since = DATEADD(MILLISECOND, -(@RatePerMs % 1000), DATEADD(SECOND, -(@RatePerMs / 1000), @Now));
+    SET @KeyDefault = CASE
+        WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL AND (@KeyMax IS NULL OR @RateJobs < @KeyMax) THEN @RateJobs
+        ELSE @KeyMax
+    END;
+    IF @RateJobs IS NOT NULL AND @RateByKey = 0
+        SELECT @QueueRoom = CASE WHEN @RateJobs - COUNT_BIG(*) < @QueueRoom THEN @RateJobs - COUNT_BIG(*) ELSE @QueueRoom END
+        FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, FORCESEEK)
+        WHERE s.[Queue] = @Name AND s.[Stamp] > @Since;
+    DELETE FROM @K;
+    INSERT INTO @K ([CKey], [Room])
+    SELECT x.[CKey], MIN(x.[Room])
+    FROM (
+        SELECT h.[ConcurrencyKey] AS [CKey], @KeyMax - COUNT_BIG(*) AS [Room]
+        FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
+        WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN (1, 2) AND h.[ConcurrencyKey] IS NOT NULL
+        GROUP BY h.[ConcurrencyKey]
+        UNION ALL
+        SELECT s.[CKey], @RateJobs - COUNT_BIG(*)
+        FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, FORCESEEK)
+        WHERE @RateByKey = 1 AND @RateJobs IS NOT NULL AND s.[Queue] = @Name AND s.[Stamp] > @Since \
+    AND s.[CKey] IS NOT NULL
+        GROUP BY s.[CKey]
+    ) AS x
+    GROUP BY x.[CKey];
+    SET @Need = CASE WHEN @QueueRoom > 0 THEN @QueueRoom ELSE 0 END;
+    SET @Round = 0;
+    WHILE @Need > 0 AND @Round < 10
+    BEGIN
+        SET @Round = @Round + 1;
+        INSERT INTO @C ([Id], [Queue], [CKey], [Priority], [DueAtUtc])
+        SELECT TOP (@Need) j.[Id], j.[Queue], j.[ConcurrencyKey], j.[Priority], j.[DueAtUtc]
+        FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+        WHERE j.[Queue] = @Name AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now
+            AND NOT EXISTS (SELECT 1 FROM @C AS c WHERE c.[Id] = j.[Id])
+            AND (
+                j.[ConcurrencyKey] IS NULL
+                OR @KeyDefault IS NULL
+                OR ISNULL((SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]), @KeyDefault)
+                    > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])
+            )
+        ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC;
+        SET @Got = @@ROWCOUNT;
+        IF @Got = 0
+            BREAK;
+        DELETE c
+        FROM @C AS c
+        INNER JOIN (
+            SELECT
+                r.[Id],
+                ROW_NUMBER() OVER (PARTITION BY r.[CKey] ORDER BY r.[Priority] DESC, r.[DueAtUtc] ASC, r.[Id] ASC) AS [Rn]
+            FROM @C AS r
+            WHERE r.[Queue] = @Name AND r.[CKey] IS NOT NULL
+        ) AS n ON n.[Id] = c.[Id]
+        LEFT JOIN @K AS k ON k.[CKey] = c.[CKey]
+        WHERE @KeyDefault IS NOT NULL AND n.[Rn] > ISNULL(k.[Room], @KeyDefault);
+        IF @@ROWCOUNT = 0 AND @Got < @Need
+            BREAK;
+        SET @Need = @QueueRoom - (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name);
+    END;
+    SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Guarded] = 1 AND [Name] > @Name);
+END;
+";
+
+/// `complete_and_claim` only: the complete's move of the locked rows, then the ids archived
+/// under the given leases and this worker (a repeat of a complete whose answer was lost finds
+/// its rows there).
+const ARCHIVE_DONE: &str = "DELETE h
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+    DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
+    DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], \
+    DELETED.[CreatedAtUtc], CASE WHEN DELETED.[Status] = 1 THEN @Now ELSE DELETED.[StartedAtUtc] END, @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now, \
+    DELETED.[ConcurrencyKey] \
+    INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
+    [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [ConcurrencyKey])
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN @Done AS d ON h.[Id] = d.[Id]
+WHERE h.[Status] IN (1, 2) AND h.[WorkerId] = @WorkerId;
+SELECT a.[Id]
+FROM {schema}.[JobsArchive] AS a
+INNER JOIN OPENJSON(@Leases) WITH ([Id] CHAR(32) '$.id', [Lease] BIGINT '$.lease') AS l \
+    ON a.[Id] = CONVERT(BINARY(16), l.[Id], 2) AND a.[Lease] = l.[Lease]
+WHERE a.[WorkerId] = @WorkerId;
+";
+
+/// THE claim, the starts log, and the commit. The candidates are the plain queues' bounded
+/// seeks (`CROSS APPLY`, as before issue 25) and the guarded queues' rows chosen in [`KEYS`]
+/// (`@C`), the best `@Limit` of them numbered for their leases. Then every claimed row of a
+/// rate-limited queue gets its entry in `StartsLog` (queue, key, `@Now`: the stamp, equal to
+/// Start mode's `StartedAtUtc`), in this transaction: the rows this UPDATE claimed are the ones
+/// of `@C` that now carry this worker and a lease of this claim's range.
+const TAKE: &str = "UPDATE h
+SET
+    h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,
+    h.[WorkerId] = @WorkerId,
+    h.[Lease] = @FirstLease + p.[Rn] - 1,
+    h.[Attempt] = CASE WHEN @Mode = 2 THEN h.[Attempt] + 1 ELSE h.[Attempt] END,
+    h.[StartedAtUtc] = CASE WHEN @Mode = 2 THEN @Now ELSE h.[StartedAtUtc] END,
+    h.[HeartbeatUtc] = CASE WHEN @Mode = 1 THEN NULL ELSE @Now END,
+    h.[UpdatedAtUtc] = @Now,
+    h.[Outcome] = NULL
+OUTPUT INSERTED.[Id], INSERTED.[Queue], INSERTED.[Kind], INSERTED.[Payload], INSERTED.[Tags], \
+    INSERTED.[IdempotencyKey], INSERTED.[Priority], INSERTED.[Attempt], INSERTED.[MaxAttempts], INSERTED.[Lease], \
+    INSERTED.[WorkerId], INSERTED.[HeartbeatUtc], INSERTED.[ScheduledAtUtc], INSERTED.[CreatedAtUtc], \
+    INSERTED.[StartedAtUtc], INSERTED.[UpdatedAtUtc], INSERTED.[LastError], INSERTED.[CreatedBy], INSERTED.[Status], \
+    INSERTED.[ConcurrencyKey], INSERTED.[ExpiredHolds]
+FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
+INNER JOIN (
+    SELECT TOP (@Limit)
+        u.[Id],
+        ROW_NUMBER() OVER (ORDER BY u.[Priority] DESC, u.[DueAtUtc] ASC, u.[Id] ASC) AS [Rn]
+    FROM (
+        SELECT c.[Id], c.[Priority], c.[DueAtUtc]
+        FROM @Q AS t
+        CROSS APPLY (
+            SELECT TOP (CASE WHEN t.[Slots] IS NULL OR t.[Slots] > @Limit THEN @Limit ELSE t.[Slots] END)
+                j.[Id], j.[Priority], j.[DueAtUtc]
+            FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+            WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now
+            ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC
+        ) AS c
+        WHERE t.[Guarded] = 0
+        UNION ALL
+        SELECT g.[Id], g.[Priority], g.[DueAtUtc]
+        FROM @C AS g
+    ) AS u
+    ORDER BY u.[Priority] DESC, u.[DueAtUtc] ASC, u.[Id] ASC
+) AS p ON p.[Id] = h.[Id]
+WHERE h.[Status] = 0;
+INSERT INTO {schema}.[StartsLog] ([Queue], [CKey], [Stamp])
+SELECT h.[Queue], h.[ConcurrencyKey], @Now
+FROM @C AS g
+INNER JOIN @Q AS t ON t.[Name] = g.[Queue]
+INNER JOIN {schema}.[JobsHot] AS h WITH (FORCESEEK) ON h.[Id] = g.[Id]
+WHERE t.[RateJobs] IS NOT NULL AND h.[WorkerId] = @WorkerId AND h.[Lease] >= @FirstLease \
+    AND h.[Lease] < @FirstLease + @Limit;
 COMMIT TRANSACTION;";
 
-// The claim batch itself is built in `claim_batch.rs`, with `complete_and_claim` from the same parts.
+/// The claim: `@P1` JSON array of queue names, `@P2` worker id, `@P3` limit, `@P4` mode
+/// (1 = reserve into Fetched, `HeartbeatUtc` NULL; 2 = start into Processing; 3 = hold: into
+/// Fetched with `HeartbeatUtc` now, the claim being the job's first heartbeat). Returns the
+/// claimed rows. Nothing is freed (`@Done` stays empty), so every capped queue takes the
+/// counting lock or is skipped.
+pub(super) fn claim() -> String {
+    [CLAIM_PARAMS, PREPARE, GATES_AND_CAPS, KEYS, TAKE].concat()
+}
+
+/// `complete_and_claim` in one batch and one transaction: `@P1` leases JSON, `@P2` worker,
+/// `@P3` queues JSON, `@P4` limit, `@P5` mode. Returns two result sets: the ids archived
+/// under the given leases (`Id`), then the claimed rows (as [`claim`]).
+pub(super) fn complete_and_claim() -> String {
+    [HANDOFF_PARAMS, PREPARE, LOCK_DONE, GATES_AND_CAPS, ARCHIVE_DONE, KEYS, TAKE].concat()
+}
 
 #[cfg(test)]
-mod tests {
-    use super::super::Statements;
-
-    fn at(sql: &str, what: &str) -> usize {
-        sql.find(what).unwrap_or_else(|| panic!("missing: {what}"))
-    }
-
-    #[test]
-    fn claim_is_one_update_with_the_right_hints() {
-        let st = Statements::new("chokaq").unwrap();
-        let c = &st.claim;
-        assert_eq!(c.matches("UPDATE h").count(), 1, "one claim UPDATE");
-        assert!(c.contains("OUTPUT INSERTED.[Id]"));
-        assert!(c.contains("CROSS APPLY"));
-        // The per-queue seek: skip-locked, U-locked, and a seek whatever the plan.
-        assert!(c.contains(
-            "FROM [chokaq].[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n            \
-             WHERE j.[Queue] = t.[Name] AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now\n            \
-             ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC"
-        ));
-        assert!(c.contains("FROM [chokaq].[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)"));
-        assert!(c.contains("FROM [chokaq].[JobsHot] AS h WITH (FORCESEEK)\nINNER JOIN ("));
-        assert!(c.contains("h.[Outcome] = NULL"), "a claim clears what an earlier fail recorded");
-        // Issue 24: reserve (1) Fetched without a heartbeat, start (2) Processing, hold (3)
-        // Fetched with the claim as its first heartbeat.
-        assert!(c.contains("DECLARE @Mode SMALLINT = @P4;"));
-        assert!(c.contains("    h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,\n"));
-        assert!(c.contains("    h.[Attempt] = CASE WHEN @Mode = 2 THEN h.[Attempt] + 1 ELSE h.[Attempt] END,\n"));
-        assert!(c.contains("    h.[HeartbeatUtc] = CASE WHEN @Mode = 1 THEN NULL ELSE @Now END,\n"));
-        assert!(!c.contains("h.[Status] = @Mode"), "the mode is not a status any more");
-        assert!(c.starts_with("SET XACT_ABORT ON;\nSET NOCOUNT ON;\nSET TRANSACTION ISOLATION LEVEL READ COMMITTED;"));
-    }
-
-    /// Item 1 of issue 13: every claimed row gets its own lease, drawn from a range reserved
-    /// for this claim, numbered in claim order.
-    #[test]
-    fn claim_gives_each_row_its_own_lease_from_a_reserved_range() {
-        let st = Statements::new("chokaq").unwrap();
-        let c = &st.claim;
-        assert!(!c.contains("NEXT VALUE FOR"), "NEXT VALUE FOR is not allowed with TOP, and was one value per claim");
-        assert!(!c.contains("@Lease"), "no single lease variable for the whole claim");
-        // The range: as many values as the claim can take rows (TOP (@Limit)).
-        assert!(c.contains(
-            "EXEC sys.sp_sequence_get_range @sequence_name = N'[chokaq].[LeaseSeq]', @range_size = @Limit, \
-             @range_first_value = @RangeFirst OUTPUT;"
-        ));
-        assert!(c.contains("DECLARE @RangeFirst SQL_VARIANT;"), "the output parameter is sql_variant");
-        assert!(c.contains("SET @FirstLease = CAST(@RangeFirst AS BIGINT);"));
-        // Row k of the claim, in claim order, gets first + k - 1: distinct, inside the range.
-        assert!(c.contains("h.[Lease] = @FirstLease + p.[Rn] - 1,"));
-        let order = "ORDER BY c.[Priority] DESC, c.[DueAtUtc] ASC, c.[Id] ASC";
-        let numbered = order.replace("c.[", "u.[");
-        assert!(c.contains(&format!(
-            "SELECT TOP (@Limit)\n        u.[Id],\n        ROW_NUMBER() OVER ({numbered}) AS [Rn]"
-        )));
-        assert!(c.contains(&format!(") AS u\n    {numbered}\n) AS p ON p.[Id] = h.[Id]")));
-        // The numbering runs over the few rows the per-queue seeks (and the guarded queues'
-        // chosen rows, `@C`) returned, never the backlog; the only other ROW_NUMBER ranks the
-        // guarded queues' candidates per key (issue 25).
-        assert_eq!(c.matches("ROW_NUMBER").count(), 2);
-        assert_eq!(c.matches("ROW_NUMBER() OVER (PARTITION BY r.[CKey]").count(), 1);
-        assert!(at(c, "ROW_NUMBER() OVER (ORDER BY u.") < at(c, "CROSS APPLY (\n            SELECT TOP (CASE"));
-        // The range is reserved before the transaction, after the queue list is known.
-        assert!(at(c, "sp_sequence_get_range") < at(c, "BEGIN TRANSACTION;"));
-        // A model of the numbering: k rows from first get k distinct leases in [first, first + limit).
-        let (first, limit) = (1_000_i64, 10_i64);
-        let leases: Vec<i64> = (1..=7).map(|rn| first + rn - 1).collect();
-        let distinct: std::collections::BTreeSet<_> = leases.iter().collect();
-        assert_eq!(distinct.len(), leases.len());
-        assert!(leases.iter().all(|l| (first..first + limit).contains(l)));
-    }
-
-    /// Item 3: not-yet-due jobs live in the Scheduled state (3), outside the claim index; the
-    /// claim promotes the due ones with a bounded range seek on their own index, before its
-    /// transaction.
-    #[test]
-    fn claim_promotes_due_scheduled_jobs_with_a_bounded_seek() {
-        let st = Statements::new("chokaq").unwrap();
-        let c = &st.claim;
-        assert!(c.contains("DECLARE @Promote INT = 1000;"));
-        assert!(c.contains(
-            "SELECT TOP (@Promote) r.[Id], r.[DueAtUtc]\n        \
-             FROM [chokaq].[JobsHot] AS r WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)\n        \
-             WHERE r.[Queue] = t.[Name] AND r.[Status] = 3 AND r.[DueAtUtc] <= @Now\n        \
-             ORDER BY r.[DueAtUtc] ASC"
-        ));
-        assert!(c.contains("SET s.[Status] = 0\nFROM [chokaq].[JobsHot] AS s WITH (FORCESEEK)"));
-        assert!(at(c, "SET s.[Status] = 0") < at(c, "BEGIN TRANSACTION;"), "promotion commits on its own");
-        // The claim seek itself reads Pending rows only.
-        assert_eq!(c.matches("[Status] = 3").count(), 2, "only the promotion looks at Scheduled rows");
-        assert!(st.migrate_objects.contains(
-            "CREATE NONCLUSTERED INDEX [IX_JobsHot_Scheduled] ON [chokaq].[JobsHot] ([Queue], [DueAtUtc]) WHERE [Status] = 3;"
-        ));
-        assert!(st
-            .migrate_objects
-            .contains("ON [chokaq].[JobsHot] ([Queue], [Priority] DESC, [DueAtUtc], [Id]) WHERE [Status] = 0;"));
-        // Enqueue stores a job due later as Scheduled.
-        assert!(st.enqueue.contains("CASE WHEN ISNULL(i.[ScheduledAtUtc], @Now) > @Now THEN 3 ELSE 0 END"));
-    }
-
-    /// Item 9 (issue 13), moved to rows by issue 27 item 2: the queue gate is the queue's
-    /// `Kind` 0 row of `QueueLocks`, shared in name order (control updates the same row), and
-    /// the cap is its `Kind` 1 row, updated without waiting (a busy capped queue is skipped for
-    /// this call). No app lock is left in the claim or the control, and no row lock is held
-    /// on `Queues`.
-    #[test]
-    fn claim_gates_queues_with_lock_rows_that_cannot_deadlock_with_control() {
-        let st = Statements::new("chokaq").unwrap();
-        let c = &st.claim;
-        assert!(!c.contains("[Queues] AS q WITH (UPDLOCK") && !c.contains("[Queues] AS q WITH (HOLDLOCK"));
-        assert!(!c.contains("sp_getapplock") && !st.control_queue.contains("sp_getapplock"));
-        assert!(c.contains(
-            "INNER LOOP JOIN [chokaq].[QueueLocks] AS l WITH (REPEATABLEREAD, ROWLOCK, FORCESEEK)\n    \
-             ON l.[Queue] = g.[Name] AND l.[Kind] = 0\nOPTION (FORCE ORDER);"
-        ));
-        assert!(c.contains("    SELECT TOP (2147483647) t.[Name]\n    FROM @Q AS t\n    ORDER BY t.[Name]\n) AS g"));
-        assert!(c.contains(
-            "        SELECT @Got = COUNT_BIG(*)\n        FROM [chokaq].[QueueLocks] AS l WITH (XLOCK, ROWLOCK, READPAST)\n        \
-             WHERE l.[Queue] = @Name AND l.[Kind] = 1;\n        IF @Got = 1\n            UPDATE l\n"
-        ));
-        // Not an UPDATE with READPAST: its update lock is compatible with a handoff's shared
-        // lock, so it would not skip the row but wait to convert.
-        assert!(!c.contains("[QueueLocks] AS l WITH (ROWLOCK, READPAST)"));
-        assert!(c.contains("    ELSE\n        UPDATE @Q SET [Slots] = 0 WHERE [Name] = @Name;"));
-        // Name order: the cap loop walks MIN(Name) upwards.
-        assert!(
-            c.contains("SET @Name = (SELECT MIN([Name]) FROM @Q WHERE ([MaxWorkers] IS NOT NULL OR [Guarded] = 1) AND [Name] > @Name);")
-        );
-        // Shared queue gates, then settings, then cap rows, then the claim.
-        let shared = at(c, "AND l.[Kind] = 0");
-        let settings = at(c, "WHERE q.[IsPaused] = 1 OR q.[IsActive] = 0;");
-        let cap = at(c, "AND l.[Kind] = 1;");
-        let update = at(c, "UPDATE h\nSET");
-        assert!(shared < settings && settings < cap && cap < update);
-        let control = &st.control_queue;
-        let lock = at(
-            control,
-            "UPDATE l\nSET l.[LastTakenAtUtc] = @Now\nFROM [chokaq].[QueueLocks] AS l WITH (ROWLOCK)\n\
-             WHERE l.[Queue] = @Name AND l.[Kind] = 0;\nIF @@ROWCOUNT = 0\n    THROW 51002,",
-        );
-        assert!(at(control, "BEGIN TRANSACTION;") < lock && lock < at(control, "UPDATE q"));
-        assert!(!control.contains("READPAST"), "a control waits for the claims in flight");
-        assert!(!control[at(control, "BEGIN TRANSACTION;")..].contains("HOLDLOCK"), "no key-range locks held");
-    }
-
-    /// Items 5 and 13: the idempotency probe can only seek the filtered unique index, and the
-    /// batch's keys are locked first, in key order. Issue 16 finding 3: keys are per queue, so
-    /// every probe names the queue (the index's first column) and the key, and the lock order
-    /// is the index's order (queue, key).
-    #[test]
-    fn enqueue_probes_keys_by_seek_and_locks_them_in_key_order() {
-        let st = Statements::new("chokaq").unwrap();
-        let e = &st.enqueue;
-        let mut probes = 0;
-        for (i, _) in e.match_indices("h.[IdempotencyKey] = ") {
-            let start = e[..i].rfind('\n').map_or(0, |n| n + 1);
-            let clause = &e[start..e[i..].find('\n').map_or(e.len(), |n| i + n)];
-            let next = &e[i..];
-            let next = &next[..next.find('\n').unwrap_or(next.len())];
-            let tail = e[i..].split('\n').nth(1).unwrap_or_default();
-            assert!(
-                next.contains("h.[IdempotencyKey] IS NOT NULL") || tail.contains("h.[IdempotencyKey] IS NOT NULL"),
-                "filter stated: {clause}"
-            );
-            assert!(clause.contains("h.[Queue] = "), "the probe is per queue: {clause}");
-            probes += 1;
-        }
-        assert_eq!(probes, 3, "the key lock, the NOT EXISTS probe and the result lookup");
-        assert!(e.contains(
-            "SELECT TOP (2147483647) i.[Queue], i.[IdempotencyKey]\n    FROM @In AS i\n    \
-             WHERE i.[IdempotencyKey] IS NOT NULL AND i.[FirstOfKey] = 1\n    ORDER BY i.[Queue], i.[IdempotencyKey]"
-        ));
-        assert!(e.contains(
-            "ON h.[Queue] = k.[Queue] AND h.[IdempotencyKey] = k.[IdempotencyKey] AND h.[IdempotencyKey] IS NOT NULL"
-        ));
-        // One key twice on one queue in a batch: the first wins; on two queues: two jobs.
-        assert!(e.contains(
-            "PARTITION BY j.[Queue] COLLATE Latin1_General_BIN2, j.[IdempotencyKey] COLLATE Latin1_General_BIN2"
-        ));
-        assert!(!e.contains("PARTITION BY j.[IdempotencyKey]"));
-        assert_eq!(e.matches("[JobsHot] AS h WITH (UPDLOCK, HOLDLOCK, FORCESEEK)").count(), 2);
-        assert!(e.contains("LEFT JOIN [chokaq].[JobsHot] AS h WITH (FORCESEEK)"));
-        assert!(e.contains("ORDER BY i.[Queue], i.[IdempotencyKey]\n) AS k\nINNER LOOP JOIN [chokaq].[JobsHot] AS h"));
-        assert!(e.contains("OPTION (FORCE ORDER);"));
-        assert!(at(e, "INNER LOOP JOIN") < at(e, "INSERT INTO [chokaq].[JobsHot]"), "keys locked before the insert");
-        assert!(at(e, "BEGIN TRANSACTION;") < at(e, "INNER LOOP JOIN"), "and held to the commit");
-    }
-}
+#[path = "claim_tests.rs"]
+mod tests;

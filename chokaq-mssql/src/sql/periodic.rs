@@ -101,7 +101,7 @@ WHERE s.[GroupName] = @P1 AND s.[Stale] = 0
     AND s.[Name] NOT IN (SELECT l.[Name] FROM OPENJSON(@P2) WITH ([Name] NVARCHAR(200) '$') AS l);
 SELECT CAST(@@ROWCOUNT AS BIGINT) AS [Marked];";
 
-/// The tick's compare-and-set, spliced into a copy of [`super::claim::ENQUEUE`] in place of
+/// The tick's compare-and-set, spliced into a copy of [`super::enqueue::ENQUEUE`] in place of
 /// its `BEGIN TRANSACTION;` (see [`enqueue_tick`]): the enqueue's `@P1` is the one job, then
 /// `@P2` name, `@P3` tick, `@P4` next tick, `@P5` spec, `@P6` time zone. The `UPDATE` is a
 /// locking read (`READCOMMITTEDLOCK`, also under READ_COMMITTED_SNAPSHOT): a concurrent
@@ -130,10 +130,10 @@ BEGIN
 END;
 ";
 
-/// The enqueue of one tick: [`super::claim::ENQUEUE`] with [`TICK_CAS`] in place of its
+/// The enqueue of one tick: [`super::enqueue::ENQUEUE`] with [`TICK_CAS`] in place of its
 /// `BEGIN TRANSACTION;` (the tick's compare-and-set and the insert are one transaction).
 pub(super) fn enqueue_tick() -> String {
-    super::claim::ENQUEUE.replacen("BEGIN TRANSACTION;\n", TICK_CAS, 1)
+    super::enqueue::ENQUEUE.replacen("BEGIN TRANSACTION;\n", TICK_CAS, 1)
 }
 
 #[cfg(test)]

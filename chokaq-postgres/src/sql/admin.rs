@@ -1,5 +1,217 @@
-//! The statements of retention purges, workers, throughput, periodic schedules, test support
-//! and the migrator (moved out of sql.rs).
+//! The statements of the admin room: the rescue (Fetched rows and zombies past their timeouts,
+//! the Blocked sweep, the starts log's prune), the queue controls, requeue and the purge.
+
+/// The rescue singleton: the `rescue` row of the schema's `locks` table, without waiting (one
+/// instance rescues, the others return at once). Only roles with privileges on the schema can
+/// take it. Returns a row when this transaction holds it.
+pub(super) const RESCUE_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'rescue' FOR UPDATE SKIP LOCKED";
+
+/// Expired Fetched rows. `$1` default fetched timeout in microseconds (for a queue that sets
+/// none), `$2` limit, `$3` default zombie timeout in microseconds.
+/// A reserved row (no heartbeat) expires at updated_at + the fetched timeout → Pending. A held
+/// row (heart-beaten; its handler may be running) at heartbeat_at + the zombie timeout: a
+/// requested cancel dead-letters it `cancelled`; else → Pending with expired_holds + 1, however
+/// often it expired (issue 36: the job may never have run; the count goes out with its next
+/// claim). Lease, worker and heartbeat cleared, attempt unchanged. Returns (released, dead).
+pub(super) const RESCUE_FETCHED: &str = concat!(
+    "WITH f AS (
+        SELECT h.id,
+               CASE WHEN h.heartbeat_at IS NULL THEN 'release'
+                    WHEN h.cancel_requested THEN 'cancelled'
+                    ELSE 'expire' END AS act
+          FROM {schema}.jobs_hot h
+          LEFT JOIN {schema}.queues q ON q.name = h.queue
+         WHERE h.status = 1
+           AND CASE WHEN h.heartbeat_at IS NULL
+                    THEN h.updated_at < now() - coalesce(q.fetched_timeout_ms * interval '1 millisecond',
+                                                         $1::int8 * interval '1 microsecond')
+                    ELSE h.heartbeat_at < now() - coalesce(q.zombie_timeout_ms * interval '1 millisecond',
+                                                           $3::int8 * interval '1 microsecond')
+               END
+         ORDER BY h.updated_at
+         LIMIT $2
+           FOR UPDATE OF h SKIP LOCKED
+     ),
+     back AS (
+        UPDATE {schema}.jobs_hot h
+           SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, updated_at = now(),
+               expired_holds = h.expired_holds + CASE WHEN f.act = 'expire' THEN 1 ELSE 0 END
+          FROM f WHERE h.id = f.id AND f.act IN ('release', 'expire')
+        RETURNING h.id
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING f WHERE h.id = f.id AND f.act = 'cancelled' RETURNING h.*),
+     ",
+    promote!("g"),
+    ",
+     dead AS (INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id)
+     SELECT (SELECT count(*) FROM back) AS released, (SELECT count(*) FROM dead) AS dead"
+);
+
+/// `$1` default zombie timeout in microseconds, `$2` limit. A zombie whose cancel was accepted
+/// is dead-lettered as `cancelled`, whatever the policy (cancel is final).
+pub(super) const RESCUE_ZOMBIES: &str = concat!(
+    "WITH z AS (
+        SELECT h.id,
+               (h.attempt < h.max_attempts AND coalesce(q.zombie_policy, 0) = 0 AND NOT h.cancel_requested) AS retry
+          FROM {schema}.jobs_hot h
+          LEFT JOIN {schema}.queues q ON q.name = h.queue
+         WHERE h.status = 2
+           AND coalesce(h.heartbeat_at, h.updated_at)
+               < now() - coalesce(q.zombie_timeout_ms * interval '1 millisecond', $1::int8 * interval '1 microsecond')
+         ORDER BY h.heartbeat_at
+         LIMIT $2
+           FOR UPDATE OF h SKIP LOCKED
+     ),
+     back AS (
+        UPDATE {schema}.jobs_hot h SET status = 0, lease = NULL, worker_id = NULL, updated_at = now()
+          FROM z WHERE h.id = z.id AND z.retry
+        RETURNING h.id
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING z WHERE h.id = z.id AND NOT z.retry RETURNING h.*),
+     ",
+    promote!("g"),
+    ",
+     dead AS (INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", CASE WHEN g.cancel_requested THEN 'cancelled' ELSE 'zombie' END,
+       coalesce(g.last_error, CASE WHEN g.cancel_requested THEN 'cancelled' ELSE 'heartbeat expired' END)
+       FROM g RETURNING id)
+     SELECT (SELECT count(*) FROM back) AS retried, (SELECT count(*) FROM dead) AS dead"
+);
+
+/// Rescue's sweep of Blocked rows (migration 13): every key with Blocked rows, promoted up to
+/// its room (`promote_blocked`), so that a promotion lost to a race (an enqueue that read the
+/// key at its cap while the last running job of it moved) costs latency, never a job.
+pub(super) const RESCUE_SWEEP: &str = "
+SELECT coalesce({schema}.promote_blocked(array_agg(k.queue), array_agg(k.concurrency_key)), 0)
+  FROM (SELECT DISTINCT b.queue, b.concurrency_key FROM {schema}.jobs_hot b WHERE b.status = 4) k";
+
+/// Rescue prunes the starts log: entries no window can see any more (older than the queue's
+/// window), all entries of queues without a rate limit.
+pub(super) const RESCUE_PRUNE_STARTS: &str = "
+DELETE FROM {schema}.starts s
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues c
+                    WHERE c.name = s.queue AND c.rate_per_ms IS NOT NULL
+                      AND s.stamp > now() - c.rate_per_ms * interval '1 millisecond')";
+
+/// control_queue, first: the queue's control row, created when missing (`$1` queue) with
+/// `updated_at` '-infinity' (what a claim creates: no control has set anything yet). Its own
+/// statement, so that the lock after it, in a new snapshot, sees a row a claim created and
+/// committed meanwhile (this insert waited for that claim).
+pub(super) const CONTROL_ENSURE: &str =
+    "INSERT INTO {schema}.queues (name, updated_at) VALUES ($1, '-infinity') ON CONFLICT (name) DO NOTHING";
+
+/// control_queue, second: the row FOR UPDATE (`$1` queue), which waits for every claim that
+/// holds it (FOR KEY SHARE or FOR NO KEY UPDATE: each read the old settings) to commit; every
+/// claim that locks it after this transaction commits reads the new settings. (The upsert's own
+/// row lock would not wait for them: an update of columns outside any key takes FOR NO KEY
+/// UPDATE, which FOR KEY SHARE does not conflict with.)
+pub(super) const CONTROL_LOCK: &str = "SELECT name FROM {schema}.queues WHERE name = $1 FOR UPDATE";
+
+/// control_queue, last: the upsert of one control column (`$1` queue, `$2` value); the column
+/// is one of a fixed list, never input.
+macro_rules! control {
+    ($col:literal) => {
+        concat!(
+            "
+WITH up AS (
+    INSERT INTO {schema}.queues AS c (name, ",
+            $col,
+            ") VALUES ($1, $2)
+    ON CONFLICT (name) DO UPDATE SET ",
+            $col,
+            " = EXCLUDED.",
+            $col,
+            ", updated_at = now()
+    RETURNING ",
+            queue_cols!(),
+            "
+),
+woke AS (SELECT pg_notify('{channel}', up.name) FROM up)
+SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
+        )
+    };
+}
+
+pub(super) const CONTROL_PAUSED: &str = control!("is_paused");
+pub(super) const CONTROL_ACTIVE: &str = control!("is_active");
+pub(super) const CONTROL_MAX_WORKERS: &str = control!("max_workers");
+pub(super) const CONTROL_ZOMBIE_TIMEOUT: &str = control!("zombie_timeout_ms");
+pub(super) const CONTROL_ZOMBIE_POLICY: &str = control!("zombie_policy");
+pub(super) const CONTROL_FETCHED_TIMEOUT: &str = control!("fetched_timeout_ms");
+
+/// The per-key cap (`$1` queue, `$2` cap or NULL), and in the same statement the promotion of
+/// the queue's Blocked rows the new cap leaves room for (a raised cap: per key, up to its new
+/// parking depth, `key_depth(cap)`, less its Pending + Fetched + Processing rows; a cleared
+/// one: all), skipping rows another
+/// session holds (rescue's sweep takes those later).
+pub(super) const CONTROL_KEY_MAX_WORKERS: &str = concat!(
+    "
+WITH up AS (
+    INSERT INTO {schema}.queues AS c (name, key_max_workers) VALUES ($1, $2)
+    ON CONFLICT (name) DO UPDATE SET key_max_workers = EXCLUDED.key_max_workers, updated_at = now()
+    RETURNING ",
+    queue_cols!(),
+    "
+),
+woke AS (SELECT pg_notify('{channel}', up.name) FROM up),
+k AS (SELECT DISTINCT b.concurrency_key AS k FROM {schema}.jobs_hot b WHERE b.queue = $1 AND b.status = 4),
+promoted AS (
+    UPDATE {schema}.jobs_hot h SET status = CASE WHEN h.due_at > now() THEN 3 ELSE 0 END
+       WHERE h.status = 4 AND h.id = ANY (ARRAY(SELECT x.id FROM k CROSS JOIN LATERAL (
+                   SELECT x.id FROM {schema}.jobs_hot x
+                    WHERE x.queue = $1 AND x.concurrency_key = k.k AND x.status = 4
+                    ORDER BY x.priority DESC, x.due_at, x.id
+                    LIMIT CASE WHEN $2::int4 IS NULL THEN NULL
+                               ELSE greatest(0, {schema}.key_depth($2::int4)
+                                                - ",
+    key_live!("$1", "k.k", "{schema}.key_depth($2::int4)"),
+    ")
+                          END
+                      FOR UPDATE SKIP LOCKED) x))
+)
+SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
+);
+
+/// The rate limit: `$1` queue, `$2` jobs, `$3` window in milliseconds, `$4` per key (all NULL
+/// and false: no limit). The starts log stays (rescue prunes it).
+pub(super) const CONTROL_RATE_LIMIT: &str = concat!(
+    "
+WITH up AS (
+    INSERT INTO {schema}.queues AS c (name, rate_jobs, rate_per_ms, rate_by_key) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (name) DO UPDATE SET rate_jobs = EXCLUDED.rate_jobs, rate_per_ms = EXCLUDED.rate_per_ms,
+                                     rate_by_key = EXCLUDED.rate_by_key, updated_at = now()
+    RETURNING ",
+    queue_cols!(),
+    "
+),
+woke AS (SELECT pg_notify('{channel}', up.name) FROM up)
+SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
+);
+
+pub(super) const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM {schema}.queues WHERE name = $1");
+
+/// `$1` id. Moves a dead letter back to Pending, attempt 0, expired_holds 0 (a fresh row); a
+/// live key conflict raises 23505.
+pub(super) const REQUEUE: &str = "
+WITH g AS (DELETE FROM {schema}.jobs_dlq d WHERE d.id = $1 RETURNING d.*),
+ins AS (
+    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, status,
+                                   attempt, max_attempts, lease, worker_id, scheduled_at, created_at, updated_at,
+                                   last_error, created_by, expired_holds)
+    SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, 0, 0,
+           g.max_attempts, NULL, NULL, NULL, g.created_at, now(), g.error, g.created_by, 0
+      FROM g
+    RETURNING id, queue
+),
+woke AS (SELECT pg_notify('{channel}', ins.queue) FROM ins)
+SELECT (SELECT count(*) FROM ins) AS moved, (SELECT count(*) FROM woke) AS woke";
 
 /// One batch of a purge: rows finished more than `$1` microseconds ago, filtered by the
 /// NULL-able `$2` queue and `$3` kind (and on the dead-letter table `$5` reason), at most `$4`
@@ -29,211 +241,27 @@ DELETE FROM {schema}.",
 pub(super) const PURGE_ARCHIVE: &str = purge!("jobs_archive", "");
 pub(super) const PURGE_DLQ: &str = purge!("jobs_dlq", "\n       AND ($5::text IS NULL OR reason = $5::text)");
 
-/// `$1` worker, `$2` host, `$3` pid, `$4` queues, `$5` concurrency: the first registration
-/// sets `started_at`, every one sets `last_seen_at` (the database clock).
-pub(super) const REGISTER_WORKER: &str = "
-INSERT INTO {schema}.workers AS w (worker_id, host, pid, queues, concurrency, started_at, last_seen_at)
-VALUES ($1, $2, $3, $4::text [], $5, now(), now())
-ON CONFLICT (worker_id) DO UPDATE SET
-    host = excluded.host,
-    pid = excluded.pid,
-    queues = excluded.queues,
-    concurrency = excluded.concurrency,
-    last_seen_at = excluded.last_seen_at";
-
-/// `$1` worker.
-pub(super) const DEREGISTER_WORKER: &str = "DELETE FROM {schema}.workers WHERE worker_id = $1";
-
-pub(super) const LIST_WORKERS: &str = "
-SELECT worker_id, host, pid, queues, concurrency, started_at, last_seen_at
-  FROM {schema}.workers
- ORDER BY started_at DESC, worker_id";
-
-/// `$1` stale after, microseconds.
-pub(super) const PRUNE_WORKERS: &str = "
-DELETE FROM {schema}.workers WHERE last_seen_at < now() - $1::int8 * interval '1 microsecond'";
-
-/// Per queue and minute over the last `$1` microseconds: jobs archived as done (an index-only
-/// range of `jobs_archive_finished_queue_idx`), failures dead-lettered (a range of
-/// `jobs_dlq_finished_idx`; cancels left out) and failed attempts waiting for a retry (a read of
-/// the hot table, which holds live jobs only). `{queue}` narrows each branch to one queue.
-macro_rules! throughput {
-    ($queue:literal) => {
-        concat!(
-            "
-SELECT queue, minute, sum(finished)::int8 AS finished, sum(failed)::int8 AS failed, sum(retried)::int8 AS retried
-  FROM (
-    SELECT queue, date_trunc('minute', finished_at) AS minute, count(*) AS finished, 0::int8 AS failed,
-           0::int8 AS retried
-      FROM {schema}.jobs_archive
-     WHERE finished_at >= now() - $1::int8 * interval '1 microsecond'",
-            $queue,
-            "
-     GROUP BY 1, 2
-    UNION ALL
-    SELECT queue, date_trunc('minute', finished_at), 0, count(*), 0
-      FROM {schema}.jobs_dlq
-     WHERE finished_at >= now() - $1::int8 * interval '1 microsecond' AND reason <> 'cancelled'",
-            $queue,
-            "
-     GROUP BY 1, 2
-    UNION ALL
-    SELECT queue, date_trunc('minute', updated_at), 0, 0, count(*)
-      FROM {schema}.jobs_hot
-     WHERE status IN (0, 3) AND attempt > 0 AND last_error IS NOT NULL
-       AND updated_at >= now() - $1::int8 * interval '1 microsecond'",
-            $queue,
-            "
-     GROUP BY 1, 2
-  ) x
- GROUP BY minute, queue
- ORDER BY minute, queue"
-        )
-    };
-}
-
-/// Every queue.
-pub(super) const THROUGHPUT_ALL: &str = throughput!("");
-
-/// `$2` queue: the same ranges, the queue checked in the index.
-pub(super) const THROUGHPUT_QUEUE: &str = throughput!(" AND queue = $2");
-
-/// Test support: `$1` worker, `$2` last seen.
-pub(super) const FORCE_WORKER_SEEN: &str = "UPDATE {schema}.workers SET last_seen_at = $2 WHERE worker_id = $1";
-
-/// Test support: `$1` id, `$2` finish time of an archived job.
-pub(super) const FORCE_FINISHED_AT: &str = "UPDATE {schema}.jobs_archive SET finished_at = $2 WHERE id = $1";
-// ---- periodic jobs (the schedules table, docs/periodic.md) ----
-
-/// Columns of a `schedules` row.
-macro_rules! schedule_cols {
-    () => {
-        "name, spec, time_zone, group_name, next_tick, last_enqueued_tick, enabled, stale, created_at, updated_at"
-    };
-}
-
-/// Upsert by name: `$1` name, `$2` spec, `$3` time zone, `$4` group, `$5` next tick, `$6`
-/// replace. An existing row is updated (and returned) only if it holds the same definition,
-/// is stale, or `$6`; otherwise nothing is returned (a conflict).
-pub(super) const SCHEDULE_REGISTER: &str = concat!(
-    "
-INSERT INTO {schema}.schedules AS s (name, spec, time_zone, group_name, next_tick)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (name) DO UPDATE
-   SET spec = excluded.spec, time_zone = excluded.time_zone, group_name = excluded.group_name,
-       next_tick = coalesce(excluded.next_tick, s.next_tick), stale = false, updated_at = now()
- WHERE (s.spec = excluded.spec AND s.time_zone = excluded.time_zone AND s.group_name = excluded.group_name)
-    OR s.stale OR $6::bool
-RETURNING ",
-    schedule_cols!()
+/// `$1` id. Pending, Scheduled and reserved Fetched (no heartbeat): moved to the dead-letter
+/// table. Processing and held Fetched (heart-beaten: its worker may be running it): flagged, a
+/// request.
+pub(super) const CANCEL: &str = concat!(
+    "WITH l AS (
+        SELECT h.id, (h.status = 2 OR (h.status = 1 AND h.heartbeat_at IS NOT NULL)) AS running
+          FROM {schema}.jobs_hot h WHERE h.id = $1 FOR UPDATE
+     ),
+     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id AND NOT l.running RETURNING h.*),
+     ",
+    promote!("(SELECT g.queue, g.concurrency_key FROM g WHERE g.status IN (0, 1, 2))"),
+    ",
+     dead AS (INSERT INTO {schema}.jobs_dlq (",
+    dlq_cols!(),
+    ") SELECT ",
+    dlq_vals!(),
+    ", 'cancelled', coalesce(g.last_error, 'cancelled') FROM g RETURNING id),
+     req AS (
+        UPDATE {schema}.jobs_hot h SET cancel_requested = true
+          FROM l WHERE h.id = l.id AND l.running
+        RETURNING h.id
+     )
+     SELECT (SELECT count(*) FROM dead) AS dead, (SELECT count(*) FROM req) AS requested"
 );
-
-/// One schedule row: `$1` name.
-pub(super) const SCHEDULE_GET: &str = concat!("SELECT ", schedule_cols!(), " FROM {schema}.schedules WHERE name = $1");
-
-/// Every schedule row.
-pub(super) const SCHEDULE_LIST: &str = concat!("SELECT ", schedule_cols!(), " FROM {schema}.schedules ORDER BY name");
-
-/// The tick's compare-and-set: `$1` name, `$2` tick, `$3` next tick, `$4` spec, `$5` time
-/// zone. A concurrent winner's update makes this one re-check its WHERE on the new row version
-/// (READ COMMITTED) or fail with a serialization error (stricter levels; retried): either way
-/// it matches no row. Returns `enabled` when this call won the tick.
-pub(super) const SCHEDULE_TICK: &str = "
-UPDATE {schema}.schedules
-   SET last_enqueued_tick = $2, next_tick = $3, updated_at = now()
- WHERE name = $1 AND NOT stale AND spec = $4 AND time_zone = $5
-   AND (last_enqueued_tick IS NULL OR last_enqueued_tick < $2)
-RETURNING enabled";
-
-/// Pause or resume: `$1` name, `$2` enabled.
-pub(super) const SCHEDULE_SET_ENABLED: &str = concat!(
-    "UPDATE {schema}.schedules SET enabled = $2, updated_at = now() WHERE name = $1 RETURNING ",
-    schedule_cols!()
-);
-
-/// Marks stale the rows of group `$1` not named in `$2`.
-pub(super) const SCHEDULE_MARK_STALE: &str = "
-UPDATE {schema}.schedules SET stale = true, updated_at = now()
- WHERE group_name = $1 AND NOT stale AND NOT (name = ANY($2::text[]))";
-
-pub(super) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS {schema} CASCADE";
-
-/// Test support: the role whose default isolation is REPEATABLE READ, with what the backend
-/// needs on the schema (`TestSupport::with_repeatable_read_default`).
-pub(super) const RR_ROLE_CREATE: &str = "CREATE ROLE {rr_role} LOGIN;
-ALTER ROLE {rr_role} SET default_transaction_isolation = 'repeatable read';
-GRANT USAGE ON SCHEMA {schema} TO {rr_role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {rr_role};
-GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {rr_role};
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {rr_role}";
-
-/// Test support: the isolation level of a session's transactions.
-pub(super) const SESSION_ISOLATION: &str = "SELECT current_setting('transaction_isolation')";
-
-/// Test support: drops that role (after the schema, which held its only privileges).
-pub(super) const RR_ROLE_DROP: &str = "DROP ROLE IF EXISTS {rr_role}";
-
-pub(super) const FORCE: &str = "
-UPDATE {schema}.jobs_hot SET
-    status = CASE WHEN coalesce($2::int2, status) NOT IN (0, 3) THEN coalesce($2::int2, status)
-                  WHEN coalesce(CASE WHEN $4::bool THEN $5::timestamptz ELSE scheduled_at END,
-                                $9::timestamptz, created_at) > now() THEN 3
-                  ELSE 0 END,
-    attempt = coalesce($3::int4, attempt),
-    scheduled_at = CASE WHEN $4::bool THEN $5::timestamptz ELSE scheduled_at END,
-    heartbeat_at = CASE WHEN $6::bool THEN $7::timestamptz ELSE heartbeat_at END,
-    updated_at = coalesce($8::timestamptz, updated_at),
-    created_at = coalesce($9::timestamptz, created_at),
-    payload = coalesce($10::text::jsonb, payload)
-WHERE id = $1";
-
-pub(super) const PRESENCE_MANY: &str = "
-SELECT u.id,
-       (SELECT count(*) FROM {schema}.jobs_hot h WHERE h.id = u.id) AS hot,
-       (SELECT count(*) FROM {schema}.jobs_archive a WHERE a.id = u.id) AS archive,
-       (SELECT count(*) FROM {schema}.jobs_dlq d WHERE d.id = u.id) AS dead
-  FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, ord)
- ORDER BY u.ord";
-
-pub(super) const KILL_CONNECTIONS: &str = "
-SELECT count(*) FILTER (WHERE t.ok) FROM (
-    SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
-     WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
-) t";
-
-pub(super) const DB_NOW: &str = "SELECT now()";
-
-// ---- the migrator's own statements; the migrations themselves are `migrations/*.sql` ----
-
-pub(super) const MIGRATE_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
-
-/// `$1` the lock's key (`chokaq:migrate:<schema>`).
-/// Before the schema's first migration (no `locks` table yet): an advisory lock on `$1`.
-pub(super) const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
-
-/// Whether the schema's `locks` table exists (migration 4 on).
-pub(super) const LOCKS_TABLE_EXISTS: &str = "SELECT to_regclass('{schema}.locks') IS NOT NULL";
-
-/// Once the schema has its `locks` table: its `migrate` row, waited for (under the
-/// migration's `lock_timeout`).
-pub(super) const MIGRATE_ROW_LOCK: &str = "SELECT name FROM {schema}.locks WHERE name = 'migrate' FOR UPDATE";
-
-pub(super) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS {schema}";
-
-pub(super) const CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS {schema}.versions (version integer PRIMARY KEY, \
-    name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
-
-/// The versions applied.
-pub(super) const CURRENT_VERSION: &str =
-    "SELECT coalesce(array_agg(version ORDER BY version), '{}') FROM {schema}.versions";
-
-/// `$1` version, `$2` name.
-pub(super) const INSERT_VERSION: &str = "INSERT INTO {schema}.versions (version, name) VALUES ($1, $2)";
-
-/// `$1` a repeatable script's name: the checksum recorded when it was last applied.
-pub(super) const REPEATABLE_CHECKSUM: &str = "SELECT checksum FROM {schema}.repeatables WHERE name = $1";
-
-/// `$1` name, `$2` checksum, `$3` the highest migration version of the build that applied it.
-pub(super) const REPEATABLE_RECORD: &str = "
-INSERT INTO {schema}.repeatables (name, checksum, version) VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, version = excluded.version, applied_at = now()";
