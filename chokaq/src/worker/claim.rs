@@ -18,6 +18,7 @@ use super::completer::{Completer, Outcomes};
 use super::executor::Executor;
 use super::heartbeat::Leases;
 pub(super) use super::lookahead::Lookahead;
+use super::lookahead::{lookahead_target, lookahead_wait};
 use super::{add, broken, ewma, with_retries, Broken, Counters, WorkerConfig};
 use crate::metrics_names as m;
 
@@ -551,34 +552,6 @@ pub(super) fn caps_fill_slots(queues: &[QueueName], settings: &[QueueSettings], 
 pub(super) fn backlog_bound(unwritten: usize, concurrency: usize, prefetch: usize, lookahead_max: usize) -> usize {
     unwritten + concurrency + prefetch + lookahead_max
 }
-
-/// How many look-ahead jobs to hold: what the slots get through in two claim round trips,
-/// between 1 and `max`; `concurrency` (at most `max`) until both averages exist. A job that
-/// waits longer than [`lookahead_wait`] for a slot is released for other workers (issue 36,
-/// hole 6), so holding one costs another worker at most that long.
-fn lookahead_target(concurrency: usize, max: usize, rtt_us: u64, job_us: u64) -> usize {
-    if max == 0 {
-        return 0;
-    }
-    if rtt_us == 0 || job_us == 0 {
-        return concurrency.min(max);
-    }
-    let need = (2 * concurrency as u64 * rtt_us).div_ceil(job_us);
-    (need.min(max as u64) as usize).max(1)
-}
-
-/// How long a job may wait in the look-ahead for a slot before it is released for other
-/// workers: four average job run times or claim round trips, from [`LOOKAHEAD_WAIT_MIN`] to
-/// [`LOOKAHEAD_WAIT_MAX`] (the look-ahead only holds jobs shorter than two round trips a slot,
-/// so a longer wait means a slot is taken by an unusually long job).
-fn lookahead_wait(rtt_us: u64, job_us: u64) -> Duration {
-    Duration::from_micros(4 * rtt_us.max(job_us)).clamp(LOOKAHEAD_WAIT_MIN, LOOKAHEAD_WAIT_MAX)
-}
-
-/// The shortest wait [`lookahead_wait`] allows.
-const LOOKAHEAD_WAIT_MIN: Duration = Duration::from_millis(20);
-/// The longest wait [`lookahead_wait`] allows.
-const LOOKAHEAD_WAIT_MAX: Duration = Duration::from_millis(250);
 
 /// Turns the backend's wake-ups for this worker's queues into claim-loop wake-ups, until
 /// `stop` fires or the stream ends.

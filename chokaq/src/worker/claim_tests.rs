@@ -11,8 +11,9 @@ use chokaq_core::{Backend, ClaimMode, ClaimParams, JobStatus, QueueControl, Queu
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{caps_fill_slots, lookahead_target};
+use super::caps_fill_slots;
 use crate::job::JobContext;
+use crate::worker::lookahead::lookahead_target;
 use crate::worker::test_support::{jobs, no_maintenance, pg, wait_for, Faulty};
 use crate::worker::Worker;
 

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use chokaq_core::ClaimedJob;
 use tokio::time::Instant;
@@ -79,3 +80,31 @@ impl Lookahead {
         inner.jobs.drain(..).map(|(j, _)| j).collect()
     }
 }
+
+/// How many look-ahead jobs to hold: what the slots get through in two claim round trips,
+/// between 1 and `max`; `concurrency` (at most `max`) until both averages exist. A job that
+/// waits longer than [`lookahead_wait`] for a slot is released for other workers (issue 36,
+/// hole 6), so holding one costs another worker at most that long.
+pub(super) fn lookahead_target(concurrency: usize, max: usize, rtt_us: u64, job_us: u64) -> usize {
+    if max == 0 {
+        return 0;
+    }
+    if rtt_us == 0 || job_us == 0 {
+        return concurrency.min(max);
+    }
+    let need = (2 * concurrency as u64 * rtt_us).div_ceil(job_us);
+    (need.min(max as u64) as usize).max(1)
+}
+
+/// How long a job may wait in the look-ahead for a slot before it is released for other
+/// workers: four average job run times or claim round trips, from [`LOOKAHEAD_WAIT_MIN`] to
+/// [`LOOKAHEAD_WAIT_MAX`] (the look-ahead only holds jobs shorter than two round trips a slot,
+/// so a longer wait means a slot is taken by an unusually long job).
+pub(super) fn lookahead_wait(rtt_us: u64, job_us: u64) -> Duration {
+    Duration::from_micros(4 * rtt_us.max(job_us)).clamp(LOOKAHEAD_WAIT_MIN, LOOKAHEAD_WAIT_MAX)
+}
+
+/// The shortest wait [`lookahead_wait`] allows.
+const LOOKAHEAD_WAIT_MIN: Duration = Duration::from_millis(20);
+/// The longest wait [`lookahead_wait`] allows.
+const LOOKAHEAD_WAIT_MAX: Duration = Duration::from_millis(250);
