@@ -23,7 +23,7 @@
 //! The source is laid out by concern: `backend.rs` ([`PgBackend`] and its `impl Backend`),
 //! `enqueue.rs`, `sql.rs` (every statement; the broken ones of the `fault-injection` feature in
 //! `sql/faults.rs`), `rows.rs`, `error.rs`, `config.rs`, `migrate.rs` (with `migrations/*.sql`),
-//! `listen.rs` (wake-ups, on a connection of their own) and `testing.rs` (`TestSupport`, feature
+//! `listen.rs` (wake-ups, on a connection of their own), `tls.rs` (the URL's `sslmode`) and `testing.rs` (`TestSupport`, feature
 //! `testing`).
 //!
 //! See `docs/postgres.md` for the schema and the reasoning behind each statement.
@@ -41,6 +41,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod tls;
 
 pub use backend::PgBackend;
 pub use config::PgConfig;
@@ -49,3 +50,4 @@ pub use migrate::{Migration, FUNCTIONS, MIGRATIONS};
 pub use sql::all_statements;
 #[cfg(feature = "fault-injection")]
 pub use sql::Faults;
+pub use tls::{check_url, tls_failure};
