@@ -7,8 +7,12 @@
 
 mod commands;
 mod dead;
+mod inspect;
+mod jobs;
 mod output;
 mod parse;
+mod queues;
+mod views;
 
 use std::process::ExitCode;
 use std::time::Duration;
