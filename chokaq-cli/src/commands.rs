@@ -61,15 +61,20 @@ pub(crate) struct Cx {
     pub(crate) schema: String,
 }
 
-/// A failed connect: configuration errors (no such database, role or SQLite file, a refused
-/// login) get a hint about the URL.
+/// A failed connect: configuration errors get a hint naming what to look at (TLS, a URL
+/// parameter, a privilege: `crate::config_hint`; else the path of a SQLite file, or the
+/// database name, role and password of the URL).
 fn connect_failure(kind: chokaq::BackendKind, e: chokaq::Error) -> Failure {
     let invalid = e.kind() == ErrorKind::InvalidInput;
     let f = Failure::from(e);
+    if f.hint.is_some() {
+        return f;
+    }
     match (invalid, kind) {
-        (true, chokaq::BackendKind::Sqlite) => {
-            f.hint("check the path in --url / DATABASE_URL; `chokaq migrate` creates the file and its tables")
-        }
+        (true, chokaq::BackendKind::Sqlite) => f.hint(
+            "check the path in --url / DATABASE_URL (its directory must exist); `chokaq migrate` creates the file \
+             and its tables",
+        ),
         (true, _) => f.hint("check the database name, the role and the password in --url / DATABASE_URL"),
         (false, _) => f,
     }
@@ -102,7 +107,8 @@ impl Cx {
             } else {
                 format!("cannot listen on {}: {e}", args.listen)
             };
-            Failure::new(Exit::Unavailable, what).hint("choose another address with --listen, or stop what holds it")
+            // A configuration error (exit 2): the same command fails again until --listen changes.
+            Failure::new(Exit::Usage, what).hint("choose another address with --listen, or stop what holds it")
         })?;
         eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
         chokaq_web::serve_on(self.backend.clone(), listener, options, shutdown_signal()).await?;

@@ -28,9 +28,11 @@ pub enum Exit {
     Ok = 0,
     /// Any other error.
     Other = 1,
-    /// A usage or configuration error: unknown flag, bad value, bad or missing URL, a
-    /// database or role the server does not have, a refused login, a SQLite file that does
-    /// not exist (clap uses 2 too). Trying again cannot fix it.
+    /// A usage or configuration error: unknown flag, bad value, bad or missing URL, an unknown
+    /// URL parameter, a TLS setting or certificate the connection refused, a database or role
+    /// the server does not have, a refused login, a missing privilege, a SQLite file or
+    /// directory that does not exist, a `--listen` port in use (clap uses 2 too). Trying again
+    /// cannot fix it.
     Usage = 2,
     /// The job, dead letter or queue named does not exist (or is no longer where the command
     /// expects it: a dead letter another process already requeued).
@@ -86,6 +88,7 @@ impl From<Error> for Failure {
                 Some("check that the database is running and that --url / DATABASE_URL points at it".to_string())
             }
             ErrorKind::Transient => Some("a transient failure: try again".to_string()),
+            ErrorKind::InvalidInput => config_hint(e.message()).map(str::to_string),
             _ => None,
         };
         // chokaq's errors never quote the URL or its password.
@@ -104,6 +107,29 @@ impl From<Error> for Failure {
     }
 }
 
+/// What to look at for a configuration error of the backends: the messages of
+/// `chokaq_postgres::tls` / `chokaq_mysql::tls` and of the privilege errors (error.rs of each)
+/// say which kind they are. `None` for any other.
+fn config_hint(message: &str) -> Option<&'static str> {
+    if message.contains("TLS to the database failed") {
+        Some(
+            "a TLS setting: check sslmode / sslrootcert (PostgreSQL) or ssl-mode / ssl-ca (MariaDB) in --url / \
+             DATABASE_URL, and that the host name is one the server's certificate holds (docs/security.md)",
+        )
+    } else if message.contains("URL parameter")
+        || message.contains("in the URL: expected")
+        || message.contains("of the URL cannot be read")
+    {
+        Some("a parameter of --url / DATABASE_URL (after the ?): fix its name or value (docs/security.md)")
+    } else if message.contains("lacks a privilege") {
+        Some(
+            "a missing grant: see the privileges the backend needs (docs/security.md, Privileges), or use another role",
+        )
+    } else {
+        None
+    }
+}
+
 pub type CliResult<T = ()> = Result<T, Failure>;
 
 /// Operate chokaq queues: migrate the schema, inspect queues, jobs, dead letters and worker
@@ -113,8 +139,9 @@ pub type CliResult<T = ()> = Result<T, Failure>;
 /// mysql://… or mariadb://…, or a SQL Server connection string (server=…;… or mssql://…).
 ///
 /// Exit codes: 0 ok, 1 other error, 2 usage or configuration (bad flag or value, bad or
-/// missing URL, no such database, role or SQLite file), 3 not found, 4 conflict, 5 database
-/// unavailable, 6 schema not migrated.
+/// missing URL or URL parameter, TLS, no such database, role or SQLite file or directory, a
+/// missing privilege, a port in use), 3 not found, 4 conflict, 5 database unavailable (try
+/// again), 6 schema not migrated.
 #[derive(Debug, Parser)]
 #[command(name = "chokaq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
