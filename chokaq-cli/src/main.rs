@@ -101,7 +101,9 @@ impl From<Error> for Failure {
                 Some(op) => format!("{op}: {}", e.message()),
                 None => e.message().to_string(),
             },
-            _ => e.to_string(),
+            // Without the operation (a Rust method name such as `control_queue`): the command
+            // line names what ran.
+            _ => format!("{}: {}", e.kind(), e.message()),
         };
         Failure { exit, message, hint }
     }

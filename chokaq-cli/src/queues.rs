@@ -44,7 +44,22 @@ impl Cx {
             ),
             ));
         }
+        // Accepted, and said what it does (issue 40): a cap of 0 lets nothing through, which
+        // is a way to hold work, not a typo to refuse; the dashboard keeps 0 too.
+        let note = match control {
+            QueueControl::SetKeyMaxWorkers(Some(0)) => Some(format!(
+                "note: a key cap of 0 holds every job of {q} that has a concurrency key (jobs without one still run); \
+                 `chokaq queues key-cap {q} none` removes it"
+            )),
+            QueueControl::SetMaxWorkers(Some(0)) => Some(format!(
+                "note: a cap of 0 lets no job of {q} start (like pause); `chokaq queues cap {q} none` removes it"
+            )),
+            _ => None,
+        };
         let s = self.backend.control_queue(&q, control).await?;
+        if let (Some(note), false) = (note, self.json) {
+            eprintln!("{}", output::escape(&note));
+        }
         if self.json {
             output::json(&QueueView::of(&s));
         } else {
