@@ -151,8 +151,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     url: Option<String>,
 
-    /// The schema holding chokaq's tables (PostgreSQL, SQL Server; SQLite checks the name and
-    /// ignores it).
+    /// The schema holding chokaq's tables (PostgreSQL, SQL Server); on MariaDB / MySQL the
+    /// database holding them (created by `migrate`, beside the URL's database); SQLite checks
+    /// the name and ignores it.
     #[arg(
         long,
         global = true,

@@ -529,6 +529,9 @@ fn main() -> ExitCode {
         Trial::test("bad_url", || bad_url().map_err(Failed::from)),
         Trial::test("sqlite::missing_file", || operator::sqlite_missing_file().map_err(Failed::from)),
         Trial::test("url_and_path_errors", || config::url_and_path_errors().map_err(Failed::from)),
+        Trial::test("mysql::connect_timeout_is_the_flags", || {
+            config::mysql_connect_timeout_is_the_flags().map_err(Failed::from)
+        }),
     ];
     #[cfg(unix)]
     trials.push(Trial::test("sqlite::file_is_private", || operator::sqlite_file_is_private().map_err(Failed::from)));

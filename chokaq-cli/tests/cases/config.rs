@@ -115,3 +115,20 @@ pub async fn missing_privilege(db: Arc<Db>) -> TestResult {
     }
     checked
 }
+
+/// MariaDB's `--connect-timeout` is the flag's, not capped at 10 s, and the message says it
+/// (before: `min(flag, 10 s)`, and always "no answer within 10 s"). The server here accepts
+/// the TCP connection (the kernel's backlog) and never sends its greeting.
+pub fn mysql_connect_timeout_is_the_flags() -> TestResult {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?;
+    let url = format!("mysql://root:{SECRET}@{}/test", silent.local_addr().map_err(err)?);
+    let t0 = std::time::Instant::now();
+    let out = bin(&["--url", &url, "--connect-timeout", "11s", "stats"])?;
+    let took = t0.elapsed();
+    out.check_secret(&url, &["stats"])?;
+    ensure_eq!(out.code, 5, "exit code of a server that never answers (stderr {})", out.stderr);
+    ensure!(out.stderr.contains("no answer within 11 s"), "the message names the flag's timeout: {}", out.stderr);
+    ensure!(took >= Duration::from_secs(11) && took < Duration::from_secs(20), "waited {took:?} for an 11 s timeout");
+    drop(silent);
+    Ok(())
+}
