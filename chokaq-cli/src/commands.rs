@@ -35,6 +35,7 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
             JobAction::List { table, status, filter } => cx.list(table, status, &filter).await,
             JobAction::Show { id } => cx.show(&id).await,
             JobAction::Cancel { id } => cx.cancel(&id).await,
+            JobAction::Enqueue(args) => cx.enqueue(args).await,
         },
         Command::Dead { action } => match action {
             DeadAction::List { filter } => cx.list(TableArg::Dead, None, &filter).await,

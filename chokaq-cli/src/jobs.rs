@@ -1,7 +1,7 @@
 //! `jobs list`, `jobs show`, `jobs cancel` (and `dead list`, through `list`).
 
 use chokaq::core::{JobStatus, JobTable, ListJobsParams};
-use chokaq::{Backend, JobKind};
+use chokaq::{Backend, BackendExt, JobKind, NewJob};
 
 use crate::commands::{job_id, queue_name, Cx};
 use crate::output::{self, clip, opt_time, outln, time, Table};
@@ -151,6 +151,57 @@ impl Cx {
             output::json(&serde_json::json!({ "id": id.to_string(), "outcome": outcome }));
         } else {
             outln!("{text}");
+        }
+        Ok(Exit::Ok)
+    }
+
+    /// `jobs enqueue`: one job, built from the flags, through `Backend::enqueue` (validated as
+    /// every enqueue is: queue and kind names, payload size, key lengths).
+    pub(crate) async fn enqueue(&self, a: crate::EnqueueArgs) -> CliResult<Exit> {
+        let text = if a.payload == "-" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .map_err(|e| Failure::new(Exit::Usage, format!("cannot read the payload from stdin: {e}")))?;
+            s
+        } else {
+            a.payload.clone()
+        };
+        let payload: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            Failure::new(Exit::Usage, format!("--payload is not JSON: {e}"))
+                .hint("quote it for the shell, e.g. --payload '{\"to\": \"a@example.com\"}'")
+        })?;
+        let mut job = NewJob::build(&a.queue, &a.kind)?.json(payload).created_by("chokaq-cli");
+        if let Some(p) = a.priority {
+            job = job.priority(p);
+        }
+        if let Some(d) = a.delay {
+            job = job.delay(d);
+        }
+        if let Some(k) = a.idempotency_key {
+            job = job.idempotency_key(k);
+        }
+        if !a.tags.is_empty() {
+            job = job.tags(a.tags);
+        }
+        if let Some(k) = a.concurrency_key {
+            job = job.concurrency_key(k);
+        }
+        if let Some(n) = a.max_attempts {
+            job = job.max_attempts(n);
+        }
+        let e = self.backend.enqueue(job).await?;
+        if self.json {
+            output::json(&serde_json::json!({
+                "id": e.id.to_string(), "duplicate": e.duplicate, "queue": a.queue, "kind": a.kind,
+            }));
+        } else if e.duplicate {
+            outln!(
+                "duplicate: live job {} of queue {} already holds the idempotency key",
+                e.id,
+                output::escape(&a.queue)
+            );
+        } else {
+            outln!("enqueued job {} on queue {} (kind {})", e.id, output::escape(&a.queue), output::escape(&a.kind));
         }
         Ok(Exit::Ok)
     }

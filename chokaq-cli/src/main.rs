@@ -386,6 +386,40 @@ pub enum JobAction {
     Show { id: String },
     /// Cancel a live job: at once if it waits, at its next heartbeat if it runs.
     Cancel { id: String },
+    /// Enqueue one job (a replay, a one-off run): its queue, its kind as the handler registers
+    /// it (e.g. email.send.v1) and a JSON payload. Prints its id; with an idempotency key a live
+    /// job already holds, that job's id and "duplicate".
+    Enqueue(EnqueueArgs),
+}
+
+/// `chokaq jobs enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The queue.
+    pub queue: String,
+    /// The job kind.
+    pub kind: String,
+    /// The payload: a JSON document; `-` reads it from stdin.
+    #[arg(long, default_value = "{}", value_name = "JSON")]
+    pub payload: String,
+    /// Higher runs first (default 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+    /// Run no earlier than this from now (e.g. 30s, 5m, 2h).
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub delay: Option<Duration>,
+    /// While a live job of the queue holds this key, no second one is enqueued.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// A tag (repeatable).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// The unit of the queue's per-key cap and rate limit.
+    #[arg(long, value_name = "KEY")]
+    pub concurrency_key: Option<String>,
+    /// Attempts before the job goes to the dead letters (default: the backend's).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<i32>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -48,6 +48,8 @@ macro_rules! ensure_eq {
 mod commands;
 #[path = "cases/config.rs"]
 mod config;
+#[path = "cases/enqueue.rs"]
+mod enqueue;
 #[path = "cases/keyed.rs"]
 mod keyed;
 use commands::*;
@@ -557,6 +559,7 @@ fn main() -> ExitCode {
             trial("workers", kind, workers),
             trial("web", kind, web),
             trial("schedules", kind, schedules),
+            trial("jobs_enqueue", kind, enqueue::jobs_enqueue),
             trial("hostile_text", kind, operator::hostile_text),
             trial("keyed_controls", kind, keyed::keyed_controls),
             trial("keyed_stats", kind, keyed::keyed_stats),
