@@ -1,5 +1,6 @@
 //! `chokaq`: the command line of chokaq. Migrates a schema and inspects and operates its
-//! queues, jobs, dead letters and worker processes on PostgreSQL, SQLite and SQL Server, through
+//! queues, jobs, dead letters and worker processes on PostgreSQL, SQLite, SQL Server and MariaDB /
+//! MySQL, through
 //! `chokaq::connect` and the `Backend` trait only. See `docs/operations.md` for the reference.
 //!
 //! Output is a table on a terminal and JSON with `--json`; the exit code says what happened
