@@ -1,5 +1,6 @@
 //! `chokaq`: the command line of chokaq. Migrates a schema and inspects and operates its
-//! queues, jobs, dead letters and worker processes on PostgreSQL, SQLite and SQL Server, through
+//! queues, jobs, dead letters and worker processes on PostgreSQL, SQLite, SQL Server and MariaDB /
+//! MySQL, through
 //! `chokaq::connect` and the `Backend` trait only. See `docs/operations.md` for the reference.
 //!
 //! Output is a table on a terminal and JSON with `--json`; the exit code says what happened
@@ -7,8 +8,12 @@
 
 mod commands;
 mod dead;
+mod inspect;
+mod jobs;
 mod output;
 mod parse;
+mod queues;
+mod views;
 mod web_flags;
 
 use std::process::ExitCode;
@@ -25,9 +30,11 @@ pub enum Exit {
     Ok = 0,
     /// Any other error.
     Other = 1,
-    /// A usage or configuration error: unknown flag, bad value, bad or missing URL, a
-    /// database or role the server does not have, a refused login, a SQLite file that does
-    /// not exist (clap uses 2 too). Trying again cannot fix it.
+    /// A usage or configuration error: unknown flag, bad value, bad or missing URL, an unknown
+    /// URL parameter, a TLS setting or certificate the connection refused, a database or role
+    /// the server does not have, a refused login, a missing privilege, a SQLite file or
+    /// directory that does not exist, a `--listen` port in use (clap uses 2 too). Trying again
+    /// cannot fix it.
     Usage = 2,
     /// The job, dead letter or queue named does not exist (or is no longer where the command
     /// expects it: a dead letter another process already requeued).
@@ -83,6 +90,7 @@ impl From<Error> for Failure {
                 Some("check that the database is running and that --url / DATABASE_URL points at it".to_string())
             }
             ErrorKind::Transient => Some("a transient failure: try again".to_string()),
+            ErrorKind::InvalidInput => config_hint(e.message()).map(str::to_string),
             _ => None,
         };
         // chokaq's errors never quote the URL or its password.
@@ -95,9 +103,34 @@ impl From<Error> for Failure {
                 Some(op) => format!("{op}: {}", e.message()),
                 None => e.message().to_string(),
             },
-            _ => e.to_string(),
+            // Without the operation (a Rust method name such as `control_queue`): the command
+            // line names what ran.
+            _ => format!("{}: {}", e.kind(), e.message()),
         };
         Failure { exit, message, hint }
+    }
+}
+
+/// What to look at for a configuration error of the backends: the messages of
+/// `chokaq_postgres::tls` / `chokaq_mysql::tls` and of the privilege errors (error.rs of each)
+/// say which kind they are. `None` for any other.
+fn config_hint(message: &str) -> Option<&'static str> {
+    if message.contains("TLS to the database failed") {
+        Some(
+            "a TLS setting: check sslmode / sslrootcert (PostgreSQL) or ssl-mode / ssl-ca (MariaDB) in --url / \
+             DATABASE_URL, and that the host name is one the server's certificate holds (docs/security.md)",
+        )
+    } else if message.contains("URL parameter")
+        || message.contains("in the URL: expected")
+        || message.contains("of the URL cannot be read")
+    {
+        Some("a parameter of --url / DATABASE_URL (after the ?): fix its name or value (docs/security.md)")
+    } else if message.contains("lacks a privilege") {
+        Some(
+            "a missing grant: see the privileges the backend needs (docs/security.md, Privileges), or use another role",
+        )
+    } else {
+        None
     }
 }
 
@@ -110,8 +143,9 @@ pub type CliResult<T = ()> = Result<T, Failure>;
 /// mysql://… or mariadb://…, or a SQL Server connection string (server=…;… or mssql://…).
 ///
 /// Exit codes: 0 ok, 1 other error, 2 usage or configuration (bad flag or value, bad or
-/// missing URL, no such database, role or SQLite file), 3 not found, 4 conflict, 5 database
-/// unavailable, 6 schema not migrated.
+/// missing URL or URL parameter, TLS, no such database, role or SQLite file or directory, a
+/// missing privilege, a port in use), 3 not found, 4 conflict, 5 database unavailable (try
+/// again), 6 schema not migrated.
 #[derive(Debug, Parser)]
 #[command(name = "chokaq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -119,8 +153,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     url: Option<String>,
 
-    /// The schema holding chokaq's tables (PostgreSQL, SQL Server; SQLite checks the name and
-    /// ignores it).
+    /// The schema holding chokaq's tables (PostgreSQL, SQL Server); on MariaDB / MySQL the
+    /// database holding them (created by `migrate`, beside the URL's database); SQLite checks
+    /// the name and ignores it.
     #[arg(
         long,
         global = true,
@@ -355,6 +390,40 @@ pub enum JobAction {
     Show { id: String },
     /// Cancel a live job: at once if it waits, at its next heartbeat if it runs.
     Cancel { id: String },
+    /// Enqueue one job (a replay, a one-off run): its queue, its kind as the handler registers
+    /// it (e.g. email.send.v1) and a JSON payload. Prints its id; with an idempotency key a live
+    /// job already holds, that job's id and "duplicate".
+    Enqueue(EnqueueArgs),
+}
+
+/// `chokaq jobs enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The queue.
+    pub queue: String,
+    /// The job kind.
+    pub kind: String,
+    /// The payload: a JSON document; `-` reads it from stdin.
+    #[arg(long, default_value = "{}", value_name = "JSON")]
+    pub payload: String,
+    /// Higher runs first (default 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+    /// Run no earlier than this from now (e.g. 30s, 5m, 2h).
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub delay: Option<Duration>,
+    /// While a live job of the queue holds this key, no second one is enqueued.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// A tag (repeatable).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// The unit of the queue's per-key cap and rate limit.
+    #[arg(long, value_name = "KEY")]
+    pub concurrency_key: Option<String>,
+    /// Attempts before the job goes to the dead letters (default: the backend's).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<i32>,
 }
 
 #[derive(Debug, Subcommand)]

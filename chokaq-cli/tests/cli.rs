@@ -46,6 +46,10 @@ macro_rules! ensure_eq {
 
 #[path = "cases/commands.rs"]
 mod commands;
+#[path = "cases/config.rs"]
+mod config;
+#[path = "cases/enqueue.rs"]
+mod enqueue;
 #[path = "cases/keyed.rs"]
 mod keyed;
 use commands::*;
@@ -526,6 +530,10 @@ fn main() -> ExitCode {
         Trial::test("help_and_usage", || help_and_usage().map_err(Failed::from)),
         Trial::test("bad_url", || bad_url().map_err(Failed::from)),
         Trial::test("sqlite::missing_file", || operator::sqlite_missing_file().map_err(Failed::from)),
+        Trial::test("url_and_path_errors", || config::url_and_path_errors().map_err(Failed::from)),
+        Trial::test("mysql::connect_timeout_is_the_flags", || {
+            config::mysql_connect_timeout_is_the_flags().map_err(Failed::from)
+        }),
     ];
     #[cfg(unix)]
     trials.push(Trial::test("sqlite::file_is_private", || operator::sqlite_file_is_private().map_err(Failed::from)));
@@ -551,6 +559,7 @@ fn main() -> ExitCode {
             trial("workers", kind, workers),
             trial("web", kind, web),
             trial("schedules", kind, schedules),
+            trial("jobs_enqueue", kind, enqueue::jobs_enqueue),
             trial("hostile_text", kind, operator::hostile_text),
             trial("keyed_controls", kind, keyed::keyed_controls),
             trial("keyed_stats", kind, keyed::keyed_stats),
@@ -561,6 +570,8 @@ fn main() -> ExitCode {
         these.push(trial("web_says_it_stopped", kind, operator::web_says_it_stopped));
         these.push(trial("web_port_in_use", kind, operator::web_port_in_use));
         if kind != Kind::Sqlite {
+            these.push(trial("tls_refused", kind, config::tls_refused));
+            these.push(trial("missing_privilege", kind, config::missing_privilege));
             these.push(
                 Trial::test(format!("{label}::missing_database_and_role"), move || {
                     operator::missing_database_and_role(kind).map_err(Failed::from)

@@ -166,7 +166,7 @@ impl fmt::Debug for Ctx {
 /// Default deadline of [`Ctx::poll`].
 pub const POLL_DEADLINE: Duration = Duration::from_secs(20);
 
-/// How long [`Ctx::within`] waits for one backend call before it fails the case.
+/// How long [`within`] waits for one backend call before it fails the case.
 pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Awaits `fut` for at most [`CALL_DEADLINE`]; a call that hangs fails with `what` named, so a

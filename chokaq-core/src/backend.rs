@@ -25,7 +25,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Creates or upgrades the schema. Safe to call from many processes at once.
     async fn migrate(&self) -> Result<()>;
 
-    /// Enqueues up to [`MAX_ENQUEUE_BATCH`] jobs in one round trip; results in input order.
+    /// Enqueues up to [`MAX_ENQUEUE_BATCH`](crate::MAX_ENQUEUE_BATCH) jobs in one round trip; results in input order.
     /// All are validated first ([`validate::enqueue_batch`](crate::validate::enqueue_batch):
     /// each job, and at most [`MAX_ENQUEUE_BATCH_BYTES`](crate::validate::MAX_ENQUEUE_BATCH_BYTES)
     /// in all); one invalid job rejects the call and inserts nothing. An idempotency key is
@@ -50,7 +50,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// worker already completed with the lease named is reported done again (nothing written).
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome>;
 
-    /// Completes `leases` as [`Backend::complete`] does, then claims as [`Backend::claim`]
+    /// Completes `leases` as [`Backend::complete`](crate::Backend::complete) does, then claims as [`Backend::claim`](crate::Backend::claim)
     /// does, so the claim's cap count already sees those completions. The default makes the
     /// two calls in turn; a backend may override it to do both in one round trip and one
     /// transaction. A bad request is rejected before anything is written. On any other error
@@ -179,7 +179,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 /// Conveniences over [`Backend`]; implemented for every backend, never by hand.
 #[async_trait]
 pub trait BackendExt: Backend {
-    /// Enqueues one job: [`Backend::enqueue_many`] with one element. A live job with the same
+    /// Enqueues one job: [`Backend::enqueue_many`](crate::Backend::enqueue_many) with one element. A live job with the same
     /// idempotency key wins: its id is returned with `duplicate: true` and no row is inserted.
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         let mut out = self.enqueue_many(vec![job]).await?;

@@ -4,15 +4,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::{QueueName, Result, WorkerId};
 
-/// Largest `limit` accepted by [`Backend::claim`].
+/// Largest `limit` accepted by [`Backend::claim`](crate::Backend::claim).
 pub const MAX_CLAIM_LIMIT: u32 = 1000;
-/// Most jobs accepted by one [`Backend::enqueue_many`] call.
+/// Most jobs accepted by one [`Backend::enqueue_many`](crate::Backend::enqueue_many) call.
 pub const MAX_ENQUEUE_BATCH: usize = 10_000;
 
 /// How a claim leaves the jobs it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClaimMode {
-    /// Pending → Fetched: the worker buffers them and calls [`Backend::start`] before running
+    /// Pending → Fetched: the worker buffers them and calls [`Backend::start`](crate::Backend::start) before running
     /// each (a bounded prefetch).
     Reserve,
     /// Pending → Processing in the claim itself (`attempt += 1`, `started_at`,
@@ -21,17 +21,17 @@ pub enum ClaimMode {
     Start,
     /// Pending → Fetched **held**: `heartbeat_at` is set (the claim is its first heartbeat),
     /// the attempt is not counted. The worker may begin a held job's handler before any
-    /// further write: the attempt is counted by [`Backend::start`] or, for a job that finishes
+    /// further write: the attempt is counted by [`Backend::start`](crate::Backend::start) or, for a job that finishes
     /// first, by its outcome (`complete` / `fail` on a held Fetched job count the attempt
     /// as `start` then the outcome would, in one statement). A held job is heart-beaten like a
     /// Processing one and expires only after its queue's zombie timeout without a heartbeat;
     /// a cancel of it is a request (its worker may be running it), never final at once.
     ///
-    /// [`Backend::start`]: crate::Backend::start
+    /// [`Backend::start`](crate::Backend::start): crate::Backend::start
     Hold,
 }
 
-/// Parameters of [`Backend::claim`].
+/// Parameters of [`Backend::claim`](crate::Backend::claim).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimParams {
     /// Who claims.

@@ -29,6 +29,7 @@ mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod types;
+pub mod url_params;
 pub mod validate;
 mod wake;
 

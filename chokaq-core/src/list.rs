@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{JobId, JobKind, JobRecord, JobStatus, QueueName, Timestamp};
 
-/// Which table [`Backend::list_jobs`] reads.
+/// Which table [`Backend::list_jobs`](crate::Backend::list_jobs) reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobTable {
     Hot,
@@ -50,7 +50,7 @@ impl ListJobsParams {
     }
 }
 
-/// A page of [`Backend::list_jobs`].
+/// A page of [`Backend::list_jobs`](crate::Backend::list_jobs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobPage {
     pub jobs: Vec<JobRecord>,

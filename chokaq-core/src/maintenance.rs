@@ -33,7 +33,7 @@ impl Default for RescueParams {
     }
 }
 
-/// What [`Backend::rescue`] did.
+/// What [`Backend::rescue`](crate::Backend::rescue) did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RescueReport {
     /// False when another instance held the maintenance lock, so this call did nothing.
@@ -56,7 +56,7 @@ pub enum PurgeTarget {
     DeadLetter,
 }
 
-/// Parameters of [`Backend::purge`]: delete finished jobs older than `older_than`, in batches
+/// Parameters of [`Backend::purge`](crate::Backend::purge): delete finished jobs older than `older_than`, in batches
 /// of `batch_size`, at most `max_batches` batches per call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeParams {

@@ -130,7 +130,7 @@ impl HeartbeatReport {
     }
 }
 
-/// How a failed (or deliberately stopped) attempt ends. Completion is [`Backend::complete`].
+/// How a failed (or deliberately stopped) attempt ends. Completion is [`Backend::complete`](crate::Backend::complete).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailAction {
     /// Back to Pending, due after `delay` (database clock), `last_error` kept. If no attempts
@@ -158,7 +158,7 @@ impl FailAction {
     }
 }
 
-/// What [`Backend::fail`] did.
+/// What [`Backend::fail`](crate::Backend::fail) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailOutcome {
     /// Pending again, due at this instant.
@@ -169,7 +169,7 @@ pub enum FailOutcome {
     DeadLettered(DeadReason),
 }
 
-/// What [`Backend::cancel`] did.
+/// What [`Backend::cancel`](crate::Backend::cancel) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CancelOutcome {
     /// It was Pending or Fetched and is now in the dead-letter table (reason `cancelled`).
@@ -182,7 +182,7 @@ pub enum CancelOutcome {
     NotLive,
 }
 
-/// What [`Backend::requeue_dead`] did.
+/// What [`Backend::requeue_dead`](crate::Backend::requeue_dead) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RequeueOutcome {
     /// Back in the hot table as Pending, attempt 0, same id, priority and key.

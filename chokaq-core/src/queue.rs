@@ -61,7 +61,7 @@ impl RateLimit {
     pub fn validate(&self) -> Result<()> {
         if self.jobs == 0 || self.jobs > validate::MAX_RATE_JOBS {
             return Err(Error::invalid(format!(
-                "rate limit jobs must be 1 to {}, got {} (None means no limit)",
+                "rate limit jobs must be 1 to {}, got {} (no limit: leave it unset; `none` on the command line)",
                 validate::MAX_RATE_JOBS,
                 self.jobs
             )));
@@ -158,7 +158,7 @@ impl QueueControl {
     pub fn validate(&self) -> Result<()> {
         match *self {
             QueueControl::SetMaxWorkers(Some(n)) if n > validate::MAX_QUEUE_WORKERS => Err(Error::invalid(format!(
-                "max_workers must be at most {}, got {n} (None means no cap)",
+                "max_workers must be at most {}, got {n} (no cap: leave it unset; `none` on the command line)",
                 validate::MAX_QUEUE_WORKERS
             ))),
             QueueControl::SetZombieTimeout(Some(t)) => {
@@ -168,7 +168,7 @@ impl QueueControl {
                 validate::duration("fetched_timeout", t, validate::MIN_ZOMBIE_TIMEOUT, validate::MAX_ZOMBIE_TIMEOUT)
             }
             QueueControl::SetKeyMaxWorkers(Some(n)) if n > validate::MAX_QUEUE_WORKERS => Err(Error::invalid(format!(
-                "key_max_workers must be at most {}, got {n} (None means no per-key cap)",
+                "key_max_workers must be at most {}, got {n} (no per-key cap: leave it unset; `none` on the command line)",
                 validate::MAX_QUEUE_WORKERS
             ))),
             QueueControl::SetRateLimit(Some(limit)) => limit.validate(),

@@ -89,8 +89,8 @@ impl fmt::Debug for MssqlBackend {
 
 impl MssqlBackend {
     /// Connects (one connection is opened and checked at once, so a wrong address fails here
-    /// with [`ErrorKind::Unavailable`] within the connect timeout) and builds the pool. Does
-    /// not migrate: call [`Backend::migrate`].
+    /// with [`ErrorKind::Unavailable`](chokaq_core::ErrorKind::Unavailable) within the connect timeout) and builds the pool. Does
+    /// not migrate: call [`Backend::migrate`](chokaq_core::Backend::migrate).
     pub async fn connect(cfg: MssqlConfig) -> Result<MssqlBackend> {
         validate::schema_name(&cfg.schema)?;
         let sql = Statements::new(&cfg.schema)?;

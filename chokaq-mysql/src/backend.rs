@@ -239,7 +239,8 @@ impl MysqlBackend {
 async fn probe(options: &MySqlConnectOptions, timeout: Duration) -> Result<()> {
     use sqlx::Connection;
     let unavailable = |why: String| Error::new(ErrorKind::Unavailable, format!("mysql: cannot connect: {why}"));
-    match tokio::time::timeout(timeout.min(Duration::from_secs(10)), MySqlConnection::connect_with(options)).await {
+    // The caller's timeout as it is (it was capped at 10 s, and the message always said 10 s).
+    match tokio::time::timeout(timeout, MySqlConnection::connect_with(options)).await {
         Ok(Ok(conn)) => {
             let _ = conn.close().await;
             Ok(())
@@ -262,7 +263,18 @@ async fn probe(options: &MySqlConnectOptions, timeout: Duration) -> Result<()> {
             let e = map_err(e);
             Err(if e.kind() == ErrorKind::InvalidInput { e } else { unavailable(e.message().to_string()) })
         }
-        Err(_) => Err(unavailable("no answer within 10 s".into())),
+        Err(_) => Err(unavailable(format!("no answer within {}", seconds(timeout)))),
+    }
+}
+
+/// `12 s`, `1.5 s`, `250 ms`.
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 

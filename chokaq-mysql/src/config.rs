@@ -90,6 +90,7 @@ impl MysqlConfig {
             return Err(Error::invalid("mysql: the URL must start with mysql:// or mariadb://"));
         };
         let url = format!("mysql://{rest}");
+        crate::tls::check_url(&url)?;
         let opts = MySqlConnectOptions::from_str(&url).map_err(|_| Error::invalid("mysql: cannot parse the URL"))?;
         Ok(opts.charset("utf8mb4"))
     }

@@ -19,8 +19,9 @@ const BAD_DB: u16 = 1049;
 const NO_SUCH_TABLE: u16 = 1146;
 /// ER_BAD_FIELD_ERROR: an unknown column (a schema older than this build).
 const BAD_FIELD: u16 = 1054;
-/// Access denied (1044 database, 1045 login, 1142 table).
-const ACCESS_DENIED: [u16; 3] = [1044, 1045, 1142];
+/// Access denied (1044 database, 1045 login, 1142 table, 1143 column, 1227 a privilege such as
+/// SUPER, 1370 a routine): the URL's user lacks a grant, which no retry brings.
+const ACCESS_DENIED: [u16; 6] = [1044, 1045, 1142, 1143, 1227, 1370];
 /// ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_QUERY_INTERRUPTED / KILL.
 const UNAVAILABLE: [u16; 4] = [1040, 1053, 1927, 2013];
 /// Data errors: out of range, too long, bad value.
@@ -36,12 +37,17 @@ pub(crate) fn mysql_code(e: &sqlx::Error) -> Option<u16> {
 
 /// Maps a driver error to a portable kind.
 pub(crate) fn map_err(e: sqlx::Error) -> Error {
+    // A refused TLS handshake is a configuration error, not an unreachable server.
+    if let Some(cause) = crate::tls::tls_failure(&e) {
+        return crate::tls::tls_error(&cause, e);
+    }
     let code = mysql_code(&e);
     let kind = match (&e, code) {
         (_, Some(DEADLOCK | LOCK_WAIT_TIMEOUT)) => ErrorKind::Transient,
         (_, Some(DUP_ENTRY)) => ErrorKind::Conflict,
         (_, Some(NO_SUCH_TABLE | BAD_DB | BAD_FIELD)) => ErrorKind::NotMigrated,
-        (_, Some(c)) if ACCESS_DENIED.contains(&c) || UNAVAILABLE.contains(&c) => ErrorKind::Unavailable,
+        (_, Some(c)) if ACCESS_DENIED.contains(&c) => ErrorKind::InvalidInput,
+        (_, Some(c)) if UNAVAILABLE.contains(&c) => ErrorKind::Unavailable,
         (_, Some(c)) if BAD_DATA.contains(&c) => ErrorKind::InvalidInput,
         (sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_), _) => ErrorKind::Unavailable,
         (sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed, _) => ErrorKind::Unavailable,
@@ -50,6 +56,11 @@ pub(crate) fn map_err(e: sqlx::Error) -> Error {
     let message = match &e {
         sqlx::Error::Database(db) if kind == ErrorKind::NotMigrated => format!(
             "mysql error {}: {} (schema not migrated? call migrate() first)",
+            code.unwrap_or_default(),
+            db.message()
+        ),
+        sqlx::Error::Database(db) if code.is_some_and(|c| ACCESS_DENIED.contains(&c)) => format!(
+            "mysql error {}: {} (the URL's user lacks a privilege: grant it, or connect as a user that has it)",
             code.unwrap_or_default(),
             db.message()
         ),

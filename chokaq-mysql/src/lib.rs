@@ -63,6 +63,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod tls;
 mod workers;
 
 #[cfg(feature = "fault-injection")]
@@ -71,6 +72,7 @@ pub use backend::MysqlBackend;
 pub use config::{is_mysql_url, MysqlConfig, DEFAULT_SCHEMA};
 pub use error::{LockRetryCounts, Path};
 pub use sql::all_statements;
+pub use tls::{check_url, tls_failure};
 
 /// `docs/mysql.md`: its Rust snippets are compiled by `cargo test --doc -p chokaq-mysql`.
 #[cfg(doctest)]

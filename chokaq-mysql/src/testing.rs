@@ -117,7 +117,7 @@ impl TestSupport for MysqlBackend {
 
     /// InnoDB's own default is REPEATABLE READ (MySQL has no per-role default): this handle's
     /// sessions get it from the server unless the backend pins its level, which it does in
-    /// every session it opens. The same backend, whose sessions [`session_isolation`] reads.
+    /// every session it opens. The same backend, whose sessions `session_isolation` reads.
     async fn with_repeatable_read_default(&self) -> Result<Option<Arc<dyn TestSupport>>> {
         Ok(Some(Arc::new(self.clone())))
     }

@@ -78,6 +78,7 @@ impl PgBackend {
     /// [`Backend::migrate`].
     pub async fn connect(config: PgConfig) -> Result<Self> {
         validate::schema_name(&config.schema)?;
+        crate::tls::check_url(&config.url)?;
         let opts =
             PgConnectOptions::from_str(&config.url).map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?;
         Self::connect_with(opts, config).await

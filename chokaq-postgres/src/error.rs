@@ -8,6 +8,10 @@ use rand::Rng;
 
 /// Maps a sqlx error to a chokaq [`Error`] by SQLSTATE. Messages never contain the URL.
 pub fn map_sqlx_error(e: sqlx::Error) -> Error {
+    // A refused TLS handshake is a configuration error, not an unreachable database.
+    if let Some(cause) = crate::tls::tls_failure(&e) {
+        return crate::tls::pg_tls_error(&cause, e);
+    }
     match &e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
@@ -18,6 +22,14 @@ pub fn map_sqlx_error(e: sqlx::Error) -> Error {
                 "57P01" | "57P02" | "57P03" => ErrorKind::Unavailable,
                 c if c.starts_with("08") => ErrorKind::Unavailable,
                 c if c.starts_with("22") => ErrorKind::InvalidInput,
+                // insufficient_privilege: the URL's role lacks a grant, which no retry brings.
+                "42501" => {
+                    return Error::with_source(
+                        ErrorKind::InvalidInput,
+                        format!("{msg} (the URL's role lacks a privilege: grant it, or connect as a role that has it)"),
+                        e,
+                    )
+                }
                 // An undefined table, schema or function: the schema is missing or older
                 // than this build.
                 "42P01" | "3F000" | "42883" => {

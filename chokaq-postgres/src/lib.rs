@@ -29,7 +29,7 @@
 //! statement, by room in `sql/*.rs`; the broken ones of the `fault-injection` feature in
 //! `sql/faults.rs`), `rows.rs`, `error.rs`, `config.rs` and `testing.rs` (`TestSupport`,
 //! feature `testing`). PostgreSQL's extras: `listen.rs` (wake-ups, on a connection of their
-//! own), `notify.rs` (wake-ups sent after the commit) and `kept.rs` (pooled sessions kept
+//! own), `tls.rs` (the URL's `sslmode`), `notify.rs` (wake-ups sent after the commit) and `kept.rs` (pooled sessions kept
 //! between statements).
 //!
 //! See `docs/postgres.md` for the schema and the reasoning behind each statement.
@@ -52,6 +52,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod tls;
 mod workers;
 
 pub use backend::PgBackend;
@@ -61,3 +62,4 @@ pub use migrate::{Migration, FUNCTIONS, MIGRATIONS};
 pub use sql::all_statements;
 #[cfg(feature = "fault-injection")]
 pub use sql::Faults;
+pub use tls::{check_url, tls_failure};

@@ -38,8 +38,24 @@ pub(crate) fn prepare(path: &Path, create: bool) -> Result<()> {
     }
 }
 
+/// A missing directory or a refused permission is the path's fault, which no retry fixes:
+/// `InvalidInput` (the command line's exit 2) naming the cause. Anything else (a full disk,
+/// say) stays `Unavailable`.
 fn io_error(e: std::io::Error) -> Error {
-    Error::with_source(ErrorKind::Unavailable, format!("sqlite: cannot create the database file: {}", e.kind()), e)
+    let cause = match e.kind() {
+        std::io::ErrorKind::NotFound => "its directory does not exist",
+        std::io::ErrorKind::PermissionDenied => "this user may not create files in its directory",
+        std::io::ErrorKind::ReadOnlyFilesystem => "its file system is read-only",
+        std::io::ErrorKind::NotADirectory => "a component of its path is not a directory",
+        _ => {
+            return Error::with_source(
+                ErrorKind::Unavailable,
+                format!("sqlite: cannot create the database file: {}", e.kind()),
+                e,
+            )
+        }
+    };
+    Error::with_source(ErrorKind::InvalidInput, format!("sqlite: cannot create the database file: {cause}"), e)
 }
 
 #[cfg(all(test, unix))]
@@ -75,8 +91,11 @@ mod tests {
         assert!(e.to_string().contains("does not exist"), "{e}");
         assert!(!e.to_string().contains("secret-name"), "{e}");
         assert!(!p.exists());
+        // A missing directory is the path's fault, not the database's (issue 40, L9: it was
+        // Unavailable, the command line's exit 5 "try again").
         let e = prepare(&d.join("no-dir").join("x.db"), true).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.message().contains("its directory does not exist"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

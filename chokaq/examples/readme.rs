@@ -22,6 +22,10 @@ impl Job for SendEmail {
 
 #[tokio::main]
 async fn main() -> chokaq::Result<()> {
+    // Logs on stderr: chokaq's warnings and errors (failed jobs, dead letters), RUST_LOG to change.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
     let backend = PgBackend::connect(PgConfig::new("postgres://postgres@127.0.0.1:5432/test")).await?;
     backend.migrate().await?;
     let backend: Arc<dyn Backend> = Arc::new(backend);

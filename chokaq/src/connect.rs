@@ -327,6 +327,7 @@ mod pg {
     /// connection again and again until its acquire timeout, and then reports only that it
     /// timed out; this reports the refusal at once.
     pub(super) async fn probe(url: &str, timeout: Duration) -> Result<()> {
+        chokaq_postgres::check_url(url)?;
         let opts = PgConnectOptions::from_str(url).map_err(|_| Error::invalid("invalid PostgreSQL connection URL"))?;
         match tokio::time::timeout(timeout, opts.connect()).await {
             Ok(Ok(conn)) => {

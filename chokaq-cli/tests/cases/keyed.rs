@@ -17,8 +17,16 @@ pub async fn keyed_controls(db: Arc<Db>) -> TestResult {
     let v = db.ok_json(&["queues", "key-cap", qs, "2"])?;
     ensure_eq!((v["queue"].as_str(), v["key_max_workers"].as_u64()), (Some(qs), Some(2)), "key-cap --json");
     ensure_eq!(settings().await?.key_max_workers, Some(2), "key cap in the database");
-    let t = db.ok_table(&["queues", "key-cap", qs, "0"])?;
-    ensure!(t.contains(&format!("queue {qs}: key cap set")), "{t}");
+    let out = db.run(&["queues", "key-cap", qs, "0"])?;
+    ensure_eq!(out.code, 0, "key-cap 0 (stderr {})", out.stderr);
+    ensure!(out.stdout.contains(&format!("queue {qs}: key cap set")), "{}", out.stdout);
+    // Explained, not refused (issue 40): it holds keyed jobs, as a cap of 0 holds all.
+    ensure!(
+        out.stderr.contains("note: a key cap of 0 holds every job")
+            && out.stderr.contains(&format!("key-cap {qs} none")),
+        "key-cap 0 says what it does: {}",
+        out.stderr
+    );
     ensure_eq!(settings().await?.key_max_workers, Some(0), "key cap 0 in the database");
 
     let v = db.ok_json(&["queues", "rate-limit", qs, "500/1s"])?;
@@ -73,6 +81,12 @@ pub async fn keyed_controls(db: Arc<Db>) -> TestResult {
         let out = db.run(args)?;
         ensure_eq!(out.code, 2, "exit code of {args:?} (stdout {}, stderr {})", out.stdout, out.stderr);
         ensure!(out.stderr.contains(needle), "{args:?}: the error does not say {needle:?}: {}", out.stderr);
+        // No Rust names in what an operator reads (issue 40): no `None`, no method name.
+        ensure!(
+            !out.stderr.contains("None") && !out.stderr.contains("control_queue"),
+            "{args:?}: a Rust name in the error: {}",
+            out.stderr
+        );
     }
     ensure_eq!(settings().await?, before, "settings after the refused values");
     // An unknown queue is refused without --create, as the other controls.

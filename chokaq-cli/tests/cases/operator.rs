@@ -309,7 +309,9 @@ pub async fn web_port_in_use(db: Arc<Db>) -> TestResult {
         .output()
         .map_err(err)?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    ensure_eq!(out.status.code(), Some(5), "web on a taken port (stderr {stderr})");
+    // Exit 2, a configuration error (issue 40, L9; exit 5 "try again" before).
+    ensure_eq!(out.status.code(), Some(2), "web on a taken port (stderr {stderr})");
+    ensure!(stderr.contains("hint: choose another address with --listen"), "the hint names --listen: {stderr}");
     ensure!(stderr.contains("in use") && stderr.contains(&listen), "the error names the taken port: {stderr}");
     ensure!(!stderr.contains("serving"), "web printed \"serving\" before binding: {stderr}");
     drop(taken);
