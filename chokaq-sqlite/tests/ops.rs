@@ -48,8 +48,11 @@ async fn migrate_from_two_backends_at_once() {
 async fn connect_rejects_memory_and_redacts_debug() {
     let e = SqliteBackend::connect(SqliteConfig::new("sqlite::memory:")).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    // A missing directory is configuration, not an outage (issue 40, item 2): a retry cannot
+    // fix it.
     let e = SqliteBackend::connect(SqliteConfig::new("/nonexistent-dir-chokaq/sub/x.db")).await.unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("its directory does not exist"), "{e}");
     assert!(!e.to_string().contains("nonexistent-dir-chokaq"), "{e}");
     let (b, db) = fresh().await;
     let dbg = format!("{b:?}");
