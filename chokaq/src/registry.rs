@@ -28,11 +28,17 @@ pub(crate) struct Handler {
     pub(crate) call: Box<ErasedFn>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry_policy: Option<RetryPolicy>,
+    /// The job type's default queue (`Job::queue`); None for a raw handler.
+    pub(crate) queue: Option<&'static str>,
 }
 
 impl fmt::Debug for Handler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handler").field("timeout", &self.timeout).field("retry_policy", &self.retry_policy).finish()
+        f.debug_struct("Handler")
+            .field("timeout", &self.timeout)
+            .field("retry_policy", &self.retry_policy)
+            .field("queue", &self.queue)
+            .finish()
     }
 }
 
@@ -78,7 +84,12 @@ impl Registry {
         };
         self.handlers.insert(
             J::KIND.to_string(),
-            Arc::new(Handler { call: Box::new(call), timeout: J::timeout(), retry_policy: J::retry_policy() }),
+            Arc::new(Handler {
+                call: Box::new(call),
+                timeout: J::timeout(),
+                retry_policy: J::retry_policy(),
+                queue: Some(J::queue()),
+            }),
         );
     }
 
@@ -90,6 +101,7 @@ impl Registry {
         let call = move |payload: serde_json::Value, ctx: JobContext| -> BoxFuture<'static, HandlerOutcome> {
             f(payload, ctx).map(HandlerOutcome::Returned).boxed()
         };
-        self.handlers.insert(kind, Arc::new(Handler { call: Box::new(call), timeout: None, retry_policy: None }));
+        self.handlers
+            .insert(kind, Arc::new(Handler { call: Box::new(call), timeout: None, retry_policy: None, queue: None }));
     }
 }

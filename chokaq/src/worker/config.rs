@@ -343,6 +343,16 @@ impl WorkerBuilder {
             return Err(Error::invalid("a worker needs at least one registered handler"));
         }
         check(&config)?;
+        for (kind, queue) in unclaimed_handlers(&registry, &config.queues) {
+            tracing::warn!(
+                kind,
+                queue,
+                claims = %config.queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(", "),
+                "a handler is registered for jobs of kind {kind}, which go to queue {queue} by default, and this \
+                 worker does not claim that queue: such jobs wait until a worker that claims it runs them \
+                 (add the queue with .queue(...), or set the job's queue when enqueueing)"
+            );
+        }
         Ok(Worker {
             backend,
             config,
@@ -351,6 +361,19 @@ impl WorkerBuilder {
             scheduler,
         })
     }
+}
+
+/// The typed handlers whose job type's default queue (`Job::queue`) is not among `queues`, as
+/// (kind, queue), sorted by kind: the worker warns of each when it is built (issue 40, the
+/// first hour: such jobs piled up with no word at any log level). Raw handlers name no queue.
+pub(crate) fn unclaimed_handlers(registry: &Registry, queues: &[QueueName]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = registry
+        .handlers()
+        .filter_map(|(kind, h)| h.queue.filter(|q| !queues.iter().any(|x| x.as_str() == *q)).map(|q| (kind, q)))
+        .map(|(k, q)| (k.to_string(), q.to_string()))
+        .collect();
+    v.sort();
+    v
 }
 
 /// The longest duration any worker setting takes (365 days): longer ones would overflow

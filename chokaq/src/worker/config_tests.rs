@@ -166,3 +166,54 @@ async fn run_refuses_a_heartbeat_slower_than_a_queue_allows() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     assert!(e.message().contains("zombie timeout (4s)"), "{e}");
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Email {
+    to: String,
+}
+
+impl crate::job::Job for Email {
+    const KIND: &'static str = "test.email.v1";
+    fn queue() -> &'static str {
+        "emails"
+    }
+}
+
+/// Issue 40, the first hour: a typed handler whose job type's queue the worker does not claim
+/// is warned of when the worker is built (before, its jobs piled up with no word at any level);
+/// a worker that claims the queue, and a raw handler, give no warning.
+#[test]
+fn a_handler_whose_queue_is_not_claimed_is_warned_of() {
+    use std::sync::Mutex;
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logged = |queues: &[&str]| -> String {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt().with_writer(move || out.clone()).with_ansi(false).finish();
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let builder = Worker::builder(b)
+            .queues(queues.iter().copied())
+            .register(|_job: Email, _c| async { Ok(()) })
+            .register_raw("t", |_p, _c| async { Ok(()) });
+        tracing::subscriber::with_default(sub, || builder.build().unwrap());
+        let s = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        s
+    };
+    let warned = logged(&["default"]);
+    assert_eq!(warned.lines().filter(|l| l.contains("WARN")).count(), 1, "{warned}");
+    assert!(
+        warned.contains("kind test.email.v1, which go to queue emails by default") && warned.contains("claims=default"),
+        "{warned}"
+    );
+    assert_eq!(logged(&["default", "emails"]), "", "the queue is claimed: no warning");
+}
