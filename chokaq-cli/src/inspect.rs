@@ -4,7 +4,7 @@ use chokaq::core::Timestamp;
 use chokaq::Backend;
 
 use crate::commands::Cx;
-use crate::output::{self, age, clip, outln, since, time, Table};
+use crate::output::{self, age, clip, outln, since, time, time_in_zone, Table};
 use crate::views::*;
 use crate::{CliResult, Exit};
 
@@ -150,7 +150,11 @@ impl Cx {
 fn schedule_json(r: &chokaq::core::ScheduleRow) -> serde_json::Value {
     serde_json::json!({
         "name": r.name, "spec": r.spec, "time_zone": r.time_zone, "group": r.group,
-        "next_tick": r.next_tick, "last_enqueued_tick": r.last_enqueued_tick,
+        "next_tick": r.next_tick,
+        "next_tick_local": r.next_tick.map(|t| {
+            r.time_zone.parse::<chrono_tz::Tz>().map_or_else(|_| t.to_rfc3339(), |tz| t.with_timezone(&tz).to_rfc3339())
+        }),
+        "last_enqueued_tick": r.last_enqueued_tick,
         "enabled": r.enabled, "stale": r.stale,
     })
 }
@@ -174,7 +178,7 @@ fn print_schedules(all: &[chokaq::core::ScheduleRow]) {
             clip(&r.name, 60),
             clip(&r.spec, 40),
             r.time_zone.clone(),
-            r.next_tick.map_or_else(|| "-".to_string(), time),
+            r.next_tick.map_or_else(|| "-".to_string(), |t| time_in_zone(t, &r.time_zone)),
             r.last_enqueued_tick.map_or_else(|| "-".to_string(), time),
             state.to_string(),
         ]);

@@ -178,6 +178,25 @@ pub fn time(t: Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%SZ").to_string()
 }
 
+/// `t` in the IANA time zone `zone` (`2026-01-31 13:00:00 CET`), or None for UTC and for a
+/// zone name chrono-tz does not know.
+pub fn local_time(t: Timestamp, zone: &str) -> Option<String> {
+    let tz: chrono_tz::Tz = zone.parse().ok()?;
+    if tz == chrono_tz::UTC || tz == chrono_tz::Etc::UTC {
+        return None;
+    }
+    Some(t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string())
+}
+
+/// `t` in UTC, and in `zone` beside it when that is another zone (a schedule's next tick:
+/// `2026-01-31 12:00:00Z (2026-01-31 13:00:00 CET)`).
+pub fn time_in_zone(t: Timestamp, zone: &str) -> String {
+    match local_time(t, zone) {
+        Some(local) => format!("{} ({local})", time(t)),
+        None => time(t),
+    }
+}
+
 pub fn opt_time(t: Option<Timestamp>) -> String {
     t.map_or_else(|| "-".to_string(), time)
 }
@@ -263,6 +282,16 @@ mod tests {
 
     /// Issue 40, L1: a server's text in an error or hint line (a hostile server's terminal
     /// escapes: OSC title, clear screen, right-to-left override) is printed escaped.
+    #[test]
+    fn a_time_in_the_schedules_own_zone_beside_utc() {
+        let t = chrono::DateTime::parse_from_rfc3339("2026-01-31T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        assert_eq!(time_in_zone(t, "Europe/Berlin"), "2026-01-31 12:00:00Z (2026-01-31 13:00:00 CET)");
+        assert_eq!(time_in_zone(t, "America/New_York"), "2026-01-31 12:00:00Z (2026-01-31 07:00:00 EST)");
+        assert_eq!(time_in_zone(t, "UTC"), "2026-01-31 12:00:00Z");
+        assert_eq!(time_in_zone(t, "Etc/UTC"), "2026-01-31 12:00:00Z");
+        assert_eq!(time_in_zone(t, "No/Such_Zone"), "2026-01-31 12:00:00Z");
+    }
+
     #[test]
     fn error_and_hint_lines_are_escaped() {
         let f =

@@ -163,6 +163,20 @@ pub fn ts(t: Timestamp) -> String {
 }
 
 /// An optional timestamp with its age relative to `now`.
+/// `t` in the IANA time zone `zone`, as a muted second line (`2026-01-31 13:00:00 CET`);
+/// empty for UTC, a zone chrono-tz does not know, or no time.
+pub fn ts_in_zone(t: Option<Timestamp>, zone: &str) -> String {
+    let Some(t) = t else { return String::new() };
+    let Ok(tz) = zone.parse::<chrono_tz::Tz>() else { return String::new() };
+    if tz == chrono_tz::UTC || tz == chrono_tz::Etc::UTC {
+        return String::new();
+    }
+    format!(
+        "<br><span class=\"muted\">{}</span>",
+        esc(&t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string())
+    )
+}
+
 pub fn ts_ago(t: Option<Timestamp>, now: Timestamp) -> String {
     match t {
         None => empty(),
@@ -229,6 +243,15 @@ pub fn empty() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_next_tick_in_the_schedules_own_zone() {
+        let t = chrono::DateTime::parse_from_rfc3339("2026-01-31T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        assert_eq!(ts_in_zone(Some(t), "Europe/Berlin"), "<br><span class=\"muted\">2026-01-31 13:00:00 CET</span>");
+        assert_eq!(ts_in_zone(Some(t), "UTC"), "");
+        assert_eq!(ts_in_zone(Some(t), "No/Such_Zone"), "");
+        assert_eq!(ts_in_zone(None, "Europe/Berlin"), "");
+    }
 
     #[test]
     fn escapes_everything_that_matters() {

@@ -20,7 +20,7 @@ use chokaq_core::{
 use serde_json::json;
 
 use crate::data::{self, optional};
-use crate::html::{self, button, dur, enc, esc, form, num, page, ts_ago, Nav};
+use crate::html::{self, button, dur, enc, esc, form, num, page, ts_ago, ts_in_zone, Nav};
 use crate::{Ctx, Shared};
 
 type Res = Result<Response, Response>;
@@ -303,12 +303,13 @@ pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>,
         let _ = write!(
             s,
             "<tr class=\"{class}\"><td>{badge}</td><td class=\"mono\">{}</td><td class=\"mono\">{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{action}</td></tr>",
+             <td>{}</td><td>{}{}</td><td>{}</td><td>{action}</td></tr>",
             esc(&r.name),
             esc(&r.spec),
             esc(&r.time_zone),
             esc(&r.group),
             ts_ago(r.next_tick, now),
+            ts_in_zone(r.next_tick, &r.time_zone),
             ts_ago(r.last_enqueued_tick, now),
         );
     }

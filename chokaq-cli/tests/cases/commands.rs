@@ -457,6 +457,14 @@ pub async fn schedules(db: Arc<Db>) -> TestResult {
     ensure_eq!(rows.len(), 1, "schedules in stats");
     ensure_eq!(rows[0]["name"].as_str(), Some(name.as_str()), "name");
     ensure_eq!((rows[0]["spec"].as_str(), rows[0]["enabled"].as_bool()), (Some("every:60s"), Some(true)), "row");
+    // The next tick in the schedule's own zone beside UTC (issue 40): UTC here; none yet (no
+    // scheduler has run), so null like next_tick.
+    ensure!(rows[0].get("next_tick_local").is_some(), "no next_tick_local: {}", rows[0]);
+    ensure_eq!(
+        (rows[0]["next_tick"].is_null(), rows[0]["next_tick_local"].is_null()),
+        (true, true),
+        "next ticks of a schedule no scheduler has run"
+    );
     let table = db.ok_table(&["stats"])?;
     ensure!(table.contains("SCHEDULE") && table.contains(&name) && table.contains("active"), "{table}");
     let v = db.ok_json(&["schedules", "pause", &name])?;
