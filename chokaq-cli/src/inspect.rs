@@ -67,8 +67,9 @@ impl Cx {
                 lag(q.oldest_due_at).map_or_else(|| "-".to_string(), age),
             ]);
         }
+        // "(all)" can be no queue's name (a queue named TOTAL looked like the total row).
         t.row(vec![
-            "TOTAL".into(),
+            "(all)".into(),
             String::new(),
             s.pending.to_string(),
             s.fetched.to_string(),

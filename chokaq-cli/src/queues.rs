@@ -37,12 +37,10 @@ impl Cx {
         };
         let q = queue_name(&queue)?;
         if !create.create && !self.queue_exists(&q).await? {
-            return Err(Failure::new(Exit::NotFound, format!("no queue {q}: it has no job and no settings")).hint(
-                format!(
-                "check the name (chokaq queues list), or pass --create to set it anyway: chokaq queues {} {q} --create",
-                action_word(done)
-            ),
-            ));
+            let again = with_create(std::env::args().collect())
+                .unwrap_or_else(|| format!("chokaq queues {} {q} --create", action_word(done)));
+            return Err(Failure::new(Exit::NotFound, format!("no queue {q}: it has no job and no settings"))
+                .hint(format!("check the name (chokaq queues list), or pass --create to set it anyway: {again}")));
         }
         // Accepted, and said what it does (issue 40): a cap of 0 lets nothing through, which
         // is a way to hold work, not a typo to refuse; the dashboard keeps 0 too.
@@ -141,6 +139,23 @@ impl Cx {
 }
 
 /// The subcommand that printed `done` ("paused" -> "pause"), for a hint.
+/// The command as it was given from `queues` on (the global flags before it, such as a URL,
+/// are left out: they may hold a password), with `--create` added, each argument quoted for a
+/// POSIX shell when it needs to be; None when `queues` is not among the arguments.
+fn with_create(args: Vec<String>) -> Option<String> {
+    let from = args.iter().position(|a| a == "queues")?;
+    let quote = |a: &str| {
+        if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c)) {
+            a.to_string()
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        }
+    };
+    let mut words: Vec<String> = args[from..].iter().map(|a| quote(a)).collect();
+    words.push("--create".into());
+    Some(format!("chokaq {}", words.join(" ")))
+}
+
 fn action_word(done: &str) -> &'static str {
     match done {
         "paused" => "pause",
@@ -151,5 +166,29 @@ fn action_word(done: &str) -> &'static str {
         "key cap set" => "key-cap",
         "rate limit set" => "rate-limit",
         _ => "zombie-timeout",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_create;
+
+    #[test]
+    fn the_create_hint_repeats_the_command_with_its_value() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            with_create(args(&["chokaq", "--url", "postgres://u:pw@h/db", "queues", "cap", "q1", "5"])).as_deref(),
+            Some("chokaq queues cap q1 5 --create"),
+            "the URL before `queues` is left out"
+        );
+        assert_eq!(
+            with_create(args(&["chokaq", "queues", "rate-limit", "q 2", "10/1s", "--by-key"])).as_deref(),
+            Some("chokaq queues rate-limit 'q 2' 10/1s --by-key --create")
+        );
+        assert_eq!(
+            with_create(args(&["chokaq", "queues", "cap", "it's", "1"])).as_deref(),
+            Some("chokaq queues cap 'it'\\''s' 1 --create")
+        );
+        assert_eq!(with_create(args(&["chokaq", "stats"])), None);
     }
 }

@@ -93,10 +93,11 @@ pub async fn keyed_controls(db: Arc<Db>) -> TestResult {
     let unknown = db.q("nokeys");
     let out = db.run(&["queues", "key-cap", unknown.as_str(), "1"])?;
     ensure_eq!(out.code, 3, "key-cap of an unknown queue (stderr {})", out.stderr);
-    ensure!(out.stderr.contains(&format!("queues key-cap {unknown} --create")), "{}", out.stderr);
+    // The hint repeats the command with its value (issue 40: it dropped the value).
+    ensure!(out.stderr.contains(&format!("chokaq queues key-cap {unknown} 1 --create")), "{}", out.stderr);
     let out = db.run(&["queues", "rate-limit", unknown.as_str(), "1/1s"])?;
     ensure_eq!(out.code, 3, "rate-limit of an unknown queue (stderr {})", out.stderr);
-    ensure!(out.stderr.contains(&format!("queues rate-limit {unknown} --create")), "{}", out.stderr);
+    ensure!(out.stderr.contains(&format!("chokaq queues rate-limit {unknown} 1/1s --create")), "{}", out.stderr);
     db.ok_json(&["queues", "rate-limit", unknown.as_str(), "1/1s", "--create"])?;
 
     // Cleared.
