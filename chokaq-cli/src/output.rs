@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use chokaq::core::validate::is_unsafe_to_print as is_unsafe;
 use chokaq::core::Timestamp;
 use serde::Serialize;
 
@@ -100,28 +101,6 @@ impl Table {
     pub fn print(&self) {
         write_out(format_args!("{}", self.render()));
     }
-}
-
-/// Whether `c` would move, hide or break text on a terminal: control characters (Unicode
-/// `Cc`), line and paragraph separators, bidi controls and marks, zero-width and other
-/// invisible format characters (Unicode `Cf`: soft hyphen, word joiner, invisible operators,
-/// interlinear annotation marks, tag characters).
-fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        || chokaq::core::validate::is_bidi_control(c)
-        || chokaq::core::validate::is_zero_width(c)
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{180E}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{206A}'..='\u{206F}'
-                | '\u{FFF9}'..='\u{FFFB}'
-                | '\u{E0001}'
-                | '\u{E0020}'..='\u{E007F}'
-        )
 }
 
 /// `s` with every character that could move, hide or break text ([`is_unsafe`]) written as

@@ -164,6 +164,29 @@ pub fn is_zero_width(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200D}' | '\u{FEFF}')
 }
 
+/// Whether `c` would move, hide or break text when printed (a terminal, a page): control
+/// characters (Unicode `Cc`), line and paragraph separators, bidi controls and marks,
+/// zero-width and other invisible format characters (Unicode `Cf`: soft hyphen, word joiner,
+/// invisible operators, interlinear annotation marks, tag characters). The CLI's table cells
+/// and error lines and the dashboard's pages show each as its escape.
+pub fn is_unsafe_to_print(c: char) -> bool {
+    c.is_control()
+        || is_bidi_control(c)
+        || is_zero_width(c)
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{180E}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{206A}'..='\u{206F}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0001}'
+                | '\u{E0020}'..='\u{E007F}'
+        )
+}
+
 /// A line break that is not a control character: U+2028 (line separator), U+2029
 /// (paragraph separator).
 fn is_unicode_line_break(c: char) -> bool {

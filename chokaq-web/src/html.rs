@@ -38,27 +38,8 @@ fn esc_with(s: &str, visible: bool) -> String {
     out
 }
 
-/// Whether `c` would move, hide or break text: control characters (Unicode `Cc`), line and
-/// paragraph separators, bidi controls and marks, zero-width and other invisible format
-/// characters (soft hyphen, word joiner, invisible operators, interlinear annotation marks,
-/// tag characters). The same set as the CLI's `output::escape`.
-pub fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        || chokaq_core::validate::is_bidi_control(c)
-        || chokaq_core::validate::is_zero_width(c)
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{180E}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{206A}'..='\u{206F}'
-                | '\u{FFF9}'..='\u{FFFB}'
-                | '\u{E0001}'
-                | '\u{E0020}'..='\u{E007F}'
-        )
-}
+/// Whether `c` would move, hide or break text: the set the CLI escapes too.
+pub use chokaq_core::validate::is_unsafe_to_print as is_unsafe;
 
 /// `s` with every [`is_unsafe`] character written as its escape (plain-text answers).
 pub fn visible(s: &str) -> String {
