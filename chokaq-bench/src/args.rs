@@ -203,6 +203,10 @@ pub(crate) struct Args {
     /// Keep the schema at the end (to inspect it).
     #[arg(long)]
     pub(crate) keep_schema: bool,
+    /// A schema design to measure against the shipped one (issue 38): its DDL is applied to
+    /// the bench's schema after `migrate` (see `experiment.rs` and docs/performance.md).
+    #[arg(long, value_enum)]
+    pub(crate) experiment: Option<crate::experiment::Experiment>,
 }
 
 impl fmt::Debug for Args {

@@ -22,6 +22,7 @@
 //! targets, `report::json` the `--json` line).
 
 mod args;
+mod experiment;
 mod bench;
 mod figures;
 mod list;
@@ -127,6 +128,9 @@ async fn run_in(args: Args, schema: String) -> Result<Value> {
     let outcome = tokio::select! {
         r = async {
             pg.migrate().await?;
+            if let Some(x) = bench.args.experiment {
+                experiment::apply(&pg, &bench.schema, x).await?;
+            }
             bench.run(&mut res).await
         } => r,
         _ = tokio::signal::ctrl_c() => Err(other("interrupted")),

@@ -154,6 +154,7 @@ impl Bench {
             costs: Costs::default(),
         };
         let p = self.probed(probe).await?;
+        eprintln!("drain {shape}: WAL by record: {}", super::wal_records_line(&p.wal_records, n));
         figures.rate.wal_bytes = p.wal_bytes;
         // One statement per call (see `timed`).
         let calls = figures.calls();

@@ -106,6 +106,18 @@ pub(crate) struct Probed {
     pub(crate) table: Option<TableCounts>,
     /// The server's CPU time over the window, in microseconds (None: not readable here).
     pub(crate) server_cpu_us: Option<u64>,
+    /// The window's WAL by record type: (type, records, bytes), the largest first.
+    pub(crate) wal_records: Vec<(String, i64, i64)>,
+}
+
+/// `records` as one line per job: `type records/job bytes/job`, for the figures' notes.
+pub(crate) fn wal_records_line(records: &[(String, i64, i64)], jobs: u64) -> String {
+    let jobs = jobs.max(1) as f64;
+    records
+        .iter()
+        .map(|(t, n, b)| format!("{t} {:.2}/job {:.0} B/job", *n as f64 / jobs, *b as f64 / jobs))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl fmt::Debug for Bench {
@@ -332,7 +344,21 @@ impl Bench {
             None => None,
         };
         let index_entries = self.index_entries_since(&p.lsn).await;
-        Ok(Probed { wal_bytes, index_entries, table, server_cpu_us })
+        let wal_records = self.wal_records_since(&p.lsn).await;
+        Ok(Probed { wal_bytes, index_entries, table, server_cpu_us, wal_records })
+    }
+
+    /// The WAL since `lsn` by record type, server-wide: (type, records, bytes with full-page
+    /// images), the largest first (`pg_walinspect`; empty without it).
+    async fn wal_records_since(&self, lsn: &str) -> Vec<(String, i64, i64)> {
+        let Some(ext) = self.walinspect.as_ref() else { return Vec::new() };
+        let sql = format!(
+            "SELECT \"resource_manager/record_type\", count::int8, (record_size + fpi_size)::int8
+               FROM {ext}.pg_get_wal_stats($1::pg_lsn, pg_current_wal_flush_lsn(), true)
+              WHERE count > 0 AND pg_current_wal_flush_lsn() > $1::pg_lsn
+              ORDER BY record_size + fpi_size DESC LIMIT 10"
+        );
+        sqlx::query_as::<_, (String, i64, i64)>(&sql).bind(lsn).fetch_all(self.pg.pool()).await.unwrap_or_default()
     }
 
     /// B-tree leaf entries written since `lsn`, server-wide: one `INSERT_LEAF` or

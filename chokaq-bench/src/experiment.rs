@@ -1,0 +1,43 @@
+//! Schema designs measured against the shipped one (issue 38, "the job path at the bare loop's
+//! server cost"): `--experiment <name>` applies one of them to the bench's own schema right
+//! after `migrate`, so every workload of the run measures it. They are measurements, not
+//! supported configurations: the shipped schema is what `migrate` builds.
+
+use chokaq::Result;
+use chokaq_postgres::{map_sqlx_error, PgBackend};
+use clap::ValueEnum;
+
+/// A design to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Experiment {
+    /// The archive's time index as a BRIN on `finished_at` instead of the btree
+    /// `(finished_at, queue)`: one btree entry less per archived job.
+    ArchiveBrin,
+    /// `archive-brin`, and no `(kind, id)` index on the archive either (the listing by kind
+    /// then reads the archive in id order): the least the archive's listings can be kept with.
+    ArchiveLean,
+}
+
+impl Experiment {
+    fn ddl(self) -> &'static [&'static str] {
+        const BRIN: [&str; 2] = [
+            "DROP INDEX {schema}.jobs_archive_finished_queue_idx",
+            "CREATE INDEX jobs_archive_finished_brin ON {schema}.jobs_archive USING brin (finished_at)",
+        ];
+        const LEAN: [&str; 3] = [BRIN[0], BRIN[1], "DROP INDEX {schema}.jobs_archive_kind_idx"];
+        match self {
+            Experiment::ArchiveBrin => &BRIN,
+            Experiment::ArchiveLean => &LEAN,
+        }
+    }
+}
+
+/// Applies `x`'s DDL to `schema` (a validated name: the bench's own).
+pub(crate) async fn apply(pg: &PgBackend, schema: &str, x: Experiment) -> Result<()> {
+    for stmt in x.ddl() {
+        let sql = stmt.replace("{schema}", &format!("\"{schema}\""));
+        sqlx::query(&sql).execute(pg.pool()).await.map_err(map_sqlx_error)?;
+    }
+    eprintln!("chokaq-bench: experiment {x:?} applied");
+    Ok(())
+}
