@@ -22,8 +22,8 @@
 //! targets, `report::json` the `--json` line).
 
 mod args;
-mod experiment;
 mod bench;
+mod experiment;
 mod figures;
 mod list;
 mod mysql;
