@@ -84,6 +84,9 @@ pub async fn long_window_exact(cx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Jobs to enqueue: how many of each key (None: no key).
+type Spec = Vec<(Option<&'static str>, usize)>;
+
 /// The starts of each bucket as the case has seen them claimed (`"-"`: no key), and the due
 /// jobs still waiting per key: what a claim under each limit may take.
 #[derive(Default)]
@@ -168,7 +171,7 @@ pub async fn kind_change_keeps_the_window(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.claim(w, &q, 5, ClaimMode::Start).await?.len(), 0, "claim with the 5 starts in the window");
     // (by key, jobs per hour: by key as given, queue-wide that many more than every start so
     // far, the jobs enqueued first).
-    let steps: [(bool, u32, Vec<(Option<&'static str>, usize)>); 4] = [
+    let steps: [(bool, u32, Spec); 4] = [
         (true, 3, vec![(Some("a"), 3), (Some("b"), 3), (None, 2)]),
         (false, 2, vec![]),
         (true, 6, vec![(Some("a"), 4), (Some("b"), 4)]),
