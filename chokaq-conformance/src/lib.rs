@@ -51,7 +51,7 @@ pub mod grammar;
 mod harness;
 mod runner;
 
-pub use cases::{all_cases, case_names, max_in_window, Case, Needs, Outcome, NASTY};
+pub use cases::{all_cases, case_names, check_long_window, max_in_window, Case, Needs, Outcome, NASTY};
 pub use child::{maybe_run_child, ChildLine, ChildProc, ENV_CHILD_BATCH, ENV_CHILD_QUEUE, ENV_CHILD_ROLE};
 pub use cli::{error_chain, runner_main, Runner, Target, ENV_CHILD_FAULT};
 pub use ctx::{

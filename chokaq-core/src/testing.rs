@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Backend, JobId, JobStatus, Result, Timestamp, WorkerId};
+use crate::{Backend, JobId, JobStatus, QueueName, Result, Timestamp, WorkerId};
 
 /// A change forced onto a hot job, bypassing every guard, to put it into a given state
 /// (an old heartbeat, a past schedule). Fields left `None` are not touched.
@@ -82,6 +82,17 @@ pub trait TestSupport: Backend {
     /// database has no such notion.
     async fn session_isolation(&self) -> Result<Option<String>> {
         Ok(None)
+    }
+
+    /// Appends `count` entries to the starts log of `queue`, each with the concurrency key
+    /// `key` and stamped `at`: what `count` starts of those jobs at `at` would have logged,
+    /// numbered in the bucket of the queue's rate limit (which must be set), in bulk. A long
+    /// window (a million starts in a day) is filled without claiming a million jobs. `at` must
+    /// be no earlier than the bucket's latest entry (each bucket's log is in stamp order, as
+    /// claims write it), else `InvalidInput`; so must a queue without a rate limit.
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        let _ = (queue, key, count, at);
+        Err(crate::Error::unsupported("add_starts is not supported by this backend"))
     }
 
     /// Drops everything this backend created (its schema). Used by runners after a suite.

@@ -12,7 +12,9 @@
 //! (issue 25: `ConcurrencyKey` on the job tables, the per-key cap and rate-limit columns of
 //! `Queues`, the `StartsLog` table) adds its columns and table in `MIGRATE_OBJECTS` and their
 //! indexes in `MIGRATE_KEYS`, a batch of its own sent right after it (a batch cannot name a
-//! column it adds itself). Every
+//! column it adds itself). Schema version 10 (issue 40, L7: `StartsLog.N`, the ordinal of an
+//! entry in its bucket) adds its column in `MIGRATE_OBJECTS` and its indexes, the numbering of
+//! older entries and the version record in `MIGRATE_START_ORDINALS`, sent last. Every
 //! earlier version's batches are kept in `tests/upgrade/` and the upgrade from each is tested
 //! (`tests/upgrade.rs`).
 
@@ -28,5 +30,6 @@ pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_keys, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_lock_escalation, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_workers, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_start_ordinals, &[]).await?;
     Ok(())
 }

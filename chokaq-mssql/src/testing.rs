@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{JobId, JobStatus, Result, Timestamp, WorkerId};
+use chokaq_core::{Error, JobId, JobStatus, QueueName, Result, Timestamp, WorkerId};
 
 use crate::backend::MssqlBackend;
 use crate::rows::{check_ts, count, first_row, hex_id, id_bytes, job_id, last_set, req, req_ts};
@@ -16,6 +16,17 @@ impl TestSupport for MssqlBackend {
         let op = "db_now";
         let row = first_row(op, self.run(op, &self.sql().db_now, &[]).await?)?;
         req_ts(op, &row, "Now")
+    }
+
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        let op = "add_starts";
+        check_ts("at", Some(at))?;
+        if count > 1_000_000 {
+            return Err(Error::invalid("add_starts: at most 1,000,000 at once"));
+        }
+        let (name, count) = (queue.as_str(), count as i64);
+        self.run(op, &self.sql().add_starts, &[&name, &key, &count, &at]).await?;
+        Ok(())
     }
 
     async fn force_worker_seen(&self, worker: WorkerId, last_seen_at: Timestamp) -> Result<bool> {

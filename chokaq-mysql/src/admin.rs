@@ -235,6 +235,24 @@ pub(crate) async fn control_queue(b: &MysqlBackend, queue: &QueueName, control: 
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+        if let (QueueControl::SetRateLimit(Some(l)), false) = (control, b.faults.rate_kind_change_keeps_numbers) {
+            // Under the control row's lock (every claim of the queue holds it from its count to
+            // its commit): a change of the limit's kind numbers the log again for the new
+            // buckets (issue 40, L7).
+            let row = sqlx::query(&b.sql.lock_queue).bind(queue.as_str()).fetch_one(&mut *tx).await.map_err(map_err)?;
+            let had = row.try_get::<Option<i64>, _>("rate_jobs").map_err(map_err)?.is_some();
+            let was_by_key = row.try_get::<i64, _>("rate_by_key").map_err(map_err)? != 0;
+            if !had || was_by_key != l.by_key {
+                let by_key = i64::from(l.by_key);
+                sqlx::query(&b.sql.renumber_starts)
+                    .bind(by_key)
+                    .bind(by_key)
+                    .bind(queue.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+        }
         let q = match control {
             QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)),
             // `SetRateLimit(None)` clears all three columns.

@@ -52,6 +52,9 @@ pub struct Faults {
     /// The rate window off by one: a bucket may take while `started <= jobs`, not `< jobs`
     /// (one start too many per window).
     pub rate_window_off_by_one: bool,
+    /// A change of a rate limit's kind (queue-wide / per key) keeps the starts log's numbers
+    /// (issue 40, L7): the new buckets count from ordinals of the old ones.
+    pub rate_kind_change_keeps_numbers: bool,
 }
 
 /// The MariaDB / MySQL backend. Cheap to clone; clones share the pools and the counters.

@@ -13,7 +13,8 @@
 //! of its own: the queue's active jobs (`active_count`), the starts of a queue-wide window
 //! (`window_total`, entries stamped after `t - per`, later stamps too), the running jobs per
 //! key (`key_running`, the non-NULL range of `jobs_hot_key_running`) and the starts per key
-//! of a by-key window (`window_by_key`). A key with nothing left is left out of the pick
+//! of a by-key window (`window_by_key`, for the running keys and then each key when the pick
+//! first meets it). A key with nothing left is left out of the pick
 //! (`claim_pick_keyed`), so it holds back no other key; the starts of a rate-limited queue go
 //! to the log in the claim's transaction, stamped with the claim's time (Start mode's
 //! `started_at`): for a rate-limited queue, the database clock read after its control row's
@@ -38,12 +39,12 @@
 //! and the lease counter (held by no one who waits); held rows are locked only by their lease
 //! holder's writes, the cancel and the rescue, none of which takes a control row.
 
+//! The guarded queues' counts and picks are in [`guarded`].
+
 use chokaq_core::{
     validate, BatchOutcome, ClaimMode, ClaimParams, ClaimedJob, DeadReason, JobStatus, Lease, LeaseRef, QueueName,
     Result, WorkerId,
 };
-use std::collections::HashMap;
-
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
@@ -51,6 +52,9 @@ use crate::backend::{commit, MysqlBackend, Tx};
 use crate::error::{corrupt, map_err, mysql_code, Path, DUP_ENTRY};
 use crate::sql::{expand, probe, shape, CHUNK};
 use crate::{lease, rows};
+
+mod guarded;
+use guarded::{guarded_take, pick_keyed, Take};
 
 /// A claim candidate: the picked row, and enough to merge per-queue lists into the global
 /// order.
@@ -61,55 +65,18 @@ struct Candidate {
     due: i64,
     /// Its queue is rate limited: the start goes to the log.
     logged: bool,
+    /// The limit is per key: the start is numbered in its key's bucket (else the queue's).
+    by_key: bool,
 }
 
 /// A queue the probe found work in: whether it was guarded then (a queue cap, a key cap or a
 /// rate limit: its claimers take turns on the control row), whether it had a key cap, and
 /// whether due Scheduled rows wait for promotion.
-struct Open<'a> {
+pub(super) struct Open<'a> {
     queue: &'a QueueName,
     guarded: bool,
     keyed: bool,
     scheduled: bool,
-}
-
-/// What a claim may take from one queue, as read under its control row's lock.
-struct Take<'a> {
-    queue: &'a QueueName,
-    take: i64,
-    scheduled: bool,
-    /// Per-key allowances (a key cap or a per-key rate limit), else `None`.
-    keys: Option<Keys>,
-    /// Rate limited: every start of this claim in the queue is logged.
-    logged: bool,
-}
-
-/// The per-key allowances of one keyed queue for one claim.
-struct Keys {
-    /// A key cap of 0: no keyed job may be taken.
-    none: bool,
-    /// What a key not in `left` may take.
-    default: i64,
-    /// What the keys seen (running, in a rate window, or taken by this claim) may take still.
-    left: HashMap<String, i64>,
-}
-
-/// Per-key counts: (key, n) rows of `key_running` / `window_by_key`.
-async fn key_counts(
-    conn: &mut sqlx::MySqlConnection,
-    sql: &str,
-    queue: &QueueName,
-    since: Option<i64>,
-) -> Result<HashMap<String, i64>> {
-    let mut q = sqlx::query(sql).bind(queue.as_str());
-    if let Some(since) = since {
-        q = q.bind(since);
-    }
-    let mut out = HashMap::new();
-    for r in q.fetch_all(&mut *conn).await.map_err(map_err)? {
-        out.insert(rows::text(&r, "k")?, r.try_get::<i64, _>("n").map_err(map_err)?);
-    }
-    Ok(out)
 }
 
 /// What the probe found: the database clock and the queues worth a transaction, name order.
@@ -246,7 +213,14 @@ async fn claim_in(
             if guarded || paused || !active {
                 return Ok(None);
             }
-            takes.push(Take { queue: o.queue, take: limit, scheduled: o.scheduled, keys: None, logged: false });
+            takes.push(Take {
+                queue: o.queue,
+                take: limit,
+                scheduled: o.scheduled,
+                keys: None,
+                logged: false,
+                by_key: false,
+            });
             continue;
         }
         if let Some(t) = guarded_take(b, tx, o, limit, &mut now).await? {
@@ -285,6 +259,7 @@ async fn claim_in(
                 priority: row.try_get::<i32, _>("priority").map_err(map_err)?.into(),
                 due: row.try_get("due_at").map_err(map_err)?,
                 logged: t.logged,
+                by_key: t.by_key,
                 row,
             });
         }
@@ -332,15 +307,19 @@ async fn claim_in(
     }
     // The starts of rate-limited queues, stamped with the claim's time (Start mode's
     // `started_at`), in this transaction.
-    let logged: Vec<uuid::Uuid> = candidates.iter().filter(|c| c.logged).map(|c| c.id).collect();
-    for chunk in logged.chunks(CHUNK) {
-        let n = shape(chunk.len());
-        let sql = expand(&b.sql.log_starts, n);
-        let mut q = sqlx::query(&sql).bind(now);
-        for i in 0..n {
-            q = q.bind(chunk[i.min(chunk.len() - 1)]);
+    // Each numbered after its bucket's last ordinal: the queue's, or its key's.
+    for (by_key, log) in [(false, &b.sql.log_starts_queue), (true, &b.sql.log_starts_key)] {
+        let logged: Vec<uuid::Uuid> =
+            candidates.iter().filter(|c| c.logged && c.by_key == by_key).map(|c| c.id).collect();
+        for chunk in logged.chunks(CHUNK) {
+            let n = shape(chunk.len());
+            let sql = expand(log, n);
+            let mut q = sqlx::query(&sql).bind(now);
+            for i in 0..n {
+                q = q.bind(chunk[i.min(chunk.len() - 1)]);
+            }
+            q.execute(&mut **tx).await.map_err(map_err)?;
         }
-        q.execute(&mut **tx).await.map_err(map_err)?;
     }
     let at = rows::ts(now)?;
     let mut out = Vec::with_capacity(candidates.len());
@@ -359,166 +338,6 @@ async fn claim_in(
         }
     }
     Ok(Some(out))
-}
-
-/// A guarded queue (a queue cap, a key cap or a rate limit): its control row locked
-/// `FOR UPDATE` (claimers of the queue take turns), its settings as they stand now, then the
-/// counts, each a statement that starts after the lock (READ COMMITTED: a fresh snapshot that
-/// sees every claim the previous holder committed): the queue's active jobs, its window's
-/// starts, the running jobs and window starts per key. `None`: nothing to take (paused,
-/// inactive, no control row).
-///
-/// A rate-limited queue's window ends at the database's clock read after the lock, and the
-/// claim's `now` (its stamps, Start mode's `started_at`) moves up to it: the rescue's prune
-/// takes the same lock and reads its clock after it too (`admin::prune_starts`), so every
-/// entry it deleted is older than any window a later claim counts. A clock read before the
-/// lock (the probe's) could be older than a prune that ran while the claim waited, and the
-/// window would miss the entries that prune deleted (issue 36 hole 4; `tests/rate_race.rs`).
-/// A later stamp than the count's end is safe: the count covered every entry after its own
-/// window's start, later ones included.
-async fn guarded_take<'a>(
-    b: &MysqlBackend,
-    tx: &mut Tx,
-    o: &Open<'a>,
-    limit: i64,
-    now: &mut i64,
-) -> Result<Option<Take<'a>>> {
-    // Broken on purpose (check-then-act): the per-key counts are read before the lock.
-    let early = if b.faults.key_check_before_lock && o.keyed {
-        let mut conn = b.pool.acquire().await.map_err(map_err)?;
-        Some(key_counts(&mut conn, &b.sql.key_running, o.queue, None).await?)
-    } else {
-        None
-    };
-    let row = sqlx::query(&b.sql.lock_queue).bind(o.queue.as_str()).fetch_optional(&mut **tx).await.map_err(map_err)?;
-    let Some(row) = row else { return Ok(None) };
-    let int = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(map_err);
-    let (max, key_cap, rate_jobs, rate_per_ms) =
-        (int("max_workers")?, int("key_max_workers")?, int("rate_jobs")?, int("rate_per_ms")?);
-    let by_key = row.try_get::<i64, _>("rate_by_key").map_err(map_err)? != 0;
-    let paused = row.try_get::<i64, _>("is_paused").map_err(map_err)? != 0;
-    let active = row.try_get::<i64, _>("is_active").map_err(map_err)? != 0;
-    if paused || !active {
-        return Ok(None);
-    }
-    let mut take = limit;
-    if let Some(max) = max {
-        let active: i64 = sqlx::query_scalar(&b.sql.active_count)
-            .bind(o.queue.as_str())
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(map_err)?;
-        take = (max - active).clamp(0, take);
-    }
-    // A bucket may take `jobs - started`; the broken variant one more.
-    let slack = i64::from(b.faults.rate_window_off_by_one);
-    if rate_jobs.is_some() && rate_per_ms.is_some() {
-        *now = (*now).max(b.now(tx).await?);
-    }
-    let now = *now;
-    let rate = rate_jobs.zip(rate_per_ms).map(|(jobs, ms)| (jobs, now - ms * 1000));
-    if let (Some((jobs, since)), false) = (rate, by_key) {
-        let started: i64 = sqlx::query_scalar(&b.sql.window_total)
-            .bind(o.queue.as_str())
-            .bind(since)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(map_err)?;
-        take = take.min((jobs + slack - started).max(0));
-    }
-    let keyed_rate = rate.filter(|_| by_key);
-    let keys = if key_cap.is_some() || keyed_rate.is_some() {
-        let running = match (key_cap, early) {
-            (None, _) => HashMap::new(),
-            (Some(_), Some(early)) => early,
-            (Some(_), None) => key_counts(tx, &b.sql.key_running, o.queue, None).await?,
-        };
-        let window = match keyed_rate {
-            Some((_, since)) => key_counts(tx, &b.sql.window_by_key, o.queue, Some(since)).await?,
-            None => HashMap::new(),
-        };
-        // What key `k` may take: under its cap and in its window, whichever is less.
-        let allow = |k: &str| {
-            let by_cap = key_cap.map(|cap| cap - running.get(k).copied().unwrap_or(0));
-            let by_rate = keyed_rate.map(|(jobs, _)| jobs + slack - window.get(k).copied().unwrap_or(0));
-            by_cap.into_iter().chain(by_rate).min().unwrap_or(i64::MAX).max(0)
-        };
-        let left = running.keys().chain(window.keys()).map(|k| (k.clone(), allow(k))).collect();
-        let default = key_cap.into_iter().chain(keyed_rate.map(|(jobs, _)| jobs + slack)).min().unwrap_or(i64::MAX);
-        Some(Keys { none: key_cap == Some(0), default, left })
-    } else {
-        None
-    };
-    Ok(Some(Take { queue: o.queue, take, scheduled: o.scheduled, keys, logged: rate.is_some() }))
-}
-
-/// A keyed queue's pick: due Pending rows in claim order, locked, at most `take`, none of a
-/// key beyond its allowance. Keys with nothing left are left out by the statement (they
-/// hold back nobody); when a pick returns more rows of a key than it may take, the extra rows
-/// are dropped (locked until the commit, not claimed), the key joins the left-out ones, and
-/// the pick goes on after the last row returned. Every round but the last exhausts a key
-/// that this claim took from, so it ends within `take + 1` rounds.
-async fn pick_keyed(
-    b: &MysqlBackend,
-    tx: &mut Tx,
-    q: &QueueName,
-    now: i64,
-    take: i64,
-    keys: &mut Keys,
-) -> Result<Vec<MySqlRow>> {
-    let mut full: Vec<String> = keys.left.iter().filter(|(_, n)| **n <= 0).map(|(k, _)| k.clone()).collect();
-    full.sort_unstable();
-    let mut out: Vec<MySqlRow> = Vec::new();
-    let mut cursor: Option<(i32, i64, uuid::Uuid)> = None;
-    loop {
-        let want = take - out.len() as i64;
-        if want <= 0 {
-            break;
-        }
-        let (p, d, id) = cursor.unwrap_or((0, 0, uuid::Uuid::nil()));
-        let rows = sqlx::query(&b.sql.claim_pick_keyed)
-            .bind(q.as_str())
-            .bind(now)
-            .bind(i64::from(!keys.none))
-            .bind(serde_json::to_string(&full)?)
-            .bind(i64::from(cursor.is_some()))
-            .bind(p)
-            .bind(p)
-            .bind(d)
-            .bind(d)
-            .bind(id)
-            .bind(want)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(map_err)?;
-        let got = rows.len() as i64;
-        let mut dropped = false;
-        for row in rows {
-            cursor = Some((
-                row.try_get("priority").map_err(map_err)?,
-                row.try_get("due_at").map_err(map_err)?,
-                row.try_get("id").map_err(map_err)?,
-            ));
-            let Some(key) = rows::opt_text(&row, "concurrency_key")? else {
-                out.push(row);
-                continue;
-            };
-            let left = keys.left.entry(key.clone()).or_insert(keys.default);
-            if *left > 0 {
-                *left -= 1;
-                if *left == 0 {
-                    full.push(key);
-                }
-                out.push(row);
-            } else {
-                dropped = true;
-            }
-        }
-        if got < want || !dropped {
-            break;
-        }
-    }
-    Ok(out)
 }
 
 /// The due Scheduled jobs of a queue become Pending first (at most 1,000 per call), named by

@@ -15,7 +15,7 @@ use crate::error::{map_err, mysql_code};
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -241,11 +241,25 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
             table_options!()
         ),
     ),
+    // Version 3 (issue 40, L7): the starts log numbered per bucket. `n` is an entry's ordinal
+    // in its bucket under the queue's limit in force (the queue's queue-wide, its key's per key;
+    // 0 for a key-less entry under a limit per key), so a window's count is the bucket's last
+    // ordinal less its first one in the window, plus one: two descents of these indexes, not a
+    // range counted row by row (`crate::claim`, "The count"). No default: a claim that would log
+    // a start without its ordinal fails instead of breaking the count. The entries an older
+    // version logged are numbered once by [`run`]; starts_window gives way to starts_queue_n
+    // (the prune's range too).
+    ("migrate_add_starts_n", "ALTER TABLE {schema}.starts ADD COLUMN n BIGINT NOT NULL"),
+    ("migrate_add_starts_queue_n", "ALTER TABLE {schema}.starts ADD INDEX starts_queue_n (queue, stamp, n)"),
+    ("migrate_add_starts_key_n", "ALTER TABLE {schema}.starts ADD INDEX starts_key_n (queue, ckey, stamp, n)"),
+    ("migrate_drop_starts_window", "ALTER TABLE {schema}.starts DROP INDEX starts_window"),
 ];
 
 /// "Duplicate column name" and "duplicate key name": a `migrate_add_*` step applied already.
 const DUP_FIELDNAME: u16 = 1060;
 const DUP_KEYNAME: u16 = 1061;
+/// "Can't DROP ...; check that it exists": a `migrate_drop_*` step applied already.
+const CANT_DROP: u16 = 1091;
 
 /// Applies [`MIGRATIONS`] on `conn`, refuses a database whose schema is newer than this
 /// library, and records the version.
@@ -255,10 +269,15 @@ pub(crate) async fn run(conn: &mut MySqlConnection, sql: &Statements, now: i64) 
             Ok(_) => {}
             Err(e)
                 if name.starts_with("migrate_add_") && matches!(mysql_code(&e), Some(DUP_FIELDNAME | DUP_KEYNAME)) => {}
+            Err(e) if name.starts_with("migrate_drop_") && mysql_code(&e) == Some(CANT_DROP) => {}
             Err(e) => return Err(map_err(e)),
         }
     }
     let newest: Option<i64> = sqlx::query_scalar(&sql.newest_version).fetch_one(&mut *conn).await.map_err(map_err)?;
+    if newest.is_none_or(|v| v < 3) {
+        // Version 3: the starts an older version logged get their ordinals (once).
+        sqlx::query(&sql.number_all_starts).execute(&mut *conn).await.map_err(map_err)?;
+    }
     if newest.is_some_and(|v| v > SCHEMA_VERSION) {
         return Err(Error::new(
             ErrorKind::Other,

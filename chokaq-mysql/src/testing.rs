@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{JobId, Result, Timestamp, WorkerId};
+use chokaq_core::{Error, JobId, QueueName, Result, Timestamp, WorkerId};
 use sqlx::{Connection, Row};
 
 use crate::backend::MysqlBackend;
@@ -134,8 +134,72 @@ impl TestSupport for MysqlBackend {
         Ok(level.map(|l| l.replace('-', " ").to_ascii_lowercase()))
     }
 
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        if count > 1_000_000 {
+            return Err(Error::invalid("add_starts: at most 1,000,000 at once"));
+        }
+        let mut tx = self.begin().await?;
+        let row =
+            sqlx::query(&self.sql.lock_queue).bind(queue.as_str()).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        let limited = match &row {
+            Some(r) => r.try_get::<Option<i64>, _>("rate_jobs").map_err(map_err)?.is_some(),
+            None => false,
+        };
+        if !limited {
+            return Err(Error::invalid(format!("add_starts: queue {queue} has no rate limit")));
+        }
+        let by_key = row.map(|r| r.try_get::<i64, _>("rate_by_key")).transpose().map_err(map_err)? == Some(1);
+        if by_key && key.is_none() {
+            return Err(Error::invalid("add_starts: a key-less start is in no bucket of a by-key limit"));
+        }
+        let bucket = if by_key { key } else { None };
+        let last = sqlx::query(&self.sql.add_starts_last)
+            .bind(queue.as_str())
+            .bind(bucket)
+            .bind(bucket)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let (stamp, after): (i64, i64) = match last {
+            Some(r) => (r.try_get("stamp").map_err(map_err)?, r.try_get("n").map_err(map_err)?),
+            None => (i64::MIN, 0),
+        };
+        if at.timestamp_micros() < stamp {
+            return Err(Error::invalid("add_starts: a stamp earlier than the bucket's latest entry"));
+        }
+        sqlx::query(&self.sql.add_starts)
+            .bind(queue.as_str())
+            .bind(key)
+            .bind(at.timestamp_micros())
+            .bind(after)
+            .bind(count as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        crate::backend::commit(tx).await
+    }
+
     async fn drop_schema(&self) -> Result<()> {
         sqlx::query(&self.sql.drop_schema).execute(&self.pool).await.map_err(map_err)?;
         Ok(())
+    }
+}
+
+impl MysqlBackend {
+    /// The storage engine's reads of one session of the pool so far (`Handler_read%` of
+    /// `SHOW SESSION STATUS`, summed): with a pool of one connection
+    /// ([`MysqlConfig::max_connections`](crate::MysqlConfig::max_connections)), every statement
+    /// of this backend's operations but the lease reservation runs on that session, so the
+    /// difference between two readings is the work of the calls between them (and of one
+    /// reading), deterministic, for tests (`tests/rate_window.rs`).
+    pub async fn handler_reads(&self) -> Result<u64> {
+        let rows = sqlx::query(&self.sql.handler_reads).fetch_all(&self.pool).await.map_err(map_err)?;
+        let mut sum = 0u64;
+        for r in rows {
+            let v: String = r.try_get(1).map_err(map_err)?;
+            sum +=
+                v.parse::<u64>().map_err(|e| Error::with_source(chokaq_core::ErrorKind::Other, "Handler_read", e))?;
+        }
+        Ok(sum)
     }
 }

@@ -48,6 +48,12 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { rate_window_off_by_one: true, ..f },
             cases: &["rate_limits_starts_in_window", "rate_race_tasks"],
         },
+        // Issue 40, L7: a change of a limit's kind keeps the starts log's numbers.
+        Tooth {
+            fault: "rate_kind_change_keeps_numbers",
+            faults: Faults { rate_kind_change_keeps_numbers: true, ..f },
+            cases: &["rate_kind_change_keeps_the_window"],
+        },
     ]
 }
 

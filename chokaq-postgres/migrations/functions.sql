@@ -73,7 +73,34 @@ $fn$;
 --    UPDATE SKIP LOCKED, the starts log counted in a new statement (`jobs` less the entries
 --    stamped after C - per, later stamps too), with no lock-free handoff. Every claim of a
 --    rate-limited queue appends one starts entry per job, stamped S (a started job's
---    started_at is S too), in this transaction.
+--    started_at is S too) and numbered in its bucket (below), in this transaction.
+--    The count (issue 40, L7): never row by row (a limit of 1000000/1d read up to a million
+--    index entries per claim). Each entry carries its ordinal `n` in its bucket under the
+--    limit in force: the queue (queue-wide) or its key (per key; a key-less entry is in no
+--    bucket and gets 0). A claim numbers its entries of a bucket last + 1, last + 2, ...,
+--    `last` the n of the bucket's latest entry (by stamp, then n), read after the lock that
+--    serialises the bucket's counts (the control row FOR NO KEY UPDATE queue-wide, the key's
+--    lock per key), which it holds until its commit. Every previous holder committed its
+--    entries before this claim took the lock, so `last` is the bucket's highest ordinal; it is
+--    read in a statement before the one that writes (there the probe would walk over that
+--    statement's own entries, which it cannot see), and nothing is drawn from a sequence, so a
+--    rolled-back claim leaves no gap. So, in every committed state, a bucket's ordinals are
+--    consecutive and grow with the stamps (S is read after the lock, so after the previous
+--    holder's commit, so after its S): claims append at the top, and the only other writer,
+--    the rescue's prune, deletes entries stamped at or before its now() - per, which by the
+--    order of stamps are a prefix of the bucket (the entries it cannot see were committed
+--    after its snapshot by claims later in the bucket's order: above all it deletes; a prune
+--    that empties the bucket between a claim's read of `last` and its write leaves last + 1
+--    onwards, consecutive still). A snapshot sees such a state, so the entries it sees
+--    stamped after C - per are exactly those with n from the first of them (the lowest stamp,
+--    then n) to the bucket's last, and their number is last - first + 1, or 0 when none is
+--    stamped after C - per: two descents of the index (queue, stamp, n) or (queue, ckey, stamp,
+--    n), the same for a window of ten starts or a million. A change of the limit's kind
+--    (queue-wide / per key, or a limit set on a queue without one) renumbers the queue's log
+--    for the new buckets, in stamp order, in control_queue's transaction under the control row
+--    FOR UPDATE, which waits for every claim of the queue and holds the next ones until it
+--    commits (one write per entry of the queue's log: the only cost that grows with the log,
+--    paid once per change of kind).
 --    The clocks (issue 36 hole 4): C is clock_timestamp() read INSIDE each count statement
 --    (an InitPlan, evaluated during the statement's execution, so after its snapshot was
 --    taken, and after the lock that serialises the queue's or the key's counts); S is
@@ -135,6 +162,10 @@ DECLARE
     v_rper    bigint[];
     v_rbykey  boolean[];
     v_logq    text[] := '{}';
+    v_logk    boolean[] := '{}';
+    v_bq      text[];
+    v_bk      text[];
+    v_bn      bigint[];
     v_stamp   timestamptz;
     v_kids    uuid[] := '{}';
     v_kpick   uuid[] := '{}';
@@ -317,10 +348,16 @@ BEGIN
             END IF;
             IF v_rj IS NOT NULL AND NOT v_rb THEN
                 -- The queue's window, in a new statement under the row: every start the
-                -- previous holder committed is in it.
-                SELECT count(*) INTO v_busy
-                  FROM {schema}.starts s
-                 WHERE s.queue = v_q AND s.stamp > (SELECT clock_timestamp()) - v_rp * interval '1 millisecond';
+                -- previous holder committed is in it. Its last ordinal less the first one in
+                -- the window, plus one (step 6, "The count").
+                SELECT coalesce((SELECT l.n FROM {schema}.starts l
+                                  WHERE l.queue = v_q
+                                  ORDER BY l.stamp DESC, l.n DESC LIMIT 1)
+                                - (SELECT f.n FROM {schema}.starts f
+                                    WHERE f.queue = v_q
+                                      AND f.stamp > (SELECT clock_timestamp()) - v_rp * interval '1 millisecond'
+                                    ORDER BY f.stamp, f.n LIMIT 1) + 1, 0)::integer
+                  INTO v_busy;
                 v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));
             END IF;
         END IF;
@@ -333,6 +370,7 @@ BEGIN
     FOR j IN 1 .. cardinality(v_names) LOOP
         IF v_rjobs[j] IS NOT NULL THEN
             v_logq := v_logq || v_names[j];
+            v_logk := v_logk || v_rbykey[j];
         END IF;
         IF v_allow[j] > 0 AND (v_kcap[j] IS NOT NULL OR (v_rjobs[j] IS NOT NULL AND v_rbykey[j])) THEN
             v_kq := v_kq || v_names[j];
@@ -440,8 +478,32 @@ BEGIN
         EXIT WHEN v_want = 0;
 
         IF cardinality(v_logq) > 0 THEN
+            -- The last ordinal of each bucket this round may log in (step 6, "The count"): each
+            -- queue-wide rate-limited queue, and each key of the keyed picks of a queue limited
+            -- per key (key '' stands for the queue). A statement of its own, before the one that
+            -- logs: there a probe would meet the entries that statement inserts, which it
+            -- cannot see, and walk past one more for every row logged before it.
+            SELECT coalesce(array_agg(x.q), '{}'), coalesce(array_agg(x.k), '{}'), coalesce(array_agg(x.last), '{}')
+              INTO v_bq, v_bk, v_bn
+              FROM (SELECT b.q, '' AS k,
+                           (SELECT l.n FROM {schema}.starts l
+                             WHERE l.queue = b.q
+                             ORDER BY l.stamp DESC, l.n DESC LIMIT 1) AS last
+                      FROM unnest(v_logq, v_logk) AS b(q, bykey)
+                     WHERE NOT b.bykey
+                    UNION ALL
+                    SELECT d.q, d.k,
+                           (SELECT l.n FROM {schema}.starts l
+                             WHERE l.queue = d.q AND l.ckey = d.k
+                             ORDER BY l.stamp DESC, l.n DESC LIMIT 1)
+                      FROM (SELECT DISTINCT x.queue AS q, x.concurrency_key AS k
+                              FROM {schema}.jobs_hot x
+                             WHERE x.id = ANY (v_kpick) AND x.concurrency_key IS NOT NULL
+                               AND x.queue = ANY (ARRAY(SELECT b.q FROM unnest(v_logq, v_logk) AS b(q, bykey)
+                                                          WHERE b.bykey))) d) x;
             -- The starts of rate-limited queues logged with the claim's stamp, in the same
-            -- statement (a CTE, whose start-up and copy of the rows no other claim pays for).
+            -- statement (a CTE, whose start-up and copy of the rows no other claim pays for),
+            -- each bucket's numbered after its last ordinal, in turn.
             RETURN QUERY
             WITH u AS (
                 UPDATE {schema}.jobs_hot h
@@ -470,8 +532,17 @@ BEGIN
                 RETURNING h.*
             ),
             lg AS (
-                INSERT INTO {schema}.starts (queue, ckey, stamp)
-                SELECT u.queue, u.concurrency_key, v_stamp FROM u WHERE u.queue = ANY (v_logq)
+                INSERT INTO {schema}.starts (queue, ckey, stamp, n)
+                SELECT u.queue, u.concurrency_key, v_stamp,
+                       CASE WHEN b.bykey AND u.concurrency_key IS NULL THEN 0
+                            ELSE coalesce(bb.last, 0)
+                                 + row_number() OVER (PARTITION BY u.queue,
+                                                                   CASE WHEN b.bykey THEN u.concurrency_key END)
+                       END
+                  FROM u
+                  JOIN unnest(v_logq, v_logk) AS b(q, bykey) ON b.q = u.queue
+                  LEFT JOIN unnest(v_bq, v_bk, v_bn) AS bb(q, k, last)
+                         ON bb.q = u.queue AND bb.k = CASE WHEN b.bykey THEN u.concurrency_key ELSE '' END
             )
             SELECT * FROM u;
         ELSE

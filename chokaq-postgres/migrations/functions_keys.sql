@@ -198,7 +198,8 @@ BEGIN
             -- (with a per-key rate limit) its starts in the window, each counted here: a new
             -- statement after the locks, so a fresh snapshot under READ COMMITTED that sees every
             -- claim the locks' previous holders committed. One probe per key of
-            -- jobs_hot_active_idx, the rows in flight (migration 14).
+            -- jobs_hot_active_idx, the rows in flight (migration 14), and two of starts_key_n_idx,
+            -- the key's last ordinal and its first in the window (claim() step 6, "The count").
             SELECT coalesce(array_agg(greatest(0, z.room) ORDER BY z.o), '{}')
               INTO v_nroom
               FROM (SELECT n.o,
@@ -210,10 +211,14 @@ BEGIN
                                                             AND h.status IN (1, 2))
                                            END,
                                            CASE WHEN c.rate IS NOT NULL THEN
-                                               c.rate - (SELECT count(*)::integer FROM {schema}.starts st
-                                                          WHERE st.queue = n.q AND st.ckey = n.k
-                                                            AND st.stamp > (SELECT clock_timestamp())
-                                                                           - c.per * interval '1 millisecond')
+                                               c.rate - coalesce((SELECT l.n FROM {schema}.starts l
+                                                                   WHERE l.queue = n.q AND l.ckey = n.k
+                                                                   ORDER BY l.stamp DESC, l.n DESC LIMIT 1)
+                                                                 - (SELECT st.n FROM {schema}.starts st
+                                                                     WHERE st.queue = n.q AND st.ckey = n.k
+                                                                       AND st.stamp > (SELECT clock_timestamp())
+                                                                                      - c.per * interval '1 millisecond'
+                                                                     ORDER BY st.stamp, st.n LIMIT 1) + 1, 0)::integer
                                            END)
                            END AS room
                       FROM unnest(v_nq, v_nk, v_nlock) WITH ORDINALITY AS n(q, k, locked, o)

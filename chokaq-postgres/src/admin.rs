@@ -213,7 +213,8 @@ impl PgBackend {
     }
 
     /// `SetRateLimit`, validated by the caller: the three columns in one upsert, under the
-    /// same locks as [`PgBackend::set_control`].
+    /// same locks as [`PgBackend::set_control`], after the starts log is numbered for the new
+    /// limit's buckets when its kind changes (`CONTROL_RATE_RENUMBER`).
     pub(crate) async fn set_rate_limit(&self, queue: &QueueName, limit: Option<RateLimit>) -> Result<QueueSettings> {
         let jobs = limit
             .map(|l| i32::try_from(l.jobs).map_err(|_| Error::invalid(format!("rate limit {} is too large", l.jobs))))
@@ -224,6 +225,12 @@ impl PgBackend {
             let mut tx = self.kept.begin().await?;
             sqlx::query(&self.sql().control_ensure).bind(queue.as_str()).execute(&mut *tx).await?;
             sqlx::query(&self.sql().control_lock).bind(queue.as_str()).execute(&mut *tx).await?;
+            sqlx::query(&self.sql().control_rate_renumber)
+                .bind(queue.as_str())
+                .bind(jobs)
+                .bind(by_key)
+                .execute(&mut *tx)
+                .await?;
             let row = sqlx::query(&self.sql().control_rate_limit)
                 .bind(queue.as_str())
                 .bind(jobs)

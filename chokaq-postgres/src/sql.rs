@@ -259,6 +259,7 @@ statements! {
     control_zombie_timeout = CONTROL_ZOMBIE_TIMEOUT;
     control_fetched_timeout = CONTROL_FETCHED_TIMEOUT;
     control_key_max_workers = CONTROL_KEY_MAX_WORKERS;
+    control_rate_renumber = CONTROL_RATE_RENUMBER;
     control_rate_limit = CONTROL_RATE_LIMIT;
     notify_queues = NOTIFY_QUEUES;
     tx_status = TX_STATUS;
@@ -291,6 +292,9 @@ statements! {
     repeatable_record = REPEATABLE_RECORD;
     db_now = DB_NOW;
     force = FORCE;
+    add_starts_limit = ADD_STARTS_LIMIT;
+    add_starts_last = ADD_STARTS_LAST;
+    add_starts = ADD_STARTS;
     presence_many = PRESENCE_MANY;
     kill_connections = KILL_CONNECTIONS;
     drop_schema = DROP_SCHEMA;

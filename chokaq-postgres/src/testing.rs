@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{JobId, Result, Timestamp, WorkerId};
+use chokaq_core::{Error, JobId, QueueName, Result, Timestamp, WorkerId};
 use uuid::Uuid;
 
 use sqlx::postgres::PgPoolOptions;
@@ -122,6 +122,42 @@ impl TestSupport for PgBackend {
         let level: String =
             with_retry(|| sqlx::query_scalar(&self.sql().session_isolation).fetch_one(&self.kept)).await?;
         Ok(Some(level))
+    }
+
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        let count = i64::try_from(count).map_err(|_| Error::invalid("add_starts: count too large"))?;
+        let mut tx = self.kept.begin().await.map_err(map_sqlx_error)?;
+        let by_key: Option<bool> = sqlx::query_scalar(&self.sql().add_starts_limit)
+            .bind(queue.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_sqlx_error)?;
+        let by_key = by_key.ok_or_else(|| Error::invalid(format!("add_starts: queue {queue} has no rate limit")))?;
+        if by_key && key.is_none() {
+            return Err(Error::invalid("add_starts: a key-less start is in no bucket of a by-key limit"));
+        }
+        let bucket = if by_key { key } else { None };
+        let last: Option<(Timestamp, i64)> = sqlx::query_as(&self.sql().add_starts_last)
+            .bind(queue.as_str())
+            .bind(bucket)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_sqlx_error)?;
+        if last.is_some_and(|(stamp, _)| at < stamp) {
+            return Err(Error::invalid("add_starts: a stamp earlier than the bucket's latest entry"));
+        }
+        let after = last.map_or(0, |(_, n)| n);
+        sqlx::query(&self.sql().add_starts)
+            .bind(queue.as_str())
+            .bind(key)
+            .bind(count)
+            .bind(at)
+            .bind(after)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx_error)?;
+        tx.commit().await.map_err(map_sqlx_error)?;
+        Ok(())
     }
 
     async fn drop_schema(&self) -> Result<()> {

@@ -141,6 +141,12 @@ fn teeth() -> Vec<Tooth> {
             checks: &[],
         },
         Tooth {
+            fault: "rate_kind_change_keeps_numbers",
+            faults: Faults { rate_kind_change_keeps_numbers: true, ..f },
+            cases: &["rate_kind_change_keeps_the_window"],
+            checks: &[],
+        },
+        Tooth {
             fault: "key_read_skips_its_start",
             faults: Faults { key_read_skips_its_start: true, ..f },
             cases: &["keyed_no_head_of_line_blocking", "keyed_cap_binds_each_key"],

@@ -172,6 +172,16 @@ pub(crate) async fn control_queue(
     let mut tx = b.begin_write().await?;
     let now = now_us();
     sqlx::query(&b.sql.ensure_queue).bind(queue.as_str()).bind(now).execute(&mut *tx).await.map_err(map_err)?;
+    if let (QueueControl::SetRateLimit(l), false) = (control, b.faults.rate_kind_change_keeps_numbers) {
+        // A change of the limit's kind numbers the log again for the new buckets.
+        sqlx::query(&b.sql.rate_renumber)
+            .bind(queue.as_str())
+            .bind(l.map(|l| i64::from(l.jobs)))
+            .bind(i64::from(l.is_some_and(|l| l.by_key)))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+    }
     match control {
         QueueControl::SetZombiePolicy(p) => sqlx::query(sql).bind(policy_str(p)).bind(now).bind(queue.as_str()),
         // Jobs, period and by-key together: None clears all three.

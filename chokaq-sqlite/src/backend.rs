@@ -51,6 +51,9 @@ pub struct Faults {
     /// The rate window off by one: a bucket may take while its count of starts in the window
     /// is `<= jobs` instead of `< jobs`, so each window lets `jobs + 1` starts through.
     pub rate_off_by_one: bool,
+    /// A change of a rate limit's kind (queue-wide / per key) keeps the starts log's numbers
+    /// (issue 40, L7): the new buckets count from ordinals of the old ones.
+    pub rate_kind_change_keeps_numbers: bool,
 }
 
 /// The SQLite backend. Cheap to clone; clones share the pools.

@@ -13,8 +13,21 @@
 //! no room left are excluded in SQL (the page statement gets them as a JSON array), the rest
 //! are taken while their room lasts, so a key at its cap never holds back other keys and the
 //! walk reads about `take` rows plus the rows of keys that fill up during this very claim.
+//!
+//! The count (issue 40, L7): a rate window is never counted row by row (a limit of
+//! 1000000/1d ran three million instructions of SQLite's machine in every claim). Every entry
+//! of the starts log carries its ordinal `n` in its bucket under the limit in force (the
+//! queue's for a queue-wide limit, the key's for a limit per key; 0 for a key-less entry under
+//! a limit per key), written by the claim as the bucket's last ordinal plus one, under the
+//! write lock. So a bucket's ordinals are consecutive and grow with the stamps (each claim
+//! stamps after the previous one committed), the rescue's prune deletes a prefix of them (the
+//! entries stamped at or before its window's start), and the window's count is the last
+//! ordinal less the first one stamped after the window's start, plus one: two index searches,
+//! whatever the window holds. A key is counted when the walk first meets it (not every key of
+//! the window up front). A change of a limit's kind renumbers the queue's log
+//! (`admin::control_queue`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chokaq_core::{validate, ClaimMode, ClaimParams, ClaimedJob, DeadReason, JobStatus, QueueName, Result};
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -31,6 +44,8 @@ struct Candidate {
     due: i64,
     /// The queue is rate-limited: the claim logs this job's start.
     logged: bool,
+    /// The limit is per key: the start is numbered in its key's bucket (else the queue's).
+    by_key: bool,
     /// The queue has a per-key cap (the slot ledger of `Faults::key_slot_double_free`).
     keyed: bool,
 }
@@ -50,12 +65,37 @@ struct KeyRoom {
     running: HashMap<String, i64>,
     /// The by-key rate limit's starts allowed per window, if any.
     rate: Option<i64>,
-    /// Starts per key in the current window.
+    /// The window's start (starts stamped after it count).
+    since: i64,
+    /// Starts per key in the current window, of the keys counted so far (each when the walk
+    /// first meets it: two index searches, [`KeyRoom::count`]).
     started: HashMap<String, i64>,
 }
 
 impl KeyRoom {
-    /// How many more jobs of `key` may be taken, before this claim took any.
+    /// Counts `key`'s starts in the window, once (a limit per key only).
+    async fn count(
+        &mut self,
+        b: &SqliteBackend,
+        conn: &mut SqliteConnection,
+        queue: &QueueName,
+        key: &str,
+    ) -> Result<()> {
+        if self.rate.is_some() && !self.started.contains_key(key) {
+            let n: i64 = sqlx::query_scalar(&b.sql.rate_count_key)
+                .bind(queue.as_str())
+                .bind(key)
+                .bind(self.since)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map_err)?;
+            self.started.insert(key.to_string(), n);
+        }
+        Ok(())
+    }
+
+    /// How many more jobs of `key` may be taken, before this claim took any (its starts counted
+    /// first, [`KeyRoom::count`]).
     fn room(&self, key: &str) -> i64 {
         let mut room = i64::MAX;
         if let Some(cap) = self.cap {
@@ -67,12 +107,12 @@ impl KeyRoom {
         room
     }
 
-    /// The keys with no room at all.
+    /// The keys at their cap (a key whose rate window is full joins them when the walk meets
+    /// it).
     fn full(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.running.keys().chain(self.started.keys()).cloned().collect();
+        let mut keys: Vec<String> =
+            self.running.iter().filter(|(_, n)| self.cap.is_some_and(|c| c <= **n)).map(|(k, _)| k.clone()).collect();
         keys.sort();
-        keys.dedup();
-        keys.retain(|k| self.room(k) <= 0);
         keys
     }
 }
@@ -85,10 +125,11 @@ async fn select_guarded(
     queue: &QueueName,
     now: i64,
     take: i64,
-    room: &KeyRoom,
+    room: &mut KeyRoom,
 ) -> Result<Vec<(uuid::Uuid, i64, i64)>> {
     let no_keyed = i64::from(room.cap == Some(0));
     let mut excluded = room.full();
+    let mut known_full: HashSet<String> = excluded.iter().cloned().collect();
     let mut taken: HashMap<String, i64> = HashMap::new();
     let mut out = Vec::new();
     let page = (take * 2 + 16).min(1000);
@@ -113,13 +154,21 @@ async fn select_guarded(
             let due: i64 = r.try_get("due").map_err(map_err)?;
             after = Some((priority, due, id));
             if let Some(key) = r.try_get::<Option<String>, _>("ckey").map_err(map_err)? {
+                if known_full.contains(&key) {
+                    // Filled or found full earlier in this page: the next pages exclude it.
+                    continue;
+                }
+                room.count(b, conn, queue, &key).await?;
                 let left = room.room(&key) - taken.get(&key).copied().unwrap_or(0);
                 if left <= 0 {
-                    // Filled earlier in this page: the next pages exclude it already.
+                    // Its window was full before this claim.
+                    known_full.insert(key.clone());
+                    excluded.push(key);
                     continue;
                 }
                 *taken.entry(key.clone()).or_insert(0) += 1;
                 if left == 1 {
+                    known_full.insert(key.clone());
                     excluded.push(key);
                 }
             }
@@ -313,22 +362,18 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
                     )?,
                 },
             };
-            let started = match by_key_rate {
-                None => HashMap::new(),
-                Some(_) => key_map(
-                    sqlx::query(&b.sql.rate_count_keys)
-                        .bind(q.as_str())
-                        .bind(since)
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err(map_err)?,
-                )?,
+            let mut room = KeyRoom {
+                cap: key_cap,
+                running,
+                rate: by_key_rate.map(|l| i64::from(l.jobs) + slack),
+                since,
+                started: HashMap::new(),
             };
-            let room = KeyRoom { cap: key_cap, running, rate: by_key_rate.map(|l| i64::from(l.jobs) + slack), started };
-            select_guarded(b, &mut tx, q, now, take, &room).await?
+            select_guarded(b, &mut tx, q, now, take, &mut room).await?
         };
+        let by_key = rate.is_some_and(|l| l.by_key);
         for (id, priority, due) in picked {
-            candidates.push(Candidate { id, priority, due, logged: rate.is_some(), keyed: key_cap.is_some() });
+            candidates.push(Candidate { id, priority, due, logged: rate.is_some(), by_key, keyed: key_cap.is_some() });
         }
     }
     // Each queue gave its first `take` jobs in claim order that its rules let through; the
@@ -363,8 +408,8 @@ pub(crate) async fn claim(b: &SqliteBackend, req: &ClaimParams) -> Result<Vec<Cl
             Ok(job) => {
                 if c.logged {
                     // One start per job, stamped with the claim's time (a Start claim's
-                    // `started_at`), in the claim's transaction.
-                    sqlx::query(&b.sql.rate_log)
+                    // `started_at`), numbered in its bucket, in the claim's transaction.
+                    sqlx::query(if c.by_key { &b.sql.rate_log_key } else { &b.sql.rate_log_queue })
                         .bind(job.queue.as_str())
                         .bind(job.concurrency_key.as_deref())
                         .bind(now)

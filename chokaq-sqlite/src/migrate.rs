@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 9;
+pub(crate) const SCHEMA_VERSION: i64 = 10;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -219,6 +219,22 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_rate_starts_window",
         "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_window ON rate_starts (queue, stamp, ckey)",
     ),
+    // Version 10: the starts log numbered per bucket (issue 40, L7). `n` is an entry's ordinal
+    // in its bucket under the queue's limit in force (the queue's queue-wide, its key's per key;
+    // 0 for a key-less entry under a limit per key), so a window's count is the bucket's last
+    // ordinal less its first one in the window, plus one: two searches of these indexes, not a
+    // range counted row by row (`crate::claim`, "The count"). The entries an older version
+    // logged are numbered once, by [`run`], when it upgrades a schema older than 10.
+    ("migrate_add_column_rate_starts_n", "ALTER TABLE {schema}.rate_starts ADD COLUMN n INTEGER NOT NULL DEFAULT 0"),
+    (
+        "migrate_rate_starts_queue_n",
+        "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_queue_n ON rate_starts (queue, stamp, n)",
+    ),
+    (
+        "migrate_rate_starts_key_n",
+        "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_key_n ON rate_starts (queue, ckey, stamp, n)",
+    ),
+    ("migrate_drop_rate_starts_window", "DROP INDEX IF EXISTS {schema}.rate_starts_window"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a
@@ -232,6 +248,10 @@ pub(crate) async fn run(conn: &mut SqliteConnection, sql: &Statements) -> Result
         }
     }
     let newest: Option<i64> = sqlx::query_scalar(&sql.newest_version).fetch_one(&mut *conn).await.map_err(map_err)?;
+    if newest.is_none_or(|v| v < 10) {
+        // Version 10: the starts an older version logged get their ordinals (once).
+        sqlx::query(&sql.rate_number_all).execute(&mut *conn).await.map_err(map_err)?;
+    }
     if newest.is_some_and(|v| v > SCHEMA_VERSION) {
         return Err(Error::new(
             ErrorKind::Other,

@@ -181,8 +181,9 @@ statements! {
     key_running: claim::KEY_RUNNING,
     claim_candidates_keyed: claim::CLAIM_CANDIDATES_KEYED,
     rate_count_queue: claim::RATE_COUNT_QUEUE,
-    rate_count_keys: claim::RATE_COUNT_KEYS,
-    rate_log: claim::RATE_LOG,
+    rate_count_key: claim::RATE_COUNT_KEY,
+    rate_log_queue: claim::RATE_LOG_QUEUE,
+    rate_log_key: claim::RATE_LOG_KEY,
     next_leases: claim::NEXT_LEASES,
     claim_one: claim::CLAIM_ONE,
     start: lease::START,
@@ -202,6 +203,8 @@ statements! {
     release_expired_hold: admin::RELEASE_EXPIRED_HOLD,
     find_zombies: admin::FIND_ZOMBIES,
     rate_prune: admin::RATE_PRUNE,
+    rate_renumber: admin::RATE_RENUMBER,
+    rate_number_all: admin::RATE_NUMBER_ALL,
     retry_zombie: admin::RETRY_ZOMBIE,
     hot_status: admin::HOT_STATUS,
     request_cancel: admin::REQUEST_CANCEL,
@@ -255,6 +258,8 @@ statements! {
     fault_ledger_read: testing::FAULT_LEDGER_READ,
     fault_ledger_add: testing::FAULT_LEDGER_ADD,
     fault_job_key: testing::FAULT_JOB_KEY,
+    add_starts_last: testing::ADD_STARTS_LAST,
+    add_starts: testing::ADD_STARTS,
 }
 
 #[cfg(test)]

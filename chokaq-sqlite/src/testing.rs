@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chokaq_core::testing::{JobPatch, Presence, TestSupport};
-use chokaq_core::{Error, ErrorKind, JobId, Result, Timestamp, WorkerId};
+use chokaq_core::{Error, ErrorKind, JobId, QueueName, Result, Timestamp, WorkerId};
 use sqlx::Row;
 
 use crate::backend::{commit, SqliteBackend};
@@ -95,6 +95,40 @@ impl TestSupport for SqliteBackend {
         Ok(ids.iter().map(|id| (*id, map.get(id).copied().unwrap_or_default())).collect())
     }
 
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        let count = i64::try_from(count).map_err(|_| Error::invalid("add_starts: count too large"))?;
+        let mut tx = self.begin_write().await?;
+        let limit = self.read_settings(&mut tx, queue).await?.rate_limit;
+        let by_key =
+            limit.ok_or_else(|| Error::invalid(format!("add_starts: queue {queue} has no rate limit")))?.by_key;
+        if by_key && key.is_none() {
+            return Err(Error::invalid("add_starts: a key-less start is in no bucket of a by-key limit"));
+        }
+        let last = sqlx::query(&self.sql.add_starts_last)
+            .bind(queue.as_str())
+            .bind(if by_key { key } else { None })
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let (stamp, after): (i64, i64) = match last {
+            Some(r) => (r.try_get("stamp").map_err(map_err)?, r.try_get("n").map_err(map_err)?),
+            None => (i64::MIN, 0),
+        };
+        if at.timestamp_micros() < stamp {
+            return Err(Error::invalid("add_starts: a stamp earlier than the bucket's latest entry"));
+        }
+        sqlx::query(&self.sql.add_starts)
+            .bind(queue.as_str())
+            .bind(key)
+            .bind(count)
+            .bind(at.timestamp_micros())
+            .bind(after)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        commit(tx).await
+    }
+
     /// Drops this backend's tables. SQLite has no schemas, the database file is the schema:
     /// when the file then holds nothing else, the pools are closed and the file (with its
     /// `-wal` and `-shm` companions) is removed, so this backend is unusable afterwards. A
@@ -137,6 +171,31 @@ impl TestSupport for SqliteBackend {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl SqliteBackend {
+    /// Counts into `steps` the virtual-machine instructions that this backend's connections run
+    /// from now on: a progress handler called at every instruction, on the writer connection and
+    /// on `readers` reader connections (the pool's `max_readers`, opened now if need be). A
+    /// deterministic measure of a statement's work, for tests (`tests/rate_window.rs`).
+    pub async fn count_vm_steps(
+        &self,
+        steps: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        readers: u32,
+    ) -> Result<()> {
+        let mut conns = vec![self.writer.acquire().await.map_err(map_err)?];
+        for _ in 0..readers {
+            conns.push(self.reader.acquire().await.map_err(map_err)?);
+        }
+        for conn in &mut conns {
+            let steps = steps.clone();
+            conn.lock_handle().await.map_err(map_err)?.set_progress_handler(1, move || {
+                steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                true
+            });
         }
         Ok(())
     }

@@ -25,8 +25,8 @@ async fn migration_7_adds_expired_holds_to_an_older_file() {
         .unwrap();
     assert_eq!(n, 0);
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    // This library's version (9: concurrency keys and rate limits).
-    assert_eq!(v, 9);
+    // This library's version (10: the starts log numbered per bucket).
+    assert_eq!(v, 10);
 }
 
 /// Version 9 adds the concurrency key to the three job tables, the per-key cap and the rate
@@ -70,15 +70,98 @@ async fn migration_9_adds_keys_and_rate_limits_to_an_older_file() {
     let st = b.control_queue(&q, QueueControl::SetRateLimit(None)).await.unwrap();
     assert_eq!((st.key_max_workers, st.rate_limit), (Some(2), None));
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM sqlite_schema WHERE name IN \
-         ('rate_starts', 'rate_starts_window', 'jobs_hot_key_running')",
+         ('rate_starts', 'rate_starts_queue_n', 'jobs_hot_key_running')",
     )
     .fetch_one(&mut raw)
     .await
     .unwrap();
     assert_eq!(n, 3);
+    raw.close().await.unwrap();
+}
+
+/// Version 10 (issue 40, L7) numbers the starts a version-9 file logged row by row (the
+/// column and its indexes dropped again, the old index back and the version row removed stand
+/// in for one): in stamp order per bucket of each queue's limit (the queue's queue-wide, each
+/// key's per key, key-less entries 0 there), once; and the windows count as before.
+#[tokio::test]
+async fn migration_10_numbers_the_starts_of_an_older_file() {
+    use chokaq_core::{ClaimMode, RateLimit, WorkerId};
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let day = std::time::Duration::from_secs(86_400);
+    b.control_queue(&q("wide"), QueueControl::SetRateLimit(Some(RateLimit::new(10, day)))).await.unwrap();
+    b.control_queue(&q("bykey"), QueueControl::SetRateLimit(Some(RateLimit::new(3, day).by_key()))).await.unwrap();
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    let now = chokaq_core::testing::TestSupport::db_now(&b).await.unwrap().timestamp_micros();
+    for ddl in [
+        "DROP INDEX rate_starts_queue_n",
+        "DROP INDEX rate_starts_key_n",
+        "ALTER TABLE rate_starts DROP COLUMN n",
+        "CREATE INDEX rate_starts_window ON rate_starts (queue, stamp, ckey)",
+        "DELETE FROM versions WHERE version >= 10",
+    ] {
+        sqlx::query(ddl).execute(&mut raw).await.unwrap();
+    }
+    for (queue, key, ago_s) in [
+        ("wide", Some("a"), 30),
+        ("wide", None, 20),
+        ("wide", Some("b"), 10),
+        ("wide", Some("a"), 90_000),
+        ("bykey", Some("a"), 30),
+        ("bykey", Some("b"), 20),
+        ("bykey", None, 15),
+        ("bykey", Some("a"), 10),
+    ] {
+        sqlx::query("INSERT INTO rate_starts (queue, ckey, stamp) VALUES (?1, ?2, ?3)")
+            .bind(queue)
+            .bind(key)
+            .bind(now - ago_s * 1_000_000)
+            .execute(&mut raw)
+            .await
+            .unwrap();
+    }
+    b.migrate().await.unwrap();
+    b.migrate().await.unwrap();
+    let numbered: Vec<(String, Option<String>, i64)> =
+        sqlx::query_as("SELECT queue, ckey, n FROM rate_starts ORDER BY queue, ckey NULLS FIRST, stamp")
+            .fetch_all(&mut raw)
+            .await
+            .unwrap();
+    let row = |q: &str, k: Option<&str>, n: i64| (q.to_string(), k.map(str::to_string), n);
+    assert_eq!(
+        numbered,
+        vec![
+            row("bykey", None, 0),
+            row("bykey", Some("a"), 1),
+            row("bykey", Some("a"), 2),
+            row("bykey", Some("b"), 1),
+            row("wide", None, 3),
+            row("wide", Some("a"), 1),
+            row("wide", Some("a"), 2),
+            row("wide", Some("b"), 4),
+        ]
+    );
+    for (queue, keys) in
+        [("wide", vec![None; 10]), ("bykey", vec![Some("a"), Some("a"), Some("b"), Some("b"), Some("b")])]
+    {
+        for k in keys {
+            let j = job(queue);
+            b.enqueue(match k {
+                Some(k) => j.concurrency_key(k),
+                None => j,
+            })
+            .await
+            .unwrap();
+        }
+    }
+    let took = |queue: &'static str| {
+        let b = &b;
+        async move { common::claim(b, WorkerId::random(), queue, 20, ClaimMode::Start).await.len() }
+    };
+    assert_eq!((took("wide").await, took("bykey").await), (7, 3), "(queue-wide 10 less 3, per key 1 of a and 2 of b)");
     raw.close().await.unwrap();
 }
 

@@ -47,6 +47,11 @@ fn teeth() -> Vec<Tooth> {
             faults: Faults { rate_off_by_one: true, ..f },
             cases: &["rate_limits_starts_in_window", "rate_by_key"],
         },
+        Tooth {
+            fault: "rate_kind_change_keeps_numbers",
+            faults: Faults { rate_kind_change_keeps_numbers: true, ..f },
+            cases: &["rate_kind_change_keeps_the_window"],
+        },
     ]
 }
 

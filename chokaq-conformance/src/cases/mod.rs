@@ -64,7 +64,7 @@ mod workers;
 
 pub use bad_input::NASTY;
 pub(crate) use periodic::run_scheduler;
-pub use rate::max_in_window;
+pub use rate::{check_long_window, max_in_window};
 
 /// How a case ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

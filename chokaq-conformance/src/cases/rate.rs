@@ -17,6 +17,10 @@ use crate::child::ChildLine;
 use crate::ctx::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
+mod window;
+pub use window::check_long_window;
+use window::{kind_change_keeps_the_window, long_window_exact};
+
 super::cases!(rate:
     limits_starts_in_window,
     by_key,
@@ -27,6 +31,8 @@ super::cases!(rate:
     race_tasks,
     race_processes [MULTI_PROCESS],
     bad_input,
+    long_window_exact,
+    kind_change_keeps_the_window,
 );
 
 async fn set_rate(cx: &Ctx, q: &QueueName, limit: Option<RateLimit>) -> CaseResult {

@@ -491,6 +491,9 @@ impl TestSupport for Broken {
     async fn presence_many(&self, ids: &[JobId]) -> Result<Vec<(JobId, Presence)>> {
         self.inner.presence_many(ids).await
     }
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        self.inner.add_starts(queue, key, count, at).await
+    }
     async fn drop_schema(&self) -> Result<()> {
         self.inner.drop_schema().await
     }

@@ -213,7 +213,7 @@ impl MemoryBackend {
         // The starts log keeps only what a rate window can still see.
         let windows: HashMap<QueueName, Duration> =
             s.queues.iter().filter_map(|(q, st)| st.rate_limit.map(|l| (q.clone(), l.per))).collect();
-        s.starts.retain(|(q, _, t)| windows.get(q).is_some_and(|per| *t > minus(at, *per)));
+        s.starts.prune(|q| windows.get(q).map(|per| minus(at, *per)));
         report
     }
 }

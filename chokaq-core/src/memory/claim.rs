@@ -83,11 +83,7 @@ impl MemoryBackend {
                     let bucket = if limit.by_key { r.concurrency_key.clone() } else { None };
                     let since = minus(at, limit.per);
                     let slot = rate_free.entry((r.queue.clone(), bucket.clone())).or_insert_with(|| {
-                        let started = s
-                            .starts
-                            .iter()
-                            .filter(|(q, k, t)| q == &r.queue && (!limit.by_key || k == &bucket) && *t > since)
-                            .count() as u64;
+                        let (started, _) = s.starts.count(&r.queue, bucket.as_deref(), since);
                         u64::from(limit.jobs).saturating_sub(started)
                     });
                     if *slot == 0 {
@@ -112,8 +108,8 @@ impl MemoryBackend {
         for (id, logged) in picked {
             if logged {
                 let r = &s.hot[&id];
-                let entry = (r.queue.clone(), r.concurrency_key.clone(), at);
-                s.starts.push(entry);
+                let (queue, key) = (r.queue.clone(), r.concurrency_key.clone());
+                s.starts.log(&queue, key.as_deref(), at, 1);
             }
             s.last_lease += 1;
             let lease = Lease(s.last_lease);

@@ -27,6 +27,7 @@ mod inspect;
 mod lease;
 mod list;
 mod periodic;
+mod starts;
 #[cfg(feature = "testing")]
 mod testing;
 mod workers;
@@ -50,9 +51,9 @@ struct Store {
     schedules: BTreeMap<String, ScheduleRow>,
     /// The `expired_holds` column: how often a held Fetched job expired (absent: 0).
     expired_holds: HashMap<JobId, i32>,
-    /// The starts log of rate-limited queues: (queue, concurrency key, claim time), in claim
-    /// order; pruned by the rescue (entries older than the queue's window).
-    starts: Vec<(QueueName, Option<String>, Timestamp)>,
+    /// The starts log of rate-limited queues, a bucket per queue and per key; pruned by the
+    /// rescue (entries older than the queue's window).
+    starts: starts::StartsLog,
     /// Ids counted up from here instead of UUID v7 ([`MemoryBackend::with_clock`]).
     next_id: Option<u64>,
 }

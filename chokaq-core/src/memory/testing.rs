@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::{MemoryBackend, Store};
 use crate::testing::{JobPatch, Presence, TestSupport};
-use crate::{JobId, JobLocation, Result, Timestamp, WorkerId};
+use crate::{Error, JobId, JobLocation, QueueName, Result, Timestamp, WorkerId};
 
 #[async_trait]
 impl TestSupport for MemoryBackend {
@@ -76,6 +76,23 @@ impl TestSupport for MemoryBackend {
                 )
             })
             .collect())
+    }
+
+    async fn add_starts(&self, queue: &QueueName, key: Option<&str>, count: u64, at: Timestamp) -> Result<()> {
+        let mut s = self.lock();
+        let limit = Self::settings(&s, queue)
+            .rate_limit
+            .ok_or_else(|| Error::invalid(format!("add_starts: queue {queue} has no rate limit")))?;
+        let bucket = if limit.by_key { key } else { None };
+        if limit.by_key && key.is_none() {
+            return Err(Error::invalid("add_starts: a key-less start is in no bucket of a by-key limit"));
+        }
+        if s.starts.last(queue, bucket).is_some_and(|last| at < last) {
+            return Err(Error::invalid("add_starts: a stamp earlier than the bucket's latest entry"));
+        }
+        let count = usize::try_from(count).map_err(|_| Error::invalid("add_starts: count too large"))?;
+        s.starts.log(queue, key, super::micros(at), count);
+        Ok(())
     }
 
     async fn drop_schema(&self) -> Result<()> {

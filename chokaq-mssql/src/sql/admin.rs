@@ -23,7 +23,10 @@
 /// (`KeyMaxWorkers`), `@P7` / `@P8` / `@P9` the rate limit (`RateJobs`, `RatePerMs`,
 /// `RateByKey`; op 10 with all NULL clears the limit: `RateByKey` back to 0). The claims
 /// read these under the same gate row, so a per-key cap or a rate limit binds every claim
-/// that commits after this call returned. Returns the row.
+/// that commits after this call returned. A rate limit whose kind changes (queue-wide / per
+/// key, or set where there was none) numbers the queue's `StartsLog` again for the new
+/// buckets (issue 40, L7; `claim::KEYS`, "The count"), under the gate row, which every claim
+/// of the queue holds shared to its commit and the rescue's prune takes first. Returns the row.
 pub(super) const CONTROL_QUEUE: &str = "SET XACT_ABORT ON;
 SET NOCOUNT ON;
 DECLARE @Name VARCHAR(128) = @P1;
@@ -52,6 +55,24 @@ FROM {schema}.[QueueLocks] AS l WITH (ROWLOCK)
 WHERE l.[Queue] = @Name AND l.[Kind] = 0;
 IF @@ROWCOUNT = 0
     THROW 51002, N'chokaq: a queue lock row is missing; retried', 1;
+IF @Op = 10 AND @RateJobs IS NOT NULL AND NOT EXISTS (
+    SELECT 1
+    FROM {schema}.[Queues] AS q WITH (FORCESEEK)
+    WHERE q.[Name] = @Name AND q.[RateJobs] IS NOT NULL AND q.[RateByKey] = ISNULL(@RateByKey, 0)
+)
+BEGIN
+    WITH r AS (
+        SELECT
+            s.[N],
+            CASE
+                WHEN @RateByKey = 1 AND s.[CKey] IS NULL THEN 0
+                ELSE ROW_NUMBER() OVER (PARTITION BY CASE WHEN @RateByKey = 1 THEN s.[CKey] END ORDER BY s.[Stamp] ASC)
+            END AS [Rn]
+        FROM {schema}.[StartsLog] AS s WITH (FORCESEEK)
+        WHERE s.[Queue] = @Name
+    )
+    UPDATE r SET [N] = [Rn];
+END;
 UPDATE q
 SET
     q.[IsPaused] = CASE @Op WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE q.[IsPaused] END,

@@ -112,6 +112,7 @@ DECLARE @KeyDefault BIGINT;
 DECLARE @QueueRoom BIGINT;
 DECLARE @Need BIGINT;
 DECLARE @Round INT;
+DECLARE @Counted BIGINT;
 DECLARE @Since DATETIME2(7);
 DECLARE @Q TABLE (
     [Name] VARCHAR(128) COLLATE Latin1_General_BIN2 NOT NULL PRIMARY KEY,
@@ -297,15 +298,30 @@ END;
 /// less its Fetched + Processing jobs, and, with a per-key rate limit, the limit less its
 /// log entries stamped after `@Now - per`; the smaller), from statements that start after the
 /// lock is held and read the latest committed rows (`READCOMMITTEDLOCK`, also under
-/// READ_COMMITTED_SNAPSHOT); `@KeyDefault`, the room of a key with nothing running and
-/// nothing logged; `@QueueRoom`, the queue's own room (the limit, the cap's `Slots`, and a
+/// READ_COMMITTED_SNAPSHOT); `@KeyDefault`, the room of a key with nothing running (and no
+/// per-key rate limit); `@QueueRoom`, the queue's own room (the limit, the cap's `Slots`, and a
 /// queue-wide rate limit less its log entries in the window). Then rounds: the next due
 /// rows in claim order (`FORCESEEK` on `IX_JobsHot_Pending`, `UPDLOCK, READPAST, ROWLOCK` as
 /// the plain claim) that are key-less or whose key still has room counting the rows `@C`
 /// already holds; rows past a key's room (a round may take several of one key) are dropped
 /// again, and their key is then full, so the next round skips it and takes the next keys: a
-/// key at its cap never holds back other keys. At most 10 rounds; a round that drops nothing
-/// and finds fewer rows than it asked for ends it (everything it may take is in).
+/// key at its cap never holds back other keys. At most 10 rounds; a round that drops nothing,
+/// counts no new key and finds fewer rows than it asked for ends it (everything it may take is
+/// in).
+///
+/// The count (issue 40, L7): a window is never counted row by row (a limit of 1000000/1d read
+/// a million log entries in every claim). Every `StartsLog` entry carries its ordinal `N` in
+/// its bucket under the limit in force (the queue's for a queue-wide limit, the key's for a
+/// limit per key; 0 for a key-less entry under a limit per key), written by [`TAKE`] as the
+/// bucket's last ordinal plus one while the claim holds the queue's cap row (exclusive, to its
+/// commit). So a bucket's ordinals are consecutive and grow with the stamps, the rescue's
+/// prune (under the same row) deletes a prefix of them, and a window's count is the last
+/// ordinal less the first one stamped after `@Since`, plus one: two `TOP (1)` seeks of
+/// `IX_StartsLog_QueueN` / `IX_StartsLog_KeyN`, whatever the window holds. With a per-key
+/// limit, the running keys are counted up front and every other key when a round first meets
+/// it: before each round, the keys of the next due rows not counted yet (at most `@Need + 16`
+/// rows read) get their rooms in `@K`, and a row whose key is not in `@K` is not taken in that
+/// round. A change of a limit's kind renumbers the queue's log (`CONTROL_QUEUE`).
 const KEYS: &str = "IF EXISTS (SELECT 1 FROM @Q WHERE [Guarded] = 1)
     SET @Now = SYSUTCDATETIME();
 SET @Name = (SELECT MIN([Name]) FROM @Q WHERE [Guarded] = 1);
@@ -325,30 +341,58 @@ BEGIN
         ELSE @KeyMax
     END;
     IF @RateJobs IS NOT NULL AND @RateByKey = 0
-        SELECT @QueueRoom = CASE WHEN @RateJobs - COUNT_BIG(*) < @QueueRoom THEN @RateJobs - COUNT_BIG(*) ELSE @QueueRoom END
-        FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, FORCESEEK)
-        WHERE s.[Queue] = @Name AND s.[Stamp] > @Since;
+        SELECT @QueueRoom = CASE WHEN @RateJobs - w.[Started] < @QueueRoom THEN @RateJobs - w.[Started] ELSE @QueueRoom END
+        FROM (SELECT ISNULL(
+            (SELECT TOP (1) s.[N] FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_QueueN]))
+             WHERE s.[Queue] = @Name ORDER BY s.[Stamp] DESC, s.[N] DESC)
+            - (SELECT TOP (1) s.[N] FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_QueueN]))
+               WHERE s.[Queue] = @Name AND s.[Stamp] > @Since ORDER BY s.[Stamp] ASC, s.[N] ASC) + 1, 0) AS [Started]) AS w;
     DELETE FROM @K;
     INSERT INTO @K ([CKey], [Room])
-    SELECT x.[CKey], MIN(x.[Room])
-    FROM (
-        SELECT h.[ConcurrencyKey] AS [CKey], @KeyMax - COUNT_BIG(*) AS [Room]
-        FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
-        WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN (1, 2) AND h.[ConcurrencyKey] IS NOT NULL
-        GROUP BY h.[ConcurrencyKey]
-        UNION ALL
-        SELECT s.[CKey], @RateJobs - COUNT_BIG(*)
-        FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, FORCESEEK)
-        WHERE @RateByKey = 1 AND @RateJobs IS NOT NULL AND s.[Queue] = @Name AND s.[Stamp] > @Since \
-    AND s.[CKey] IS NOT NULL
-        GROUP BY s.[CKey]
-    ) AS x
-    GROUP BY x.[CKey];
+    SELECT h.[ConcurrencyKey], @KeyMax - COUNT_BIG(*)
+    FROM {schema}.[JobsHot] AS h WITH (READCOMMITTEDLOCK, FORCESEEK)
+    WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN (1, 2) AND h.[ConcurrencyKey] IS NOT NULL
+    GROUP BY h.[ConcurrencyKey];
+    IF @RateByKey = 1 AND @RateJobs IS NOT NULL
+        UPDATE k
+        SET k.[Room] = CASE WHEN @RateJobs - w.[Started] < k.[Room] THEN @RateJobs - w.[Started] ELSE k.[Room] END
+        FROM @K AS k
+        CROSS APPLY (SELECT ISNULL(
+            (SELECT TOP (1) s.[N] FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_KeyN]))
+             WHERE s.[Queue] = @Name AND s.[CKey] = k.[CKey] ORDER BY s.[Stamp] DESC, s.[N] DESC)
+            - (SELECT TOP (1) s.[N] FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_KeyN]))
+               WHERE s.[Queue] = @Name AND s.[CKey] = k.[CKey] AND s.[Stamp] > @Since
+               ORDER BY s.[Stamp] ASC, s.[N] ASC) + 1, 0) AS [Started]) AS w;
     SET @Need = CASE WHEN @QueueRoom > 0 THEN @QueueRoom ELSE 0 END;
     SET @Round = 0;
     WHILE @Need > 0 AND @Round < 10
     BEGIN
         SET @Round = @Round + 1;
+        SET @Counted = 0;
+        IF @RateByKey = 1 AND @RateJobs IS NOT NULL
+        BEGIN
+            INSERT INTO @K ([CKey], [Room])
+            SELECT d.[CKey], CASE WHEN @KeyMax IS NOT NULL AND @KeyMax < @RateJobs - w.[Started] THEN @KeyMax
+                ELSE @RateJobs - w.[Started] END
+            FROM (
+                SELECT DISTINCT p.[ConcurrencyKey] AS [CKey]
+                FROM (
+                    SELECT TOP (@Need + 16) j.[ConcurrencyKey]
+                    FROM {schema}.[JobsHot] AS j WITH (READPAST, FORCESEEK)
+                    WHERE j.[Queue] = @Name AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now AND j.[ConcurrencyKey] IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM @C AS c WHERE c.[Id] = j.[Id])
+                        AND NOT EXISTS (SELECT 1 FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey])
+                    ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC
+                ) AS p
+            ) AS d
+            CROSS APPLY (SELECT ISNULL(
+            (SELECT TOP (1) s.[N] FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_KeyN]))
+             WHERE s.[Queue] = @Name AND s.[CKey] = d.[CKey] ORDER BY s.[Stamp] DESC, s.[N] DESC)
+            - (SELECT TOP (1) s.[N] FROM {schema}.[StartsLog] AS s WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_KeyN]))
+               WHERE s.[Queue] = @Name AND s.[CKey] = d.[CKey] AND s.[Stamp] > @Since
+               ORDER BY s.[Stamp] ASC, s.[N] ASC) + 1, 0) AS [Started]) AS w;
+            SET @Counted = @@ROWCOUNT;
+        END;
         INSERT INTO @C ([Id], [Queue], [CKey], [Priority], [DueAtUtc])
         SELECT TOP (@Need) j.[Id], j.[Queue], j.[ConcurrencyKey], j.[Priority], j.[DueAtUtc]
         FROM {schema}.[JobsHot] AS j WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
@@ -357,12 +401,14 @@ BEGIN
             AND (
                 j.[ConcurrencyKey] IS NULL
                 OR @KeyDefault IS NULL
-                OR ISNULL((SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]), @KeyDefault)
-                    > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])
+                OR ISNULL(
+                    (SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]),
+                    CASE WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL THEN 0 ELSE @KeyDefault END
+                ) > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])
             )
         ORDER BY j.[Priority] DESC, j.[DueAtUtc] ASC, j.[Id] ASC;
         SET @Got = @@ROWCOUNT;
-        IF @Got = 0
+        IF @Got = 0 AND @Counted = 0
             BREAK;
         DELETE c
         FROM @C AS c
@@ -374,8 +420,9 @@ BEGIN
             WHERE r.[Queue] = @Name AND r.[CKey] IS NOT NULL
         ) AS n ON n.[Id] = c.[Id]
         LEFT JOIN @K AS k ON k.[CKey] = c.[CKey]
-        WHERE @KeyDefault IS NOT NULL AND n.[Rn] > ISNULL(k.[Room], @KeyDefault);
-        IF @@ROWCOUNT = 0 AND @Got < @Need
+        WHERE @KeyDefault IS NOT NULL
+            AND n.[Rn] > ISNULL(k.[Room], CASE WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL THEN 0 ELSE @KeyDefault END);
+        IF @@ROWCOUNT = 0 AND @Got < @Need AND @Counted = 0
             BREAK;
         SET @Need = @QueueRoom - (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name);
     END;
@@ -409,8 +456,10 @@ WHERE a.[WorkerId] = @WorkerId;
 /// seeks (`CROSS APPLY`, as before issue 25) and the guarded queues' rows chosen in [`KEYS`]
 /// (`@C`), the best `@Limit` of them numbered for their leases. Then every claimed row of a
 /// rate-limited queue gets its entry in `StartsLog` (queue, key, `@Now`: the stamp, equal to
-/// Start mode's `StartedAtUtc`), in this transaction: the rows this UPDATE claimed are the ones
-/// of `@C` that now carry this worker and a lease of this claim's range.
+/// Start mode's `StartedAtUtc`; its ordinal after its bucket's last, [`KEYS`], "The count": an
+/// `INSERT` that reads the table it writes reads it whole first, Halloween protection), in
+/// this transaction: the rows this UPDATE claimed are the ones of `@C` that now carry this
+/// worker and a lease of this claim's range.
 const TAKE: &str = "UPDATE h
 SET
     h.[Status] = CASE WHEN @Mode = 2 THEN 2 ELSE 1 END,
@@ -449,11 +498,30 @@ INNER JOIN (
     ORDER BY u.[Priority] DESC, u.[DueAtUtc] ASC, u.[Id] ASC
 ) AS p ON p.[Id] = h.[Id]
 WHERE h.[Status] = 0;
-INSERT INTO {schema}.[StartsLog] ([Queue], [CKey], [Stamp])
-SELECT h.[Queue], h.[ConcurrencyKey], @Now
+INSERT INTO {schema}.[StartsLog] ([Queue], [CKey], [Stamp], [N])
+SELECT h.[Queue], h.[ConcurrencyKey], @Now,
+    CASE
+        WHEN t.[RateByKey] = 1 AND h.[ConcurrencyKey] IS NULL THEN 0
+        ELSE ISNULL(CASE WHEN t.[RateByKey] = 1 THEN bk.[Last] ELSE bq.[Last] END, 0)
+            + ROW_NUMBER() OVER (
+                PARTITION BY h.[Queue], CASE WHEN t.[RateByKey] = 1 THEN h.[ConcurrencyKey] END ORDER BY h.[Id] ASC
+            )
+    END
 FROM @C AS g
 INNER JOIN @Q AS t ON t.[Name] = g.[Queue]
 INNER JOIN {schema}.[JobsHot] AS h WITH (FORCESEEK) ON h.[Id] = g.[Id]
+OUTER APPLY (
+    SELECT TOP (1) s.[N] AS [Last]
+    FROM {schema}.[StartsLog] AS s WITH (INDEX ([IX_StartsLog_QueueN]))
+    WHERE t.[RateByKey] = 0 AND s.[Queue] = h.[Queue]
+    ORDER BY s.[Stamp] DESC, s.[N] DESC
+) AS bq
+OUTER APPLY (
+    SELECT TOP (1) s.[N] AS [Last]
+    FROM {schema}.[StartsLog] AS s WITH (INDEX ([IX_StartsLog_KeyN]))
+    WHERE t.[RateByKey] = 1 AND s.[Queue] = h.[Queue] AND s.[CKey] = h.[ConcurrencyKey]
+    ORDER BY s.[Stamp] DESC, s.[N] DESC
+) AS bk
 WHERE t.[RateJobs] IS NOT NULL AND h.[WorkerId] = @WorkerId AND h.[Lease] >= @FirstLease \
     AND h.[Lease] < @FirstLease + @Limit;
 COMMIT TRANSACTION;";

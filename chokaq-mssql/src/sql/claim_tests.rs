@@ -310,9 +310,15 @@ fn guarded_queues_wait_for_their_cap_row_and_never_hand_off() {
         if name == "complete_and_claim" {
             assert!(at(sql, "INTO [chokaq].[JobsArchive] (") < keys, "the key counts see the archive");
         }
-        // Every count of the key step is a locking read of committed rows, under the lock.
+        // Every count of the key step is a locking read of committed rows, under the lock: the
+        // running keys' (a seek), and the windows' (issue 40, L7: two one-row seeks of an
+        // index of the starts log per count: queue-wide, per running key, per key met).
         let k = &sql[keys..take];
-        assert_eq!(k.matches("WITH (READCOMMITTEDLOCK, FORCESEEK)").count(), 3, "{name}");
+        assert_eq!(k.matches("WITH (READCOMMITTEDLOCK, FORCESEEK)").count(), 1, "{name}");
+        assert_eq!(k.matches("WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_QueueN]))").count(), 2, "{name}");
+        assert_eq!(k.matches("WITH (READCOMMITTEDLOCK, INDEX ([IX_StartsLog_KeyN]))").count(), 4, "{name}");
+        assert_eq!(k.matches("SELECT TOP (1) s.[N] FROM").count(), 6, "{name}: one row each");
+        assert!(!k.contains("COUNT_BIG(*)\n        FROM [chokaq].[StartsLog]"), "{name}: no window counted row by row");
         assert!(!k.contains("READPAST, FORCESEEK)\n        WHERE @KeyMax"), "{name}: counts never skip rows");
     }
 }
@@ -325,21 +331,29 @@ fn the_key_step_skips_full_keys_and_ranks_per_key() {
     let st = Statements::new("chokaq").unwrap();
     let c = &st.claim;
     assert!(c.contains(
-        "        SELECT h.[ConcurrencyKey] AS [CKey], @KeyMax - COUNT_BIG(*) AS [Room]\n        FROM [chokaq].[JobsHot] AS \
-         h WITH (READCOMMITTEDLOCK, FORCESEEK)\n        WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN \
-         (1, 2) AND h.[ConcurrencyKey] IS NOT NULL\n"
+        "    SELECT h.[ConcurrencyKey], @KeyMax - COUNT_BIG(*)\n    FROM [chokaq].[JobsHot] AS h WITH (READCOMMITTEDLOCK, \
+         FORCESEEK)\n    WHERE @KeyMax IS NOT NULL AND h.[Queue] = @Name AND h.[Status] IN (1, 2) AND h.[ConcurrencyKey] IS \
+         NOT NULL\n"
     ));
+    // Issue 40, L7: a per-key window is the key's last ordinal less its first in the window,
+    // plus one; counted for the running keys up front, then for the keys of the next due rows
+    // before each round; a key not counted yet takes nothing in a round.
+    assert!(c.contains("               WHERE s.[Queue] = @Name AND s.[CKey] = k.[CKey] AND s.[Stamp] > @Since\n"));
+    assert!(c.contains("               WHERE s.[Queue] = @Name AND s.[CKey] = d.[CKey] AND s.[Stamp] > @Since\n"));
+    assert!(c.contains("               ORDER BY s.[Stamp] ASC, s.[N] ASC) + 1, 0) AS [Started]) AS w;"));
+    assert!(c.contains("                    SELECT TOP (@Need + 16) j.[ConcurrencyKey]\n"));
     assert!(c.contains(
-        "WHERE @RateByKey = 1 AND @RateJobs IS NOT NULL AND s.[Queue] = @Name AND s.[Stamp] > @Since AND s.[CKey] IS NOT \
-         NULL"
+        "                        AND NOT EXISTS (SELECT 1 FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey])\n"
     ));
-    assert!(c.contains("    SELECT x.[CKey], MIN(x.[Room])\n"));
+    assert!(c.contains("CASE WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL THEN 0 ELSE @KeyDefault END"));
     assert!(c.contains(
         "        WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL AND (@KeyMax IS NULL OR @RateJobs < @KeyMax) THEN \
          @RateJobs\n        ELSE @KeyMax\n"
     ));
     assert!(c.contains("    IF @RateJobs IS NOT NULL AND @RateByKey = 0\n"));
-    assert!(c.contains("        WHERE s.[Queue] = @Name AND s.[Stamp] > @Since;\n"));
+    assert!(c.contains(
+        "               WHERE s.[Queue] = @Name AND s.[Stamp] > @Since ORDER BY s.[Stamp] ASC, s.[N] ASC) + 1, 0)"
+    ));
     assert!(c.contains(
         "    SET @Since = DATEADD(MILLISECOND, -(@RatePerMs % 1000), DATEADD(SECOND, -(@RatePerMs / 1000), @Now));"
     ));
@@ -349,15 +363,19 @@ fn the_key_step_skips_full_keys_and_ranks_per_key() {
          @Name AND j.[Status] = 0 AND j.[DueAtUtc] <= @Now\n",
     );
     assert!(c[scan..].contains(
-        "                OR ISNULL((SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]), @KeyDefault)\n            \
-         \u{20}       > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])\n"
+        "                OR ISNULL(\n                    (SELECT k.[Room] FROM @K AS k WHERE k.[CKey] = j.[ConcurrencyKey]),\n\
+         \u{20}                   CASE WHEN @RateByKey = 1 AND @RateJobs IS NOT NULL THEN 0 ELSE @KeyDefault END\n\
+         \u{20}               ) > (SELECT COUNT_BIG(*) FROM @C AS c WHERE c.[Queue] = @Name AND c.[CKey] = j.[ConcurrencyKey])\n"
     ));
     let drop =
         at(c, "ROW_NUMBER() OVER (PARTITION BY r.[CKey] ORDER BY r.[Priority] DESC, r.[DueAtUtc] ASC, r.[Id] ASC)");
     assert!(scan < drop);
-    assert!(c.contains("        WHERE @KeyDefault IS NOT NULL AND n.[Rn] > ISNULL(k.[Room], @KeyDefault);\n"));
+    assert!(c.contains(
+        "        WHERE @KeyDefault IS NOT NULL\n            AND n.[Rn] > ISNULL(k.[Room], CASE WHEN @RateByKey = 1 AND \
+         @RateJobs IS NOT NULL THEN 0 ELSE @KeyDefault END);\n"
+    ));
     assert!(c.contains("    WHILE @Need > 0 AND @Round < 10\n"));
-    assert!(c.contains("        IF @@ROWCOUNT = 0 AND @Got < @Need\n            BREAK;\n"));
+    assert!(c.contains("        IF @@ROWCOUNT = 0 AND @Got < @Need AND @Counted = 0\n            BREAK;\n"));
     // The claim takes the plain queues by their seeks and the guarded ones from @C only.
     assert!(c.contains(
         "        WHERE t.[Guarded] = 0\n        UNION ALL\n        SELECT g.[Id], g.[Priority], g.[DueAtUtc]\n"
@@ -371,13 +389,21 @@ fn the_key_step_skips_full_keys_and_ranks_per_key() {
 fn a_rate_limited_claim_logs_each_start_with_the_claims_stamp() {
     let st = Statements::new("chokaq").unwrap();
     for sql in [&st.claim, &st.complete_and_claim] {
-        let log = at(
-            sql,
-            "INSERT INTO [chokaq].[StartsLog] ([Queue], [CKey], [Stamp])\nSELECT h.[Queue], h.[ConcurrencyKey], @Now\nFROM \
-             @C AS g\nINNER JOIN @Q AS t ON t.[Name] = g.[Queue]\nINNER JOIN [chokaq].[JobsHot] AS h WITH (FORCESEEK) ON \
-             h.[Id] = g.[Id]\nWHERE t.[RateJobs] IS NOT NULL AND h.[WorkerId] = @WorkerId AND h.[Lease] >= @FirstLease \
-             AND h.[Lease] < @FirstLease + @Limit;\nCOMMIT TRANSACTION;",
-        );
+        let log = at(sql, "INSERT INTO [chokaq].[StartsLog] ([Queue], [CKey], [Stamp], [N])\nSELECT h.[Queue], h.[ConcurrencyKey], @Now,\n");
+        assert!(sql[log..].contains(
+            "FROM @C AS g\nINNER JOIN @Q AS t ON t.[Name] = g.[Queue]\nINNER JOIN [chokaq].[JobsHot] AS h WITH (FORCESEEK) ON \
+             h.[Id] = g.[Id]\n"
+        ));
+        assert!(sql[log..].contains(
+            "WHERE t.[RateJobs] IS NOT NULL AND h.[WorkerId] = @WorkerId AND h.[Lease] >= @FirstLease \
+             AND h.[Lease] < @FirstLease + @Limit;\nCOMMIT TRANSACTION;"
+        ));
+        // Issue 40, L7: each start numbered after its bucket's last ordinal (the queue's, or
+        // its key's; key-less ones under a limit per key 0).
+        assert!(sql[log..].contains("        WHEN t.[RateByKey] = 1 AND h.[ConcurrencyKey] IS NULL THEN 0\n"));
+        assert!(sql[log..]
+            .contains("    WHERE t.[RateByKey] = 1 AND s.[Queue] = h.[Queue] AND s.[CKey] = h.[ConcurrencyKey]\n"));
+        assert!(sql[log..].contains("    WHERE t.[RateByKey] = 0 AND s.[Queue] = h.[Queue]\n"));
         assert!(at(sql, "WHERE h.[Status] = 0;\n") < log);
         assert!(sql.contains("    h.[StartedAtUtc] = CASE WHEN @Mode = 2 THEN @Now ELSE h.[StartedAtUtc] END,\n"));
         assert_eq!(sql.matches("SET @Now = SYSUTCDATETIME();").count(), 1, "one re-read, after the locks");

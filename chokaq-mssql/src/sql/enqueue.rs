@@ -196,9 +196,11 @@ mod tests {
         )));
         assert!(c.contains(&format!(") AS u\n    {numbered}\n) AS p ON p.[Id] = h.[Id]")));
         // The numbering runs over the few rows the per-queue seeks (and the guarded queues'
-        // chosen rows, `@C`) returned, never the backlog; the only other ROW_NUMBER ranks the
-        // guarded queues' candidates per key (issue 25).
-        assert_eq!(c.matches("ROW_NUMBER").count(), 2);
+        // chosen rows, `@C`) returned, never the backlog; the only other ROW_NUMBERs rank the
+        // guarded queues' candidates per key (issue 25) and number the starts a claim logs in
+        // their bucket (issue 40, L7).
+        assert_eq!(c.matches("ROW_NUMBER").count(), 3);
+        assert_eq!(c.matches("ROW_NUMBER() OVER (\n                PARTITION BY h.[Queue]").count(), 1);
         assert_eq!(c.matches("ROW_NUMBER() OVER (PARTITION BY r.[CKey]").count(), 1);
         assert!(at(c, "ROW_NUMBER() OVER (ORDER BY u.") < at(c, "CROSS APPLY (\n            SELECT TOP (CASE"));
         // The range is reserved before the transaction, after the queue list is known.

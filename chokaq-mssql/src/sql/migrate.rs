@@ -315,6 +315,51 @@ IF OBJECT_ID(N'{schema}.[StartsLog]', N'U') IS NULL
         [CKey] NVARCHAR(255) COLLATE Latin1_General_BIN2 NULL,
         [Stamp] DATETIME2(7) NOT NULL
     );
+IF COL_LENGTH(N'{schema}.[StartsLog]', N'N') IS NULL
+    ALTER TABLE {schema}.[StartsLog] ADD [N] BIGINT NOT NULL CONSTRAINT [DF_StartsLog_N] DEFAULT (0);
+COMMIT TRANSACTION;";
+
+/// Schema version 10 (issue 40, L7: the starts log numbered per bucket), a batch of its own run
+/// last, under the `migrate` row of `Locks`: `StartsLog.N` (added by [`MIGRATE_OBJECTS`]: a
+/// batch cannot name a column it adds) is an entry's ordinal in its bucket under the queue's
+/// limit in force (the queue's queue-wide, its key's per key; 0 for a key-less entry under a
+/// limit per key), so a window's count is two `TOP (1)` seeks of these indexes
+/// (`claim::KEYS`, "The count"): `IX_StartsLog_QueueN (Queue, Stamp, N)` and
+/// `IX_StartsLog_KeyN (Queue, CKey, Stamp, N)`. The entries an older version logged are
+/// numbered once, when the version is recorded, in stamp order for each queue's limit.
+pub(super) const MIGRATE_START_ORDINALS: &str = "SET XACT_ABORT ON;
+SET LOCK_TIMEOUT 30000;
+BEGIN TRANSACTION;
+UPDATE l
+SET l.[LastTakenAtUtc] = SYSUTCDATETIME()
+FROM {schema}.[Locks] AS l WITH (ROWLOCK)
+WHERE l.[Name] = 'migrate';
+IF @@ROWCOUNT = 0
+    THROW 51003, N'chokaq: the migration lock row is missing from the Locks table', 1;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes \
+    WHERE [name] = N'IX_StartsLog_QueueN' AND [object_id] = OBJECT_ID(N'{schema}.[StartsLog]'))
+    CREATE NONCLUSTERED INDEX [IX_StartsLog_QueueN] ON {schema}.[StartsLog] ([Queue], [Stamp], [N]);
+IF NOT EXISTS (SELECT 1 FROM sys.indexes \
+    WHERE [name] = N'IX_StartsLog_KeyN' AND [object_id] = OBJECT_ID(N'{schema}.[StartsLog]'))
+    CREATE NONCLUSTERED INDEX [IX_StartsLog_KeyN] ON {schema}.[StartsLog] ([Queue], [CKey], [Stamp], [N]);
+IF NOT EXISTS (SELECT 1 FROM {schema}.[SchemaVersions] WHERE [Version] = 10)
+BEGIN
+    WITH r AS (
+        SELECT
+            s.[N],
+            CASE
+                WHEN ISNULL(q.[RateByKey], 0) = 1 AND s.[CKey] IS NULL THEN 0
+                ELSE ROW_NUMBER() OVER (
+                    PARTITION BY s.[Queue], CASE WHEN ISNULL(q.[RateByKey], 0) = 1 THEN s.[CKey] END
+                    ORDER BY s.[Stamp] ASC
+                )
+            END AS [Rn]
+        FROM {schema}.[StartsLog] AS s
+        LEFT JOIN {schema}.[Queues] AS q ON q.[Name] = s.[Queue]
+    )
+    UPDATE r SET [N] = [Rn];
+    INSERT INTO {schema}.[SchemaVersions] ([Version], [AppliedAtUtc]) VALUES (10, SYSUTCDATETIME());
+END;
 COMMIT TRANSACTION;";
 
 /// Disables lock escalation on the three job tables (only where it is not disabled yet, so a

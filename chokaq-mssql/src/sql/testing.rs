@@ -5,6 +5,41 @@
 /// The database clock.
 pub(super) const DB_NOW: &str = "SELECT SYSUTCDATETIME() AS [Now];";
 
+/// `TestSupport::add_starts`: `@P3` starts of queue `@P1`, key `@P2`, stamped `@P4`, numbered
+/// after the bucket's last under the queue's limit (at most 1,000,000: six tables of ten
+/// digits). Fails (50000 + a message) when the queue has no limit, a key-less start is asked for
+/// under a limit per key, or `@P4` is earlier than the bucket's latest entry. Returns `Changed`.
+pub(super) const ADD_STARTS: &str = "SET XACT_ABORT ON;
+SET NOCOUNT ON;
+DECLARE @Name VARCHAR(128) = @P1;
+DECLARE @Key NVARCHAR(255) = @P2;
+DECLARE @Count BIGINT = @P3;
+DECLARE @At DATETIME2(7) = @P4;
+DECLARE @Jobs INT;
+DECLARE @ByKey BIT;
+DECLARE @Last BIGINT;
+DECLARE @LastStamp DATETIME2(7);
+BEGIN TRANSACTION;
+SELECT @Jobs = q.[RateJobs], @ByKey = q.[RateByKey]
+FROM {schema}.[Queues] AS q WITH (UPDLOCK, HOLDLOCK)
+WHERE q.[Name] = @Name;
+IF @Jobs IS NULL
+    THROW 51010, N'add_starts: the queue has no rate limit', 1;
+IF @ByKey = 1 AND @Key IS NULL
+    THROW 51010, N'add_starts: a key-less start is in no bucket of a by-key limit', 1;
+SELECT TOP (1) @Last = s.[N], @LastStamp = s.[Stamp]
+FROM {schema}.[StartsLog] AS s
+WHERE s.[Queue] = @Name AND (@ByKey = 0 OR s.[CKey] = @Key)
+ORDER BY s.[Stamp] DESC, s.[N] DESC;
+IF @LastStamp > @At
+    THROW 51010, N'add_starts: a stamp earlier than the bucket''s latest entry', 1;
+WITH d AS (SELECT v.[D] FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS v ([D]))
+INSERT INTO {schema}.[StartsLog] ([Queue], [CKey], [Stamp], [N])
+SELECT TOP (@Count) @Name, @Key, @At, ISNULL(@Last, 0) + ROW_NUMBER() OVER (ORDER BY a.[D], b.[D], c.[D], e.[D], f.[D], g.[D])
+FROM d AS a CROSS JOIN d AS b CROSS JOIN d AS c CROSS JOIN d AS e CROSS JOIN d AS f CROSS JOIN d AS g;
+COMMIT TRANSACTION;
+SELECT CAST(1 AS INT) AS [Changed];";
+
 /// Forces fields of a hot job, bypassing every guard. `@P1` id, then for each field a
 /// "set" flag and a value: `@P2/@P3` status, `@P4/@P5` attempt, `@P6/@P7` scheduled,
 /// `@P8/@P9` heartbeat, `@P10/@P11` updated, `@P12/@P13` created; `@P14` the payload's raw

@@ -8,7 +8,7 @@ use super::*;
 #[test]
 fn every_statement_names_only_the_schema_it_was_given() {
     let all = all_statements("jobs_x").unwrap();
-    assert_eq!(all.len(), 49);
+    assert_eq!(all.len(), 51);
     let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
     names.sort_unstable();
     names.dedup();
@@ -312,10 +312,12 @@ fn every_bracketed_name_is_defined() {
     }
     let all = all_statements("chokaq").unwrap();
     let st = Statements::new("chokaq").unwrap();
-    let mut defined: std::collections::BTreeSet<String> =
-        bracketed(&format!("{}{}{}{}", st.migrate_locks, st.migrate_objects, st.migrate_keys, st.migrate_workers))
-            .into_iter()
-            .collect();
+    let mut defined: std::collections::BTreeSet<String> = bracketed(&format!(
+        "{}{}{}{}{}",
+        st.migrate_locks, st.migrate_objects, st.migrate_keys, st.migrate_workers, st.migrate_start_ordinals
+    ))
+    .into_iter()
+    .collect();
     for catalog in [
         "name",
         "object_id",
@@ -409,6 +411,7 @@ fn bound_values_match_parameters() {
         ("migrate_locks", 0),
         ("migrate_objects", 0),
         ("migrate_keys", 0),
+        ("migrate_start_ordinals", 0),
         ("migrate_lock_escalation", 0),
         ("enqueue", 1),
         ("claim", 4),
@@ -432,6 +435,7 @@ fn bound_values_match_parameters() {
         ("list_archive", 8),
         ("list_dlq", 8),
         ("db_now", 0),
+        ("add_starts", 4),
         ("force", 14),
         ("presence_many", 1),
         ("kill_connections", 1),

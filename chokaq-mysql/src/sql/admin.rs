@@ -46,6 +46,24 @@ pub(super) const RETRY_ZOMBIE: &str =
     "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \
      cancel_requested = 0, updated_at = ? WHERE id = ?";
 
+/// A new rate limit's starts log (issue 40, L7), under the queue's control row `FOR UPDATE`
+/// (which every claim of the queue holds from its count to its commit), before the limit is
+/// written, when its kind changes (queue-wide / per key, or a limit set where there was none):
+/// the queue's entries numbered again in stamp order for the new buckets (the queue; or each
+/// key, key-less entries 0), as the claims number them: (per key 0/1, per key 0/1, queue).
+pub(super) const RENUMBER_STARTS: &str = "UPDATE {schema}.starts AS s JOIN (\
+     SELECT x.id, CASE WHEN ? = 1 AND x.ckey IS NULL THEN 0 \
+       ELSE ROW_NUMBER() OVER (PARTITION BY CASE WHEN ? = 1 THEN x.ckey END ORDER BY x.stamp, x.id) END AS n \
+     FROM {schema}.starts AS x WHERE x.queue = ?) AS r ON r.id = s.id SET s.n = r.n";
+
+/// The upgrade to version 3 (`crate::migrate`): every entry numbered for its queue's limit in
+/// force, as [`RENUMBER_STARTS`] numbers one queue's.
+pub(super) const NUMBER_ALL_STARTS: &str = "UPDATE {schema}.starts AS s JOIN (\
+     SELECT x.id, CASE WHEN COALESCE(q.rate_by_key, 0) = 1 AND x.ckey IS NULL THEN 0 \
+       ELSE ROW_NUMBER() OVER (PARTITION BY x.queue, CASE WHEN COALESCE(q.rate_by_key, 0) = 1 THEN x.ckey END \
+                               ORDER BY x.stamp, x.id) END AS n \
+     FROM {schema}.starts AS x LEFT JOIN {schema}.queues AS q ON q.name = x.queue) AS r ON r.id = s.id SET s.n = r.n";
+
 /// The queues with entries in the starts log (read by the prune before it takes each
 /// one's control row).
 pub(super) const STARTS_QUEUES: &str = "SELECT DISTINCT queue FROM {schema}.starts";

@@ -45,13 +45,23 @@ pub(super) const KEY_RUNNING: &str =
      WHERE queue = ? AND running_key IS NOT NULL GROUP BY running_key";
 
 /// The starts a queue-wide rate window holds: every entry of the queue stamped after
-/// `t - per` (later stamps count too), read after the queue row's lock: (queue, t - per).
-pub(super) const WINDOW_TOTAL: &str = "SELECT count(*) FROM {schema}.starts WHERE queue = ? AND stamp > ?";
+/// `t - per` (later stamps count too), read after the queue row's lock: the queue's last
+/// ordinal less its first one stamped after `t - per`, plus one (0 with none), two descents of
+/// `starts_queue_n` whatever the window holds (issue 40, L7; `crate::claim`, "The count"):
+/// (queue, queue, t - per).
+pub(super) const WINDOW_TOTAL: &str = "SELECT COALESCE(\
+     (SELECT n FROM {schema}.starts FORCE INDEX (starts_queue_n) WHERE queue = ? ORDER BY stamp DESC, n DESC LIMIT 1) \
+     - (SELECT n FROM {schema}.starts FORCE INDEX (starts_queue_n) WHERE queue = ? AND stamp > ? \
+        ORDER BY stamp, n LIMIT 1) + 1, 0) AS n";
 
-/// The same per key (entries without a key are not in a key's window): (queue, t - per).
-pub(super) const WINDOW_BY_KEY: &str =
-    "SELECT ckey AS k, count(*) AS n FROM {schema}.starts WHERE queue = ? AND stamp > ? \
-     AND ckey IS NOT NULL GROUP BY ckey";
+/// The same per key, for the keys of a JSON array (entries without a key are in no key's
+/// window), two descents of `starts_key_n` per key: (keys JSON, queue, queue, t - per).
+pub(super) const WINDOW_BY_KEY: &str = "SELECT j.k AS k, COALESCE(\
+     (SELECT s.n FROM {schema}.starts AS s FORCE INDEX (starts_key_n) WHERE s.queue = ? AND s.ckey = j.k \
+      ORDER BY s.stamp DESC, s.n DESC LIMIT 1) \
+     - (SELECT s.n FROM {schema}.starts AS s FORCE INDEX (starts_key_n) WHERE s.queue = ? AND s.ckey = j.k \
+        AND s.stamp > ? ORDER BY s.stamp, s.n LIMIT 1) + 1, 0) AS n \
+     FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(255) PATH '$')) AS j";
 
 /// The due Scheduled jobs of a queue, at most 1,000 per call (a plain read of the
 /// `jobs_hot_due` range): (queue, now).
@@ -88,11 +98,24 @@ pub(super) const CLAIM_PICK_KEYED: &str = concat!(
      ORDER BY priority DESC, due_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
 );
 
-/// Appends the starts of the jobs this claim took from rate-limited queues (rows it holds,
-/// marked already) to the log, stamped with the claim's time: (stamp, ids).
-pub(super) const LOG_STARTS: &str =
-    "INSERT INTO {schema}.starts (queue, ckey, stamp) SELECT queue, concurrency_key, ? \
-     FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids})";
+/// Appends the starts of the jobs this claim took from queue-wide rate-limited queues (rows it
+/// holds, marked already) to the log, stamped with the claim's time, each queue's numbered after
+/// its last ordinal (the probe reads the log as it was before this statement: MySQL reads a
+/// table it inserts into first): (stamp, ids).
+pub(super) const LOG_STARTS_QUEUE: &str = "INSERT INTO {schema}.starts (queue, ckey, stamp, n) \
+     SELECT h.queue, h.concurrency_key, ?, COALESCE((SELECT s.n FROM {schema}.starts AS s FORCE INDEX (starts_queue_n) \
+       WHERE s.queue = h.queue ORDER BY s.stamp DESC, s.n DESC LIMIT 1), 0) \
+       + ROW_NUMBER() OVER (PARTITION BY h.queue ORDER BY h.id) \
+     FROM {schema}.jobs_hot AS h FORCE INDEX (`PRIMARY`) WHERE h.id IN ({ids})";
+
+/// The same for queues limited per key: each key's numbered after its last ordinal, key-less
+/// ones 0 (in no bucket): (stamp, ids).
+pub(super) const LOG_STARTS_KEY: &str = "INSERT INTO {schema}.starts (queue, ckey, stamp, n) \
+     SELECT h.queue, h.concurrency_key, ?, CASE WHEN h.concurrency_key IS NULL THEN 0 ELSE \
+       COALESCE((SELECT s.n FROM {schema}.starts AS s FORCE INDEX (starts_key_n) \
+       WHERE s.queue = h.queue AND s.ckey = h.concurrency_key ORDER BY s.stamp DESC, s.n DESC LIMIT 1), 0) \
+       + ROW_NUMBER() OVER (PARTITION BY h.queue, h.concurrency_key ORDER BY h.id) END \
+     FROM {schema}.jobs_hot AS h FORCE INDEX (`PRIMARY`) WHERE h.id IN ({ids})";
 
 /// Reserves (n) leases in an autocommitted statement of its own (the counter row's lock is
 /// held only for it); the driver reports the last one as the last insert id.

@@ -33,3 +33,30 @@ pub(super) const ISOLATION_LEVEL_OLD: &str = "SELECT @@SESSION.tx_isolation";
 pub(super) const KILL_CONNECTION: &str = "KILL CONNECTION ?";
 
 pub(super) const DROP_SCHEMA: &str = "DROP DATABASE IF EXISTS {schema}";
+
+/// Test support (`TestSupport::add_starts`): the bucket's latest entry: (queue, key or NULL
+/// for the queue's bucket, the same key).
+pub(super) const ADD_STARTS_LAST: &str = "SELECT stamp, n FROM {schema}.starts \
+     WHERE queue = ? AND (? IS NULL OR ckey = ?) ORDER BY stamp DESC, n DESC LIMIT 1";
+
+/// Test support (`TestSupport::add_starts`): (queue, key, stamp, the last ordinal, count)
+/// starts numbered after it, at most 1,000,000 (the rows of six tables of ten digits).
+pub(super) const ADD_STARTS: &str = concat!(
+    "INSERT INTO {schema}.starts (queue, ckey, stamp, n) \
+     SELECT ?, ?, ?, ? + ROW_NUMBER() OVER (ORDER BY a.d, b.d, c.d, e.d, f.d, g.d) FROM ",
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+     UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS a, ",
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+     UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS b, ",
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+     UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS c, ",
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+     UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS e, ",
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+     UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS f, ",
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+     UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS g LIMIT ?"
+);
+
+/// Test support: this session's handler reads (rows and index entries the storage engine read).
+pub(super) const HANDLER_READS: &str = "SHOW SESSION STATUS LIKE 'Handler_read%'";

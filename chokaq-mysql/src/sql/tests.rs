@@ -44,6 +44,7 @@ fn every_table_is_qualified_and_the_schema_is_validated() {
         "isolation_level",
         "isolation_level_old",
         "kill_connection",
+        "handler_reads",
     ];
     for (name, sql) in &all {
         assert!(!sql.contains("{schema}"), "{name}: {sql}");

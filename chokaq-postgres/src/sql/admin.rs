@@ -179,6 +179,25 @@ promoted AS (
 SELECT up.*, (SELECT count(*) FROM woke) AS woke FROM up"
 );
 
+/// A new rate limit's starts log (issue 40, L7), before the limit is written, under the control
+/// row's FOR UPDATE (which waits for every claim of the queue): when the limit's kind changes
+/// (queue-wide / per key, or a limit set where there was none), the queue's entries are
+/// numbered again in stamp order for the new buckets (the queue; or each key, key-less entries
+/// 0), as the claims number them (functions.sql, claim() step 6, "The count"). The same kind
+/// keeps its numbers. `$1` queue, `$2` the new limit's jobs (NULL: cleared, nothing to do),
+/// `$3` per key.
+pub(super) const CONTROL_RATE_RENUMBER: &str = "
+UPDATE {schema}.starts s SET n = r.n
+  FROM (SELECT x.ctid AS t,
+               CASE WHEN $3::bool AND x.ckey IS NULL THEN 0
+                    ELSE row_number() OVER (PARTITION BY CASE WHEN $3::bool THEN x.ckey END ORDER BY x.stamp)
+               END AS n
+          FROM {schema}.starts x
+         WHERE x.queue = $1 AND $2::int4 IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM {schema}.queues c
+                            WHERE c.name = $1 AND c.rate_jobs IS NOT NULL AND c.rate_by_key = $3::bool)) r
+ WHERE s.ctid = r.t AND s.n <> r.n";
+
 /// The rate limit: `$1` queue, `$2` jobs, `$3` window in milliseconds, `$4` per key (all NULL
 /// and false: no limit). The starts log stays (rescue prunes it).
 pub(super) const CONTROL_RATE_LIMIT: &str = concat!(

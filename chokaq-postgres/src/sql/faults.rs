@@ -66,9 +66,13 @@ pub struct Faults {
     /// transaction, which no longer holds it): the next claimer counts the key before this
     /// claim's rows are committed. Functions script.
     pub key_lock_freed_early: bool,
-    /// Issue 25: the rate window compared with <= instead of <: `jobs + 1` starts per window,
+    /// Issue 25 (issue 40 L7's count): the rate window counted one short (the last ordinal less
+    /// the first one in the window, without the + 1): `jobs + 1` starts per window,
     /// queue-wide and per key. Functions script.
     pub rate_window_off_by_one: bool,
+    /// Issue 40, L7: a change of a rate limit's kind (queue-wide / per key) keeps the starts
+    /// log's numbers, so the new buckets count from ordinals of the old ones.
+    pub rate_kind_change_keeps_numbers: bool,
     /// Issue 25: the keyed read starts after its start instead of at it (`>` for `>=`): the
     /// first due row claim()'s first statement found is never a candidate (nor the row a round
     /// ends on), so a claim skips the queue's first job. Functions script.
@@ -141,16 +145,9 @@ fn functions_keyed_faults(mut script: String, faults: &Faults) -> String {
         );
     }
     if faults.rate_window_off_by_one {
-        script = replace_once(
-            &script,
-            "c.rate - (SELECT count(*)::integer FROM {schema}.starts st",
-            "c.rate + 1 - (SELECT count(*)::integer FROM {schema}.starts st",
-        );
-        script = replace_once(
-            &script,
-            "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy));",
-            "v_allow[i] := greatest(0, least(v_allow[i], v_rj - v_busy + 1));",
-        );
+        script =
+            replace_once(&script, "ORDER BY st.stamp, st.n LIMIT 1) + 1, 0)", "ORDER BY st.stamp, st.n LIMIT 1), 0)");
+        script = replace_once(&script, "ORDER BY f.stamp, f.n LIMIT 1) + 1, 0)", "ORDER BY f.stamp, f.n LIMIT 1), 0)");
     }
     script
 }
@@ -388,6 +385,9 @@ impl Statements {
             };
             s.functions = render(&functions_keyed_faults(base, &faults), schema);
         }
+        if faults.rate_kind_change_keeps_numbers {
+            s.control_rate_renumber = render("SELECT $1::text, $2::int4, $3::bool", schema);
+        }
         if faults.start_not_repeatable {
             s.start = render(START_FETCHED_ONLY, schema);
         }
@@ -431,6 +431,7 @@ mod tests {
             (Faults { key_lock_freed_early: true, ..f }, vec!["functions"]),
             (Faults { rate_window_off_by_one: true, ..f }, vec!["functions"]),
             (Faults { key_read_skips_its_start: true, ..f }, vec!["functions"]),
+            (Faults { rate_kind_change_keeps_numbers: true, ..f }, vec!["control_rate_renumber"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");

@@ -53,3 +53,18 @@ SELECT count(*) FILTER (WHERE t.ok) FROM (
 ) t";
 
 pub(super) const DB_NOW: &str = "SELECT now()";
+
+/// Test support (`TestSupport::add_starts`), first: the queue's limit (`$1` queue), its
+/// control row locked as a claim of it would (the bucket's numbers are serialised there).
+pub(super) const ADD_STARTS_LIMIT: &str =
+    "SELECT rate_by_key FROM {schema}.queues WHERE name = $1 AND rate_jobs IS NOT NULL FOR UPDATE";
+
+/// Test support (`TestSupport::add_starts`), second: the bucket's latest entry, `$1` queue,
+/// `$2` key (NULL: the queue's bucket).
+pub(super) const ADD_STARTS_LAST: &str = "SELECT stamp, n FROM {schema}.starts \
+     WHERE queue = $1 AND ($2::text IS NULL OR ckey = $2) ORDER BY stamp DESC, n DESC LIMIT 1";
+
+/// Test support (`TestSupport::add_starts`), last: `$3` starts of queue `$1`, key `$2`, stamped
+/// `$4`, numbered after `$5`.
+pub(super) const ADD_STARTS: &str = "INSERT INTO {schema}.starts (queue, ckey, stamp, n) \
+     SELECT $1, $2, $4, $5 + g FROM generate_series(1, $3::int8) AS g";

@@ -42,6 +42,29 @@ pub(super) const RATE_PRUNE: &str =
      WHERE q.name = rate_starts.queue AND q.rate_jobs IS NOT NULL AND q.rate_per_ms IS NOT NULL \
      AND rate_starts.stamp > ?1 - q.rate_per_ms * 1000)";
 
+/// A new rate limit's starts log (issue 40, L7), before the limit is written, in the control's
+/// write transaction: when the limit's kind changes (queue-wide / per key, or a limit set where
+/// there was none), the queue's entries are numbered again in stamp order for the new buckets
+/// (the queue; or each key, key-less entries 0), as the claims number them; the same kind keeps
+/// its numbers. `?1` queue, `?2` the new limit's jobs (NULL: cleared, nothing to do), `?3` 1 per
+/// key, else 0.
+pub(super) const RATE_RENUMBER: &str = "UPDATE {schema}.rate_starts SET n = r.n FROM (\
+     SELECT s.rowid AS rid, CASE WHEN ?3 = 1 AND s.ckey IS NULL THEN 0 \
+       ELSE row_number() OVER (PARTITION BY CASE WHEN ?3 = 1 THEN s.ckey END ORDER BY s.stamp) END AS n \
+     FROM {schema}.rate_starts s WHERE s.queue = ?1 AND ?2 IS NOT NULL \
+       AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = ?1 AND q.rate_jobs IS NOT NULL \
+                       AND q.rate_by_key = ?3)) AS r \
+     WHERE rate_starts.rowid = r.rid AND rate_starts.n <> r.n";
+
+/// The upgrade to version 10 (`crate::migrate`): every entry numbered for its queue's limit in
+/// force, as [`RATE_RENUMBER`] numbers one queue's.
+pub(super) const RATE_NUMBER_ALL: &str = "UPDATE {schema}.rate_starts SET n = r.n FROM (\
+     SELECT s.rowid AS rid, CASE WHEN coalesce(q.rate_by_key, 0) = 1 AND s.ckey IS NULL THEN 0 \
+       ELSE row_number() OVER (PARTITION BY s.queue, CASE WHEN coalesce(q.rate_by_key, 0) = 1 THEN s.ckey END \
+                               ORDER BY s.stamp) END AS n \
+     FROM {schema}.rate_starts s LEFT JOIN {schema}.queues q ON q.name = s.queue) AS r \
+     WHERE rate_starts.rowid = r.rid";
+
 /// A zombie back to Pending: `?1` now, `?2` id.
 pub(super) const RETRY_ZOMBIE: &str =
     "UPDATE {schema}.jobs_hot SET status = 0, lease = NULL, worker_id = NULL, heartbeat_at = NULL, \

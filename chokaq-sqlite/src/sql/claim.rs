@@ -45,16 +45,31 @@ pub(super) const CLAIM_CANDIDATES_KEYED: &str = "SELECT id, priority, coalesce(s
        OR (coalesce(scheduled_at, created_at) = ?6 AND id > ?7)))) \
      ORDER BY priority DESC, coalesce(scheduled_at, created_at) ASC, id ASC LIMIT ?8";
 
-/// Starts of a queue stamped after `?2` (its window's start): `?1` queue.
-pub(super) const RATE_COUNT_QUEUE: &str = "SELECT count(*) FROM {schema}.rate_starts WHERE queue = ?1 AND stamp > ?2";
+/// Starts of a queue stamped after `?2` (its window's start), under a queue-wide limit: `?1`
+/// queue. The queue's last ordinal less the first one stamped after `?2`, plus one (0 with none):
+/// two searches of `rate_starts_queue_n`, whatever the window holds (issue 40, L7;
+/// `crate::claim`, "The count").
+pub(super) const RATE_COUNT_QUEUE: &str = "SELECT coalesce(\
+     (SELECT n FROM {schema}.rate_starts WHERE queue = ?1 ORDER BY stamp DESC, n DESC LIMIT 1) \
+     - (SELECT n FROM {schema}.rate_starts WHERE queue = ?1 AND stamp > ?2 ORDER BY stamp, n LIMIT 1) + 1, 0)";
 
-/// Starts per key of a queue stamped after `?2`: `?1` queue (a covering range of
-/// `rate_starts_window`).
-pub(super) const RATE_COUNT_KEYS: &str = "SELECT ckey, count(*) AS n FROM {schema}.rate_starts \
-     WHERE queue = ?1 AND stamp > ?2 AND ckey IS NOT NULL GROUP BY ckey";
+/// The same for one key under a limit per key: `?1` queue, `?2` key, `?3` the window's start
+/// (two searches of `rate_starts_key_n`).
+pub(super) const RATE_COUNT_KEY: &str = "SELECT coalesce(\
+     (SELECT n FROM {schema}.rate_starts WHERE queue = ?1 AND ckey = ?2 ORDER BY stamp DESC, n DESC LIMIT 1) \
+     - (SELECT n FROM {schema}.rate_starts WHERE queue = ?1 AND ckey = ?2 AND stamp > ?3 ORDER BY stamp, n LIMIT 1) \
+     + 1, 0)";
 
-/// Logs one start: `?1` queue, `?2` key, `?3` stamp (the claim's now).
-pub(super) const RATE_LOG: &str = "INSERT INTO {schema}.rate_starts (queue, ckey, stamp) VALUES (?1, ?2, ?3)";
+/// Logs one start of a queue-wide limit, numbered after the queue's last: `?1` queue, `?2`
+/// key, `?3` stamp (the claim's now).
+pub(super) const RATE_LOG_QUEUE: &str = "INSERT INTO {schema}.rate_starts (queue, ckey, stamp, n) VALUES (?1, ?2, ?3, \
+     coalesce((SELECT n FROM {schema}.rate_starts WHERE queue = ?1 ORDER BY stamp DESC, n DESC LIMIT 1), 0) + 1)";
+
+/// Logs one start of a limit per key, numbered after the key's last (0 without a key: in no
+/// bucket): `?1` queue, `?2` key, `?3` stamp.
+pub(super) const RATE_LOG_KEY: &str = "INSERT INTO {schema}.rate_starts (queue, ckey, stamp, n) VALUES (?1, ?2, ?3, \
+     CASE WHEN ?2 IS NULL THEN 0 ELSE coalesce((SELECT n FROM {schema}.rate_starts WHERE queue = ?1 AND ckey = ?2 \
+     ORDER BY stamp DESC, n DESC LIMIT 1), 0) + 1 END)";
 
 /// Reserves `?1` leases; returns the last one.
 pub(super) const NEXT_LEASES: &str =

@@ -63,3 +63,13 @@ pub(super) const FAULT_LEDGER_ADD: &str =
 pub(super) const FAULT_JOB_KEY: &str = "SELECT queue, concurrency_key AS ckey FROM {schema}.jobs_hot WHERE id = ?1 \
      UNION ALL SELECT queue, concurrency_key FROM {schema}.jobs_archive WHERE id = ?1 \
      UNION ALL SELECT queue, concurrency_key FROM {schema}.jobs_dlq WHERE id = ?1 LIMIT 1";
+
+/// Test support (`TestSupport::add_starts`): the bucket's latest entry, `?1` queue, `?2` key
+/// (NULL: the queue's bucket).
+pub(super) const ADD_STARTS_LAST: &str = "SELECT stamp, n FROM {schema}.rate_starts \
+     WHERE queue = ?1 AND (?2 IS NULL OR ckey = ?2) ORDER BY stamp DESC, n DESC LIMIT 1";
+
+/// Test support (`TestSupport::add_starts`): `?3` starts of queue `?1`, key `?2`, stamped `?4`,
+/// numbered after `?5`.
+pub(super) const ADD_STARTS: &str = "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?3) \
+     INSERT INTO {schema}.rate_starts (queue, ckey, stamp, n) SELECT ?1, ?2, ?4, ?5 + i FROM g";
