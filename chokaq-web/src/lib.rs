@@ -56,14 +56,33 @@ pub(crate) struct AppState {
 
 pub(crate) type Shared = Arc<AppState>;
 
+impl AppState {
+    /// The backend with its reads bounded by `deadline` ([`Backend::with_read_deadline`]): the
+    /// database stops a read's statement when the deadline passes or the read is dropped. The
+    /// backend itself when it takes no deadline.
+    pub fn reads_until(&self, deadline: std::time::Instant) -> Arc<dyn Backend> {
+        self.backend.with_read_deadline(deadline).unwrap_or_else(|| self.backend.clone())
+    }
+
+    /// [`AppState::reads_until`] the request timeout from now: what a computation off the
+    /// request path (the overview's snapshot) reads through.
+    pub fn reads_from_now(&self) -> Arc<dyn Backend> {
+        self.reads_until(std::time::Instant::now() + self.opts.request_timeout)
+    }
+}
+
 /// What every handler knows about the request: where the dashboard is mounted, the CSRF token
-/// to put in forms, whether the client wants JSON.
+/// to put in forms, whether the client wants JSON, and the backend to read through.
 #[derive(Debug, Clone)]
 pub(crate) struct Ctx {
     pub base: String,
     pub csrf: String,
     pub read_only: bool,
     pub wants_json: bool,
+    /// The backend, its reads bounded by the request's deadline (arrival + `request_timeout`):
+    /// a read still running then, or when the request is dropped (the client went away, the
+    /// server's request timeout), is stopped on the database.
+    pub backend: Arc<dyn Backend>,
 }
 
 impl Ctx {
