@@ -146,12 +146,8 @@ impl MysqlBackend {
     }
 
     /// Begins a read-only transaction on one snapshot (REPEATABLE READ for this transaction:
-    /// a plain read there takes no locks and sees one consistent state).
-    pub(crate) async fn begin_read(&self) -> Result<Tx> {
-        self.pool.begin_with(self.sql.read_snapshot.clone()).await.map_err(map_err)
-    }
-
-    /// [`MysqlBackend::begin_read`] on a connection the caller holds (`bounded::ReadConn`).
+    /// a plain read there takes no locks and sees one consistent state), on the connection of
+    /// a read (`bounded::ReadConn`).
     pub(crate) async fn begin_read_on<'c>(
         &self,
         conn: &'c mut MySqlConnection,
