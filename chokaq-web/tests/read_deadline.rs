@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chokaq_core::testing::TestSupport;
-use chokaq_core::Backend;
+use chokaq_core::{Backend, ErrorKind, JobTable, ListJobsParams, ReadDeadline};
 use chokaq_mysql::{MysqlBackend, MysqlConfig};
 use chokaq_postgres::{PgBackend, PgConfig};
 use chokaq_sqlite::{SqliteBackend, SqliteConfig};
@@ -131,6 +131,12 @@ async fn answer(c: &mut TcpStream) -> String {
     format!("{status} {body}")
 }
 
+/// Whether `a` is the 503 of a request cut off at its deadline: by the server's request timeout,
+/// or by the database stopping the read a moment before it (the same deadline).
+fn cut_off(a: &str) -> bool {
+    a.starts_with("HTTP/1.1 503") && (a.contains("the request timed out") || a.contains("the read's deadline passed"))
+}
+
 // ---- PostgreSQL --------------------------------------------------------------------------
 
 /// A PostgreSQL schema whose archive another session holds locked (ACCESS EXCLUSIVE, in an open
@@ -185,7 +191,7 @@ async fn postgres_a_timed_out_request_leaves_no_statement_running() {
     let mut c = srv.send().await;
     assert_eq!(poll_until(1, || case.running()).await, Ok(()), "the listing's statement never waited on the lock");
     let a = answer(&mut c).await;
-    assert!(a.starts_with("HTTP/1.1 503") && a.contains("timed out"), "{a}");
+    assert!(cut_off(&a), "{a}");
     let left = poll_until(0, || case.running()).await;
     assert_eq!(left, Ok(()), "statements of the timed-out request still running on the server {POLL:?} after");
     srv.stop().await;
@@ -257,7 +263,7 @@ async fn mariadb_a_timed_out_request_leaves_no_statement_running() {
     let mut c = srv.send().await;
     assert_eq!(poll_until(1, || case.running()).await, Ok(()), "the listing's statement never waited on the lock");
     let a = answer(&mut c).await;
-    assert!(a.starts_with("HTTP/1.1 503") && a.contains("timed out"), "{a}");
+    assert!(cut_off(&a), "{a}");
     let left = poll_until(0, || case.running()).await;
     assert_eq!(left, Ok(()), "statements of the timed-out request still running on the server {POLL:?} after");
     srv.stop().await;
@@ -311,7 +317,7 @@ async fn sqlite_a_timed_out_read_frees_its_connection() {
     let srv = Server::start(db.clone(), Duration::from_millis(1500)).await;
     let mut c = srv.send().await;
     let a = answer(&mut c).await;
-    assert!(a.starts_with("HTTP/1.1 503") && a.contains("timed out"), "{a}");
+    assert!(cut_off(&a), "{a}");
     srv.stop().await;
     let srv2 = Server::start(db.clone(), Duration::from_secs(600)).await;
     let mut c = TcpStream::connect(srv2.addr).await.unwrap();
@@ -321,5 +327,47 @@ async fn sqlite_a_timed_out_read_frees_its_connection() {
     let jobs = a.matches("\"kind\":\"deadline.v1\"").count();
     assert_eq!(jobs, 1, "{a}");
     srv2.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- the server stops a read at its deadline by itself ------------------------------------
+
+/// A read of a view with a deadline, not dropped: the database stops its statement when the
+/// deadline passes (PostgreSQL `statement_timeout`, MariaDB `max_statement_time`, SQLite's
+/// progress handler), and the read fails with the deadline's error.
+async fn stopped_at_its_deadline(b: &dyn Backend) {
+    let view = b.with_read_deadline(Instant::now() + Duration::from_millis(300)).expect("a bounded view");
+    let e = view.list_jobs(&ListJobsParams::new(JobTable::Archive)).await.expect_err("the read was stopped");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("deadline passed"), "{e}");
+    assert_eq!(b.capabilities().read_deadline, ReadDeadline::Server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_read_is_stopped_at_its_deadline_by_the_server() {
+    let case = PgCase::new().await;
+    stopped_at_its_deadline(&*case.pg).await;
+    assert_eq!(poll_until(0, || case.running()).await, Ok(()), "the statement still runs");
+    case.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_read_is_stopped_at_its_deadline_by_the_server() {
+    let case = MyCase::new().await;
+    stopped_at_its_deadline(&*case.my).await;
+    assert_eq!(poll_until(0, || case.running()).await, Ok(()), "the statement still runs");
+    case.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_read_is_stopped_at_its_deadline() {
+    let dir = std::env::temp_dir().join(format!("chokaq-web-deadline-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = slow_sqlite(&dir).await;
+    stopped_at_its_deadline(&*db).await;
+    // The one reader connection is free again: an unbounded read answers.
+    let live = db.list_jobs(&ListJobsParams::new(JobTable::Hot)).await.unwrap();
+    assert_eq!(live.jobs.len(), 0);
+    db.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
