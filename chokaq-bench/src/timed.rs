@@ -132,8 +132,9 @@ impl Backend for Timed {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
+    /// The inner backend's, except that this wrapper gives no read-deadline view.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_read_deadline(chokaq_core::ReadDeadline::Unbounded)
     }
     async fn migrate(&self) -> Result<()> {
         self.inner.migrate().await

@@ -20,8 +20,10 @@ pub struct WebFlags {
     /// How long a POST may take to send its body.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse::duration)]
     pub body_timeout: Duration,
-    /// How long one request may take from its headers to its answer (then 503; a statement the
-    /// database is running goes on to its end).
+    /// How long one request may take from its headers to its answer (then 503). Also the
+    /// deadline of the request's database reads: the database stops their statements when it
+    /// passes, or when the request is dropped first (SQL Server: the dashboard only stops
+    /// waiting).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::parse::duration)]
     pub request_timeout: Duration,
     /// How many connections are served at once; more wait in the listen backlog.

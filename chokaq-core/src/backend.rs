@@ -118,6 +118,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Lists jobs of one table with filters and keyset paging.
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage>;
 
+    /// This backend with its reads bounded by `deadline`, for a caller that answers a request
+    /// within it (the dashboard): `queue_settings`, `stats`, `stats_estimated`, `get_job`,
+    /// `list_jobs`, `list_workers`, `throughput` and `list_schedules` on the returned backend
+    /// fail with [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable) once it has passed,
+    /// and [`Capabilities::read_deadline`] says how a statement the database is running is
+    /// stopped at the deadline, or when the read's future is dropped. Every other operation of
+    /// the returned backend is this backend's own, unbounded. `None` (the default) when the
+    /// backend takes no deadline ([`ReadDeadline::Unbounded`](crate::ReadDeadline)).
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<std::sync::Arc<dyn Backend>> {
+        let _ = deadline;
+        None
+    }
+
     /// Wake-ups on enqueue, where the database can push them (`None` otherwise: poll). The
     /// one source of truth for whether a backend pushes wake-ups: there is no capability flag
     /// for it, and no default, so a new backend decides.
@@ -233,6 +246,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<std::sync::Arc<dyn Backend>> {
+        (**self).with_read_deadline(deadline)
     }
     async fn migrate(&self) -> Result<()> {
         (**self).migrate().await

@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use crate::ReadDeadline;
+
 /// How finely a backend stores timestamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampPrecision {
@@ -33,14 +35,22 @@ pub struct Capabilities {
     pub kill_connections: bool,
     /// Several OS processes may share one database safely.
     pub multi_process: bool,
+    /// How the reads of [`crate::Backend::with_read_deadline`] are bounded.
+    pub read_deadline: ReadDeadline,
 }
 
 impl Capabilities {
     /// The capabilities of an ordinary database server: several processes may share it
     /// (`multi_process` on); the test-only `kill_connections` is off. Whether a backend pushes
-    /// wake-ups is not a flag: [`crate::Backend::wakeups`] answers it.
+    /// wake-ups is not a flag: [`crate::Backend::wakeups`] answers it. Reads take no deadline
+    /// ([`ReadDeadline::Unbounded`]).
     pub const fn minimal(timestamp_precision: TimestampPrecision) -> Self {
-        Capabilities { timestamp_precision, kill_connections: false, multi_process: true }
+        Capabilities {
+            timestamp_precision,
+            kill_connections: false,
+            multi_process: true,
+            read_deadline: ReadDeadline::Unbounded,
+        }
     }
 
     /// Sets `kill_connections`.
@@ -52,6 +62,12 @@ impl Capabilities {
     /// Sets `multi_process`.
     pub const fn with_multi_process(mut self, v: bool) -> Self {
         self.multi_process = v;
+        self
+    }
+
+    /// Sets `read_deadline`.
+    pub const fn with_read_deadline(mut self, v: ReadDeadline) -> Self {
+        self.read_deadline = v;
         self
     }
 }

@@ -13,6 +13,7 @@
 mod backend;
 mod capabilities;
 mod claim;
+pub mod deadline;
 mod error;
 mod job;
 mod list;
@@ -36,6 +37,7 @@ mod wake;
 pub use backend::{Backend, BackendExt};
 pub use capabilities::{Capabilities, TimestampPrecision};
 pub use claim::{ClaimMode, ClaimParams, MAX_CLAIM_LIMIT, MAX_ENQUEUE_BATCH};
+pub use deadline::ReadDeadline;
 pub use error::{Error, ErrorKind, Result};
 pub use job::*;
 pub use list::{JobPage, JobTable, ListJobsParams};

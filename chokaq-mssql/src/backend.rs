@@ -15,8 +15,8 @@ use chokaq_core::uuid::Uuid;
 use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, FailAction,
     FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
-    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, StatsSnapshot,
-    ThroughputBucket, ThroughputParams, TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration,
+    QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result,
+    StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use tiberius::{Row, ToSql};
 
@@ -31,6 +31,8 @@ use crate::{admin, claim, enqueue, inspect, lease, list, migrate, workers};
 #[derive(Clone)]
 pub struct MssqlBackend {
     inner: Arc<Inner>,
+    /// The deadline of this view's reads ([`Backend::with_read_deadline`]).
+    read_deadline: Option<std::time::Instant>,
 }
 
 struct Inner {
@@ -98,7 +100,8 @@ impl MssqlBackend {
         let manager = Manager::new(cfg.parts.clone(), app_name.clone(), cfg.connect_timeout);
         let pool = Pool::open(manager, cfg.max_connections, cfg.statement_timeout).await?;
         tracing::debug!(target: "chokaq_mssql", server = %cfg, "connected");
-        Ok(MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) }) })
+        let inner = Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) });
+        Ok(MssqlBackend { inner, read_deadline: None })
     }
 
     /// Test and operations helper: creates database `db` on the server `cfg` points at (if
@@ -177,7 +180,14 @@ impl MssqlBackend {
 
     /// Runs one batch on a pooled connection (statement timeout, transient failures retried).
     pub(crate) async fn run(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
-        self.inner.pool.run(op, sql, params).await
+        self.inner.pool.run(op, sql, params, None).await
+    }
+
+    /// [`MssqlBackend::run`] for a read: on a view with a read deadline, waits for the pool and
+    /// the answer no longer than the time left (the connection is then discarded: see
+    /// [`ReadDeadline::Client`]).
+    pub(crate) async fn read(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
+        self.inner.pool.run(op, sql, params, self.read_deadline).await
     }
 }
 
@@ -198,6 +208,15 @@ impl Backend for MssqlBackend {
         Capabilities::minimal(TimestampPrecision::HundredNanoseconds)
             .with_kill_connections(true)
             .with_multi_process(true)
+            .with_read_deadline(ReadDeadline::Client)
+    }
+
+    /// The same pool; the reads wait no longer than the deadline. tiberius sends no attention
+    /// signal, so a statement the server is running is not cancelled: its connection is
+    /// discarded, and the server runs it until it notices (lock waits end at the session's
+    /// `LOCK_TIMEOUT`, 5 s). Hence [`ReadDeadline::Client`].
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(MssqlBackend { inner: self.inner.clone(), read_deadline: Some(deadline) }))
     }
 
     async fn migrate(&self) -> Result<()> {
@@ -368,7 +387,26 @@ mod tests {
         let manager = Manager::new(cfg.parts.clone(), "chokaq-test".to_string(), cfg.connect_timeout);
         let pool = Pool::unopened(manager, cfg.statement_timeout);
         let app_name = "chokaq-test".to_string();
-        MssqlBackend { inner: Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) }) }
+        let inner = Arc::new(Inner { pool, cfg, sql, app_name, rescue_misses: AtomicU32::new(0) });
+        MssqlBackend { inner, read_deadline: None }
+    }
+
+    /// A view's reads are bounded on this side only (tiberius cannot cancel a statement): a
+    /// passed deadline fails them before any connection is asked for, and a deadline that
+    /// passes while the pool tries to connect ends the wait with the deadline's error.
+    #[tokio::test]
+    async fn a_read_deadline_bounds_the_reads_here() {
+        let b = unopened();
+        assert_eq!(b.capabilities().read_deadline, ReadDeadline::Client);
+        let passed = b.with_read_deadline(std::time::Instant::now()).expect("a view");
+        let soon = b.with_read_deadline(std::time::Instant::now() + std::time::Duration::from_millis(50)).unwrap();
+        for e in [passed.stats().await.unwrap_err(), passed.list_workers().await.unwrap_err()] {
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+            assert!(e.to_string().contains("deadline passed"), "{e}");
+        }
+        // Nothing listens on port 9: the connect fails on its own or the deadline ends it.
+        let e = soon.get_job(JobId::new()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     }
 
     fn invalid<T: std::fmt::Debug>(r: Result<T>, says: &str) {

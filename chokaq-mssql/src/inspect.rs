@@ -11,7 +11,7 @@ use crate::backend::MssqlBackend;
 pub(crate) async fn queue_settings(b: &MssqlBackend, queue: &QueueName) -> Result<QueueSettings> {
     let op = "queue_settings";
     let name = queue.as_str().to_string();
-    let rows = last_set(b.run(op, &b.sql().queue_settings, &[&name]).await?);
+    let rows = last_set(b.read(op, &b.sql().queue_settings, &[&name]).await?);
     match rows.first() {
         Some(r) => decode_queue(op, r),
         None => Ok(QueueSettings::default_for(queue.clone())),
@@ -21,7 +21,7 @@ pub(crate) async fn queue_settings(b: &MssqlBackend, queue: &QueueName) -> Resul
 /// [`chokaq_core::Backend::stats`].
 pub(crate) async fn stats(b: &MssqlBackend) -> Result<StatsSnapshot> {
     let op = "stats";
-    let sets = b.run(op, &b.sql().stats, &[]).await?;
+    let sets = b.read(op, &b.sql().stats, &[]).await?;
     decode_stats(op, sets)
 }
 
@@ -29,7 +29,7 @@ pub(crate) async fn stats(b: &MssqlBackend) -> Result<StatsSnapshot> {
 pub(crate) async fn get_job(b: &MssqlBackend, id: JobId) -> Result<Option<JobRecord>> {
     let op = "get_job";
     let bytes = id_bytes(id);
-    let rows = last_set(b.run(op, &b.sql().get_job, &[&bytes]).await?);
+    let rows = last_set(b.read(op, &b.sql().get_job, &[&bytes]).await?);
     match rows.len() {
         0 => Ok(None),
         1 => decode_record(op, &rows[0]).map(Some),

@@ -32,7 +32,7 @@ pub(crate) async fn list_jobs(b: &MssqlBackend, f: &ListJobsParams) -> Result<Jo
     let kind = f.kind.as_ref().map(|k| k.as_str().to_string());
     let tag = f.tag.clone();
     let rows = last_set(
-        b.run(op, sql, &[&limit, &after, &queue, &status, &kind, &tag, &f.created_from, &f.created_to]).await?,
+        b.read(op, sql, &[&limit, &after, &queue, &status, &kind, &tag, &f.created_from, &f.created_to]).await?,
     );
     let mut jobs = rows.iter().map(|r| decode_record(op, r)).collect::<Result<Vec<_>>>()?;
     if f.without_payloads {

@@ -79,7 +79,7 @@ impl MssqlBackend {
 
     pub(crate) async fn list_schedules_impl(&self) -> Result<Vec<ScheduleRow>> {
         let op = "list_schedules";
-        let rows = last_set(self.run(op, &self.sql().schedule_list, &[]).await?);
+        let rows = last_set(self.read(op, &self.sql().schedule_list, &[]).await?);
         rows.iter().map(|r| schedule(op, r)).collect()
     }
 

@@ -185,11 +185,19 @@ impl Pool {
         Pool { pool, statement_timeout }
     }
 
-    /// Runs one batch, retrying transient failures.
-    pub async fn run(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
+    /// Runs one batch, retrying transient failures. With a `deadline` (a bounded read), the
+    /// wait for a connection and for the answer end when it passes (the deadline's error); the
+    /// connection is then discarded, like one dropped mid-batch.
+    pub async fn run(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<Vec<Row>>> {
         let mut attempt = 0;
         loop {
-            match self.run_once(op, sql, params).await {
+            match self.run_once(op, sql, params, deadline).await {
                 Err(e) if e.kind() == ErrorKind::Transient && attempt < MAX_TRANSIENT_RETRIES => {
                     attempt += 1;
                     let base = 5u64 << attempt;
@@ -202,12 +210,37 @@ impl Pool {
         }
     }
 
-    async fn run_once(&self, op: &'static str, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
-        let mut conn = self.pool.get().await.map_err(pool_error)?;
+    async fn run_once(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<Vec<Row>>> {
+        let (limit, bounded) = match deadline {
+            Some(d) => {
+                let left = chokaq_core::deadline::remaining(d)?;
+                (left.min(self.statement_timeout), left <= self.statement_timeout)
+            }
+            None => (self.statement_timeout, false),
+        };
+        let mut conn = match deadline {
+            // A bounded read waits for a connection no longer than its deadline.
+            Some(d) => match tokio::time::timeout_at(d.into(), self.pool.get()).await {
+                Ok(c) => c.map_err(pool_error)?,
+                Err(_) => return Err(chokaq_core::deadline::passed()),
+            },
+            None => self.pool.get().await.map_err(pool_error)?,
+        };
+        // Dropped before the answer (or timed out), the connection is discarded.
         conn.broken = true;
-        let limit = self.statement_timeout;
+        let limit = match deadline {
+            Some(d) => chokaq_core::deadline::remaining(d)?.min(limit),
+            None => limit,
+        };
         let res = tokio::time::timeout(limit, async { read_sets(conn.client.query(sql, params).await?).await }).await;
         match res {
+            Err(_) if bounded => Err(chokaq_core::deadline::passed()),
             Err(_) => Err(timeout(op, limit)),
             Ok(Ok(rows)) => {
                 conn.broken = false;

@@ -32,7 +32,7 @@ pub(crate) async fn deregister_worker(b: &MssqlBackend, worker: WorkerId) -> Res
 /// [`chokaq_core::Backend::list_workers`].
 pub(crate) async fn list_workers(b: &MssqlBackend) -> Result<Vec<WorkerProcess>> {
     let op = "list_workers";
-    let rows = last_set(b.run(op, &b.sql().list_workers, &[]).await?);
+    let rows = last_set(b.read(op, &b.sql().list_workers, &[]).await?);
     let bad = |what: &str| Error::new(ErrorKind::Other, format!("{op}: unexpected stored {what}"));
     rows.iter()
         .map(|r| {
@@ -64,10 +64,10 @@ pub(crate) async fn throughput(b: &MssqlBackend, params: &ThroughputParams) -> R
     params.validate()?;
     let ms = millis("window", params.window)?;
     let sets = match &params.queue {
-        None => b.run(op, &b.sql().throughput_all, &[&ms]).await?,
+        None => b.read(op, &b.sql().throughput_all, &[&ms]).await?,
         Some(q) => {
             let name = q.as_str().to_string();
-            b.run(op, &b.sql().throughput_queue, &[&ms, &name]).await?
+            b.read(op, &b.sql().throughput_queue, &[&ms, &name]).await?
         }
     };
     last_set(sets)

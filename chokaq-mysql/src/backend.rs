@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use chokaq_core::{
     Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, Error,
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams,
-    NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result,
-    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
-    TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams,
+    RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome,
+    TickRequest, TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
@@ -71,11 +71,13 @@ pub struct MysqlBackend {
     /// The server's ids of the sessions this backend opened (`kill_connections`).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) sessions: Arc<Mutex<HashSet<u64>>>,
-    /// How to open a session outside the pools (`kill_connections`).
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    /// How to open a session outside the pools (`kill_connections`; the kill of a dropped
+    /// bounded read, `bounded.rs`).
     pub(crate) options: MySqlConnectOptions,
     pub(crate) schema: String,
     pub(crate) faults: Faults,
+    /// The deadline of this view's reads ([`Backend::with_read_deadline`], `bounded.rs`).
+    pub(crate) read_deadline: Option<std::time::Instant>,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -114,6 +116,7 @@ impl MysqlBackend {
             options,
             schema: cfg.schema,
             faults: Faults::default(),
+            read_deadline: None,
         })
     }
 
@@ -146,9 +149,13 @@ impl MysqlBackend {
     }
 
     /// Begins a read-only transaction on one snapshot (REPEATABLE READ for this transaction:
-    /// a plain read there takes no locks and sees one consistent state).
-    pub(crate) async fn begin_read(&self) -> Result<Tx> {
-        self.pool.begin_with(self.sql.read_snapshot.clone()).await.map_err(map_err)
+    /// a plain read there takes no locks and sees one consistent state), on the connection of
+    /// a read (`bounded::ReadConn`).
+    pub(crate) async fn begin_read_on<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+    ) -> Result<sqlx::Transaction<'c, MySql>> {
+        sqlx::Connection::begin_with(conn, self.sql.read_snapshot.clone()).await.map_err(map_err)
     }
 
     /// The database clock, read on `conn`.
@@ -323,7 +330,15 @@ impl Backend for MysqlBackend {
     /// Microsecond times; several processes on one database; sessions can be killed
     /// (`KILL CONNECTION`). No wake-ups: MySQL has no LISTEN/NOTIFY, workers poll.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(true).with_multi_process(true)
+        Capabilities::minimal(TimestampPrecision::Microsecond)
+            .with_kill_connections(true)
+            .with_multi_process(true)
+            .with_read_deadline(ReadDeadline::Server)
+    }
+
+    /// The same pools; the reads run through `bounded.rs`.
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(MysqlBackend { read_deadline: Some(deadline), ..self.clone() }))
     }
 
     async fn migrate(&self) -> Result<()> {

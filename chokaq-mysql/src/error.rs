@@ -24,6 +24,9 @@ const BAD_FIELD: u16 = 1054;
 const ACCESS_DENIED: [u16; 6] = [1044, 1045, 1142, 1143, 1227, 1370];
 /// ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_QUERY_INTERRUPTED / KILL.
 const UNAVAILABLE: [u16; 4] = [1040, 1053, 1927, 2013];
+/// A statement stopped at its time limit: MariaDB's `max_statement_time` (1969), MySQL's
+/// `max_execution_time` (3024); a bounded read's deadline (`bounded.rs`) sets them.
+pub(crate) const TIME_LIMIT: [u16; 2] = [1969, 3024];
 /// Data errors: out of range, too long, bad value.
 const BAD_DATA: [u16; 4] = [1264, 1406, 1366, 3140];
 
@@ -47,7 +50,7 @@ pub(crate) fn map_err(e: sqlx::Error) -> Error {
         (_, Some(DUP_ENTRY)) => ErrorKind::Conflict,
         (_, Some(NO_SUCH_TABLE | BAD_DB | BAD_FIELD)) => ErrorKind::NotMigrated,
         (_, Some(c)) if ACCESS_DENIED.contains(&c) => ErrorKind::InvalidInput,
-        (_, Some(c)) if UNAVAILABLE.contains(&c) => ErrorKind::Unavailable,
+        (_, Some(c)) if UNAVAILABLE.contains(&c) || TIME_LIMIT.contains(&c) => ErrorKind::Unavailable,
         (_, Some(c)) if BAD_DATA.contains(&c) => ErrorKind::InvalidInput,
         (sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_), _) => ErrorKind::Unavailable,
         (sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed, _) => ErrorKind::Unavailable,

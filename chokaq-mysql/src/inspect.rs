@@ -7,18 +7,20 @@ use std::collections::HashMap;
 use chokaq_core::{
     validate, JobId, JobRecord, KeyCount, QueueName, QueueSettings, QueueStats, Result, StatsSnapshot, MAX_BUSIEST_KEYS,
 };
-use sqlx::mysql::MySqlRow;
+use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::Row;
 
 use crate::backend::MysqlBackend;
+use crate::bounded::ReadConn;
 use crate::error::{corrupt, map_err};
 use crate::rows::{self, text, ts, Src};
 
 /// [`chokaq_core::Backend::queue_settings`].
 pub(crate) async fn queue_settings(b: &MysqlBackend, queue: &QueueName) -> Result<QueueSettings> {
     validate::queue_name(queue.as_str())?;
-    let mut conn = b.pool.acquire().await.map_err(map_err)?;
-    b.read_settings(&mut conn, queue).await
+    let mut r = ReadConn::open(b).await?;
+    let out = b.read_settings(r.conn(), queue).await;
+    r.finish(out).await
 }
 
 /// The per-queue entry of a snapshot, created on first use.
@@ -33,7 +35,14 @@ fn count(r: &MySqlRow) -> Result<u64> {
 
 /// [`chokaq_core::Backend::stats`].
 pub(crate) async fn stats(b: &MysqlBackend) -> Result<StatsSnapshot> {
-    let mut tx = b.begin_read().await?;
+    let mut r = ReadConn::open(b).await?;
+    let out = stats_on(b, r.conn()).await;
+    r.finish(out).await
+}
+
+/// [`stats`] on `conn`, in one read transaction.
+async fn stats_on(b: &MysqlBackend, conn: &mut MySqlConnection) -> Result<StatsSnapshot> {
+    let mut tx = b.begin_read_on(conn).await?;
     let now = b.now(&mut tx).await?;
     let mut per: HashMap<String, QueueStats> = HashMap::new();
     let mut snap = StatsSnapshot { taken_at: Some(ts(now)?), ..StatsSnapshot::default() };
@@ -92,7 +101,14 @@ pub(crate) async fn stats(b: &MysqlBackend) -> Result<StatsSnapshot> {
 
 /// [`chokaq_core::Backend::get_job`]: hot, then archive, then dead-letter, in one snapshot.
 pub(crate) async fn get_job(b: &MysqlBackend, id: JobId) -> Result<Option<JobRecord>> {
-    let mut tx = b.begin_read().await?;
+    let mut r = ReadConn::open(b).await?;
+    let out = get_job_on(b, r.conn(), id).await;
+    r.finish(out).await
+}
+
+/// [`get_job`] on `conn`, in one read transaction.
+async fn get_job_on(b: &MysqlBackend, conn: &mut MySqlConnection, id: JobId) -> Result<Option<JobRecord>> {
+    let mut tx = b.begin_read_on(conn).await?;
     let mut found = None;
     for (sql, src) in [(&b.sql.get_hot, Src::Hot), (&b.sql.get_archive, Src::Archive), (&b.sql.get_dead, Src::Dead)] {
         let row = sqlx::query(sql).bind(id.0).fetch_optional(&mut *tx).await.map_err(map_err)?;

@@ -50,6 +50,7 @@
 
 mod admin;
 mod backend;
+mod bounded;
 mod claim;
 mod config;
 mod enqueue;

@@ -5,6 +5,7 @@ use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{JobPage, JobTable, ListJobsParams, Result};
 
 use crate::backend::MysqlBackend;
+use crate::bounded::ReadConn;
 use crate::error::map_err;
 use crate::rows::{self, ts_us, Src};
 
@@ -36,8 +37,9 @@ pub(crate) async fn list_jobs(b: &MysqlBackend, filter: &ListJobsParams) -> Resu
             ListArg::Time(t) => q.bind(t.timestamp_micros()),
         };
     }
-    let mut conn = b.pool.acquire().await.map_err(map_err)?;
-    let rows = q.fetch_all(&mut *conn).await.map_err(map_err)?;
+    let mut r = ReadConn::open(b).await?;
+    let out = q.fetch_all(r.conn()).await.map_err(map_err);
+    let rows = r.finish(out).await?;
     let mut jobs = rows.iter().map(|r| rows::record(r, src)).collect::<Result<Vec<_>>>()?;
     let next = if jobs.len() > filter.limit as usize {
         jobs.truncate(filter.limit as usize);

@@ -7,6 +7,7 @@ use sqlx::MySqlConnection;
 use sqlx::Row;
 
 use crate::backend::{commit, MysqlBackend};
+use crate::bounded::ReadConn;
 use crate::enqueue::{insert_one, prepare};
 use crate::error::{map_err, mysql_code, Path, DUP_ENTRY};
 use crate::rows::{opt_ts, text, ts, ts_us};
@@ -136,8 +137,9 @@ pub(crate) async fn enqueue_tick(b: &MysqlBackend, req: &TickRequest) -> Result<
 
 /// [`chokaq_core::Backend::list_schedules`].
 pub(crate) async fn list(b: &MysqlBackend) -> Result<Vec<ScheduleRow>> {
-    let rows = sqlx::query(&b.sql.schedule_list).fetch_all(&b.pool).await.map_err(map_err)?;
-    rows.iter().map(schedule).collect()
+    let mut r = ReadConn::open(b).await?;
+    let out = sqlx::query(&b.sql.schedule_list).fetch_all(r.conn()).await.map_err(map_err);
+    r.finish(out).await?.iter().map(schedule).collect()
 }
 
 /// [`chokaq_core::Backend::set_schedule_enabled`].

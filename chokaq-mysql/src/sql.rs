@@ -219,6 +219,19 @@ statements! {
     /// Begins a reader's transaction: one snapshot for every statement of it (the level set
     /// applies to this transaction only; plain reads take no locks at any level).
     read_snapshot: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION",
+    /// A read bounded by a deadline (`bounded.rs`): its session's id (for the kill on drop) and
+    /// the server's version (MariaDB or MySQL: which time limit to set), in one round trip.
+    bounded_setup: "SELECT CONNECTION_ID() AS id, VERSION() AS version",
+    /// MariaDB's limit on every statement of the session, in seconds (`?`: the time left).
+    bounded_limit_mariadb: "SET SESSION max_statement_time = ?",
+    /// MySQL 8's limit on the session's read-only SELECTs, in milliseconds.
+    bounded_limit_mysql: "SET SESSION max_execution_time = ?",
+    /// Back to the server's default before the session returns to the pool.
+    bounded_reset_mariadb: "SET SESSION max_statement_time = DEFAULT",
+    bounded_reset_mysql: "SET SESSION max_execution_time = DEFAULT",
+    /// Stops the statement of a dropped bounded read (`?`: its session's id), sent on a
+    /// connection of its own while the read's session is still open.
+    bounded_kill: "KILL QUERY ?",
     newest_version: migrate::NEWEST_VERSION,
     record_version: migrate::RECORD_VERSION,
     find_by_key: enqueue::FIND_BY_KEY,

@@ -75,7 +75,7 @@ impl TestSupport for MysqlBackend {
         // The ids travel as one bound JSON array of hex strings (`JSON_TABLE` in the statement).
         let hex: Vec<String> = ids.iter().map(|id| id.0.simple().to_string()).collect();
         let hex = serde_json::to_string(&hex)?;
-        let mut tx = self.begin_read().await?;
+        let mut tx = self.pool.begin_with(self.sql.read_snapshot.clone()).await.map_err(crate::error::map_err)?;
         let tables: [(&String, fn(&mut Presence, u32)); 3] = [
             (&self.sql.presence_hot, |p, n| p.hot = n),
             (&self.sql.presence_archive, |p, n| p.archive = n),

@@ -8,6 +8,7 @@ use chokaq_core::{
 use sqlx::Row;
 
 use crate::backend::{commit, MysqlBackend};
+use crate::bounded::ReadConn;
 use crate::error::{map_err, Path};
 use crate::rows::{dur_us, text, ts};
 
@@ -46,8 +47,9 @@ pub(crate) async fn deregister(b: &MysqlBackend, worker: WorkerId) -> Result<boo
 
 /// [`chokaq_core::Backend::list_workers`].
 pub(crate) async fn list(b: &MysqlBackend) -> Result<Vec<WorkerProcess>> {
-    let mut conn = b.pool.acquire().await.map_err(map_err)?;
-    let rows = sqlx::query(&b.sql.list_workers).fetch_all(&mut *conn).await.map_err(map_err)?;
+    let mut r = ReadConn::open(b).await?;
+    let out = sqlx::query(&b.sql.list_workers).fetch_all(r.conn()).await.map_err(map_err);
+    let rows = r.finish(out).await?;
     let corrupt = |what: &str| Error::new(ErrorKind::Other, format!("mysql: unexpected stored value: {what}"));
     rows.iter()
         .map(|r| {
@@ -87,8 +89,11 @@ pub(crate) async fn prune(b: &MysqlBackend, stale_after: Duration) -> Result<u64
 pub(crate) async fn throughput(b: &MysqlBackend, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
     params.validate()?;
     let window = dur_us("window", params.window)?;
-    let mut conn = b.pool.acquire().await.map_err(map_err)?;
-    let since = b.now(&mut conn).await? - window;
+    let mut r = ReadConn::open(b).await?;
+    let since = match b.now(r.conn()).await {
+        Ok(now) => now - window,
+        Err(e) => return r.finish(Err(e)).await,
+    };
     let mut q = sqlx::query(match &params.queue {
         None => &b.sql.throughput_all,
         Some(_) => &b.sql.throughput_queue,
@@ -99,7 +104,8 @@ pub(crate) async fn throughput(b: &MysqlBackend, params: &ThroughputParams) -> R
             q = q.bind(name.as_str());
         }
     }
-    let rows = q.fetch_all(&mut *conn).await.map_err(map_err)?;
+    let out = q.fetch_all(r.conn()).await.map_err(map_err);
+    let rows = r.finish(out).await?;
     rows.iter()
         .map(|r| {
             Ok(ThroughputBucket {

@@ -14,9 +14,9 @@ use async_trait::async_trait;
 use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, FailAction,
     FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
-    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
-    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision,
-    Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result,
+    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
+    TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::PgPool;
@@ -36,6 +36,8 @@ pub struct PgBackend {
     /// checked out between statements (`kept.rs`).
     pub(crate) kept: Kept,
     pub(crate) shared: Arc<Shared>,
+    /// The deadline of this view's reads ([`Backend::with_read_deadline`], `bounded.rs`).
+    pub(crate) read_deadline: Option<std::time::Instant>,
 }
 
 /// What every clone of a backend shares.
@@ -117,6 +119,7 @@ impl PgBackend {
         Ok(PgBackend {
             kept: Kept::new(pool.clone()),
             pool,
+            read_deadline: None,
             shared: Arc::new(Shared {
                 sql: Statements::new(&config.schema),
                 application_name: config.application_name(),
@@ -133,7 +136,7 @@ impl PgBackend {
     /// The same schema, statements and settings on another pool (test support).
     #[cfg(feature = "testing")]
     pub(crate) fn on_pool(&self, pool: PgPool) -> Self {
-        PgBackend { kept: Kept::new(pool.clone()), pool, shared: self.shared.clone() }
+        PgBackend { kept: Kept::new(pool.clone()), pool, shared: self.shared.clone(), read_deadline: None }
     }
 
     /// The pool.
@@ -191,7 +194,8 @@ impl PgBackend {
                 .connect_with(opts)
                 .await
                 .map_err(map_sqlx_error)?;
-            return Ok(PgBackend { kept: Kept::new(pool.clone()), pool, shared: b.shared }.with_faults(faults));
+            return Ok(PgBackend { kept: Kept::new(pool.clone()), pool, shared: b.shared, read_deadline: None }
+                .with_faults(faults));
         }
         Ok(Self::connect_with(opts, config).await?.with_faults(faults))
     }
@@ -210,7 +214,7 @@ impl PgBackend {
             wake: tokio::sync::Mutex::new(None),
             notifier: std::sync::Mutex::new(None),
         };
-        PgBackend { pool: self.pool, kept: self.kept, shared: Arc::new(shared) }
+        PgBackend { pool: self.pool, kept: self.kept, shared: Arc::new(shared), read_deadline: self.read_deadline }
     }
 }
 
@@ -228,7 +232,15 @@ impl Backend for PgBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(true).with_multi_process(true)
+        Capabilities::minimal(TimestampPrecision::Microsecond)
+            .with_kill_connections(true)
+            .with_multi_process(true)
+            .with_read_deadline(ReadDeadline::Server)
+    }
+
+    /// The same pool and sessions; the reads run through `bounded.rs`.
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(PgBackend { read_deadline: Some(deadline), ..self.clone() }))
     }
 
     async fn migrate(&self) -> Result<()> {

@@ -94,12 +94,24 @@ impl Kept {
     /// A transaction on the pool. When the pool is at its size with nothing idle, a kept
     /// session goes back to it first, so the transaction never waits for one the stack holds.
     pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        self.hand_back_if_dry();
+        self.inner.pool.begin().await
+    }
+
+    /// A session of the pool for a caller that holds it (a bounded read, `bounded.rs`), with the
+    /// same hand-back as [`Kept::begin`].
+    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        self.hand_back_if_dry();
+        self.inner.pool.acquire().await
+    }
+
+    /// When the pool is at its size with nothing idle, hands one kept session back to it.
+    fn hand_back_if_dry(&self) {
         let pool = &self.inner.pool;
         if pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections() {
             let back = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
             drop(back);
         }
-        pool.begin().await
     }
 
     /// How many sessions are kept now.

@@ -29,13 +29,15 @@
 //! statement, by room in `sql/*.rs`; the broken ones of the `fault-injection` feature in
 //! `sql/faults.rs`), `rows.rs`, `error.rs`, `config.rs` and `testing.rs` (`TestSupport`,
 //! feature `testing`). PostgreSQL's extras: `listen.rs` (wake-ups, on a connection of their
-//! own), `tls.rs` (the URL's `sslmode`), `notify.rs` (wake-ups sent after the commit) and `kept.rs` (pooled sessions kept
-//! between statements).
+//! own), `tls.rs` (the URL's `sslmode`), `notify.rs` (wake-ups sent after the commit), `kept.rs` (pooled sessions kept
+//! between statements) and `bounded.rs` (reads bounded by a deadline: `statement_timeout`, and
+//! `pg_cancel_backend` when dropped).
 //!
 //! See `docs/postgres.md` for the schema and the reasoning behind each statement.
 
 mod admin;
 mod backend;
+mod bounded;
 mod claim;
 mod config;
 mod enqueue;

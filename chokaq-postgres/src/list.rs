@@ -5,6 +5,7 @@ use chokaq_core::listing::{self, ListArg};
 use chokaq_core::{JobPage, ListJobsParams, Result};
 
 use crate::backend::PgBackend;
+use crate::bounded::Session;
 use crate::error::with_retry;
 use crate::rows::{self};
 use crate::sql;
@@ -14,7 +15,7 @@ pub(crate) async fn list_jobs(b: &PgBackend, filter: &ListJobsParams) -> Result<
     listing::validate_params(filter)?;
     // Only the filters given, built with sea-query (`chokaq_core::listing`).
     let q = sql::list_query(&b.shared.schema, filter)?;
-    let found = with_retry(|| {
+    let build = || {
         let mut query = sqlx::query(&q.sql);
         for arg in &q.args {
             query = match arg {
@@ -26,9 +27,16 @@ pub(crate) async fn list_jobs(b: &PgBackend, filter: &ListJobsParams) -> Result<
                 ListArg::Time(t) => query.bind(*t),
             };
         }
-        query.fetch_all(&b.kept)
-    })
-    .await?;
+        query
+    };
+    let found = match b.read_deadline {
+        Some(d) => {
+            let mut s = Session::open(b, d).await?;
+            let r = build().fetch_all(s.conn()).await;
+            s.finish(r).await?
+        }
+        None => with_retry(|| build().fetch_all(&b.kept)).await?,
+    };
     let mut jobs = found.iter().map(rows::record).collect::<Result<Vec<_>>>()?;
     let next = if jobs.len() > filter.limit as usize {
         jobs.truncate(filter.limit as usize);

@@ -105,7 +105,15 @@ impl PgBackend {
     }
 
     pub(crate) async fn list_schedules_impl(&self) -> Result<Vec<ScheduleRow>> {
-        let rows = with_retry(|| sqlx::query(&self.sql().schedule_list).fetch_all(&self.kept)).await?;
+        let q = || sqlx::query(&self.sql().schedule_list);
+        let rows = match self.read_deadline {
+            Some(d) => {
+                let mut s = crate::bounded::Session::open(self, d).await?;
+                let r = q().fetch_all(s.conn()).await;
+                s.finish(r).await?
+            }
+            None => with_retry(|| q().fetch_all(&self.kept)).await?,
+        };
         rows.iter().map(schedule).collect()
     }
 

@@ -269,6 +269,10 @@ statements! {
     stats = STATS;
     stats_estimated = STATS_ESTIMATED;
     no_jit = NO_JIT;
+    bounded_begin = BOUNDED_BEGIN;
+    bounded_setup = BOUNDED_SETUP;
+    bounded_commit = BOUNDED_COMMIT;
+    bounded_cancel = BOUNDED_CANCEL;
     get_job = GET_JOB;
     purge_archive = PURGE_ARCHIVE;
     purge_dlq = PURGE_DLQ;

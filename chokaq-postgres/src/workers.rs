@@ -11,6 +11,7 @@ use chokaq_core::{
 use uuid::Uuid;
 
 use crate::backend::PgBackend;
+use crate::bounded::Session;
 use crate::error::with_retry;
 use crate::rows::{self};
 
@@ -41,7 +42,15 @@ pub(crate) async fn deregister_worker(b: &PgBackend, worker: WorkerId) -> Result
 /// [`chokaq_core::Backend::list_workers`].
 pub(crate) async fn list_workers(b: &PgBackend) -> Result<Vec<WorkerProcess>> {
     type Row = (Uuid, String, i64, Vec<String>, i64, Timestamp, Timestamp);
-    let rows: Vec<Row> = with_retry(|| sqlx::query_as(&b.sql().list_workers).fetch_all(&b.kept)).await?;
+    let q = || sqlx::query_as(&b.sql().list_workers);
+    let rows: Vec<Row> = match b.read_deadline {
+        Some(d) => {
+            let mut s = Session::open(b, d).await?;
+            let r = q().fetch_all(s.conn()).await;
+            s.finish(r).await?
+        }
+        None => with_retry(|| q().fetch_all(&b.kept)).await?,
+    };
     rows.into_iter()
         .map(|(id, host, pid, queues, concurrency, started_at, last_seen_at)| {
             Ok(WorkerProcess {
@@ -70,6 +79,16 @@ pub(crate) async fn prune_workers(b: &PgBackend, stale_after: Duration) -> Resul
 pub(crate) async fn throughput(b: &PgBackend, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
     params.validate()?;
     let window = rows::micros(params.window);
+    if let Some(d) = b.read_deadline {
+        let mut s = Session::open(b, d).await?;
+        let r = match &params.queue {
+            None => sqlx::query_as(&b.sql().throughput_all).bind(window).fetch_all(s.conn()).await,
+            Some(q) => {
+                sqlx::query_as(&b.sql().throughput_queue).bind(window).bind(q.as_str()).fetch_all(s.conn()).await
+            }
+        };
+        return Ok(buckets(s.finish(r).await?));
+    }
     let rows: Vec<(String, Timestamp, i64, i64, i64)> = with_retry(|| async {
         let mut tx = b.kept.begin().await?;
         sqlx::query(&b.sql().no_jit).execute(&mut *tx).await?;
@@ -83,8 +102,12 @@ pub(crate) async fn throughput(b: &PgBackend, params: &ThroughputParams) -> Resu
         Ok(rows)
     })
     .await?;
-    Ok(rows
-        .into_iter()
+    Ok(buckets(rows))
+}
+
+/// The throughput rows as buckets.
+fn buckets(rows: Vec<(String, Timestamp, i64, i64, i64)>) -> Vec<ThroughputBucket> {
+    rows.into_iter()
         .map(|(queue, minute, finished, failed, retried)| ThroughputBucket {
             queue,
             minute,
@@ -92,5 +115,5 @@ pub(crate) async fn throughput(b: &PgBackend, params: &ThroughputParams) -> Resu
             failed: failed.max(0) as u64,
             retried: retried.max(0) as u64,
         })
-        .collect())
+        .collect()
 }

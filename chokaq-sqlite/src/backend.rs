@@ -14,9 +14,9 @@ use async_trait::async_trait;
 use chokaq_core::{
     Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, FailAction,
     FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
-    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
-    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision, Wake,
-    Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result,
+    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
+    TimestampPrecision, Wake, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -68,6 +68,8 @@ pub struct SqliteBackend {
     pub(crate) max_payload_bytes: usize,
     pub(crate) wake: broadcast::Sender<Wake>,
     pub(crate) faults: Faults,
+    /// The deadline of this view's reads ([`Backend::with_read_deadline`], `bounded.rs`).
+    pub(crate) read_deadline: Option<std::time::Instant>,
 }
 
 impl fmt::Debug for SqliteBackend {
@@ -109,6 +111,7 @@ impl SqliteBackend {
             max_payload_bytes: cfg.max_payload_bytes,
             wake,
             faults: Faults::default(),
+            read_deadline: None,
         })
     }
 
@@ -207,7 +210,15 @@ impl Backend for SqliteBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::minimal(TimestampPrecision::Microsecond).with_kill_connections(false).with_multi_process(true)
+        Capabilities::minimal(TimestampPrecision::Microsecond)
+            .with_kill_connections(false)
+            .with_multi_process(true)
+            .with_read_deadline(ReadDeadline::Server)
+    }
+
+    /// The same pools; the reads run through `bounded.rs`.
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(SqliteBackend { read_deadline: Some(deadline), ..self.clone() }))
     }
 
     async fn migrate(&self) -> Result<()> {

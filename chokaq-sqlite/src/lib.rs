@@ -43,6 +43,7 @@
 
 mod admin;
 mod backend;
+mod bounded;
 mod claim;
 mod config;
 mod enqueue;

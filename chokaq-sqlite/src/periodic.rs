@@ -7,6 +7,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Row;
 
 use crate::backend::{commit, SqliteBackend};
+use crate::bounded::ReadConn;
 use crate::error::map_err;
 use crate::rows::{dur_us, now_us, opt_ts, ts, ts_us};
 
@@ -133,8 +134,9 @@ pub(crate) async fn enqueue_tick(b: &SqliteBackend, req: &TickRequest) -> Result
 
 /// [`chokaq_core::Backend::list_schedules`].
 pub(crate) async fn list(b: &SqliteBackend) -> Result<Vec<ScheduleRow>> {
-    let rows = sqlx::query(&b.sql.schedule_list).fetch_all(&b.reader).await.map_err(map_err)?;
-    rows.iter().map(schedule).collect()
+    let mut r = ReadConn::open(b).await?;
+    let out = sqlx::query(&b.sql.schedule_list).fetch_all(r.conn()).await.map_err(map_err);
+    r.finish(out).await?.iter().map(schedule).collect()
 }
 
 /// [`chokaq_core::Backend::set_schedule_enabled`].

@@ -8,6 +8,7 @@ use chokaq_core::{
 use sqlx::Row;
 
 use crate::backend::{commit, SqliteBackend};
+use crate::bounded::ReadConn;
 use crate::error::map_err;
 use crate::rows::{dur_us, now_us, ts};
 
@@ -43,8 +44,9 @@ pub(crate) async fn deregister(b: &SqliteBackend, worker: WorkerId) -> Result<bo
 
 /// [`chokaq_core::Backend::list_workers`].
 pub(crate) async fn list(b: &SqliteBackend) -> Result<Vec<WorkerProcess>> {
-    let mut conn = b.reader.acquire().await.map_err(map_err)?;
-    let rows = sqlx::query(&b.sql.list_workers).fetch_all(&mut *conn).await.map_err(map_err)?;
+    let mut r = ReadConn::open(b).await?;
+    let out = sqlx::query(&b.sql.list_workers).fetch_all(r.conn()).await.map_err(map_err);
+    let rows = r.finish(out).await?;
     let corrupt = |what: &str| Error::new(ErrorKind::Other, format!("sqlite: unexpected stored value: {what}"));
     rows.iter()
         .map(|r| {
@@ -80,19 +82,15 @@ pub(crate) async fn prune(b: &SqliteBackend, stale_after: Duration) -> Result<u6
 pub(crate) async fn throughput(b: &SqliteBackend, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
     params.validate()?;
     let since = now_us() - dur_us("window", params.window)?;
-    let mut conn = b.reader.acquire().await.map_err(map_err)?;
-    let rows = match &params.queue {
-        None => sqlx::query(&b.sql.throughput_all).bind(since).bind(MINUTE_US).fetch_all(&mut *conn).await,
+    let mut r = ReadConn::open(b).await?;
+    let out = match &params.queue {
+        None => sqlx::query(&b.sql.throughput_all).bind(since).bind(MINUTE_US).fetch_all(r.conn()).await,
         Some(q) => {
-            sqlx::query(&b.sql.throughput_queue)
-                .bind(since)
-                .bind(MINUTE_US)
-                .bind(q.as_str())
-                .fetch_all(&mut *conn)
-                .await
+            sqlx::query(&b.sql.throughput_queue).bind(since).bind(MINUTE_US).bind(q.as_str()).fetch_all(r.conn()).await
         }
     }
-    .map_err(map_err)?;
+    .map_err(map_err);
+    let rows = r.finish(out).await?;
     rows.iter()
         .map(|r| {
             Ok(ThroughputBucket {

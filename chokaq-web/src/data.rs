@@ -232,7 +232,7 @@ async fn overview_cached(st: &crate::Shared) -> Result<OverviewData> {
     if start {
         let st2 = st.clone();
         tokio::spawn(async move {
-            let r = st2.backend.throughput(&ThroughputParams::last_hour()).await;
+            let r = st2.reads_from_now().throughput(&ThroughputParams::last_hour()).await;
             {
                 let mut t = st2.cache.throughput.lock();
                 t.running = false;
@@ -245,7 +245,9 @@ async fn overview_cached(st: &crate::Shared) -> Result<OverviewData> {
             st2.cache.throughput.done.notify_waiters();
         });
     }
-    let (stats, workers) = futures::join!(st.backend.stats_estimated(), st.backend.list_workers());
+    // Off the request path: bounded by the request timeout from now.
+    let backend = st.reads_from_now();
+    let (stats, workers) = futures::join!(backend.stats_estimated(), backend.list_workers());
     let (stats, workers) = (stats?, optional(workers)?);
     if tc.lock().running {
         let _ = tokio::time::timeout(THROUGHPUT_WAIT, done).await;
@@ -326,7 +328,7 @@ pub async fn refresh_now(st: &crate::Shared) -> Result<std::sync::Arc<OverviewDa
 pub async fn overview_shared(st: &crate::Shared) -> Result<std::sync::Arc<OverviewData>> {
     let max_age = st.opts.snapshot_max_age;
     if max_age.is_zero() {
-        return Ok(std::sync::Arc::new(overview(&*st.backend, st.opts.worker_stale_after).await?));
+        return Ok(std::sync::Arc::new(overview(&*st.reads_from_now(), st.opts.worker_stale_after).await?));
     }
     let cache = &st.cache;
     let stored = cache.stored.notified();

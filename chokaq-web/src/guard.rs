@@ -18,6 +18,8 @@ use crate::{data, Auth, Ctx, Shared};
 const MAX_BODY: usize = 256 * 1024;
 
 pub(crate) async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    // The request's deadline: its reads stop on the database then (issue 40 item 3).
+    let deadline = std::time::Instant::now() + st.opts.request_timeout;
     let wants_json = req.uri().path().starts_with("/api/")
         || req
             .headers()
@@ -102,6 +104,7 @@ pub(crate) async fn guard(State(st): State<Shared>, req: Request, next: Next) ->
         csrf: token.clone(),
         read_only: st.opts.read_only,
         wants_json,
+        backend: st.reads_until(deadline),
     });
     let mut resp = next.run(req).await;
     if is_post {

@@ -19,8 +19,10 @@
 //! header; tokens expire after 12 h), and a POST whose `Origin` or `Sec-Fetch-Site` says
 //! cross-origin is refused; read-only mode hides every action and refuses every POST with 403.
 //! Without authentication only a local `Host` is answered (DNS rebinding). [`serve`] holds
-//! header-read, body and request timeouts and a connection cap before authentication. Nothing
-//! is loaded from outside the binary.
+//! header-read, body and request timeouts and a connection cap before authentication. Every
+//! read a request makes carries its deadline (arrival + `request_timeout`) to the database
+//! ([`Backend::with_read_deadline`]): the statement is stopped there when the deadline passes or
+//! the request is dropped. Nothing is loaded from outside the binary.
 //!
 //! Every request is logged with `tracing` (target `chokaq_web::access`): method, path (never
 //! the query, headers or body), status and milliseconds; a 5xx at ERROR, a 4xx at WARN.
@@ -56,14 +58,33 @@ pub(crate) struct AppState {
 
 pub(crate) type Shared = Arc<AppState>;
 
+impl AppState {
+    /// The backend with its reads bounded by `deadline` ([`Backend::with_read_deadline`]): the
+    /// database stops a read's statement when the deadline passes or the read is dropped. The
+    /// backend itself when it takes no deadline.
+    pub fn reads_until(&self, deadline: std::time::Instant) -> Arc<dyn Backend> {
+        self.backend.with_read_deadline(deadline).unwrap_or_else(|| self.backend.clone())
+    }
+
+    /// [`AppState::reads_until`] the request timeout from now: what a computation off the
+    /// request path (the overview's snapshot) reads through.
+    pub fn reads_from_now(&self) -> Arc<dyn Backend> {
+        self.reads_until(std::time::Instant::now() + self.opts.request_timeout)
+    }
+}
+
 /// What every handler knows about the request: where the dashboard is mounted, the CSRF token
-/// to put in forms, whether the client wants JSON.
+/// to put in forms, whether the client wants JSON, and the backend to read through.
 #[derive(Debug, Clone)]
 pub(crate) struct Ctx {
     pub base: String,
     pub csrf: String,
     pub read_only: bool,
     pub wants_json: bool,
+    /// The backend, its reads bounded by the request's deadline (arrival + `request_timeout`):
+    /// a read still running then, or when the request is dropped (the client went away, the
+    /// server's request timeout), is stopped on the database.
+    pub backend: Arc<dyn Backend>,
 }
 
 impl Ctx {
@@ -86,7 +107,8 @@ impl Ctx {
 /// It cannot return an error: options that [`WebOptions::validate`] refuses (a short token, a
 /// zero timeout) are logged as a warning and used as given. Call `validate` first when
 /// embedding. The header-read and request timeouts and the connection cap belong to the
-/// server ([`serve`], [`serve_on`]); an embedding application sets its own.
+/// server ([`serve`], [`serve_on`]); an embedding application sets its own. The router still
+/// bounds each request's database reads by `request_timeout` from the request's arrival.
 pub fn router(backend: Arc<dyn Backend>, options: WebOptions) -> Router {
     if let Err(e) = options.validate() {
         tracing::warn!(error = %e, "chokaq dashboard: weak or unusable options (WebOptions::validate)");

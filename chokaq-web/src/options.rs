@@ -93,7 +93,9 @@ pub struct WebOptions {
     /// [`serve_on`](crate::serve_on)).
     pub header_read_timeout: Duration,
     /// How long one request may take from its headers to its response (default 60 s;
-    /// [`serve`](crate::serve) and [`serve_on`](crate::serve_on)).
+    /// [`serve`](crate::serve) and [`serve_on`](crate::serve_on)). Under [`router`](crate::router)
+    /// too, it is the deadline of each request's database reads (from its arrival), stopped on
+    /// the database when it passes ([`chokaq_core::Backend::with_read_deadline`]).
     pub request_timeout: Duration,
     /// How long a POST may take to send its body (default 10 s; also under
     /// [`router`](crate::router)).

@@ -115,9 +115,9 @@ pub use queue::*;
 
 // ---- dead letters -----------------------------------------------------------------------
 
-pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
+pub async fn dead(Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
     let l = list_params(&ctx, &p, Some(JobTable::DeadLetter))?;
-    let (page_, searched) = tag_scan::list(&*st.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (page_, searched) = tag_scan::list(&*ctx.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
     let now = chrono::Utc::now();
     let mut s = format!("<div class=\"head\"><h1>Dead letters</h1></div>{}", flash(&p));
     s.push_str(&filter_form(&ctx, &l, "/dead", false));
@@ -151,7 +151,7 @@ pub async fn dead(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
     }
     s.push_str(&tag_scope(searched, &page_));
     s.push_str(&job_table(&ctx, &page_.jobs, now, !ctx.read_only));
-    s.push_str(&pager(&st, &ctx, "/dead", &p, &l, &page_, false).await?);
+    s.push_str(&pager(&ctx, "/dead", &p, &l, &page_, false).await?);
     Ok(Html(page(&ctx, "Dead letters", Nav::Dead, "dead", &s)).into_response())
 }
 
@@ -226,7 +226,7 @@ pub async fn dead_purge(State(st): State<Shared>, Extension(ctx): Extension<Ctx>
 // ---- workers ----------------------------------------------------------------------------
 
 pub async fn workers(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
-    let ws = optional(st.backend.list_workers().await).map_err(|e| backend_fail(&ctx, e))?;
+    let ws = optional(ctx.backend.list_workers().await).map_err(|e| backend_fail(&ctx, e))?;
     let mut s = String::from("<div class=\"head\"><h1>Workers</h1></div>");
     match ws {
         None => s.push_str(
@@ -268,8 +268,8 @@ pub async fn workers(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -
     Ok(Html(page(&ctx, "Workers", Nav::Workers, "workers", &s)).into_response())
 }
 
-pub async fn api_workers(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
-    let ws = optional(st.backend.list_workers().await).map_err(|e| backend_fail(&ctx, e))?;
+pub async fn api_workers(Extension(ctx): Extension<Ctx>) -> Res {
+    let ws = optional(ctx.backend.list_workers().await).map_err(|e| backend_fail(&ctx, e))?;
     Ok(Json(json!({ "available": ws.is_some(), "workers": ws.unwrap_or_default() })).into_response())
 }
 
@@ -279,8 +279,8 @@ pub async fn api_csrf(Extension(ctx): Extension<Ctx>) -> Response {
 
 /// The periodic schedules (issue 15): spec, time zone, next and last tick, state; pause and
 /// resume one.
-pub async fn schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
-    let rows = st.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
+pub async fn schedules(Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
+    let rows = ctx.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
     let now = chrono::Utc::now();
     let mut s = String::from("<div class=\"head\"><h1>Schedules</h1></div>");
     s.push_str(&flash(&p));
@@ -350,8 +350,8 @@ pub async fn schedule_action(State(st): State<Shared>, Extension(ctx): Extension
     Ok(Redirect::to(&format!("{}/schedules?done=schedule-{action}", ctx.base)).into_response())
 }
 
-pub async fn api_schedules(State(st): State<Shared>, Extension(ctx): Extension<Ctx>) -> Res {
-    let rows = st.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
+pub async fn api_schedules(Extension(ctx): Extension<Ctx>) -> Res {
+    let rows = ctx.backend.list_schedules().await.map_err(|e| backend_fail(&ctx, e))?;
     Ok(Json(json!({ "schedules": rows })).into_response())
 }
 

@@ -18,6 +18,7 @@ super::cases!(stats:
     controlled_queue_listed,
     cancelled_counted_apart,
     throughput_kinds,
+    read_deadline_views,
 );
 
 /// Two Pending, one Fetched, one Processing, one archived, one dead: counted exactly.
@@ -289,5 +290,49 @@ pub async fn throughput_kinds(cx: Ctx) -> CaseResult {
         (2, 1, 1),
         "(finished, failed, retried) of {q} over the last hour: {buckets:?}"
     );
+    Ok(())
+}
+
+/// A view from `with_read_deadline` (the dashboard's, one per request): with time left its reads
+/// see what the backend's see, and its writes are the backend's; once the deadline has passed
+/// every read fails as Unavailable. A backend whose `read_deadline` is `Unbounded` gives no view.
+pub async fn read_deadline_views(cx: Ctx) -> CaseResult {
+    use chokaq_core::{ErrorKind, JobTable, ListJobsParams, ReadDeadline};
+    let q = cx.queue();
+    let id = cx.enqueue(cx.job(&q)).await?;
+    let kind = cx.backend.capabilities().read_deadline;
+    let later = cx.backend.with_read_deadline(std::time::Instant::now() + Duration::from_secs(60));
+    let later = match (kind, later) {
+        (ReadDeadline::Unbounded, None) => return Ok(()),
+        (ReadDeadline::Unbounded, Some(_)) => {
+            return Err("a view from a backend whose read_deadline is Unbounded".into())
+        }
+        (_, None) => return Err(format!("read_deadline is {kind:?} but with_read_deadline gave no view").into()),
+        (_, Some(v)) => v,
+    };
+    let job = later.get_job(id).await?;
+    ensure_eq!(job.map(|j| j.id), Some(id), "the view's get_job");
+    let mut p = ListJobsParams::new(JobTable::Hot);
+    p.queue = Some(q.clone());
+    let page = later.list_jobs(&p).await?;
+    ensure_eq!(page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id], "the view's list_jobs");
+    let stats = later.stats().await?;
+    ensure_eq!(stats.queue(q.as_str()).map(|s| s.pending), Some(1), "the view's stats of {q}");
+    let second = later.enqueue(cx.job(&q)).await?.id;
+    ensure!(cx.backend.get_job(second).await?.is_some(), "the view's enqueue is in the store");
+
+    let passed = cx.backend.with_read_deadline(std::time::Instant::now()).ok_or("no view")?;
+    let reads = [
+        ("stats", passed.stats().await.err()),
+        ("get_job", passed.get_job(id).await.err()),
+        ("list_jobs", passed.list_jobs(&p).await.err()),
+        ("queue_settings", passed.queue_settings(&q).await.err()),
+        ("list_workers", passed.list_workers().await.err()),
+        ("list_schedules", passed.list_schedules().await.err()),
+    ];
+    for (what, e) in reads {
+        let e = e.ok_or_else(|| format!("{what} of a view past its deadline succeeded"))?;
+        ensure_eq!(e.kind(), ErrorKind::Unavailable, "{what} past the deadline: {e}");
+    }
     Ok(())
 }

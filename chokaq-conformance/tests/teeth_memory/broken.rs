@@ -120,8 +120,9 @@ impl Backend for Broken {
     fn name(&self) -> &'static str {
         "broken-memory"
     }
+    /// The inner backend's, except that this wrapper gives no read-deadline view.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_read_deadline(chokaq_core::ReadDeadline::Unbounded)
     }
     async fn migrate(&self) -> Result<()> {
         self.inner.migrate().await

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use crate::{
     Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, FailAction, FailOutcome,
     Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl,
-    QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow,
-    StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision, WorkerId,
-    WorkerProcess, WorkerRegistration,
+    QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision,
+    WorkerId, WorkerProcess, WorkerRegistration,
 };
 
 use super::{admin, enqueue, inspect, lease, list, periodic, workers, MemoryBackend};
@@ -29,7 +29,14 @@ impl Backend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::minimal(TimestampPrecision::Microsecond).with_multi_process(false).with_kill_connections(false)
+        Capabilities::minimal(TimestampPrecision::Microsecond)
+            .with_multi_process(false)
+            .with_kill_connections(false)
+            .with_read_deadline(ReadDeadline::Server)
+    }
+
+    fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<std::sync::Arc<dyn Backend>> {
+        Some(std::sync::Arc::new(self.bounded(deadline)))
     }
 
     async fn migrate(&self) -> Result<()> {
@@ -77,7 +84,10 @@ impl Backend for MemoryBackend {
     }
 
     async fn queue_settings(&self, queue: &QueueName) -> Result<QueueSettings> {
-        op!("queue_settings", inspect::queue_settings(self, queue).await)
+        op!("queue_settings", {
+            self.check_read_deadline()?;
+            inspect::queue_settings(self, queue).await
+        })
     }
 
     async fn requeue_dead(&self, id: JobId) -> Result<RequeueOutcome> {
@@ -89,15 +99,24 @@ impl Backend for MemoryBackend {
     }
 
     async fn stats(&self) -> Result<StatsSnapshot> {
-        op!("stats", inspect::stats(self).await)
+        op!("stats", {
+            self.check_read_deadline()?;
+            inspect::stats(self).await
+        })
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        op!("get_job", inspect::get_job(self, id).await)
+        op!("get_job", {
+            self.check_read_deadline()?;
+            inspect::get_job(self, id).await
+        })
     }
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
-        op!("list_jobs", list::list_jobs(self, filter).await)
+        op!("list_jobs", {
+            self.check_read_deadline()?;
+            list::list_jobs(self, filter).await
+        })
     }
 
     async fn wakeups(&self) -> Result<Option<crate::Wakeups>> {
@@ -113,7 +132,10 @@ impl Backend for MemoryBackend {
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerProcess>> {
-        op!("list_workers", workers::list_workers(self).await)
+        op!("list_workers", {
+            self.check_read_deadline()?;
+            workers::list_workers(self).await
+        })
     }
 
     async fn prune_workers(&self, stale_after: Duration) -> Result<u64> {
@@ -121,7 +143,10 @@ impl Backend for MemoryBackend {
     }
 
     async fn throughput(&self, params: &ThroughputParams) -> Result<Vec<ThroughputBucket>> {
-        op!("throughput", workers::throughput(self, params).await)
+        op!("throughput", {
+            self.check_read_deadline()?;
+            workers::throughput(self, params).await
+        })
     }
 
     // ---- Periodic jobs (the schedules table) ----
@@ -135,7 +160,10 @@ impl Backend for MemoryBackend {
     }
 
     async fn list_schedules(&self) -> Result<Vec<ScheduleRow>> {
-        op!("list_schedules", periodic::list_schedules(self).await)
+        op!("list_schedules", {
+            self.check_read_deadline()?;
+            periodic::list_schedules(self).await
+        })
     }
 
     async fn set_schedule_enabled(&self, name: &str, enabled: bool) -> Result<ScheduleRow> {

@@ -61,9 +61,11 @@ struct Store {
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
 #[derive(Debug, Default)]
 pub struct MemoryBackend {
-    store: Mutex<Store>,
+    store: std::sync::Arc<Mutex<Store>>,
     max_payload_bytes: usize,
     clock: Clock,
+    /// The deadline of this view's reads ([`Backend::with_read_deadline`](crate::Backend)).
+    read_deadline: Option<std::time::Instant>,
 }
 
 /// Whole microseconds, as PostgreSQL's timestamptz stores them.
@@ -108,9 +110,10 @@ impl MemoryBackend {
     /// An empty store.
     pub fn new() -> Self {
         MemoryBackend {
-            store: Mutex::new(Store::default()),
+            store: std::sync::Arc::new(Mutex::new(Store::default())),
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
             clock: Clock::default(),
+            read_deadline: None,
         }
     }
 
@@ -122,9 +125,29 @@ impl MemoryBackend {
     pub fn with_clock(clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
         let store = Store { next_id: Some(0), ..Store::default() };
         MemoryBackend {
-            store: Mutex::new(store),
+            store: std::sync::Arc::new(Mutex::new(store)),
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
             clock: Clock(Some(std::sync::Arc::new(clock))),
+            read_deadline: None,
+        }
+    }
+
+    /// The same store, its reads bounded by `deadline` (`Backend::with_read_deadline`).
+    fn bounded(&self, deadline: std::time::Instant) -> Self {
+        MemoryBackend {
+            store: self.store.clone(),
+            max_payload_bytes: self.max_payload_bytes,
+            clock: self.clock.clone(),
+            read_deadline: Some(deadline),
+        }
+    }
+
+    /// Fails a read of a view whose deadline passed. A read runs in one step under the lock,
+    /// so nothing of it outlives its call: the deadline is checked once, before it.
+    fn check_read_deadline(&self) -> Result<()> {
+        match self.read_deadline {
+            Some(d) => crate::deadline::remaining(d).map(drop),
+            None => Ok(()),
         }
     }
 

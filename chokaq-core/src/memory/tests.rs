@@ -199,3 +199,28 @@ async fn bad_input_changes_nothing() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert_eq!(b.stats().await.unwrap().total(), 0);
 }
+
+/// A view with a read deadline shares the store; its reads fail as Unavailable once the
+/// deadline passed, and its writes are the backend's own.
+#[tokio::test]
+async fn a_read_deadline_view_shares_the_store_and_bounds_its_reads() {
+    let b = MemoryBackend::new();
+    assert_eq!(b.capabilities().read_deadline, crate::ReadDeadline::Server);
+    let later = b.with_read_deadline(std::time::Instant::now() + Duration::from_secs(60)).expect("a view");
+    let id = later.enqueue(job("a")).await.unwrap().id;
+    assert_eq!(b.get_job(id).await.unwrap().map(|j| j.id), Some(id), "the view's write is in the store");
+    assert_eq!(later.stats().await.unwrap().pending, 1);
+    let passed = b.with_read_deadline(std::time::Instant::now()).expect("a view");
+    for e in [
+        passed.stats().await.unwrap_err(),
+        passed.get_job(id).await.unwrap_err(),
+        passed.list_jobs(&crate::ListJobsParams::new(crate::JobTable::Hot)).await.unwrap_err(),
+        passed.queue_settings(&q("a")).await.unwrap_err(),
+        passed.list_workers().await.unwrap_err(),
+        passed.list_schedules().await.unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(e.to_string().contains("deadline passed"), "{e}");
+    }
+    assert_eq!(passed.cancel(id).await.unwrap(), CancelOutcome::Cancelled, "writes are not bounded");
+}

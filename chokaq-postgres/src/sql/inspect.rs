@@ -61,6 +61,23 @@ SELECT t.taken_at, q.*, bk.busy_keys, bk.busy_counts
 /// themselves gain nothing from it.
 pub(super) const NO_JIT: &str = "SET LOCAL jit = off";
 
+/// A read bounded by a deadline (`bounded.rs`) runs in a read-only transaction of its own.
+pub(super) const BOUNDED_BEGIN: &str = "BEGIN READ ONLY";
+
+/// The bound of that transaction, in the same round trip as the session's process id (for the
+/// cancel on drop): `statement_timeout` set to the time left (`$1`, e.g. `1500ms`), and `jit`
+/// off (see [`NO_JIT`]), both for the transaction only (`is_local`), so the pooled session
+/// returns to the pool with neither.
+pub(super) const BOUNDED_SETUP: &str = "SELECT pg_backend_pid() AS pid, set_config('statement_timeout', $1, true), \
+                                        set_config('jit', 'off', true)";
+
+/// The end of a bounded read that succeeded.
+pub(super) const BOUNDED_COMMIT: &str = "COMMIT";
+
+/// Cancels the statement of a dropped bounded read (`$1`: its session's process id), sent on a
+/// connection of its own while the read's session is still open.
+pub(super) const BOUNDED_CANCEL: &str = "SELECT pg_cancel_backend($1)";
+
 /// Exact stats.
 pub(super) const STATS: &str =
     stats!("SELECT queue, count(*) AS archived, false AS estimated FROM {schema}.jobs_archive GROUP BY queue");

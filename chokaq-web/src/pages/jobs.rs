@@ -204,7 +204,6 @@ pub(super) fn job_table(ctx: &Ctx, jobs: &[JobRecord], now: Timestamp, checkboxe
 
 /// The pager of a list page, with its position and total (one capped count).
 pub(super) async fn pager(
-    st: &Shared,
     ctx: &Ctx,
     path: &str,
     p: &Params,
@@ -215,7 +214,7 @@ pub(super) async fn pager(
     // A tag filter is not counted: counting would read the whole table (tag_scan).
     let total = match l.tag {
         Some(_) => None,
-        None => Some(paging::total(&*st.backend, l).await.map_err(|e| backend_fail(ctx, e))?),
+        None => Some(paging::total(&*ctx.backend, l).await.map_err(|e| backend_fail(ctx, e))?),
     };
     Ok(paging::pager(ctx, path, &list_query(l, with_table), l, page, &paging::Trail::parse(p), total))
 }
@@ -237,9 +236,9 @@ pub(super) fn tag_scope(searched: Option<u64>, page: &JobPage) -> String {
     )
 }
 
-pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
+pub async fn jobs(Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
     let l = list_params(&ctx, &p, None)?;
-    let (page_, searched) = tag_scan::list(&*st.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (page_, searched) = tag_scan::list(&*ctx.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
     let now = chrono::Utc::now();
     let title = match (l.table, l.status) {
         (JobTable::Hot, Some(s)) => format!("Jobs: {}", status_name(s)),
@@ -251,13 +250,13 @@ pub async fn jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Quer
     s.push_str(&filter_form(&ctx, &l, "/jobs", true));
     s.push_str(&tag_scope(searched, &page_));
     s.push_str(&job_table(&ctx, &page_.jobs, now, false));
-    s.push_str(&pager(&st, &ctx, "/jobs", &p, &l, &page_, true).await?);
+    s.push_str(&pager(&ctx, "/jobs", &p, &l, &page_, true).await?);
     Ok(Html(page(&ctx, &title, Nav::Jobs, "jobs", &s)).into_response())
 }
 
-pub async fn api_jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
+pub async fn api_jobs(Extension(ctx): Extension<Ctx>, Query(p): Query<Params>) -> Res {
     let l = list_params(&ctx, &p, None)?;
-    let (page_, searched) = tag_scan::list(&*st.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (page_, searched) = tag_scan::list(&*ctx.backend, &l).await.map_err(|e| backend_fail(&ctx, e))?;
     let mut v = json!({ "jobs": page_.jobs, "next": page_.next });
     if let Some(n) = searched {
         v["tag_searched"] = json!(n);
@@ -265,14 +264,9 @@ pub async fn api_jobs(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, 
     Ok(Json(v).into_response())
 }
 
-pub async fn job(
-    State(st): State<Shared>,
-    Extension(ctx): Extension<Ctx>,
-    OwnPath(path): OwnPath,
-    Query(p): Query<Params>,
-) -> Res {
+pub async fn job(Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath, Query(p): Query<Params>) -> Res {
     let id = job_id(&ctx, &own(&path, "id"))?;
-    let Some(j) = st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? else {
+    let Some(j) = ctx.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? else {
         return Err(fail(&ctx, StatusCode::NOT_FOUND, &format!("no job with id {id}")));
     };
     let now = chrono::Utc::now();
@@ -368,10 +362,10 @@ pub async fn job(
     Ok(Html(page(&ctx, &format!("Job {id}"), Nav::None, "job", &s)).into_response())
 }
 
-pub async fn api_job(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
+pub async fn api_job(Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let id = own(&path, "id");
     let id = job_id(&ctx, &id)?;
-    match st.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? {
+    match ctx.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? {
         Some(j) => Ok(Json(j).into_response()),
         None => Err(fail(&ctx, StatusCode::NOT_FOUND, &format!("no job with id {id}"))),
     }

@@ -2,12 +2,8 @@
 
 use super::*;
 
-pub(super) async fn queue_stats(
-    st: &Shared,
-    ctx: &Ctx,
-    q: &QueueName,
-) -> Result<(QueueStats, Option<Timestamp>), Response> {
-    let snap = st.backend.stats().await.map_err(|e| backend_fail(ctx, e))?;
+pub(super) async fn queue_stats(ctx: &Ctx, q: &QueueName) -> Result<(QueueStats, Option<Timestamp>), Response> {
+    let snap = ctx.backend.stats().await.map_err(|e| backend_fail(ctx, e))?;
     let qs =
         snap.queue(q.as_str()).cloned().unwrap_or_else(|| QueueStats { queue: q.to_string(), ..Default::default() });
     Ok((qs, snap.taken_at))
@@ -20,16 +16,16 @@ pub async fn queue(
     Query(p): Query<Params>,
 ) -> Res {
     let q = queue_name(&ctx, &own(&path, "queue"))?;
-    let settings = st.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
-    let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
+    let settings = ctx.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (qs, taken_at) = queue_stats(&ctx, &q).await?;
     let now = taken_at.unwrap_or_else(chrono::Utc::now);
     let tp = ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) };
-    let throughput = optional(st.backend.throughput(&tp).await).map_err(|e| backend_fail(&ctx, e))?;
+    let throughput = optional(ctx.backend.throughput(&tp).await).map_err(|e| backend_fail(&ctx, e))?;
     let mut list = ListJobsParams::new(JobTable::Hot);
     list.queue = Some(q.clone());
     list.limit = 20;
     list.without_payloads = true;
-    let jobs = st.backend.list_jobs(&list).await.map_err(|e| backend_fail(&ctx, e))?;
+    let jobs = ctx.backend.list_jobs(&list).await.map_err(|e| backend_fail(&ctx, e))?;
 
     let b = esc(&ctx.base);
     let qe = enc(q.as_str());
@@ -169,12 +165,12 @@ pub(super) fn busiest_keys(qs: &QueueStats, key_cap: Option<u32>) -> String {
     s
 }
 
-pub async fn api_queue(State(st): State<Shared>, Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
+pub async fn api_queue(Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> Res {
     let q = queue_name(&ctx, &own(&path, "queue"))?;
-    let settings = st.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
-    let (qs, taken_at) = queue_stats(&st, &ctx, &q).await?;
+    let settings = ctx.backend.queue_settings(&q).await.map_err(|e| backend_fail(&ctx, e))?;
+    let (qs, taken_at) = queue_stats(&ctx, &q).await?;
     let tp = ThroughputParams { window: Duration::from_secs(3600), queue: Some(q.clone()) };
-    let throughput = optional(st.backend.throughput(&tp).await).map_err(|e| backend_fail(&ctx, e))?;
+    let throughput = optional(ctx.backend.throughput(&tp).await).map_err(|e| backend_fail(&ctx, e))?;
     Ok(Json(json!({ "settings": settings, "stats": qs, "taken_at": taken_at, "throughput": throughput }))
         .into_response())
 }
@@ -301,7 +297,7 @@ pub async fn queue_action(
     };
     // A queue with no job and no settings is most likely a typo: as the CLI's --create, its
     // settings are written only when the request says so (issue 40).
-    if field(&f, "create") != Some("yes") && !queue_exists(&st, &q).await.map_err(|e| backend_fail(&ctx, e))? {
+    if field(&f, "create") != Some("yes") && !queue_exists(&ctx, &q).await.map_err(|e| backend_fail(&ctx, e))? {
         if ctx.wants_json {
             return Err(fail(
                 &ctx,
@@ -340,8 +336,8 @@ const KEY_CAP_0: &str = "Key cap 0: no job with a concurrency key starts in this
 
 /// Whether a queue is known: it has a settings row, or a job in any table (three one-row
 /// reads, whatever the size of the tables); the CLI's rule for `--create`.
-async fn queue_exists(st: &Shared, q: &QueueName) -> chokaq_core::Result<bool> {
-    if st.backend.queue_settings(q).await?.updated_at.is_some() {
+async fn queue_exists(ctx: &Ctx, q: &QueueName) -> chokaq_core::Result<bool> {
+    if ctx.backend.queue_settings(q).await?.updated_at.is_some() {
         return Ok(true);
     }
     for table in [JobTable::Hot, JobTable::DeadLetter, JobTable::Archive] {
@@ -349,7 +345,7 @@ async fn queue_exists(st: &Shared, q: &QueueName) -> chokaq_core::Result<bool> {
         p.queue = Some(q.clone());
         p.limit = 1;
         p.without_payloads = true;
-        if !st.backend.list_jobs(&p).await?.jobs.is_empty() {
+        if !ctx.backend.list_jobs(&p).await?.jobs.is_empty() {
             return Ok(true);
         }
     }

@@ -170,7 +170,7 @@ impl chokaq_core::Backend for Faulty {
         "faulty-memory"
     }
     fn capabilities(&self) -> chokaq_core::Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_read_deadline(chokaq_core::ReadDeadline::Unbounded)
     }
     async fn migrate(&self) -> chokaq_core::Result<()> {
         self.inner.migrate().await

@@ -115,8 +115,9 @@ impl Backend for SimBackend {
     fn name(&self) -> &'static str {
         "sim"
     }
+    /// The store's, except that this wrapper gives no read-deadline view.
     fn capabilities(&self) -> Capabilities {
-        self.world.db.capabilities()
+        self.world.db.capabilities().with_read_deadline(chokaq_core::ReadDeadline::Unbounded)
     }
     async fn migrate(&self) -> Result<()> {
         Ok(())
