@@ -47,6 +47,7 @@ migrations! {
     13, "keys", "0013_keys";
     14, "key_counts", "0014_key_counts";
     15, "key_walks", "0015_key_walks";
+    16, "uniques", "0016_uniques";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the
