@@ -15,8 +15,8 @@ use chokaq_core::{
     Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, DeadReason, Enqueued, FailAction,
     FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
     QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
-    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision, Wake,
-    Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision,
+    UniqueHold, Wake, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
@@ -279,6 +279,14 @@ impl Backend for SqliteBackend {
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         op!("list_jobs", list::list_jobs(self, filter).await)
+    }
+
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>> {
+        op!("unique_of", crate::unique::unique_of(self, id).await)
+    }
+
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        op!("prune_uniques", crate::unique::prune_uniques(self, limit).await)
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {

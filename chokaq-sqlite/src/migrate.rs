@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 9;
+pub(crate) const SCHEMA_VERSION: i64 = 10;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -219,6 +219,23 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_rate_starts_window",
         "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_window ON rate_starts (queue, stamp, ckey)",
     ),
+    // Version 10: unique jobs (issue 42, docs/unique.md). One row per unique key (64 hex
+    // digits of SHA-256, computed by the client): the job holding it, the states that count
+    // (a bitmask), the settings as JSON, the end of the period bucket (µs). The primary key
+    // holds one holder per key; the enqueue looks at the holder and takes the key over inside
+    // its `BEGIN IMMEDIATE` transaction, so the single writer orders racing enqueuers. No claim
+    // or move statement touches it.
+    (
+        "migrate_uniques",
+        "CREATE TABLE IF NOT EXISTS {schema}.uniques (\
+         unique_key TEXT NOT NULL PRIMARY KEY, \
+         job_id BLOB NOT NULL, \
+         states INTEGER NOT NULL, \
+         settings TEXT NOT NULL, \
+         expires_at INTEGER, \
+         created_at INTEGER NOT NULL)",
+    ),
+    ("migrate_uniques_job", "CREATE INDEX IF NOT EXISTS {schema}.uniques_job ON uniques (job_id)"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a
