@@ -15,7 +15,7 @@ use crate::error::{map_err, mysql_code};
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -238,6 +238,29 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
              stamp BIGINT NOT NULL, \
              PRIMARY KEY (id), \
              KEY starts_window (queue, stamp, ckey))",
+            table_options!()
+        ),
+    ),
+    // Version 3 (issue 42, docs/unique.md): unique keys. One row per key (64 hex digits of
+    // SHA-256, computed by the client): the job holding it, the states that count (a bitmask),
+    // the settings as JSON, the end of the period bucket (µs). The primary key is the arbiter:
+    // enqueue writes the key row with `INSERT ... ON DUPLICATE KEY UPDATE` (which waits for a
+    // racing inserter and then holds the existing row's exclusive lock, so no shared lock is
+    // upgraded later), looks at the holder in a new statement (READ COMMITTED: the latest
+    // commit) and takes the row over only when the holder counts for none of its states. No
+    // claim or move statement touches it. uniques_job: `unique_of` by job.
+    (
+        "migrate_uniques",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.uniques (\
+             unique_key VARBINARY(64) NOT NULL, \
+             job_id BINARY(16) NOT NULL, \
+             states INT NOT NULL, \
+             settings TEXT NOT NULL, \
+             expires_at BIGINT NULL, \
+             created_at BIGINT NOT NULL, \
+             PRIMARY KEY (unique_key), \
+             KEY uniques_job (job_id))",
             table_options!()
         ),
     ),
