@@ -14,7 +14,9 @@
 //! indexes in `MIGRATE_KEYS`, a batch of its own sent right after it (a batch cannot name a
 //! column it adds itself). Every
 //! earlier version's batches are kept in `tests/upgrade/` and the upgrade from each is tested
-//! (`tests/upgrade.rs`).
+//! (`tests/upgrade.rs`). Schema version 10 (issue 42: the `Uniques` table of unique jobs) is
+//! a batch of its own after `MIGRATE_WORKERS`, `sql::unique`'s `MIGRATE_UNIQUES`, under the
+//! same lock row.
 
 use chokaq_core::Result;
 
@@ -28,5 +30,6 @@ pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_keys, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_lock_escalation, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_workers, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_uniques, &[]).await?;
     Ok(())
 }
