@@ -119,4 +119,7 @@ mod backend_doc_snippets {
 
     #[doc = include_str!("../../docs/sqlserver.md")]
     struct SqlServer;
+
+    #[doc = include_str!("../../docs/unique.md")]
+    struct Unique;
 }
