@@ -15,6 +15,9 @@ pub(crate) const RAW_B500_BATCH: u32 = 500;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Workload {
     Enqueue,
+    /// Issue 42: `--jobs` unique jobs (by arguments, each new) against as many plain jobs
+    /// just before, same batch and callers (`enqueue_unique_vs_enqueue`).
+    EnqueueUnique,
     /// One job per `Client::enqueue` call from concurrent tasks, beside the same INSERT run
     /// bare, one row per autocommit statement.
     EnqueueSingle,
@@ -194,7 +197,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,list"
+        default_value = "enqueue,enqueue-unique,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,list"
     )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
@@ -369,7 +372,7 @@ mod tests {
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
         assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
         assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
-        assert_eq!(a.workloads.len(), 16);
+        assert_eq!(a.workloads.len(), 17);
         assert_eq!((a.keyed_keys, a.key_cap, a.hot_jobs(), a.rate_secs, a.rate_claimers), (1_000, 2, 50_000, 10, 4));
         assert_eq!(a.rate_limit().unwrap().to_string(), "500/1000ms");
         assert_eq!(args(&["--jobs", "600"]).hot_jobs(), 300);

@@ -443,6 +443,10 @@ pub(crate) fn max_in_window(stamps: &[i64], width: i64) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct Results {
     pub(crate) enqueue: Option<Rate>,
+    /// The enqueue-unique workload (issue 42): the unique jobs, and the plain jobs it measured
+    /// just before them with the same batch and callers.
+    pub(crate) enqueue_unique: Option<Rate>,
+    pub(crate) enqueue_unique_baseline: Option<Rate>,
     pub(crate) single: Option<SingleFigures>,
     pub(crate) drains: Vec<DrainFigures>,
     pub(crate) raw: Option<RawFigures>,
@@ -476,6 +480,12 @@ pub(crate) struct Results {
 }
 
 impl Results {
+    /// Unique enqueue against the plain enqueue of the same workload.
+    pub(crate) fn enqueue_unique_vs_enqueue(&self) -> Option<f64> {
+        let (u, p) = (self.enqueue_unique.as_ref()?, self.enqueue_unique_baseline.as_ref()?);
+        (p.per_s() > 0.0).then(|| u.per_s() / p.per_s())
+    }
+
     pub(crate) fn main_drain(&self) -> Option<&DrainFigures> {
         self.drains.iter().find(|d| d.concurrency == 8).or_else(|| self.drains.first())
     }

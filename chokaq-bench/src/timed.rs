@@ -230,6 +230,12 @@ impl Backend for Timed {
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
     }
+    async fn unique_of(&self, id: JobId) -> Result<Option<chokaq_core::UniqueHold>> {
+        self.inner.unique_of(id).await
+    }
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        self.inner.prune_uniques(limit).await
+    }
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         self.inner.wakeups().await
     }

@@ -99,7 +99,8 @@ impl Cx {
         let Some(r) = self.backend.get_job(id).await? else {
             return Err(Failure::new(Exit::NotFound, format!("no job {id}")).hint("check the id (`chokaq jobs list`)"));
         };
-        let v = JobView::of(&r, true);
+        let mut v = JobView::of(&r, true);
+        v.unique = self.backend.unique_of(id).await?.as_ref().map(UniqueView::of);
         if self.json {
             output::json(&v);
             return Ok(Exit::Ok);
@@ -119,6 +120,13 @@ impl Cx {
         kv("tags", if v.tags.is_empty() { "-".into() } else { v.tags.join(",") });
         kv("concurrency key", v.concurrency_key.unwrap_or("-").into());
         kv("idempotency key", v.idempotency_key.unwrap_or("-").into());
+        if let Some(u) = &v.unique {
+            kv("unique key", u.key.clone());
+            kv("unique settings", u.settings.clone());
+            if let Some(end) = u.period_ends_at {
+                kv("unique period ends", time(end));
+            }
+        }
         kv("worker", v.worker_id.clone().unwrap_or_else(|| "-".into()));
         kv("created", time(v.created_at));
         kv("due", opt_time(v.scheduled_at));

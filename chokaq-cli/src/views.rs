@@ -1,6 +1,8 @@
 //! How jobs, queues and stats are shown: the JSON views and the tables shared by commands.
 
-use chokaq::core::{JobLocation, JobStatus, KeyCount, QueueSettings, QueueStats, RateLimit, Timestamp};
+use chokaq::core::{
+    JobLocation, JobStatus, KeyCount, QueueSettings, QueueStats, RateLimit, Timestamp, UniqueArgs, UniqueHold,
+};
 use chokaq::JobRecord;
 use serde::Serialize;
 
@@ -51,6 +53,45 @@ pub(crate) struct JobView<'a> {
     pub(crate) created_by: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) payload: Option<&'a serde_json::Value>,
+    /// `jobs show` of a job holding a unique key (`docs/unique.md`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unique: Option<UniqueView>,
+}
+
+/// The unique key a job holds and the settings it was enqueued with.
+#[derive(Debug, Serialize)]
+pub(crate) struct UniqueView {
+    pub(crate) key: String,
+    /// `none` (the kind alone), `all` (the whole payload) or `fields` ([`Self::fields`]).
+    pub(crate) args: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) fields: Vec<String>,
+    pub(crate) period_seconds: Option<u64>,
+    pub(crate) period_ends_at: Option<Timestamp>,
+    pub(crate) by_queue: bool,
+    pub(crate) states: Vec<&'static str>,
+    /// The settings in one line, as the table shows them.
+    pub(crate) settings: String,
+}
+
+impl UniqueView {
+    pub(crate) fn of(h: &UniqueHold) -> Self {
+        let (args, fields) = match &h.opts.args {
+            UniqueArgs::Ignored => ("none", Vec::new()),
+            UniqueArgs::All => ("all", Vec::new()),
+            UniqueArgs::Fields(f) => ("fields", f.clone()),
+        };
+        UniqueView {
+            key: h.key.clone(),
+            args,
+            fields,
+            period_seconds: h.opts.period_secs,
+            period_ends_at: h.expires_at,
+            by_queue: h.opts.by_queue,
+            states: h.opts.states.states().into_iter().map(|s| s.as_str()).collect(),
+            settings: h.opts.to_string(),
+        }
+    }
 }
 
 impl<'a> JobView<'a> {
@@ -80,6 +121,7 @@ impl<'a> JobView<'a> {
             cancel_requested: r.cancel_requested,
             created_by: r.created_by.as_deref(),
             payload: with_payload.then_some(&r.payload),
+            unique: None,
         }
     }
 }

@@ -55,6 +55,8 @@ mod keyed;
 use commands::*;
 #[path = "cases/operator.rs"]
 mod operator;
+#[path = "cases/unique.rs"]
+mod unique;
 
 const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
@@ -563,6 +565,7 @@ fn main() -> ExitCode {
             trial("hostile_text", kind, operator::hostile_text),
             trial("keyed_controls", kind, keyed::keyed_controls),
             trial("keyed_stats", kind, keyed::keyed_stats),
+            trial("unique_show", kind, unique::unique_show),
             trial("confirmations", kind, operator::confirmations),
             trial("closed_pipe", kind, operator::closed_pipe),
         ];

@@ -191,3 +191,13 @@ async fn a_throughput_that_ignores_the_queue_is_caught() {
 async fn a_tick_without_the_compare_and_set_is_caught() {
     assert_caught(Fault::TickSkipsCas, &["periodic_tick_after_archive_is_not_enqueued_again"]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unique_check_then_insert_is_caught() {
+    assert_caught(Fault::UniqueCheckThenInsert, &["unique_race_one_row"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unique_key_without_the_period_is_caught() {
+    assert_caught(Fault::UniqueKeyWithoutPeriod, &["unique_period_boundary"]).await;
+}

@@ -7,7 +7,8 @@ use crate::{
     BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, FailAction, FailOutcome, Fenced,
     HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName,
     QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot,
-    ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, UniqueHold, Wakeups, WorkerId, WorkerProcess,
+    WorkerRegistration,
 };
 
 /// The contract every backend implements: the operations of the behaviour contract, each one
@@ -130,6 +131,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         let _ = deadline;
         None
     }
+    // ---- Unique jobs (docs/unique.md) ------------------------------------------------------
+
+    /// The unique key job `id` holds, with the settings it was enqueued with; `None` when it
+    /// holds none (not unique, its key was taken over by a later job, or pruned).
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>>;
+
+    /// Maintenance: deletes at most `limit` (1 to [`MAX_PRUNE_UNIQUES`](crate::MAX_PRUNE_UNIQUES))
+    /// key rows that can decide nothing any more: those whose job has left the hot table and
+    /// whose states count no finished state, whose job is in no table, or whose period is
+    /// over. A key row whose job is live is never deleted. How many it deleted.
+    async fn prune_uniques(&self, limit: u32) -> Result<u64>;
 
     /// Wake-ups on enqueue, where the database can push them (`None` otherwise: poll). The
     /// one source of truth for whether a backend pushes wake-ups: there is no capability flag
@@ -311,6 +323,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         (**self).list_jobs(filter).await
+    }
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>> {
+        (**self).unique_of(id).await
+    }
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        (**self).prune_uniques(limit).await
     }
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         (**self).wakeups().await

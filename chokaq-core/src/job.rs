@@ -2,7 +2,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{validate, DeadReason, Error, JobId, JobKind, JobStatus, Lease, QueueName, Result, Timestamp, WorkerId};
+use crate::{
+    validate, DeadReason, Error, JobId, JobKind, JobStatus, Lease, QueueName, Result, Timestamp, UniqueOpts, WorkerId,
+};
 
 /// Default `max_attempts` of a new job.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 25;
@@ -46,6 +48,9 @@ pub struct NewJob {
     pub max_attempts: i32,
     /// Who enqueued it (free text, for audit).
     pub created_by: Option<String>,
+    /// Unique-job settings (`docs/unique.md`): at most one job per unique key among the jobs
+    /// in the states that count; a duplicate returns the holder's id. `None`: not unique.
+    pub unique: Option<UniqueOpts>,
 }
 
 impl NewJob {
@@ -62,6 +67,7 @@ impl NewJob {
             concurrency_key: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             created_by: None,
+            unique: None,
         }
     }
 
@@ -135,6 +141,12 @@ impl NewJob {
         self
     }
 
+    /// Makes the job unique by these settings (`docs/unique.md`).
+    pub fn unique(mut self, opts: UniqueOpts) -> Self {
+        self.unique = Some(opts);
+        self
+    }
+
     /// Sets `created_by`.
     pub fn created_by(mut self, who: impl Into<String>) -> Self {
         self.created_by = Some(who.into());
@@ -169,6 +181,12 @@ impl NewJob {
         if let Some(who) = &self.created_by {
             validate::text_field("created_by", who, validate::MAX_CREATED_BY_LEN)?;
         }
+        if let Some(opts) = &self.unique {
+            opts.validate()?;
+            if matches!(opts.args, crate::UniqueArgs::Fields(_)) && !self.payload.is_object() {
+                return Err(Error::invalid("unique by fields needs a JSON object payload"));
+            }
+        }
         match self.run_at {
             RunAt::Now => {}
             RunAt::At(t) => validate::timestamp("run_at", t)?,
@@ -181,9 +199,11 @@ impl NewJob {
 /// What enqueue did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Enqueued {
-    /// The job's id: new, or the existing live job's when the idempotency key was taken.
+    /// The job's id: new, or the existing job's when the idempotency key or the unique key
+    /// was taken.
     pub id: JobId,
-    /// True when a live job already had the idempotency key and no row was inserted.
+    /// True when a live job already had the idempotency key, or a job in a counted state the
+    /// unique key, and no row was inserted.
     pub duplicate: bool,
 }
 

@@ -30,6 +30,7 @@ mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod types;
+mod unique;
 pub mod url_params;
 pub mod validate;
 mod wake;
@@ -59,6 +60,10 @@ pub use queue::{QueueControl, QueueSettings, RateLimit, ZombiePolicy};
 pub use retry::RetryPolicy;
 pub use stats::{KeyCount, QueueStats, StatsSnapshot, MAX_BUSIEST_KEYS};
 pub use types::*;
+pub use unique::{
+    canonical_json, due_for_period, prunable, prune_limit, unique_key, unique_keys, UniqueArgs, UniqueHold, UniqueKey,
+    UniqueOpts, UniqueState, UniqueStates, MAX_PRUNE_UNIQUES, MAX_UNIQUE_FIELDS, MAX_UNIQUE_PERIOD, UNIQUE_KEY_LEN,
+};
 pub use wake::{Wake, Wakeups};
 
 /// Re-exported so backends and users agree on one version.

@@ -16,7 +16,8 @@ use chokaq_core::{
     validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, FailAction,
     FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
     QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result,
-    StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision, WorkerId, WorkerProcess, WorkerRegistration,
+    StatsSnapshot, ThroughputBucket, ThroughputParams, TimestampPrecision, UniqueHold, WorkerId, WorkerProcess,
+    WorkerRegistration,
 };
 use tiberius::{Row, ToSql};
 
@@ -296,6 +297,14 @@ impl Backend for MssqlBackend {
 
     async fn list_jobs(&self, f: &ListJobsParams) -> Result<JobPage> {
         op!("list_jobs", list::list_jobs(self, f).await)
+    }
+
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>> {
+        op!("unique_of", crate::unique::unique_of(self, id).await)
+    }
+
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        op!("prune_uniques", crate::unique::prune_uniques(self, limit).await)
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {

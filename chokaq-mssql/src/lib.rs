@@ -34,6 +34,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod unique;
 mod workers;
 
 pub use backend::MssqlBackend;

@@ -16,7 +16,9 @@
 //! entry in its bucket) adds its column in `MIGRATE_OBJECTS` and its indexes, the numbering of
 //! older entries and the version record in `MIGRATE_START_ORDINALS`, sent last. Every
 //! earlier version's batches are kept in `tests/upgrade/` and the upgrade from each is tested
-//! (`tests/upgrade.rs`).
+//! (`tests/upgrade.rs`). Schema version 10 (issue 42: the `Uniques` table of unique jobs) is
+//! a batch of its own after `MIGRATE_WORKERS`, `sql::unique`'s `MIGRATE_UNIQUES`, under the
+//! same lock row.
 
 use chokaq_core::Result;
 
@@ -31,5 +33,6 @@ pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_lock_escalation, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_workers, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_start_ordinals, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_uniques, &[]).await?;
     Ok(())
 }

@@ -20,6 +20,7 @@ use tiberius::Row;
 pub(crate) use self::params::hex_id;
 pub(crate) use self::params::{
     check_ts, control_params, dead_reason_text, delay_parts, fail_action, id_bytes, job_json, leases_json, millis,
+    unique_json,
 };
 use crate::error::decode;
 

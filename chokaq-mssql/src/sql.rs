@@ -36,6 +36,7 @@ mod list;
 mod migrate;
 mod periodic;
 mod testing;
+mod unique;
 mod workers;
 
 /// The session options every pooled connection gets once, as a plain batch (so they stick;
@@ -134,6 +135,10 @@ pub(crate) struct Statements {
     pub(crate) schedule_set_enabled: String,
     pub(crate) schedule_mark_stale: String,
     pub(crate) enqueue_tick: String,
+    pub(crate) migrate_uniques: String,
+    pub(crate) enqueue_unique: String,
+    pub(crate) unique_of: String,
+    pub(crate) prune_uniques: String,
 }
 
 impl Statements {
@@ -189,6 +194,10 @@ impl Statements {
             schedule_set_enabled: r(periodic::SCHEDULE_SET_ENABLED)?,
             schedule_mark_stale: r(periodic::SCHEDULE_MARK_STALE)?,
             enqueue_tick: r(&periodic::enqueue_tick())?,
+            migrate_uniques: r(unique::MIGRATE_UNIQUES)?,
+            enqueue_unique: r(&unique::enqueue_unique())?,
+            unique_of: r(unique::UNIQUE_OF)?,
+            prune_uniques: r(unique::UNIQUE_PRUNE)?,
         })
     }
 
@@ -245,6 +254,10 @@ impl Statements {
             ("schedule_set_enabled", self.schedule_set_enabled.clone()),
             ("schedule_mark_stale", self.schedule_mark_stale.clone()),
             ("enqueue_tick", self.enqueue_tick.clone()),
+            ("migrate_uniques", self.migrate_uniques.clone()),
+            ("enqueue_unique", self.enqueue_unique.clone()),
+            ("unique_of", self.unique_of.clone()),
+            ("prune_uniques", self.prune_uniques.clone()),
             ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")?),
         ])
     }

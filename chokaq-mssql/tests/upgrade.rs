@@ -22,7 +22,7 @@ use chokaq_core::Backend;
 use common::server::{self, exec, CaseFn, CaseResult};
 
 /// Today's schema version: what `SchemaVersions` holds after the upgrade.
-const TODAY: u32 = 9;
+const TODAY: u32 = 10;
 
 fn main() -> ExitCode {
     let cases: Vec<(&'static str, CaseFn)> = vec![
@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         ("upgrade_from_v6", |u| Box::pin(upgrade_from(u, 6))),
         ("upgrade_from_v7", |u| Box::pin(upgrade_from(u, 7))),
         ("upgrade_from_v8", |u| Box::pin(upgrade_from(u, 8))),
+        ("upgrade_from_v9", |u| Box::pin(upgrade_from(u, 9))),
     ];
     assert_eq!(cases.len(), steps::VERSIONS.len(), "one trial per earlier version");
     let always = vec![Trial::test("upgrade_steps_are_complete", || {

@@ -18,7 +18,7 @@ use chokaq_core::{
     ErrorKind, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams,
     NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams,
     RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome,
-    TickRequest, TimestampPrecision, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    TickRequest, TimestampPrecision, UniqueHold, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
 };
 use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
@@ -421,6 +421,14 @@ impl Backend for MysqlBackend {
 
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         op!("list_jobs", list::list_jobs(self, filter).await)
+    }
+
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>> {
+        op!("unique_of", crate::unique::unique_of(self, id).await)
+    }
+
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        op!("prune_uniques", crate::unique::prune_uniques(self, limit).await)
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {

@@ -3,11 +3,12 @@
 //! index's locks in the same order and wait for each other instead of deadlocking; the
 //! results come back in input order.
 
-use chokaq_core::{validate, Enqueued, JobId, NewJob, Result, RunAt};
+use chokaq_core::{unique_key, validate, Enqueued, JobId, NewJob, Result, RunAt, UniqueKey};
 
 use crate::backend::{commit, MysqlBackend, Tx};
 use crate::error::{corrupt, map_err, mysql_code, Path, DUP_ENTRY};
 use crate::rows::{dur_us, ts_us};
+use crate::unique::{claim_key, KeyRow};
 
 /// A job serialized before any SQL runs (one bad job inserts nothing).
 pub(crate) struct Prepared {
@@ -18,6 +19,8 @@ pub(crate) struct Prepared {
     pub(crate) at: Option<i64>,
     /// `RunAt::After`, as microseconds.
     pub(crate) after: Option<i64>,
+    /// The unique key (`docs/unique.md`), from the client's clock.
+    pub(crate) unique: Option<UniqueKey>,
 }
 
 /// Serializes one job (its id chosen now, so ids follow the input order).
@@ -33,6 +36,7 @@ pub(crate) fn prepare(job: &NewJob) -> Result<Prepared> {
         tags: serde_json::to_string(&job.tags)?,
         at,
         after,
+        unique: unique_key(job, chrono::Utc::now())?,
     })
 }
 
@@ -46,7 +50,8 @@ async fn holder(b: &MysqlBackend, tx: &mut Tx, job: &NewJob, key: &str) -> Resul
         .map_err(map_err)
 }
 
-/// Inserts one job in the caller's transaction, unless a live job of its queue holds its key.
+/// Inserts one job in the caller's transaction, unless a live job of its queue holds its
+/// idempotency key or a job in one of its counted states holds its unique key.
 pub(crate) async fn insert_one(
     b: &MysqlBackend,
     tx: &mut Tx,
@@ -57,6 +62,11 @@ pub(crate) async fn insert_one(
     if let Some(key) = &job.idempotency_key {
         if let Some(id) = holder(b, tx, job, key).await? {
             return Ok(Enqueued { id: JobId(id), duplicate: true });
+        }
+    }
+    if let Some(u) = &p.unique {
+        if let KeyRow::Duplicate(id) = claim_key(b, tx, u, p.id, now).await? {
+            return Ok(Enqueued { id, duplicate: true });
         }
     }
     let scheduled = p.at.or(p.after.map(|d| now + d));
@@ -97,11 +107,13 @@ pub(crate) async fn enqueue_many(b: &MysqlBackend, jobs: Vec<NewJob>) -> Result<
         return Ok(Vec::new());
     }
     let prepared = jobs.iter().map(prepare).collect::<Result<Vec<_>>>()?;
-    // Jobs without a key first, in input order; then the keyed ones in (queue, key) order.
+    // Jobs without a key first, in input order; then the keyed ones in (queue, key) order;
+    // unique jobs by their unique key (the first of one key in the input still goes first).
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&x, &y| {
         let k = |i: usize| jobs[i].idempotency_key.as_ref().map(|key| (jobs[i].queue.as_str(), key.as_str()));
-        k(x).cmp(&k(y)).then(x.cmp(&y))
+        let u = |i: usize| prepared[i].unique.as_ref().map(|u| u.key.as_str());
+        k(x).cmp(&k(y)).then(u(x).cmp(&u(y))).then(x.cmp(&y))
     });
     b.retrying(Path::Other, || async {
         let mut tx = b.begin().await?;

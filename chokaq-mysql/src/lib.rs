@@ -65,6 +65,7 @@ mod sql;
 #[cfg(feature = "testing")]
 mod testing;
 mod tls;
+mod unique;
 mod workers;
 
 #[cfg(feature = "fault-injection")]

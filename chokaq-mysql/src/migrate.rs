@@ -253,6 +253,29 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     ("migrate_add_starts_queue_n", "ALTER TABLE {schema}.starts ADD INDEX starts_queue_n (queue, stamp, n)"),
     ("migrate_add_starts_key_n", "ALTER TABLE {schema}.starts ADD INDEX starts_key_n (queue, ckey, stamp, n)"),
     ("migrate_drop_starts_window", "ALTER TABLE {schema}.starts DROP INDEX starts_window"),
+    // Version 3 (issue 42, docs/unique.md): unique keys. One row per key (64 hex digits of
+    // SHA-256, computed by the client): the job holding it, the states that count (a bitmask),
+    // the settings as JSON, the end of the period bucket (µs). The primary key is the arbiter:
+    // enqueue writes the key row with `INSERT ... ON DUPLICATE KEY UPDATE` (which waits for a
+    // racing inserter and then holds the existing row's exclusive lock, so no shared lock is
+    // upgraded later), looks at the holder in a new statement (READ COMMITTED: the latest
+    // commit) and takes the row over only when the holder counts for none of its states. No
+    // claim or move statement touches it. uniques_job: `unique_of` by job.
+    (
+        "migrate_uniques",
+        concat!(
+            "CREATE TABLE IF NOT EXISTS {schema}.uniques (\
+             unique_key VARBINARY(64) NOT NULL, \
+             job_id BINARY(16) NOT NULL, \
+             states INT NOT NULL, \
+             settings TEXT NOT NULL, \
+             expires_at BIGINT NULL, \
+             created_at BIGINT NOT NULL, \
+             PRIMARY KEY (unique_key), \
+             KEY uniques_job (job_id))",
+            table_options!()
+        ),
+    ),
 ];
 
 /// "Duplicate column name" and "duplicate key name": a `migrate_add_*` step applied already.

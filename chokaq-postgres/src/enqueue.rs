@@ -4,18 +4,21 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chokaq_core::{validate, Enqueued, Error, ErrorKind, JobId, NewJob, Result, RunAt, Timestamp};
+use chokaq_core::{
+    unique_key, validate, Enqueued, Error, ErrorKind, JobId, NewJob, Result, RunAt, Timestamp, UniqueKey,
+};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::error::{map_sqlx_error, with_retry};
 use crate::kept::Kept;
 use crate::rows;
+use crate::unique::Resolved;
 use crate::PgBackend;
 
 /// One job of an enqueue batch, validated and ready to bind.
 pub(crate) struct NewRow {
-    id: Uuid,
+    pub(crate) id: Uuid,
     queue: String,
     kind: String,
     payload: String,
@@ -27,6 +30,8 @@ pub(crate) struct NewRow {
     max_attempts: i32,
     created_by: Option<String>,
     concurrency_key: Option<String>,
+    /// The unique key (`docs/unique.md`), computed from the client's clock.
+    pub(crate) unique: Option<UniqueKey>,
 }
 
 /// Where enqueue runs: on the backend's pool (each statement retried by [`with_retry`]) or on
@@ -73,7 +78,10 @@ impl PgBackend {
         let mut slots = Vec::with_capacity(jobs.len());
         // Keys are scoped per queue.
         let mut first_of_key: HashMap<(String, String), usize> = HashMap::new();
+        // The period bucket of a unique job due now is taken from this clock (docs/unique.md).
+        let now = chrono::Utc::now();
         for (i, job) in jobs.into_iter().enumerate() {
+            let unique = unique_key(&job, now)?;
             if let Some(key) = &job.idempotency_key {
                 let scoped = (job.queue.as_str().to_owned(), key.clone());
                 if let Some(&j) = first_of_key.get(&scoped) {
@@ -101,17 +109,21 @@ impl PgBackend {
                 max_attempts: job.max_attempts,
                 created_by: job.created_by,
                 concurrency_key: job.concurrency_key,
+                unique,
             });
         }
         Ok((rows, slots))
     }
 
     /// The insert of `batch`: returns the ids of the rows inserted (not those whose key was
-    /// taken).
-    fn insert_query<'q>(
+    /// taken). `with_unique`: insert the unique key rows too (false for a take-over, which
+    /// updated the key row itself).
+    pub(crate) fn insert_query<'q>(
         &'q self,
         batch: &[&'q NewRow],
+        with_unique: bool,
     ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, (Uuid, i64), sqlx::postgres::PgArguments> {
+        let u = |r: &&'q NewRow| r.unique.as_ref().filter(|_| with_unique);
         sqlx::query_as(&self.sql().enqueue)
             .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.queue.as_str()).collect::<Vec<_>>())
@@ -125,6 +137,10 @@ impl PgBackend {
             .bind(batch.iter().map(|r| r.max_attempts).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.created_by.as_deref()).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.concurrency_key.as_deref()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| u(r).map(|k| k.key.as_str())).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| u(r).map(|k| k.states.bits())).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| u(r).map(|k| k.settings.as_str())).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| u(r).and_then(|k| k.expires_at)).collect::<Vec<_>>())
     }
 
     /// Inserts `rows` (one statement), then resolves the keys that were taken to the live
@@ -145,8 +161,10 @@ impl PgBackend {
         for _round in 0..10 {
             let batch: Vec<&NewRow> = todo.iter().map(|&i| &rows[i]).collect();
             let inserted: Vec<(Uuid, i64)> = match &mut target {
-                Target::Pool(pool) => with_retry(|| self.insert_query(&batch).fetch_all(*pool)).await?,
-                Target::Conn(conn) => self.insert_query(&batch).fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
+                Target::Pool(pool) => with_retry(|| self.insert_query(&batch, true).fetch_all(*pool)).await?,
+                Target::Conn(conn) => {
+                    self.insert_query(&batch, true).fetch_all(&mut **conn).await.map_err(map_sqlx_error)?
+                }
             };
             xid = inserted.first().map(|r| r.1).or(xid);
             let inserted: HashSet<Uuid> = inserted.into_iter().map(|r| r.0).collect();
@@ -160,8 +178,28 @@ impl PgBackend {
                 }
             }
             todo.clear();
+            // Unique jobs whose key row was taken: the holder's state decides (`unique.rs`).
+            let (utaken, mut taken): (Vec<usize>, Vec<usize>) =
+                taken.into_iter().partition(|&i| rows[i].unique.is_some());
+            if !utaken.is_empty() {
+                for (i, r) in self.resolve_uniques(&mut target, rows, &utaken).await? {
+                    match r {
+                        Resolved::Duplicate(id) => result[i] = Some(Enqueued { id, duplicate: true }),
+                        Resolved::Inserted(x) => {
+                            woken.insert(rows[i].queue.as_str());
+                            xid = Some(x);
+                            result[i] = Some(Enqueued { id: JobId(rows[i].id), duplicate: false });
+                        }
+                        Resolved::ByIdempotencyKey => taken.push(i),
+                        Resolved::Again => todo.push(i),
+                    }
+                }
+            }
             if taken.is_empty() {
-                break;
+                if todo.is_empty() {
+                    break;
+                }
+                continue;
             }
             let (queues, keys): (Vec<&str>, Vec<&str>) =
                 taken.iter().filter_map(|&i| Some((rows[i].queue.as_str(), rows[i].key.as_deref()?))).unzip();

@@ -55,6 +55,7 @@ mod sql;
 #[cfg(feature = "testing")]
 mod testing;
 mod tls;
+mod unique;
 mod workers;
 
 pub use backend::PgBackend;

@@ -48,6 +48,7 @@ migrations! {
     14, "key_counts", "0014_key_counts";
     15, "key_walks", "0015_key_walks";
     16, "start_ordinals", "0016_start_ordinals";
+    17, "uniques", "0017_uniques";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the

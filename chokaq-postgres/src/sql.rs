@@ -235,6 +235,12 @@ macro_rules! statements {
 statements! {
     enqueue = ENQUEUE;
     lookup_keys = LOOKUP_KEYS;
+    unique_holders = UNIQUE_HOLDERS;
+    unique_lock = UNIQUE_LOCK;
+    unique_take = UNIQUE_TAKE;
+    unique_of = UNIQUE_OF;
+    unique_prune_lock = UNIQUE_PRUNE_LOCK;
+    unique_prune = UNIQUE_PRUNE;
     claim = CLAIM;
     complete_and_claim = COMPLETE_AND_CLAIM;
     start = START;

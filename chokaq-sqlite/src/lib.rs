@@ -58,6 +58,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "testing")]
 mod testing;
+mod unique;
 mod workers;
 
 pub use backend::{Faults, SqliteBackend};

@@ -235,6 +235,23 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_key_n ON rate_starts (queue, ckey, stamp, n)",
     ),
     ("migrate_drop_rate_starts_window", "DROP INDEX IF EXISTS {schema}.rate_starts_window"),
+    // Version 10: unique jobs (issue 42, docs/unique.md). One row per unique key (64 hex
+    // digits of SHA-256, computed by the client): the job holding it, the states that count
+    // (a bitmask), the settings as JSON, the end of the period bucket (µs). The primary key
+    // holds one holder per key; the enqueue looks at the holder and takes the key over inside
+    // its `BEGIN IMMEDIATE` transaction, so the single writer orders racing enqueuers. No claim
+    // or move statement touches it.
+    (
+        "migrate_uniques",
+        "CREATE TABLE IF NOT EXISTS {schema}.uniques (\
+         unique_key TEXT NOT NULL PRIMARY KEY, \
+         job_id BLOB NOT NULL, \
+         states INTEGER NOT NULL, \
+         settings TEXT NOT NULL, \
+         expires_at INTEGER, \
+         created_at INTEGER NOT NULL)",
+    ),
+    ("migrate_uniques_job", "CREATE INDEX IF NOT EXISTS {schema}.uniques_job ON uniques (job_id)"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

@@ -2,14 +2,15 @@
 //! `BEGIN IMMEDIATE` transaction, so the tick's compare-and-set and the job's insert are one
 //! atomic unit, and SQLite's single writer orders concurrent schedulers.
 
-use chokaq_core::{Enqueued, Error, JobId, NewJob, Result, RunAt, ScheduleDef, ScheduleRow, TickOutcome, TickRequest};
+use chokaq_core::{Enqueued, Error, Result, ScheduleDef, ScheduleRow, TickOutcome, TickRequest};
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Row;
 
 use crate::backend::{commit, SqliteBackend};
 use crate::bounded::ReadConn;
+use crate::enqueue::{insert_one, prepare};
 use crate::error::map_err;
-use crate::rows::{dur_us, now_us, opt_ts, ts, ts_us};
+use crate::rows::{now_us, opt_ts, ts, ts_us};
 
 fn schedule(row: &SqliteRow) -> Result<ScheduleRow> {
     let g = |c: &str| -> Result<String> { row.try_get(c).map_err(map_err) };
@@ -62,49 +63,13 @@ pub(crate) async fn register(b: &SqliteBackend, def: &ScheduleDef) -> Result<Sch
     Ok(row)
 }
 
-/// Inserts one job in the caller's transaction, unless a live job of its queue holds its key.
-async fn insert_job(b: &SqliteBackend, conn: &mut SqliteConnection, job: &NewJob, now: i64) -> Result<Enqueued> {
-    if let Some(key) = &job.idempotency_key {
-        let existing: Option<uuid::Uuid> = sqlx::query_scalar(&b.sql.find_by_key)
-            .bind(job.queue.as_str())
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        if let Some(id) = existing {
-            return Ok(Enqueued { id: JobId(id), duplicate: true });
-        }
-    }
-    let scheduled = match job.run_at {
-        RunAt::Now => None,
-        RunAt::At(t) => Some(ts_us("run_at", t)?),
-        RunAt::After(d) => Some(now + dur_us("delay", d)?),
-    };
-    let id = JobId::new();
-    sqlx::query(&b.sql.insert_job)
-        .bind(id.0)
-        .bind(job.queue.as_str())
-        .bind(job.kind.as_str())
-        .bind(serde_json::to_string(&job.payload)?)
-        .bind(serde_json::to_string(&job.tags)?)
-        .bind(job.idempotency_key.as_deref())
-        .bind(job.priority)
-        .bind(job.max_attempts)
-        .bind(scheduled)
-        .bind(now)
-        .bind(job.created_by.as_deref())
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    Ok(Enqueued { id, duplicate: false })
-}
-
 /// [`chokaq_core::Backend::enqueue_tick`]: the compare-and-set on the row, then the insert,
 /// in one write transaction.
 pub(crate) async fn enqueue_tick(b: &SqliteBackend, req: &TickRequest) -> Result<TickOutcome> {
     req.validate(b.max_payload_bytes)?;
     let tick = ts_us("tick", req.tick)?;
     let next = req.next_tick.map(|t| ts_us("next_tick", t)).transpose()?;
+    let prepared = prepare(&req.job)?;
     let mut tx = b.begin_write().await?;
     let now = now_us();
     let won: Option<i64> = sqlx::query_scalar(&b.sql.schedule_tick)
@@ -123,7 +88,7 @@ pub(crate) async fn enqueue_tick(b: &SqliteBackend, req: &TickRequest) -> Result
             return Ok(TickOutcome::refused(req, row.as_ref()));
         }
         Some(0) => TickOutcome::Paused,
-        Some(_) => TickOutcome::Enqueued(insert_job(b, &mut tx, &req.job, now).await?),
+        Some(_) => TickOutcome::Enqueued(insert_one(b, &mut tx, &req.job, &prepared, now).await?),
     };
     commit(tx).await?;
     if matches!(out, TickOutcome::Enqueued(Enqueued { duplicate: false, .. })) {

@@ -148,6 +148,7 @@ impl TestSupport for SqliteBackend {
             &sql.drop_workers,
             &sql.drop_schedules,
             &sql.drop_rate_starts,
+            &sql.drop_uniques,
             &sql.drop_fault_key_slots,
         ] {
             sqlx::query(drop).execute(&mut *tx).await.map_err(map_err)?;

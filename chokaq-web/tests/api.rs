@@ -74,14 +74,20 @@ mod auth;
 mod pages;
 #[path = "api/support.rs"]
 mod support;
+#[path = "api/unique.rs"]
+mod unique;
 
 use actions::*;
 use auth::*;
 use pages::*;
 use support::*;
+use unique::*;
 
 fn keyed_cases() -> Vec<(&'static str, Case)> {
-    vec![("keyed_controls_and_pages", |b| Box::pin(keyed_controls_and_pages(b)))]
+    vec![
+        ("keyed_controls_and_pages", |b| Box::pin(keyed_controls_and_pages(b))),
+        ("unique_job_page", |b| Box::pin(unique_job_page(b))),
+    ]
 }
 
 fn cases() -> Vec<(&'static str, Case)> {

@@ -35,6 +35,7 @@ impl<J: Job> IntoNewJob for &J {
     fn into_new_job(self) -> Result<NewJob> {
         let mut nj = NewJob::build(J::queue(), J::KIND)?.max_attempts(J::max_attempts());
         nj.concurrency_key = self.concurrency_key();
+        nj.unique = J::unique();
         nj.payload(self)
     }
 }
@@ -134,6 +135,18 @@ impl JobBuilder {
     /// Sets the maximum number of attempts.
     pub fn max_attempts(self, n: i32) -> Self {
         self.map(|j| j.max_attempts(n))
+    }
+
+    /// Makes this job unique by `opts` (`docs/unique.md`), overriding [`Job::unique`]: a job
+    /// whose unique key a job in one of the counted states holds is not inserted, and
+    /// `enqueue` returns the holder's id with `duplicate: true`.
+    pub fn unique(self, opts: chokaq_core::UniqueOpts) -> Self {
+        self.map(|j| j.unique(opts))
+    }
+
+    /// Makes this job not unique, whatever [`Job::unique`] says.
+    pub fn not_unique(self) -> Self {
+        self.map(|j| NewJob { unique: None, ..j })
     }
 }
 
@@ -395,6 +408,40 @@ mod tests {
         let mut by: Vec<_> = page.jobs.iter().map(|j| j.created_by.clone().unwrap_or_default()).collect();
         by.sort();
         assert_eq!(by, ["someone", "tests", "tests", "tests", "tests", "tests", "tests"]);
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Refresh {
+        account: u64,
+        note: String,
+    }
+
+    impl Job for Refresh {
+        const KIND: &'static str = "account.refresh.v1";
+        fn unique() -> Option<chokaq_core::UniqueOpts> {
+            Some(chokaq_core::UniqueOpts::new().by_fields(["account"]))
+        }
+    }
+
+    /// A job type's unique settings go with every job of it; the builder overrides them per
+    /// job, or turns them off.
+    #[tokio::test]
+    async fn unique_settings_per_type_and_per_job() {
+        let b = Arc::new(MemoryBackend::new());
+        let client = Client::new(b.clone());
+        let r = |account: u64, note: &str| Refresh { account, note: note.into() };
+        let first = client.enqueue(&r(42, "a")).await.unwrap();
+        let again = client.enqueue(&r(42, "b")).await.unwrap();
+        assert_eq!((again.duplicate, again.id), (true, first.id), "same account: one job");
+        assert!(!client.enqueue(&r(43, "a")).await.unwrap().duplicate, "another account");
+        let forced = client.enqueue(JobBuilder::new(&r(42, "c")).not_unique()).await.unwrap();
+        assert!(!forced.duplicate, "not unique for this one job");
+        let by_args = chokaq_core::UniqueOpts::new().by_args();
+        let own = client.enqueue(JobBuilder::new(&r(42, "d")).unique(by_args.clone())).await.unwrap();
+        assert!(!own.duplicate, "the builder's settings: the whole payload, another note");
+        let own_again = client.enqueue(JobBuilder::new(&r(42, "d")).unique(by_args)).await.unwrap();
+        assert_eq!((own_again.duplicate, own_again.id), (true, own.id));
+        assert_eq!(b.stats().await.unwrap().total(), 4);
     }
 
     /// PostgreSQL: a job enqueued in a transaction exists only once that transaction commits.

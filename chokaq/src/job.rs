@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chokaq_core::{Backend, JobId, JobKind, LeaseRef, QueueName, RetryPolicy, WorkerId, DEFAULT_MAX_ATTEMPTS};
+use chokaq_core::{
+    Backend, JobId, JobKind, LeaseRef, QueueName, RetryPolicy, UniqueOpts, WorkerId, DEFAULT_MAX_ATTEMPTS,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +60,32 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// resource): a queue's per-key cap and a by-key rate limit count each key apart. `None`
     /// (the default): the job is bound by neither per-key setting.
     fn concurrency_key(&self) -> Option<String> {
+        None
+    }
+
+    /// How jobs of this type are unique (`docs/unique.md`): by arguments (the whole payload
+    /// or named fields), period, queue and the states that count. `None` (the default): not
+    /// unique. [`JobBuilder::unique`](crate::JobBuilder::unique) overrides it per job.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// use std::time::Duration;
+    /// use chokaq::core::UniqueOpts;
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Refresh {
+    ///     account: u64,
+    /// }
+    ///
+    /// impl chokaq::Job for Refresh {
+    ///     const KIND: &'static str = "account.refresh.v1";
+    ///     // At most one refresh of an account per hour, while one is live.
+    ///     fn unique() -> Option<UniqueOpts> {
+    ///         Some(UniqueOpts::new().by_fields(["account"]).by_period(Duration::from_secs(3600)))
+    ///     }
+    /// }
+    /// ```
+    fn unique() -> Option<UniqueOpts> {
         None
     }
 }

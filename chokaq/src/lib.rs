@@ -40,7 +40,7 @@ pub use worker::{
 pub use chokaq_core as core;
 pub use chokaq_core::{
     Backend, BackendExt, ClaimMode, DeadReason, Enqueued, Error, ErrorKind, FailAction, JobId, JobKind, JobRecord,
-    NewJob, QueueName, Result, RetryPolicy, WorkerId,
+    NewJob, QueueName, Result, RetryPolicy, UniqueOpts, UniqueState, UniqueStates, WorkerId,
 };
 pub use tokio_util::sync::CancellationToken;
 
@@ -119,4 +119,7 @@ mod backend_doc_snippets {
 
     #[doc = include_str!("../../docs/sqlserver.md")]
     struct SqlServer;
+
+    #[doc = include_str!("../../docs/unique.md")]
+    struct Unique;
 }

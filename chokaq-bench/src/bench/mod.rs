@@ -13,6 +13,7 @@ mod multi;
 mod pickup;
 mod raw;
 mod single;
+mod unique;
 
 pub(crate) use keyed::{keyed, rate_limited, KeyedSettings, NoSettle, Settle};
 
@@ -135,6 +136,9 @@ impl Bench {
         let mp_exe = if self.args.has(Workload::MultiProcess) { Some(self.multi_process_exe().await?) } else { None };
         if self.args.has(Workload::Enqueue) {
             self.enqueue_workload(res).await?;
+        }
+        if self.args.has(Workload::EnqueueUnique) {
+            self.enqueue_unique_workload(res).await?;
         }
         if self.args.has(Workload::EnqueueSingle) {
             res.single = Some(self.single().await?);
@@ -430,7 +434,8 @@ impl Bench {
     }
 
     /// Enqueues `n` no-op jobs spread round-robin over `queues`, `batch` a call, from `tasks`
-    /// concurrent callers, due now or at `at`; returns the elapsed time.
+    /// concurrent callers, due now or at `at`, unique by `unique` (None: not unique); returns
+    /// the elapsed time.
     #[allow(clippy::too_many_arguments)]
     async fn enqueue_jobs(
         &self,
@@ -440,6 +445,7 @@ impl Bench {
         tasks: usize,
         prebuild: bool,
         at: Option<Timestamp>,
+        unique: Option<chokaq::core::UniqueOpts>,
         pb: &ProgressBar,
     ) -> Result<Duration> {
         let kind = JobKind::new(NOOP_KIND)?;
@@ -453,7 +459,8 @@ impl Bench {
                 (lo..hi)
                     .map(|i| {
                         let q = queues[(i % queues.len() as u64) as usize].clone();
-                        let job = NewJob::new(q, kind.clone()).json(json!({ "n": i }));
+                        let mut job = NewJob::new(q, kind.clone()).json(json!({ "n": i }));
+                        job.unique.clone_from(&unique);
                         match at {
                             Some(t) => job.run_at(t),
                             None => job,
@@ -512,7 +519,7 @@ impl Bench {
         }
         let pb = self.bar(label, n);
         let lsn = self.wal_lsn().await?;
-        let el = self.enqueue_jobs(queues, n, MAX_ENQUEUE_BATCH, 2, false, at, &pb).await?;
+        let el = self.enqueue_jobs(queues, n, MAX_ENQUEUE_BATCH, 2, false, at, None, &pb).await?;
         let wal = self.wal_since(&lsn).await?;
         pb.finish_with_message("done");
         res.fill.push((label.to_string(), Rate { jobs: n, secs: el.as_secs_f64(), wal_bytes: wal }));
@@ -536,6 +543,7 @@ impl Bench {
                 self.args.enqueue_batch,
                 self.args.enqueue_tasks,
                 true,
+                None,
                 None,
                 &pb,
             )

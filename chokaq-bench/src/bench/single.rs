@@ -177,8 +177,8 @@ impl Bench {
                 for i in (t..n).step_by(tasks as usize) {
                     let payload = json!({ "n": from + i }).to_string();
                     let c0 = Instant::now();
-                    // The same binds as the backend's enqueue of one job without idempotency key, delay
-                    // or concurrency key.
+                    // The same binds as the backend's enqueue of one job without idempotency key, delay,
+                    // concurrency key or unique key.
                     let q = sqlx::query_as(&insert)
                         .bind(vec![JobId::new().0])
                         .bind(vec![RAW_QUEUE])
@@ -192,7 +192,12 @@ impl Bench {
                         .bind(vec![DEFAULT_MAX_ATTEMPTS])
                         .bind(vec![None::<&str>])
                         // No concurrency key (issue 25).
-                        .bind(vec![None::<&str>]);
+                        .bind(vec![None::<&str>])
+                        // Not unique (issue 42): key, states, settings, end of period.
+                        .bind(vec![None::<&str>])
+                        .bind(vec![None::<i32>])
+                        .bind(vec![None::<&str>])
+                        .bind(vec![None::<DateTime<Utc>>]);
                     let rows: Vec<(uuid::Uuid, i64)> = match conn.as_mut() {
                         Some(c) => q.fetch_all(c).await,
                         None => q.fetch_all(&pool).await,

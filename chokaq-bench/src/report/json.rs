@@ -16,6 +16,12 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
     let f3 = |x: Option<f64>| x.map(round3);
     let h = args.handler_ms;
     o.insert("enqueue_jobs_per_s".into(), json!(f(r.enqueue.as_ref().map(Rate::per_s))));
+    o.insert("enqueue_unique_jobs_per_s".into(), json!(f(r.enqueue_unique.as_ref().map(Rate::per_s))));
+    o.insert(
+        "enqueue_unique_baseline_jobs_per_s".into(),
+        json!(f(r.enqueue_unique_baseline.as_ref().map(Rate::per_s))),
+    );
+    o.insert("enqueue_unique_vs_enqueue".into(), json!(f3(r.enqueue_unique_vs_enqueue())));
     o.insert("enqueue_single_concurrent_jobs_per_s".into(), json!(f(r.single.as_ref().map(|s| s.client.per_s()))));
     o.insert("raw_insert_single_concurrent_per_s".into(), json!(f(r.single.as_ref().map(|s| s.raw.per_s()))));
     o.insert("drain_jobs_per_s".into(), json!(f(r.main_drain().map(|d| d.rate.per_s()))));
@@ -253,8 +259,11 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
 
 /// The keys a full run puts at the top level of its JSON line (the default settings).
 #[cfg(test)]
-pub(crate) const HEADLINE_KEYS: [&str; 39] = [
+pub(crate) const HEADLINE_KEYS: [&str; 42] = [
     "enqueue_jobs_per_s",
+    "enqueue_unique_jobs_per_s",
+    "enqueue_unique_baseline_jobs_per_s",
+    "enqueue_unique_vs_enqueue",
     "enqueue_single_concurrent_jobs_per_s",
     "raw_insert_single_concurrent_per_s",
     "drain_jobs_per_s",

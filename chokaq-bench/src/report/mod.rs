@@ -74,6 +74,8 @@ pub(crate) fn sample_results() -> Results {
     let raw = |batch: u32, per_s: u64| RawFigures { batch, rate: rate(per_s, 1.0), costs, ..Default::default() };
     Results {
         enqueue: Some(rate(60_000, 1.0)),
+        enqueue_unique: Some(rate(45_000, 1.0)),
+        enqueue_unique_baseline: Some(rate(50_000, 1.0)),
         single: Some(SingleFigures { tasks: 8, client: rate(700, 1.0), raw: rate(1000, 1.0), ..Default::default() }),
         drains: vec![drain(1, 100), drain(8, 900), drain(64, 2000)],
         raw: Some(raw(10, 1000)),

@@ -77,6 +77,10 @@ pub(crate) fn print_table(args: &Args, env: &Value, r: &Results) {
     if let Some(e) = &r.enqueue {
         row(&format!("enqueue (batches of {})", args.enqueue_batch), e, wal(e));
     }
+    if let (Some(u), Some(p)) = (&r.enqueue_unique, &r.enqueue_unique_baseline) {
+        row(&format!("enqueue, plain (batches of {}, unique baseline)", args.enqueue_batch), p, wal(p));
+        row(&format!("enqueue, unique by args (batches of {})", args.enqueue_batch), u, wal(u));
+    }
     if let Some(x) = &r.single {
         row(
             &format!("enqueue x1, {} tasks, Client::enqueue", x.tasks),

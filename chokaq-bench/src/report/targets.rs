@@ -217,6 +217,13 @@ pub(super) fn targets(args: &Args, r: &Results) -> Vec<Target> {
         ),
         target("pickup_p50", "pickup_ms_p50 <= 5 ms", r.pickup.as_ref().map(|p| p.latency.p50), 5.0, false),
         target("enqueue_rate", "enqueue_jobs_per_s >= 50,000", r.enqueue.as_ref().map(Rate::per_s), 50_000.0, true),
+        target(
+            "enqueue_unique_vs_enqueue",
+            "enqueue_unique_jobs_per_s >= 0.8 x plain enqueue (same batch and callers, same run)",
+            r.enqueue_unique_vs_enqueue(),
+            0.8,
+            true,
+        ),
     ];
     v.extend(keyed_targets(args, r));
     v
@@ -258,6 +265,8 @@ mod tests {
             ("heartbeat_hot", 0.95, true),
             ("pickup_p50", 4.0, true),
             ("enqueue_rate", 60_000.0, true),
+            // 45,000 jobs/s against 50,000.
+            ("enqueue_unique_vs_enqueue", 0.9, true),
             // 720 / 900; 0.9 s / 0.5 s; 2.4 ms / 2.0 ms.
             ("keyed_drain_vs_drain", 0.8, true),
             ("keyed_hot_ratio", 1.8, true),

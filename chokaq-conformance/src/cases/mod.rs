@@ -60,6 +60,7 @@ mod retry;
 mod schedule;
 mod stats;
 mod stress;
+mod unique;
 mod workers;
 
 pub use bad_input::NASTY;
@@ -209,6 +210,7 @@ groups!(
     schedule,
     pause,
     idempotency,
+    unique,
     stats,
     bad_input,
     stress,

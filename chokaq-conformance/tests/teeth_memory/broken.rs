@@ -63,6 +63,12 @@ pub(crate) enum Fault {
     KeyFreedTwice,
     /// The rate window is off by one: a claim may start `jobs + 1` per window.
     RateOffByOne,
+    /// Unique jobs by check-then-insert (issue 42): the hot table is read for a job with the
+    /// same key in a counted state, then (after a yield: the window) the job is inserted with
+    /// no key of its own, so nothing but that read guards it.
+    UniqueCheckThenInsert,
+    /// The unique key is computed without the period: every bucket is one.
+    UniqueKeyWithoutPeriod,
 }
 
 #[derive(Debug)]
@@ -97,6 +103,26 @@ impl Broken {
             Some(JobRecord { location: JobLocation::Dead(DeadReason::Cancelled), .. })
         );
         Ok(cancelled && self.inner.requeue_dead(id).await? == RequeueOutcome::Requeued)
+    }
+
+    /// `UniqueCheckThenInsert`'s check: a job of the hot table of `job`'s queue whose key (its
+    /// kind, queue, payload and due time under `job`'s settings) is `job`'s and whose state
+    /// counts.
+    pub(crate) async fn unique_holder_by_reading(&self, job: &NewJob) -> Result<Option<JobId>> {
+        let now = self.inner.db_now().await?;
+        let Some(want) = unique_key(job, now)? else { return Ok(None) };
+        let mut params = ListJobsParams::new(JobTable::Hot);
+        (params.queue, params.limit) = (Some(job.queue.clone()), 1000);
+        for r in self.inner.list_jobs(&params).await?.jobs {
+            let mut as_new = NewJob::new(r.queue.clone(), r.kind.clone()).json(r.payload.clone());
+            as_new.unique = job.unique.clone();
+            as_new.run_at = RunAt::At(r.scheduled_at.unwrap_or(r.created_at));
+            let same = unique_key(&as_new, now)?.is_some_and(|k| k.key == want.key);
+            if same && want.states.contains(UniqueState::of_record(&r, now)) {
+                return Ok(Some(r.id));
+            }
+        }
+        Ok(None)
     }
 
     /// The lease the row holds now (what a lease-less guard would match).
@@ -142,6 +168,25 @@ impl Backend for Broken {
                 queues.push(j.queue.to_string());
             }
         }
+        let jobs = match self.fault {
+            Some(Fault::UniqueCheckThenInsert) if jobs.len() == 1 && jobs[0].unique.is_some() => {
+                if let Some(id) = self.unique_holder_by_reading(&jobs[0]).await? {
+                    return Ok(vec![Enqueued { id, duplicate: true }]);
+                }
+                tokio::task::yield_now().await; // the window between "check" and "insert"
+                jobs.into_iter().map(|j| NewJob { unique: None, ..j }).collect()
+            }
+            Some(Fault::UniqueKeyWithoutPeriod) => jobs
+                .into_iter()
+                .map(|mut j| {
+                    if let Some(o) = j.unique.as_mut() {
+                        o.period_secs = None;
+                    }
+                    j
+                })
+                .collect(),
+            _ => jobs,
+        };
         let out = self.inner.enqueue_many(jobs).await?;
         let wakes = match self.fault {
             Some(Fault::WakeupsCorrect) => queues.into_iter().map(Wake::Queue).collect(),
@@ -153,6 +198,12 @@ impl Backend for Broken {
             let _ = wake_channel().send(w);
         }
         Ok(out)
+    }
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>> {
+        self.inner.unique_of(id).await
+    }
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        self.inner.prune_uniques(limit).await
     }
     async fn claim(&self, req: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         if self.fault == Some(Fault::CapCheckThenAct) && req.queues.len() == 1 {

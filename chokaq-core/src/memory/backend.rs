@@ -10,10 +10,10 @@ use crate::{
     Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl,
     QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
     ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, TimestampPrecision,
-    WorkerId, WorkerProcess, WorkerRegistration,
+    UniqueHold, WorkerId, WorkerProcess, WorkerRegistration,
 };
 
-use super::{admin, enqueue, inspect, lease, list, periodic, workers, MemoryBackend};
+use super::{admin, enqueue, inspect, lease, list, periodic, unique, workers, MemoryBackend};
 
 /// Names the operation on an error: every method of `impl Backend` below forwards through it.
 macro_rules! op {
@@ -117,6 +117,14 @@ impl Backend for MemoryBackend {
             self.check_read_deadline()?;
             list::list_jobs(self, filter).await
         })
+    }
+
+    async fn unique_of(&self, id: JobId) -> Result<Option<UniqueHold>> {
+        op!("unique_of", unique::unique_of(self, id).await)
+    }
+
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        op!("prune_uniques", unique::prune_uniques(self, limit).await)
     }
 
     async fn wakeups(&self) -> Result<Option<crate::Wakeups>> {

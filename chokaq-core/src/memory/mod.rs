@@ -30,6 +30,7 @@ mod periodic;
 mod starts;
 #[cfg(feature = "testing")]
 mod testing;
+mod unique;
 mod workers;
 #[cfg(feature = "testing")]
 pub use testing::RowView;
@@ -56,6 +57,8 @@ struct Store {
     starts: starts::StartsLog,
     /// Ids counted up from here instead of UUID v7 ([`MemoryBackend::with_clock`]).
     next_id: Option<u64>,
+    /// The unique keys (`unique.rs`): key -> the job holding it.
+    uniques: HashMap<String, unique::KeyRow>,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -172,11 +175,17 @@ impl MemoryBackend {
         store.hot.values().find(|r| &r.queue == queue && r.idempotency_key.as_deref() == Some(key))
     }
 
+    /// Inserts `job` unless a live job holds its idempotency key, or a job in one of its
+    /// counted states holds its unique key (computed from `at`, the enqueue's clock).
     fn insert(store: &mut Store, job: NewJob, at: Timestamp) -> Result<Enqueued> {
         if let Some(key) = &job.idempotency_key {
             if let Some(existing) = Self::key_holder(store, &job.queue, key) {
                 return Ok(Enqueued { id: existing.id, duplicate: true });
             }
+        }
+        let ukey = crate::unique_key(&job, at)?;
+        if let Some(holder) = ukey.as_ref().and_then(|k| unique::holder(store, k, at)) {
+            return Ok(Enqueued { id: holder, duplicate: true });
         }
         let scheduled_at = match job.run_at {
             RunAt::Now => None,
@@ -217,6 +226,9 @@ impl MemoryBackend {
                 created_by: job.created_by,
             },
         );
+        if let Some(k) = ukey {
+            unique::take(store, k, id);
+        }
         Ok(Enqueued { id, duplicate: false })
     }
 

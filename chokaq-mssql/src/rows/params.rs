@@ -90,6 +90,18 @@ pub(crate) fn job_json(ord: usize, id: JobId, job: &NewJob) -> Result<serde_json
     }))
 }
 
+/// A unique job's key as the `@P2` document of the unique enqueue (`sql/unique.rs`).
+pub(crate) fn unique_json(key: &chokaq_core::UniqueKey) -> Result<String> {
+    check_ts("unique period end", key.expires_at)?;
+    Ok(serde_json::json!({
+        "key": key.key,
+        "states": key.states.bits(),
+        "settings": key.settings,
+        "exp": key.expires_at.map(datetime2_text),
+    })
+    .to_string())
+}
+
 /// A dead-letter reason as stored (`failed`, `cancelled`, …).
 pub(crate) fn dead_reason_text(r: DeadReason) -> String {
     r.as_str().to_string()

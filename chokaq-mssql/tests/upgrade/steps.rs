@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 /// `(version, batches)`, oldest first.
-pub const VERSIONS: [(u32, &str); 8] = [
+pub const VERSIONS: [(u32, &str); 9] = [
     (1, include_str!("v1.sql")),
     (2, include_str!("v2.sql")),
     (3, include_str!("v3.sql")),
@@ -17,6 +17,7 @@ pub const VERSIONS: [(u32, &str); 8] = [
     (6, include_str!("v6.sql")),
     (7, include_str!("v7.sql")),
     (8, include_str!("v8.sql")),
+    (9, include_str!("v9.sql")),
 ];
 
 /// The batches of one version's file, as `(name, sql)`, rendered for `schema` (a name that
@@ -54,14 +55,15 @@ pub fn check_versions() {
         }
         let objects = &b.iter().find(|(n, _)| n == "migrate_objects").unwrap().1;
         let workers = b.iter().find(|(n, _)| n == "migrate_workers").map(|(_, s)| s.as_str()).unwrap_or_default();
-        let recorded: Vec<u32> = (1..=9)
+        let keys = b.iter().find(|(n, _)| n == "migrate_keys").map(|(_, s)| s.as_str()).unwrap_or_default();
+        let recorded: Vec<u32> = (1..=10)
             .filter(|v| {
                 let insert = format!("VALUES ({v}, SYSUTCDATETIME())");
-                objects.contains(&insert) || workers.contains(&insert)
+                objects.contains(&insert) || workers.contains(&insert) || keys.contains(&insert)
             })
             .collect();
         assert_eq!(recorded.iter().max(), Some(&version), "v{version} records {recorded:?}");
         seen.push(version);
     }
-    assert_eq!(seen, (1..=8).collect::<Vec<_>>());
+    assert_eq!(seen, (1..=9).collect::<Vec<_>>());
 }

@@ -44,6 +44,8 @@ pub(super) const DROP_SCHEDULES: &str = "DROP TABLE IF EXISTS {schema}.schedules
 
 pub(super) const DROP_RATE_STARTS: &str = "DROP TABLE IF EXISTS {schema}.rate_starts";
 
+pub(super) const DROP_UNIQUES: &str = "DROP TABLE IF EXISTS {schema}.uniques";
+
 pub(super) const DROP_FAULT_KEY_SLOTS: &str = "DROP TABLE IF EXISTS {schema}.fault_key_slots";
 
 /// The broken slot ledger (created on first use by a backend with the fault).

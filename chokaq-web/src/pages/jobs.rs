@@ -294,13 +294,24 @@ pub async fn job(Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath, Query(p
         s.push_str("</div>");
     }
     let opt = |o: Option<String>| o.map(|v| esc(&v)).unwrap_or_else(html::empty);
+    // The unique key the job holds and its settings (docs/unique.md), only when it holds one.
+    let unique = match ctx.backend.unique_of(id).await.map_err(|e| backend_fail(&ctx, e))? {
+        Some(u) => format!(
+            "<tr><th>Unique key</th><td class=\"mono\" id=\"job-unique-key\">{}</td></tr>\
+             <tr><th>Unique settings</th><td id=\"job-unique\">{}{}</td></tr>",
+            esc(&u.key),
+            esc(&u.opts.to_string()),
+            u.expires_at.map(|t| format!("; period ends {}", ts_ago(Some(t), now))).unwrap_or_default()
+        ),
+        None => String::new(),
+    };
     let _ = write!(
         s,
         "<div class=\"cols\"><section><h2>Job</h2><table class=\"kv\" id=\"job-fields\">\
          <tr><th>Queue</th><td><a href=\"{b}/queues/{}\">{}</a></td></tr><tr><th>Kind</th><td class=\"mono\">{}</td></tr>\
          <tr><th>Priority</th><td>{}</td></tr><tr><th>Attempts</th><td id=\"job-attempts\">{} of {}</td></tr>\
          <tr><th>Tags</th><td>{}</td></tr><tr><th>Concurrency key</th><td class=\"mono\" id=\"job-key\">{}</td></tr>\
-         <tr><th>Idempotency key</th><td class=\"mono\">{}</td></tr>\
+         <tr><th>Idempotency key</th><td class=\"mono\">{}</td></tr>{unique}\
          <tr><th>Created by</th><td>{}</td></tr><tr><th>Cancel requested</th><td>{}</td></tr></table></section>",
         enc(j.queue.as_str()),
         esc(j.queue.as_str()),

@@ -27,6 +27,10 @@ pub struct MaintenanceConfig {
     /// re-registers with every heartbeat, so its row is never older than one interval plus
     /// a round trip.
     pub worker_stale_after: Option<Duration>,
+    /// At most this many unique-key rows looked at per round for pruning
+    /// ([`Backend::prune_uniques`]: keys whose job left the hot table and decides nothing any
+    /// more, `docs/unique.md`); 0: no pruning.
+    pub unique_prune_limit: u32,
 }
 
 /// The least time a worker row must go unseen before maintenance removes it.
@@ -48,6 +52,7 @@ impl Default for MaintenanceConfig {
             archive_retention: Some(Duration::from_secs(7 * 24 * 3600)),
             dead_letter_retention: Some(Duration::from_secs(30 * 24 * 3600)),
             worker_stale_after: None,
+            unique_prune_limit: 1000,
         }
     }
 }
@@ -125,6 +130,13 @@ impl Maintenance {
             Ok(n) => tracing::info!(pruned = n, stale_after = ?self.worker_stale_after, "stale worker rows removed"),
             Err(e) => tracing::warn!(error = %e, "pruning stale worker rows failed"),
         }
+        if self.config.unique_prune_limit > 0 {
+            match self.backend.prune_uniques(self.config.unique_prune_limit).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(pruned = n, "unique keys that decide nothing any more removed"),
+                Err(e) => tracing::warn!(error = %e, "pruning unique keys failed"),
+            }
+        }
     }
 }
 
@@ -189,6 +201,25 @@ mod tests {
         Maintenance::new(b.clone(), cfg, Duration::from_secs(5)).once().await;
         let left: Vec<String> = b.list_workers().await.unwrap().into_iter().map(|w| w.host).collect();
         assert_eq!(left, vec!["fresh".to_string()]);
+    }
+
+    /// A round prunes the unique key of a finished job (default states: it decides nothing
+    /// any more) and keeps a live job's.
+    #[tokio::test]
+    async fn a_round_prunes_finished_unique_keys() {
+        let b = Arc::new(MemoryBackend::new());
+        let u =
+            |n: i32| NewJob::build("q", "k").unwrap().json(n.into()).unique(chokaq_core::UniqueOpts::new().by_args());
+        let done = b.enqueue(u(1)).await.unwrap().id;
+        let w = WorkerId::random();
+        let job = b.claim(&ClaimParams::new(w, vec![QueueName::new("q").unwrap()], 1, ClaimMode::Start)).await.unwrap();
+        b.complete(w, &[job[0].lease_ref()]).await.unwrap();
+        let live = b.enqueue(u(2)).await.unwrap().id;
+        let cfg = MaintenanceConfig { archive_retention: None, ..config(Duration::from_secs(1)) };
+        Maintenance::new(b.clone(), cfg, Duration::from_secs(1)).once().await;
+        assert_eq!(b.unique_of(done).await.unwrap(), None, "the finished job's key pruned");
+        assert!(b.unique_of(live).await.unwrap().is_some(), "the live job's key kept");
+        assert_eq!(MaintenanceConfig::default().unique_prune_limit, 1000);
     }
 
     /// The loop returns as soon as its token fires, also before its first round.

@@ -301,6 +301,12 @@ impl chokaq_core::Backend for Faulty {
     async fn list_jobs(&self, filter: &chokaq_core::ListJobsParams) -> chokaq_core::Result<chokaq_core::JobPage> {
         self.inner.list_jobs(filter).await
     }
+    async fn unique_of(&self, id: chokaq_core::JobId) -> chokaq_core::Result<Option<chokaq_core::UniqueHold>> {
+        self.inner.unique_of(id).await
+    }
+    async fn prune_uniques(&self, limit: u32) -> chokaq_core::Result<u64> {
+        self.inner.prune_uniques(limit).await
+    }
     async fn wakeups(&self) -> chokaq_core::Result<Option<chokaq_core::Wakeups>> {
         self.inner.wakeups().await
     }

@@ -99,6 +99,7 @@ pub(crate) fn child_main() -> ExitCode {
             archive_retention: None,
             dead_letter_retention: None,
             worker_stale_after: None,
+            unique_prune_limit: 1000,
         };
         let worker = Worker::builder(backend)
             .queues(queues)

@@ -34,6 +34,7 @@ pub(crate) fn child_main() -> ExitCode {
             archive_retention: None,
             dead_letter_retention: None,
             worker_stale_after: None,
+            unique_prune_limit: 1000,
         };
         let maintenance = if abort { common::no_maintenance() } else { maintenance };
         // The aborting worker has one slot, so the innocent job waits in its look-ahead.

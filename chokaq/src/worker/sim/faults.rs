@@ -200,6 +200,12 @@ impl Backend for SimBackend {
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.world.db.list_jobs(filter).await
     }
+    async fn unique_of(&self, id: JobId) -> Result<Option<chokaq_core::UniqueHold>> {
+        self.world.db.unique_of(id).await
+    }
+    async fn prune_uniques(&self, limit: u32) -> Result<u64> {
+        self.world.db.prune_uniques(limit).await
+    }
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         Ok(None)
     }
