@@ -224,8 +224,16 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     // 0 for a key-less entry under a limit per key), so a window's count is the bucket's last
     // ordinal less its first one in the window, plus one: two searches of these indexes, not a
     // range counted row by row (`crate::claim`, "The count"). The entries an older version
-    // logged are numbered once, by [`run`], when it upgrades a schema older than 10.
-    ("migrate_add_column_rate_starts_n", "ALTER TABLE {schema}.rate_starts ADD COLUMN n INTEGER NOT NULL DEFAULT 0"),
+    // logged are numbered once, by [`run`], when it upgrades a schema older than 10. The default
+    // -1 is never a number: a start logged without its ordinal (by a process of an older
+    // version on the same file) fails (`rate_starts_numbered`) instead of breaking the count.
+    ("migrate_add_column_rate_starts_n", "ALTER TABLE {schema}.rate_starts ADD COLUMN n INTEGER NOT NULL DEFAULT -1"),
+    (
+        "migrate_rate_starts_numbered",
+        "CREATE TRIGGER IF NOT EXISTS {schema}.rate_starts_numbered BEFORE INSERT ON rate_starts \
+         WHEN NEW.n < 0 BEGIN SELECT RAISE(ABORT, 'chokaq: a start logged without its ordinal: \
+         every process on this file must run a version that has schema version 10'); END",
+    ),
     (
         "migrate_rate_starts_queue_n",
         "CREATE INDEX IF NOT EXISTS {schema}.rate_starts_queue_n ON rate_starts (queue, stamp, n)",

@@ -86,7 +86,8 @@ async fn migration_9_adds_keys_and_rate_limits_to_an_older_file() {
 /// Version 10 (issue 40, L7) numbers the starts a version-9 file logged row by row (the
 /// column and its indexes dropped again, the old index back and the version row removed stand
 /// in for one): in stamp order per bucket of each queue's limit (the queue's queue-wide, each
-/// key's per key, key-less entries 0 there), once; and the windows count as before.
+/// key's per key, key-less entries 0 there), once; the windows count as before; and an insert
+/// without an ordinal fails.
 #[tokio::test]
 async fn migration_10_numbers_the_starts_of_an_older_file() {
     use chokaq_core::{ClaimMode, RateLimit, WorkerId};
@@ -98,6 +99,7 @@ async fn migration_10_numbers_the_starts_of_an_older_file() {
     let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
     let now = chokaq_core::testing::TestSupport::db_now(&b).await.unwrap().timestamp_micros();
     for ddl in [
+        "DROP TRIGGER rate_starts_numbered",
         "DROP INDEX rate_starts_queue_n",
         "DROP INDEX rate_starts_key_n",
         "ALTER TABLE rate_starts DROP COLUMN n",
@@ -163,6 +165,14 @@ async fn migration_10_numbers_the_starts_of_an_older_file() {
         async move { common::claim(b, WorkerId::random(), queue, 20, ClaimMode::Start).await.len() }
     };
     assert_eq!((took("wide").await, took("bykey").await), (7, 3), "(queue-wide 10 less 3, per key 1 of a and 2 of b)");
+    // A start logged without its ordinal (as a process of version 9 on the same file would log
+    // it) fails instead of breaking the count.
+    let old = sqlx::query("INSERT INTO rate_starts (queue, ckey, stamp) VALUES ('wide', NULL, ?1)")
+        .bind(now)
+        .execute(&mut raw)
+        .await
+        .unwrap_err();
+    assert!(old.to_string().contains("without its ordinal"), "{old}");
     raw.close().await.unwrap();
 }
 
