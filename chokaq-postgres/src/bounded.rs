@@ -2,7 +2,7 @@
 //! reads): the server stops the statement when the deadline passes, and cancels it when the
 //! read is dropped before it ends.
 //!
-//! A bounded read takes a session of the pool for itself ([`Session`]) and runs in a read-only
+//! A bounded read takes a session of the pool for itself ([`Session`]) and runs in a
 //! transaction whose `statement_timeout` is the time left ([`crate::sql`]'s `BOUNDED_SETUP`,
 //! `SET LOCAL` through `set_config(…, true)`): the server ends the statement by the deadline on
 //! its own, whatever happens to this process, and the setting ends with the transaction, so
@@ -41,7 +41,7 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Takes a session (waiting no longer than the deadline), begins the read-only
+    /// Takes a session (waiting no longer than the deadline), begins the
     /// transaction and sets its `statement_timeout` to the time left.
     pub(crate) async fn open(b: &PgBackend, deadline: Instant) -> Result<Session> {
         let left = deadline::millis_left(deadline)?;
