@@ -96,6 +96,16 @@ fn random_builder(rng: &mut StdRng, backend: Arc<dyn Backend>, queue: &str) -> (
             b.maintenance(MaintenanceConfig { interval, rescue, archive_retention: Some(retention), ..d })
         }
     );
+    // A queue's own slots (issue 40, item 5): of the worker's queue, of another it may also
+    // claim, or of an odd name.
+    maybe!(
+        "queue_concurrency",
+        (rng.gen_bool(0.5), if rng.gen_bool(0.7) { queue.to_string() } else { queue_name(rng) }, count(rng)),
+        |b: chokaq::WorkerBuilder, (other, q, n): (bool, String, u32)| {
+            let b = if other { b.queue("fuzz_other") } else { b };
+            b.queue_concurrency(q, n)
+        }
+    );
     (b, desc)
 }
 

@@ -1,5 +1,6 @@
 //! The claim loop and the look-ahead buffer: what to claim and when, in either claim mode,
-//! and the jobs held beyond the running ones.
+//! and the jobs held beyond the running ones. One claim loop per lane of the worker
+//! ([`super::lanes`]): it claims only its lane's queues, for its lane's slots.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -7,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chokaq_core::{
-    Backend, ClaimMode, ClaimParams, ClaimedJob, JobId, JobStatus, LeaseRef, QueueName, QueueSettings, Wake, Wakeups,
-    WorkerId, MAX_CLAIM_LIMIT,
+    Backend, ClaimMode, ClaimParams, ClaimedJob, JobId, JobStatus, LeaseRef, QueueName, QueueSettings, WorkerId,
+    MAX_CLAIM_LIMIT,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
@@ -17,19 +18,25 @@ use tokio_util::sync::CancellationToken;
 use super::completer::{Completer, Outcomes};
 use super::executor::Executor;
 use super::heartbeat::Leases;
+use super::lanes::LaneSpec;
 pub(super) use super::lookahead::Lookahead;
 use super::lookahead::{lookahead_target, lookahead_wait};
 use super::{add, broken, ewma, with_retries, Broken, Counters, WorkerConfig};
 use crate::metrics_names as m;
 
-/// The claim loop's settings and the parts it drives.
+/// The claim loop's settings and the parts it drives (of one lane).
 pub(super) struct Claimer {
     backend: Arc<dyn Backend>,
     worker: WorkerId,
+    /// The lane's place in the worker's lanes.
+    lane: usize,
+    /// The lane's queues.
     queues: Vec<QueueName>,
+    /// The lane's slots.
     concurrency: usize,
+    /// The lane's share of the prefetch.
     prefetch: usize,
-    /// The look-ahead bound (0 with a prefetch).
+    /// The lane's look-ahead bound (0 with a prefetch).
     lookahead_max: usize,
     min_poll_interval: Duration,
     poll_interval: Duration,
@@ -42,7 +49,7 @@ pub(super) struct Claimer {
     /// to claim until a slot frees. Every queue capped, whatever the sum: a cap-bound claim
     /// that got no more jobs than it completed was a handoff, and the caps are still full.
     caps_total: AtomicUsize,
-    /// One of the worker's queues has a rate limit (read with the caps): then the worker claims
+    /// One of the lane's queues has a rate limit (read with the caps): then the worker claims
     /// only for free slots, in Start mode, holding nothing back, so that a rate limit binds the
     /// handlers' begins, not only the claims (issue 36, hole 3).
     rate_limited: AtomicBool,
@@ -51,7 +58,8 @@ pub(super) struct Claimer {
     claim_batch_window: Duration,
     completion_batch: usize,
     /// Back-pressure: outcomes not written yet plus jobs held never exceed this
-    /// (2 x `concurrency` beyond what the worker can hold: slots, prefetch, look-ahead bound).
+    /// (the unwritten-outcome bound beyond what the lane can hold: slots, prefetch, look-ahead
+    /// bound).
     backlog_bound: usize,
     /// Wake-ups from the backend (`wake_loop`).
     wake: Arc<Notify>,
@@ -75,41 +83,34 @@ pub(super) struct Parts {
 }
 
 impl Claimer {
+    /// The claim loop of `lane` of the worker configured with `cfg`.
     pub(super) fn new(
         backend: Arc<dyn Backend>,
         worker: WorkerId,
         cfg: &WorkerConfig,
+        lane: &LaneSpec,
         settings: &[QueueSettings],
         parts: Parts,
     ) -> Self {
         let Parts { wake, executor, leases, lookahead, completer, outcomes, counters } = parts;
-        let lookahead_max = if cfg.prefetch == 0 {
-            let default = cfg.unwritten_cap().saturating_mul(2).min(MAX_CLAIM_LIMIT as usize) as u32;
-            cfg.lookahead.unwrap_or(default).min(MAX_CLAIM_LIMIT) as usize
-        } else {
-            0
-        };
+        let lookahead_max = lane.lookahead_max;
         Claimer {
             backend,
             worker,
-            queues: cfg.queues.clone(),
-            concurrency: cfg.concurrency as usize,
-            prefetch: cfg.prefetch as usize,
+            lane: lane.index,
+            queues: lane.queues.clone(),
+            concurrency: lane.slots,
+            prefetch: lane.prefetch,
             lookahead_max,
             min_poll_interval: cfg.min_poll_interval,
             poll_interval: cfg.poll_interval,
             pause_check: cfg.heartbeat_interval,
-            caps_total: AtomicUsize::new(caps_total(&cfg.queues, settings).unwrap_or(NOT_ALL_CAPPED)),
-            rate_limited: AtomicBool::new(any_rate_limit(settings)),
+            caps_total: AtomicUsize::new(caps_total(&lane.queues, settings).unwrap_or(NOT_ALL_CAPPED)),
+            rate_limited: AtomicBool::new(any_rate_limit(&lane.queues, settings)),
             lookahead_wait: cfg.lookahead_wait,
             claim_batch_window: cfg.claim_batch_window,
             completion_batch: cfg.completion_batch,
-            backlog_bound: backlog_bound(
-                cfg.unwritten_cap(),
-                cfg.concurrency as usize,
-                cfg.prefetch as usize,
-                lookahead_max,
-            ),
+            backlog_bound: backlog_bound(cfg.unwritten_cap(), lane.slots, lane.prefetch, lookahead_max),
             wake,
             executor,
             leases,
@@ -296,19 +297,21 @@ impl Claimer {
                             backoff = self.min_poll_interval;
                             next_claim = Instant::now();
                             cap_bound = false;
-                            self.completer.set_cap_bound(false);
+                            self.completer.set_cap_bound(self.lane, false);
                         } else {
                             // Short: the queues ran dry, or a cap (which counts this worker's
                             // finished but unwritten jobs) is reached. While this worker holds
                             // jobs or unwritten outcomes, claim again as soon as they are all
                             // finished (taking their completions along) or an outcome is
                             // written, instead of polling.
-                            let in_flight =
-                                self.outcomes.any_unwritten() || !self.leases.none_running() || ex.starting_count() > 0;
+                            // (This lane's: another lane's jobs count against other queues.)
+                            let in_flight = self.outcomes.any_unwritten_in(self.lane)
+                                || !self.leases.none_running_of(&self.queues)
+                                || ex.starting_count() > 0;
                             cap_bound = in_flight;
-                            self.completer.set_cap_bound(in_flight);
+                            self.completer.set_cap_bound(self.lane, in_flight);
                             await_written = in_flight;
-                            seen_writes = self.outcomes.writes();
+                            seen_writes = self.outcomes.writes_in(self.lane);
                             if got == 0 {
                                 next_claim = Instant::now() + backoff;
                                 backoff = (backoff * 2).min(max_idle);
@@ -344,7 +347,7 @@ impl Claimer {
                     if await_written {
                         // Cap-bound: once nothing runs, complete what finished and claim at
                         // once, without waiting for the completer's batch window.
-                        if self.leases.none_running() && ex.starting_count() == 0 && !self.completer.is_empty() {
+                        if self.leases.none_running_of(&self.queues) && ex.starting_count() == 0 && !self.completer.is_empty() {
                             await_written = false;
                             next_claim = Instant::now();
                         }
@@ -355,8 +358,8 @@ impl Claimer {
                 }
                 // A write also reopens the gate of buffered jobs held back by unwritten outcomes.
                 // A rate-limited worker's claims are gated by unwritten outcomes too.
-                _ = self.outcomes.next_write(), if await_written || backpressured || rate || !self.lookahead.is_empty() || !buffer.is_empty() => {
-                    if await_written && self.outcomes.writes() != seen_writes {
+                _ = self.outcomes.next_write(self.lane), if await_written || backpressured || rate || !self.lookahead.is_empty() || !buffer.is_empty() => {
+                    if await_written && self.outcomes.writes_in(self.lane) != seen_writes {
                         await_written = false;
                         next_claim = Instant::now();
                     }
@@ -413,7 +416,7 @@ impl Claimer {
             }
         }
         self.caps_total.store(caps_total(&self.queues, &settings).unwrap_or(NOT_ALL_CAPPED), Ordering::Relaxed);
-        self.rate_limited.store(any_rate_limit(&settings), Ordering::Relaxed);
+        self.rate_limited.store(any_rate_limit(&self.queues, &settings), Ordering::Relaxed);
         // An operator may have changed a zombie timeout: how long a held job may wait unconfirmed.
         self.leases.set_zombie_timeouts(&settings);
         let fresh = super::hold_fresh(&self.queues, self.pause_check, &settings);
@@ -517,9 +520,9 @@ impl Claimer {
     }
 }
 
-/// Whether one of `settings` has a rate limit.
-fn any_rate_limit(settings: &[QueueSettings]) -> bool {
-    settings.iter().any(|s| s.rate_limit.is_some())
+/// Whether one of `queues` has a rate limit (in `settings`).
+fn any_rate_limit(queues: &[QueueName], settings: &[QueueSettings]) -> bool {
+    settings.iter().any(|s| s.rate_limit.is_some() && queues.contains(&s.name))
 }
 
 /// [`Claimer::caps_total`] when a queue of the worker has no cap.
@@ -551,32 +554,6 @@ pub(super) fn caps_fill_slots(queues: &[QueueName], settings: &[QueueSettings], 
 /// `unwritten` finished, unwritten jobs.
 pub(super) fn backlog_bound(unwritten: usize, concurrency: usize, prefetch: usize, lookahead_max: usize) -> usize {
     unwritten + concurrency + prefetch + lookahead_max
-}
-
-/// Turns the backend's wake-ups for this worker's queues into claim-loop wake-ups, until
-/// `stop` fires or the stream ends.
-pub(super) async fn wake_loop(
-    wake: Arc<Notify>,
-    queues: Vec<QueueName>,
-    mut wakeups: Wakeups,
-    stop: CancellationToken,
-) {
-    loop {
-        let w = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            w = wakeups.recv() => w,
-        };
-        match w {
-            Some(Wake::Any) => wake.notify_one(),
-            Some(Wake::Queue(q)) if queues.iter().any(|x| x.as_str() == q) => wake.notify_one(),
-            Some(Wake::Queue(_)) => {}
-            None => {
-                tracing::info!("wake-up stream ended; polling only");
-                return;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

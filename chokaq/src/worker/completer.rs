@@ -18,6 +18,8 @@ use crate::metrics_names as m;
 /// A finished job waiting for its completion write.
 #[derive(Debug, Clone)]
 pub(super) struct Completion {
+    /// The lane of the worker that ran it.
+    pub(super) lane: usize,
     pub(super) lease: LeaseRef,
     pub(super) queue: QueueName,
     pub(super) kind: JobKind,
@@ -25,46 +27,93 @@ pub(super) struct Completion {
 
 /// Finished jobs whose outcome (completion or failure) is not written yet: they still count
 /// against their queue's cap in the database. The executor counts them in, the completer and
-/// the failure path count them out; the claim loop reads the count and waits for writes.
-#[derive(Default)]
+/// the failure path count them out; the claim loops read the counts and wait for writes. Counted
+/// for the whole worker (the unwritten-outcome bound is the process's) and per lane (a lane's
+/// claim loop waits only for its own queues' writes).
 pub(super) struct Outcomes {
     unwritten: AtomicUsize,
     /// Outcome writes so far (a `written` wake-up with no new write since a claim is stale).
     writes: AtomicU64,
+    lanes: Vec<LaneOutcomes>,
+}
+
+/// One lane's share of [`Outcomes`].
+#[derive(Default)]
+struct LaneOutcomes {
+    unwritten: AtomicUsize,
+    writes: AtomicU64,
+    /// Every write wakes every lane: a write of any lane may reopen the worker-wide gate.
     written: Notify,
 }
 
+impl Default for Outcomes {
+    fn default() -> Self {
+        Outcomes::new(1)
+    }
+}
+
 impl Outcomes {
-    /// A finished job whose outcome is to be written.
-    pub(super) fn finished(&self) {
+    /// The counts of a worker of `lanes` lanes (at least one).
+    pub(super) fn new(lanes: usize) -> Self {
+        Outcomes {
+            unwritten: AtomicUsize::new(0),
+            writes: AtomicU64::new(0),
+            lanes: (0..lanes.max(1)).map(|_| LaneOutcomes::default()).collect(),
+        }
+    }
+
+    fn lane(&self, lane: usize) -> &LaneOutcomes {
+        &self.lanes[lane.min(self.lanes.len() - 1)]
+    }
+
+    /// A finished job of lane `lane` whose outcome is to be written.
+    pub(super) fn finished(&self, lane: usize) {
         self.unwritten.fetch_add(1, Ordering::AcqRel);
+        self.lane(lane).unwritten.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// `n` outcomes were written (or given up on): tell the claim loop.
-    pub(super) fn written(&self, n: usize) {
+    /// `n` outcomes of lane `lane` were written (or given up on): tell the claim loops.
+    pub(super) fn written(&self, lane: usize, n: usize) {
         self.unwritten.fetch_sub(n, Ordering::AcqRel);
+        let l = self.lane(lane);
+        l.unwritten.fetch_sub(n, Ordering::AcqRel);
+        l.writes.fetch_add(1, Ordering::AcqRel);
         self.writes.fetch_add(1, Ordering::AcqRel);
-        self.written.notify_one();
+        for l in &self.lanes {
+            l.written.notify_one();
+        }
     }
 
-    /// Outcomes not written yet.
+    /// Outcomes of the whole worker not written yet.
     pub(super) fn unwritten(&self) -> usize {
         self.unwritten.load(Ordering::Acquire)
     }
 
-    /// Whether any outcome is not written yet.
+    /// Whether any outcome of the worker is not written yet.
+    #[cfg(test)]
     pub(super) fn any_unwritten(&self) -> bool {
         self.unwritten.load(Ordering::Acquire) > 0
     }
 
-    /// Writes so far.
+    /// Whether any outcome of lane `lane` is not written yet.
+    pub(super) fn any_unwritten_in(&self, lane: usize) -> bool {
+        self.lane(lane).unwritten.load(Ordering::Acquire) > 0
+    }
+
+    /// Writes so far, of the whole worker.
+    #[cfg(test)]
     pub(super) fn writes(&self) -> u64 {
         self.writes.load(Ordering::Acquire)
     }
 
-    /// Waits for the next write notice.
-    pub(super) async fn next_write(&self) {
-        self.written.notified().await
+    /// Writes of lane `lane` so far.
+    pub(super) fn writes_in(&self, lane: usize) -> u64 {
+        self.lane(lane).writes.load(Ordering::Acquire)
+    }
+
+    /// Waits for the next write notice of lane `lane` (any lane's write sends one).
+    pub(super) async fn next_write(&self, lane: usize) {
+        self.lane(lane).written.notified().await
     }
 }
 
@@ -82,9 +131,9 @@ pub(super) struct Completer {
     /// Finished jobs waiting for their completion write, oldest first.
     queue: Mutex<VecDeque<Completion>>,
     queued: Notify,
-    /// The claim loop's last claim came back short with jobs in flight: it completes the
-    /// queued jobs itself, so the completer gathers full batches only.
-    cap_bound: AtomicBool,
+    /// Per lane: the lane's last claim came back short with jobs in flight: it completes the
+    /// queued jobs itself, so the completer gathers full batches only (while any lane is).
+    cap_bound: Vec<AtomicBool>,
     /// Finished jobs' leases stay held here until their completion is written.
     leases: Arc<Leases>,
     outcomes: Arc<Outcomes>,
@@ -110,7 +159,7 @@ impl Completer {
             early: cfg.unwritten_cap(),
             queue: Mutex::new(VecDeque::new()),
             queued: Notify::new(),
-            cap_bound: AtomicBool::new(false),
+            cap_bound: (0..super::lanes::layout(cfg).len()).map(|_| AtomicBool::new(false)).collect(),
             leases,
             outcomes,
             counters,
@@ -154,9 +203,16 @@ impl Completer {
         self.queue.lock().unwrap().len()
     }
 
-    /// Set by the claim loop after each claim.
-    pub(super) fn set_cap_bound(&self, yes: bool) {
-        self.cap_bound.store(yes, Ordering::Release);
+    /// Set by lane `lane`'s claim loop after each claim.
+    pub(super) fn set_cap_bound(&self, lane: usize, yes: bool) {
+        if let Some(b) = self.cap_bound.get(lane) {
+            b.store(yes, Ordering::Release);
+        }
+    }
+
+    /// Whether a lane's claim loop takes the completions along.
+    fn any_cap_bound(&self) -> bool {
+        self.cap_bound.iter().any(|b| b.load(Ordering::Acquire))
     }
 
     /// Flushes until `stop` fires (every job has finished by then), then flushes what is left.
@@ -184,7 +240,7 @@ impl Completer {
             // (after a crash they run again), except while the claim loop is cap-bound: it takes
             // them along.
             let deadline = Instant::now() + self.flush_every;
-            let early = if self.cap_bound.load(Ordering::Acquire) { max } else { max.min(self.early) };
+            let early = if self.any_cap_bound() { max } else { max.min(self.early) };
             while self.len() < early {
                 tokio::select! {
                     biased;
@@ -236,10 +292,17 @@ impl Completer {
                     "could not complete jobs (not retryable); they will be rescued and run again (handlers must be idempotent)");
             }
         }
+        let mut lanes: Vec<(usize, usize)> = Vec::new();
         for c in batch {
             self.leases.untrack(c.lease);
+            match lanes.iter_mut().find(|(l, _)| *l == c.lane) {
+                Some((_, n)) => *n += 1,
+                None => lanes.push((c.lane, 1)),
+            }
         }
-        self.outcomes.written(batch.len());
+        for (lane, n) in lanes {
+            self.outcomes.written(lane, n);
+        }
     }
 }
 
@@ -262,8 +325,8 @@ mod tests {
         }
         let q = vec![QueueName::new("q").unwrap()];
         for job in b.claim(&ClaimParams::new(w, q, n as u32, ClaimMode::Start)).await.unwrap() {
-            outcomes.finished();
-            completer.push(Completion { lease: job.lease_ref(), queue: job.queue, kind: job.kind });
+            outcomes.finished(0);
+            completer.push(Completion { lane: 0, lease: job.lease_ref(), queue: job.queue, kind: job.kind });
         }
     }
 
@@ -325,7 +388,7 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(c.clone().run(stop.clone()));
         finished(&b, w, &c, &outcomes, 1).await;
-        tokio::time::timeout(Duration::from_secs(5), outcomes.next_write()).await.expect("written in time");
+        tokio::time::timeout(Duration::from_secs(5), outcomes.next_write(0)).await.expect("written in time");
         assert_eq!(counters.report().completed, 1);
         stop.cancel();
         task.await.unwrap();

@@ -19,8 +19,14 @@ use crate::registry::Registry;
 pub struct WorkerConfig {
     /// Queues to claim from, in order, without duplicates (`"default"` when none is given).
     pub queues: Vec<QueueName>,
-    /// Handlers running at once: the number of slots (1 to 1000). Default 10.
+    /// Handlers running at once: the number of slots (1 to 1000), queues with slots of their
+    /// own included. Default 10, or, when queues have counts of their own, their sum plus 10
+    /// for the other queues (their sum alone when every queue has one).
     pub concurrency: u32,
+    /// Queues with a slot count of their own (`WorkerBuilder::queue_concurrency`): each runs at
+    /// most that many handlers at once in this worker, in slots of its own carved out of
+    /// `concurrency`; the other queues share the rest.
+    pub queue_concurrency: HashMap<QueueName, u32>,
     /// Jobs held Fetched ([`ClaimMode::Reserve`](chokaq_core::ClaimMode::Reserve)) beyond the
     /// running ones (0 to 1000). Default 0: claims go straight to Processing
     /// ([`ClaimMode::Start`](chokaq_core::ClaimMode::Start)).
@@ -70,7 +76,8 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
             queues: Vec::new(),
-            concurrency: 10,
+            concurrency: super::lanes::DEFAULT_CONCURRENCY,
+            queue_concurrency: HashMap::new(),
             prefetch: 0,
             lookahead: None,
             unwritten_outcomes: None,
@@ -97,6 +104,10 @@ pub struct WorkerBuilder {
     config: WorkerConfig,
     queue_names: Vec<String>,
     queue_timeouts: Vec<(String, Duration)>,
+    /// `queue_concurrency` as given (checked by `build`).
+    queue_counts: Vec<(String, u32)>,
+    /// `concurrency` was given.
+    concurrency_set: bool,
     registry: Registry,
     worker_id: Option<WorkerId>,
     scheduler: Option<crate::periodic::Scheduler>,
@@ -120,6 +131,8 @@ impl WorkerBuilder {
             config: WorkerConfig::default(),
             queue_names: Vec::new(),
             queue_timeouts: Vec::new(),
+            queue_counts: Vec::new(),
+            concurrency_set: false,
             registry: Registry::default(),
             worker_id: None,
             scheduler: None,
@@ -142,9 +155,30 @@ impl WorkerBuilder {
         self
     }
 
-    /// Handlers running at once (1 to 1000). Default 10.
+    /// Handlers running at once (1 to 1000), queues with slots of their own
+    /// ([`WorkerBuilder::queue_concurrency`]) included: their slots are carved out of this, and
+    /// the other queues share the rest. Default 10; with queues of their own slot count, their
+    /// sum plus 10 for the other queues (their sum alone when every queue has one).
     pub fn concurrency(mut self, n: u32) -> Self {
         self.config.concurrency = n;
+        self.concurrency_set = true;
+        self
+    }
+
+    /// Gives `queue` (one of the worker's queues) `n` slots of its own (1 to 1000): this worker
+    /// runs at most `n` of its jobs at once, and the worker's other queues cannot take those
+    /// slots, nor can this queue take theirs, so a queue of slow jobs cannot hold up a queue of
+    /// fast ones (River's `Queues: {name: {MaxWorkers: n}}`, Oban's `queues: [name: n]`).
+    /// The queue is claimed on its own, never for more jobs than its free slots plus its share
+    /// of the look-ahead. The slots are carved out of [`WorkerBuilder::concurrency`]: the
+    /// queues without a count of their own share what is left (at least one slot). Left unset,
+    /// the concurrency is the sum of the counts, plus 10 for the other queues. Given twice for
+    /// one queue, the last count wins. A queue not among the worker's queues, a count of 0 or
+    /// over 1000, or counts that leave the other queues no slot, are an `InvalidInput` error
+    /// of [`WorkerBuilder::build`]. Distinct from a queue's cap (`QueueControl::SetMaxWorkers`),
+    /// which the database enforces across all workers.
+    pub fn queue_concurrency(mut self, queue: impl Into<String>, n: u32) -> Self {
+        self.queue_counts.push((queue.into(), n));
         self
     }
 
@@ -303,8 +337,17 @@ impl WorkerBuilder {
     /// Checks the settings and builds the worker. Bad settings are
     /// [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind::InvalidInput).
     pub fn build(self) -> Result<Worker> {
-        let WorkerBuilder { backend, mut config, mut queue_names, queue_timeouts, registry, worker_id, scheduler } =
-            self;
+        let WorkerBuilder {
+            backend,
+            mut config,
+            mut queue_names,
+            queue_timeouts,
+            queue_counts,
+            concurrency_set,
+            registry,
+            worker_id,
+            scheduler,
+        } = self;
         if queue_names.is_empty() {
             queue_names.push("default".to_string());
         }
@@ -316,6 +359,7 @@ impl WorkerBuilder {
             }
         }
         config.queues = queues;
+        super::lanes::resolve(&mut config, concurrency_set, queue_counts)?;
         for (q, d) in queue_timeouts {
             if d.is_zero() {
                 return Err(Error::invalid(format!("timeout of queue {q:?} must be positive")));

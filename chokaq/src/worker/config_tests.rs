@@ -217,3 +217,62 @@ fn a_handler_whose_queue_is_not_claimed_is_warned_of() {
     );
     assert_eq!(logged(&["default", "emails"]), "", "the queue is claimed: no warning");
 }
+
+/// Issue 40, item 5: a queue's own slot count. A queue the worker does not claim, a bad queue
+/// name, a count of 0 or over 1000, counts that leave the other queues no slot, or counts of
+/// every queue that differ from a concurrency given, are `InvalidInput` errors naming what is
+/// wrong. Left unset, the concurrency is the counts' sum, plus 10 for the other queues.
+#[test]
+fn queue_concurrency_is_checked_at_build() {
+    let two = || builder().queues(["fast", "slow"]);
+    let bad = [
+        (
+            builder().queue("a").queue_concurrency("b", 2),
+            "names queue \"b\", which this worker does not claim (its queues: a)",
+        ),
+        (
+            builder().queue_concurrency("fast", 2),
+            "names queue \"fast\", which this worker does not claim (its queues: default)",
+        ),
+        (two().queue_concurrency("no spaces", 2), "queue name"),
+        (
+            two().queue_concurrency("slow", 0),
+            "the slot count of queue \"slow\" (queue_concurrency) must be 1 to 1000, got 0",
+        ),
+        (two().queue_concurrency("slow", 1001), "must be 1 to 1000, got 1001"),
+        (
+            two().concurrency(4).queue_concurrency("slow", 4),
+            "the queues' own slot counts add up to 4, which leaves none of the worker's concurrency 4 for its other \
+             queues (fast): raise concurrency to at least 5",
+        ),
+        (
+            two().concurrency(6).queue_concurrency("slow", 2).queue_concurrency("fast", 2),
+            "every queue of the worker has its own slot count, and they add up to 4, not the worker's concurrency 6",
+        ),
+        (two().queue_concurrency("slow", 995), "add up to 995, plus 10 for the others: over the most a worker runs"),
+        (two().concurrency(0).queue_concurrency("slow", 1), "concurrency must be 1 to 1000, got 0"),
+    ];
+    for (i, (b, text)) in bad.into_iter().enumerate() {
+        let e = b.build().map(|_| ()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "case {i}: {e}");
+        assert!(e.message().contains(text), "case {i}: {e:?} does not say {text:?}");
+    }
+    let counts = |w: Worker| {
+        let c = w.config().clone();
+        let mut own: Vec<(String, u32)> = c.queue_concurrency.iter().map(|(q, n)| (q.to_string(), *n)).collect();
+        own.sort();
+        (c.concurrency, own)
+    };
+    let own = |v: &[(&str, u32)]| v.iter().map(|(q, n)| (q.to_string(), *n)).collect::<Vec<_>>();
+    // Every queue its own: the concurrency is their sum (River's and Oban's model).
+    let w = two().queue_concurrency("fast", 20).queue_concurrency("slow", 5).build().unwrap();
+    assert_eq!(counts(w), (25, own(&[("fast", 20), ("slow", 5)])));
+    // Some queues share: the default 10 for them on top, or what a given concurrency leaves.
+    assert_eq!(counts(two().queue_concurrency("slow", 2).build().unwrap()), (12, own(&[("slow", 2)])));
+    assert_eq!(counts(two().concurrency(4).queue_concurrency("slow", 3).build().unwrap()), (4, own(&[("slow", 3)])));
+    // The last count given for a queue wins; a concurrency equal to the sum is accepted.
+    let w = two().concurrency(3).queue_concurrency("slow", 5).queue_concurrency("slow", 1).queue_concurrency("fast", 2);
+    assert_eq!(counts(w.build().unwrap()), (3, own(&[("fast", 2), ("slow", 1)])));
+    // No counts: as before.
+    assert_eq!(counts(two().build().unwrap()), (10, own(&[])));
+}

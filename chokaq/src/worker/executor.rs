@@ -21,6 +21,7 @@ use super::claim::Lookahead;
 use super::completer::{Completer, Completion, Outcomes};
 use super::config::MAX_SETTING_DURATION;
 use super::heartbeat::{Leases, START_AFTER};
+use super::lanes::AllSlots;
 use super::{add, broken, ewma, write_with_retries, Broken, Counters, WorkerConfig, SHUTDOWN_ERROR};
 use crate::job::{ContextInner, JobContext, JobControl, JobError, StopReason};
 use crate::metrics_names as m;
@@ -45,14 +46,19 @@ impl Defaults {
     }
 }
 
-/// The slots and the jobs on them. Owns the semaphore of `concurrency` slots, the task tracker
-/// of running jobs and the moving average of handler run times.
+/// The slots of one lane of the worker ([`super::lanes`]) and the jobs on them. Owns the
+/// semaphore of the lane's slots and the moving average of its handler run times; the task
+/// tracker of running jobs is the worker's.
 pub(super) struct Executor {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) worker: WorkerId,
+    /// The lane's place in the worker's lanes.
+    pub(super) lane: usize,
     pub(super) registry: Arc<Registry>,
-    pub(super) defaults: Defaults,
+    pub(super) defaults: Arc<Defaults>,
     pub(super) slots: Arc<Semaphore>,
+    /// Every lane's slots: the unwritten-outcome gate counts the whole worker's handlers.
+    pub(super) all_slots: Arc<AllSlots>,
     /// A finishing job handed its slot on or freed it.
     pub(super) slot_freed: Notify,
     /// Moving average of handler run times, microseconds (0: none finished yet).
@@ -66,15 +72,16 @@ pub(super) struct Executor {
     /// Look-ahead jobs whose lease is being confirmed (a `start` awaited before their handler
     /// begins, after an outage let the last confirmation age): in flight for the claim loop.
     pub(super) starting: AtomicU64,
-    /// Until when no further suspect look-ahead job may begin ([`Executor::suspect_ok`]).
-    pub(super) suspect_until: std::sync::Mutex<Option<Instant>>,
+    /// Until when no further suspect look-ahead job may begin ([`Executor::suspect_ok`]): one
+    /// gate for the whole worker (one suspect at a time per process).
+    pub(super) suspect_until: Arc<std::sync::Mutex<Option<Instant>>>,
     /// How long after its last confirmation a held job's handler may still begin without a
-    /// confirmed start: half the shortest zombie timeout of the worker's queues.
+    /// confirmed start: half the shortest zombie timeout of the lane's queues.
     pub(super) hold_fresh_us: AtomicU64,
-    /// Rule of issue 24: finished, unwritten outcomes plus running handlers stay at or below
-    /// this (2 x `concurrency`), so at most that many finished jobs are ever unwritten.
+    /// Rule of issue 24: finished, unwritten outcomes plus running handlers of the whole
+    /// worker stay at or below this (2 x `concurrency`), so at most that many finished jobs
+    /// are ever unwritten.
     pub(super) unwritten_cap: usize,
-    pub(super) concurrency: usize,
     /// The worker's span (`chokaq.worker`): the parent of every job's span, whichever task
     /// starts the job (a finishing job hands its slot on from inside its own span).
     pub(super) span: tracing::Span,
@@ -120,7 +127,7 @@ impl Executor {
     }
 
     /// Whether one more handler may begin on a free slot: finished, unwritten outcomes plus
-    /// running handlers stay within [`Executor::unwritten_cap`] with it.
+    /// running handlers (of the whole worker) stay within [`Executor::unwritten_cap`] with it.
     pub(super) fn may_begin(&self) -> bool {
         self.outcomes.unwritten() + self.running_now() < self.unwritten_cap
     }
@@ -233,7 +240,7 @@ impl Executor {
     /// A buffered job whose cancel was requested: released (the backend dead-letters it
     /// `cancelled`), in the background; its handler never began.
     fn release_cancelled(self: &Arc<Self>, lease: LeaseRef) {
-        self.outcomes.finished();
+        self.outcomes.finished(self.lane);
         let this = self.clone();
         self.tracker.spawn(async move {
             let one = [lease];
@@ -248,7 +255,7 @@ impl Executor {
                 Ok(_) => add(&this.counters.lease_lost, 1),
                 Err(e) => tracing::warn!(error = %e, id = %lease.id, "could not release a cancelled job"),
             }
-            this.outcomes.written(1);
+            this.outcomes.written(this.lane, 1);
         });
     }
 
@@ -266,17 +273,18 @@ impl Executor {
         gate.filter(|t| Instant::now() < *t)
     }
 
-    /// Handlers running now (slots taken).
+    /// Handlers running now in the whole worker (slots taken in every lane).
     pub(super) fn running_now(&self) -> usize {
-        self.concurrency - self.free_slots().min(self.concurrency)
+        self.all_slots.running()
     }
 
-    /// How many look-ahead jobs' starts are in flight (their handlers may be running).
+    /// How many of this lane's look-ahead jobs' starts are in flight (their handlers may be
+    /// running).
     pub(super) fn starting_count(&self) -> usize {
         self.starting.load(Ordering::Acquire) as usize
     }
 
-    /// Free slots now.
+    /// Free slots of this lane now.
     pub(super) fn free_slots(&self) -> usize {
         self.slots.available_permits()
     }
@@ -378,13 +386,13 @@ impl Executor {
         }
         if !matches!(verdict, Verdict::Discard) {
             self.leases.finish(lease);
-            self.outcomes.finished();
+            self.outcomes.finished(self.lane);
         }
         // Queue the completion before the slot is seen free, so a claim loop that finds nothing
         // running finds every finished job's completion queued.
         let verdict = match verdict {
             Verdict::Complete => {
-                self.completer.push(Completion { lease, queue: queue.clone(), kind: kind.clone() });
+                self.completer.push(Completion { lane: self.lane, lease, queue: queue.clone(), kind: kind.clone() });
                 None
             }
             other => Some(other),
@@ -460,7 +468,7 @@ impl Executor {
                 tracing::error!(error = %e, "could not record the failed attempt (not retryable); the rescuer will retry the job");
             }
         }
-        self.outcomes.written(1);
+        self.outcomes.written(self.lane, 1);
     }
 }
 

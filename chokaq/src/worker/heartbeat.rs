@@ -148,8 +148,14 @@ impl Leases {
 
     /// Whether no job is running (finished jobs whose outcome is not written yet and held
     /// jobs waiting in the look-ahead buffer do not count).
+    #[cfg(test)]
     pub(super) fn none_running(&self) -> bool {
         self.held.lock().unwrap().values().all(|r| r.finished || r.buffered)
+    }
+
+    /// [`Leases::none_running`] for the jobs of `queues` only (a lane's queues).
+    pub(super) fn none_running_of(&self, queues: &[QueueName]) -> bool {
+        self.held.lock().unwrap().values().all(|r| r.finished || r.buffered || !queues.contains(&r.queue))
     }
 
     /// Fires every held job's switch with `reason`; returns how many.

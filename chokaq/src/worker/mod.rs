@@ -3,6 +3,8 @@
 //!
 //! Its parts, each owning what it uses:
 //!
+//! * [`lanes`]: the lanes of a worker whose queues have slots of their own, each with its own
+//!   slots, claim loop and look-ahead;
 //! * [`claim`]: the claim loop (what to claim and when) and the look-ahead buffer;
 //! * [`executor`]: the slots and one job on a slot (panic, timeout, verdict, failure write);
 //! * [`completer`]: the completion queue and the task that writes it in batches, and the
@@ -20,6 +22,7 @@ mod config;
 mod execution_tests;
 mod executor;
 mod heartbeat;
+mod lanes;
 mod lookahead;
 mod maintenance;
 #[cfg(test)]
@@ -237,48 +240,67 @@ impl Worker {
             None => None,
         };
         let _sched_guard = sched_stop.clone().drop_guard();
+        // The lanes: one per queue with slots of its own, one for the others (`lanes`).
+        let specs = if broken(worker, Broken::SharedQueueSlots) { lanes::single(&cfg) } else { lanes::layout(&cfg) };
         let leases = Arc::new(Leases::default());
-        let lookahead = Arc::new(Lookahead::default());
-        let outcomes = Arc::new(Outcomes::default());
+        let outcomes = Arc::new(Outcomes::new(specs.len()));
         let completer =
             Arc::new(Completer::new(backend.clone(), worker, &cfg, leases.clone(), outcomes.clone(), counters.clone()));
-        let executor = Arc::new(Executor {
-            backend: backend.clone(),
-            worker,
-            registry,
-            defaults: Defaults::from_config(&cfg),
-            slots: Arc::new(Semaphore::new(cfg.concurrency as usize)),
-            slot_freed: Notify::new(),
-            job_us: AtomicU64::new(0),
-            tracker: TaskTracker::new(),
-            leases: leases.clone(),
-            lookahead: lookahead.clone(),
-            completer: completer.clone(),
-            outcomes: outcomes.clone(),
-            counters: counters.clone(),
-            starting: AtomicU64::new(0),
-            suspect_until: std::sync::Mutex::new(None),
-            hold_fresh_us: AtomicU64::new(hold_fresh(&cfg.queues, cfg.heartbeat_interval, &settings).as_micros() as u64),
-            unwritten_cap: cfg.unwritten_cap(),
-            concurrency: cfg.concurrency as usize,
-            span: tracing::info_span!("chokaq.worker", worker = %worker),
-        });
-        let wake = Arc::new(Notify::new());
-        let parts = Parts {
-            wake: wake.clone(),
-            executor: executor.clone(),
-            leases: leases.clone(),
-            lookahead: lookahead.clone(),
-            completer: completer.clone(),
-            outcomes,
-            counters: counters.clone(),
-        };
-        let claimer = Claimer::new(backend.clone(), worker, &cfg, &settings, parts);
+        let semaphores: Vec<Arc<Semaphore>> = specs.iter().map(|l| Arc::new(Semaphore::new(l.slots))).collect();
+        let all_slots =
+            Arc::new(lanes::AllSlots::new(semaphores.iter().cloned().zip(specs.iter().map(|l| l.slots)).collect()));
+        let (defaults, tracker) = (Arc::new(Defaults::from_config(&cfg)), TaskTracker::new());
+        let suspect_until = Arc::new(std::sync::Mutex::new(None));
+        let span = tracing::info_span!("chokaq.worker", worker = %worker);
+        let mut claimers = Vec::with_capacity(specs.len());
+        let mut lookaheads = Vec::with_capacity(specs.len());
+        let mut wakes = Vec::with_capacity(specs.len());
+        for (spec, slots) in specs.iter().zip(semaphores) {
+            let lookahead = Arc::new(Lookahead::default());
+            let fresh = hold_fresh(&spec.queues, cfg.heartbeat_interval, &settings);
+            let executor = Arc::new(Executor {
+                backend: backend.clone(),
+                worker,
+                lane: spec.index,
+                registry: registry.clone(),
+                defaults: defaults.clone(),
+                slots,
+                all_slots: all_slots.clone(),
+                slot_freed: Notify::new(),
+                job_us: AtomicU64::new(0),
+                tracker: tracker.clone(),
+                leases: leases.clone(),
+                lookahead: lookahead.clone(),
+                completer: completer.clone(),
+                outcomes: outcomes.clone(),
+                counters: counters.clone(),
+                starting: AtomicU64::new(0),
+                suspect_until: suspect_until.clone(),
+                hold_fresh_us: AtomicU64::new(fresh.as_micros() as u64),
+                unwritten_cap: cfg.unwritten_cap(),
+                span: span.clone(),
+            });
+            let wake = Arc::new(Notify::new());
+            let parts = Parts {
+                wake: wake.clone(),
+                executor,
+                leases: leases.clone(),
+                lookahead: lookahead.clone(),
+                completer: completer.clone(),
+                outcomes: outcomes.clone(),
+                counters: counters.clone(),
+            };
+            claimers.push(Claimer::new(backend.clone(), worker, &cfg, spec, &settings, parts));
+            lookaheads.push(lookahead);
+            wakes.push((spec.queues.clone(), wake));
+        }
         tracing::info!(
             worker = %worker,
             backend = backend.name(),
             queues = ?cfg.queues.iter().map(QueueName::as_str).collect::<Vec<_>>(),
             concurrency = cfg.concurrency,
+            queue_concurrency = ?cfg.queues.iter().filter_map(|q| Some((q.as_str(), *cfg.queue_concurrency.get(q)?)))
+                .collect::<Vec<_>>(),
             prefetch = cfg.prefetch,
             "chokaq worker starting"
         );
@@ -312,7 +334,7 @@ impl Worker {
             bg.push(tokio::spawn(maintenance.run(bg_stop.clone())));
         }
         match backend.wakeups().await {
-            Ok(Some(w)) => bg.push(tokio::spawn(claim::wake_loop(wake, cfg.queues.clone(), w, bg_stop.clone()))),
+            Ok(Some(w)) => bg.push(tokio::spawn(lanes::wake_loop(wakes, w, bg_stop.clone()))),
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "wake-ups unavailable; polling only"),
         }
@@ -327,7 +349,9 @@ impl Worker {
             armed: true,
         };
 
-        let buffer = claimer.run(&shutdown).await;
+        // Every lane's claim loop, in this task, until the shutdown token fires.
+        let buffers = futures::future::join_all(claimers.iter().map(|c| c.run(&shutdown))).await;
+        let buffer: VecDeque<ClaimedJob> = buffers.into_iter().flatten().collect();
         sched_stop.cancel();
         if let Some(s) = scheduler {
             s.wait().await;
@@ -335,7 +359,7 @@ impl Worker {
 
         // Shutdown: look-ahead jobs (Fetched, never started) go back to Pending at once, their
         // attempt not counted.
-        let held = lookahead.close();
+        let held: Vec<ClaimedJob> = lookaheads.iter().flat_map(|l| l.close()).collect();
         if !held.is_empty() {
             let sent: Vec<LeaseRef> = held.iter().map(ClaimedJob::lease_ref).collect();
             release_prefetched(&backend, worker, &counters, held.into()).await;
@@ -349,11 +373,11 @@ impl Worker {
             release_prefetched(&backend, worker, &counters, buffer).await;
         }
         // Grace period for running handlers, then cancel and hand back the rest.
-        executor.tracker.close();
-        if tokio::time::timeout(cfg.shutdown_grace, executor.tracker.wait()).await.is_err() {
+        tracker.close();
+        if tokio::time::timeout(cfg.shutdown_grace, tracker.wait()).await.is_err() {
             let count = leases.stop_all(StopReason::Shutdown);
             tracing::info!(count, "grace period over; cancelling running jobs");
-            executor.tracker.wait().await;
+            tracker.wait().await;
         }
         completer_stop.cancel();
         let _ = completer_task.await;
@@ -480,6 +504,9 @@ enum Broken {
     BufferWithoutGate,
     /// The look-ahead keeps jobs however long its slots stay busy (hoarding).
     LookaheadHoards,
+    /// The queues' own slot counts are ignored: every queue shares the worker's slots (before
+    /// issue 40, item 5).
+    SharedQueueSlots,
 }
 
 #[cfg(test)]

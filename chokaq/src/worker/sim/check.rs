@@ -80,6 +80,8 @@ pub(super) struct Checker {
     pub(super) orphans: BTreeSet<(Job, LeaseNo)>,
     /// Each process's bound on finished, unwritten outcomes.
     pub(super) unwritten_bound: BTreeMap<usize, usize>,
+    /// Each process's queues with slots of their own (`queue_concurrency`).
+    pub(super) queue_slots: BTreeMap<usize, BTreeMap<String, u32>>,
     pub(super) dead_procs: BTreeSet<usize>,
     /// Leases a handler began on.
     begun: BTreeSet<(Job, LeaseNo)>,
@@ -107,6 +109,7 @@ impl Checker {
             faulted: BTreeSet::new(),
             orphans: BTreeSet::new(),
             unwritten_bound: BTreeMap::new(),
+            queue_slots: BTreeMap::new(),
             dead_procs: BTreeSet::new(),
             begun: BTreeSet::new(),
             violations: Vec::new(),
@@ -178,8 +181,23 @@ impl Checker {
             }
         }
         self.running.insert((job, lease), Run { proc, queue: info.queue.clone(), key: info.key.clone() });
+        self.check_queue_slots(at, proc, job, &info.queue);
         self.check_caps(at, job, &info);
         self.check_rate(at, job, &info);
+    }
+
+    /// No queue runs more handlers at once in one process than its own slots there (issue 40,
+    /// item 5): every handler of the process counts, whatever its lease (it holds a slot until
+    /// it returns or is dropped).
+    fn check_queue_slots(&mut self, at: Duration, proc: usize, job: Job, queue: &str) {
+        let Some(&slots) = self.queue_slots.get(&proc).and_then(|q| q.get(queue)) else { return };
+        let n = self.running.values().filter(|r| r.proc == proc && r.queue == queue).count();
+        if n > slots as usize {
+            self.violate(
+                at,
+                format!("proc {proc}: {n} handlers of queue {queue} at once (job {job} began), its own slots {slots}"),
+            );
+        }
     }
 
     fn live_running(&self, queue: &str, key: Option<&str>) -> Vec<(Job, LeaseNo)> {

@@ -10,7 +10,8 @@
 //! * two handlers of one job never overlap, and no handler runs past its lease's end, beyond
 //!   the fencing margin (the worker's `cancel_wait`);
 //! * running handlers never exceed a queue's cap or a key's cap; handler begins never exceed
-//!   a rate limit in any window (its length less the longest reply delay);
+//!   a rate limit in any window (its length less the longest reply delay); a process never
+//!   runs more handlers of a queue than the queue's own slots in it (`queue_concurrency`);
 //! * no job is dead-lettered without a run unless cancelled; attempts count runs; a poison job
 //!   crashes its process at most `max_attempts + 1` times;
 //! * a live process never has more than its unwritten-outcome bound (`2 x concurrency` unless
@@ -125,7 +126,9 @@ fn random_plan(seed: u64) -> Plan {
             let concurrency = r.gen_range(1..=3);
             // A quarter of the processes set their own unwritten-outcome bound (issue 38).
             let unwritten = r.gen_bool(0.25).then(|| r.gen_range(concurrency..=4 * concurrency));
-            ProcPlan { at, concurrency, prefetch, unwritten, windows }
+            let mut pp = ProcPlan { at, concurrency, prefetch, unwritten, queue_slots: Vec::new(), windows };
+            draw_queue_slots(seed, i, &queues, &mut pp);
+            pp
         })
         .collect();
     Plan {
@@ -140,6 +143,29 @@ fn random_plan(seed: u64) -> Plan {
         deadline: Duration::from_secs(120),
         broken: Vec::new(),
     }
+}
+
+/// Gives some processes queues with slots of their own (issue 40, item 5), from a generator of
+/// their own (the rest of the plan stays as the seed drew it before): 2 processes in 5, each of
+/// their queues with 1 or 2 slots of its own in 3 cases of 5; the concurrency is then carved
+/// as the builder wants it (at least one slot left for the queues without), and so is the
+/// unwritten-outcome bound (at least the concurrency).
+fn draw_queue_slots(seed: u64, proc: usize, queues: &[QueuePlan], pp: &mut ProcPlan) {
+    let mut r = StdRng::seed_from_u64(seed ^ 0x51075 ^ ((proc as u64) << 32));
+    if !r.gen_bool(0.4) {
+        return;
+    }
+    for q in queues {
+        if r.gen_bool(0.6) {
+            pp.queue_slots.push((q.name.clone(), r.gen_range(1..=2u32)));
+        }
+    }
+    let own: u32 = pp.queue_slots.iter().map(|(_, n)| n).sum();
+    if pp.queue_slots.is_empty() {
+        return;
+    }
+    pp.concurrency = if pp.queue_slots.len() == queues.len() { own } else { pp.concurrency.max(own + 1) };
+    pp.unwritten = pp.unwritten.map(|n| n.max(pp.concurrency));
 }
 
 /// The first violated rule of `seed`'s run, with the replay command and the log lines about
@@ -183,17 +209,24 @@ fn seeds_hold_every_rule() {
     let base = env_u64("CHOKAQ_SIM_SEED_BASE").unwrap_or(0);
     let n = env_u64("CHOKAQ_SIM_SEEDS").unwrap_or(CI_SEEDS);
     let t0 = std::time::Instant::now();
-    let mut lines = 0usize;
+    let (mut lines, mut procs, mut laned) = (0usize, 0usize, 0usize);
     for seed in base..base + n {
         let t = std::time::Instant::now();
-        let out = run::run(&random_plan(seed));
+        let plan = random_plan(seed);
+        procs += plan.procs.len();
+        laned += plan.procs.iter().filter(|p| !p.queue_slots.is_empty()).count();
+        let out = run::run(&plan);
         if std::env::var_os("CHOKAQ_SIM_VERBOSE").is_some() {
             eprintln!("sim: seed {seed}: {} events in {:.2} s", out.log.len(), t.elapsed().as_secs_f64());
         }
         lines += out.log.len();
         assert!(out.violations.is_empty(), "{}", report(seed, &out, "simulation"));
     }
-    eprintln!("sim: {n} seeds from {base}, {lines} events, every rule held ({:.1} s)", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "sim: {n} seeds from {base}, {lines} events, {laned} of {procs} planned processes with queues of their own \
+         slots, every rule held ({:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// The same seed gives the same event log.

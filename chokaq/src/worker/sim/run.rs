@@ -70,6 +70,8 @@ pub(super) struct ProcPlan {
     pub(super) prefetch: u32,
     /// `unwritten_outcomes` (None: the default, 2 x `concurrency`).
     pub(super) unwritten: Option<u32>,
+    /// Queues with slots of their own (`queue_concurrency`), carved out of `concurrency`.
+    pub(super) queue_slots: Vec<(String, u32)>,
     pub(super) windows: Vec<(Duration, Duration, Window)>,
 }
 
@@ -236,6 +238,10 @@ fn spawn_proc(world: &Arc<World>, pp: &ProcPlan, queues: &[String], broken: &[Br
     if let Some(n) = pp.unwritten {
         builder = builder.unwritten_outcomes(n);
     }
+    for (q, n) in &pp.queue_slots {
+        builder = builder.queue_concurrency(q.as_str(), *n);
+    }
+    world.check.lock().unwrap().queue_slots.insert(p, pp.queue_slots.iter().cloned().collect());
     let built = builder
         .worker_id(worker)
         .queues(queues.iter().cloned())
@@ -255,7 +261,10 @@ fn spawn_proc(world: &Arc<World>, pp: &ProcPlan, queues: &[String], broken: &[Br
         let _ = built.run(CancellationToken::new()).await;
     });
     world.procs.lock().unwrap()[p].task = Some(task);
-    world.log(format!("start p{p} concurrency {} prefetch {} unwritten bound {bound}", pp.concurrency, pp.prefetch));
+    world.log(format!(
+        "start p{p} concurrency {} prefetch {} unwritten bound {bound} queue slots {:?}",
+        pp.concurrency, pp.prefetch, pp.queue_slots
+    ));
     p
 }
 

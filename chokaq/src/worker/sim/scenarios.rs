@@ -24,7 +24,14 @@ fn job(at_ms: u64, queue: &str, ms: u64) -> JobPlan {
 }
 
 fn proc(at_ms: u64, concurrency: u32, prefetch: u32) -> ProcPlan {
-    ProcPlan { at: Duration::from_millis(at_ms), concurrency, prefetch, unwritten: None, windows: Vec::new() }
+    ProcPlan {
+        at: Duration::from_millis(at_ms),
+        concurrency,
+        prefetch,
+        unwritten: None,
+        queue_slots: Vec::new(),
+        windows: Vec::new(),
+    }
 }
 
 /// A plan without random faults, crashes or operator actions.
@@ -141,6 +148,24 @@ pub(super) fn no_hoarding(warm: bool, plan_edit: &dyn Fn(&mut Plan)) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// Issue 40, item 5: one process of 3 slots, queue q0 with 1 of its own, q1 sharing the other
+/// 2; 6 jobs of q0 (100 ms) and 3 of q1 enqueued at once: q0 never runs 2 at once, and every
+/// job is archived.
+pub(super) fn queue_slots_bind(plan_edit: &dyn Fn(&mut Plan)) -> Result<(), String> {
+    let mut jobs: Vec<JobPlan> = (0..6).map(|_| job(0, "q0", 100)).collect();
+    jobs.extend((0..3).map(|_| job(0, "q1", 100)));
+    let mut p0 = proc(0, 3, 0);
+    p0.queue_slots = vec![("q0".to_string(), 1)];
+    let mut plan = quiet(vec![queue("q0"), queue("q1")], jobs, vec![p0]);
+    plan_edit(&mut plan);
+    check("queue_slots_bind", &run(&plan))
+}
+
+#[test]
+fn issue40_a_queue_never_runs_more_than_its_own_slots() {
+    queue_slots_bind(&|_| {}).unwrap();
 }
 
 #[test]

@@ -47,6 +47,11 @@ fn tooth_prefetch_begins_without_the_gate() {
 }
 
 #[test]
+fn tooth_queue_slots_shared() {
+    caught(Broken::SharedQueueSlots, |f| scenarios::queue_slots_bind(f));
+}
+
+#[test]
 fn tooth_lookahead_hoards() {
     caught(Broken::LookaheadHoards, |f| scenarios::no_hoarding(false, f));
 }
