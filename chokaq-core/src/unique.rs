@@ -6,9 +6,9 @@
 //! The key is the SHA-256 (hex) of a canonical JSON array: a version tag, the job's kind, its
 //! queue (when [`UniqueOpts::by_queue`]), its arguments (when [`UniqueOpts::by_args`]: the
 //! canonical JSON of the payload, object keys sorted at every depth, or only the named
-//! top-level fields) and its period bucket (when [`UniqueOpts::by_period`]:
-//! `floor(unix seconds of the due time / period)`). The state set is not part of the key: an
-//! enqueue is a duplicate when the job holding the key is in one of the *enqueuer's* states.
+//! top-level fields), its period bucket (when [`UniqueOpts::by_period`]:
+//! `floor(unix seconds of the due time / period)`) and its state set: jobs of two state sets
+//! never share a key, so the holder of a key always counts by the same states as the enqueuer.
 
 use std::fmt;
 use std::time::Duration;
@@ -132,6 +132,12 @@ impl fmt::Display for UniqueState {
 pub struct UniqueStates(u16);
 
 impl UniqueStates {
+    /// Whether this set counts exactly the live states ([`UniqueStates::DEFAULT`]): "one live
+    /// job per key", which a backend may enforce with a unique index over its hot table alone.
+    pub fn is_live_only(self) -> bool {
+        self == UniqueStates::DEFAULT
+    }
+
     /// The default: every live state (Pending, Scheduled, Fetched, Processing, Retrying);
     /// a job that succeeded, was cancelled or discarded frees its key.
     pub const DEFAULT: UniqueStates = UniqueStates(0b0001_1111);
@@ -450,7 +456,7 @@ pub fn unique_key(job: &NewJob, now: Timestamp) -> Result<Option<UniqueKey>> {
         }
     };
     let queue = if opts.by_queue { serde_json::Value::from(job.queue.as_str()) } else { serde_json::Value::Null };
-    let preimage = serde_json::json!(["chokaq.unique.v1", job.kind.as_str(), queue, args, bucket]);
+    let preimage = serde_json::json!(["chokaq.unique.v1", job.kind.as_str(), queue, args, bucket, opts.states.bits()]);
     let digest = Sha256::digest(canonical_json(&preimage).as_bytes());
     let key = digest.iter().map(|b| format!("{b:02x}")).collect::<String>();
     Ok(Some(UniqueKey { key, states: opts.states, expires_at, settings: opts.to_json() }))

@@ -24,3 +24,19 @@ CREATE TABLE IF NOT EXISTS {schema}.uniques (
 );
 -- unique_of (chokaq jobs show, the dashboard) and the pruning's look-ups by job.
 CREATE INDEX IF NOT EXISTS uniques_job_idx ON {schema}.uniques (job_id);
+
+-- The default state set (every live state: Pending, Scheduled, Fetched, Processing, waiting
+-- for a retry) means "one live job per key": a job in jobs_hot is live, a job that left it is
+-- not. Such a job carries its key on its hot row, under a partial unique index, as the
+-- idempotency key does: no row of the uniques table, no second statement, so a unique enqueue
+-- costs about one index entry more than a plain one (the bench's enqueue_unique_vs_enqueue).
+-- The key leaves with the row (the moves to jobs_archive and jobs_dlq copy named columns, not
+-- these); no claim, heartbeat or move statement reads or writes the two columns, and an update
+-- of the others stays a HOT update. The state set is part of the key (chokaq_core::unique_key),
+-- so a key held here and a key held in the uniques table never meet.
+-- The key as its 32 bytes (bytea: half the index of the 64 hex digits, compared byte for
+-- byte): keys are SHA-256, so their entries land anywhere in the index, and its size is what
+-- an insert pays for.
+ALTER TABLE {schema}.jobs_hot ADD COLUMN IF NOT EXISTS unique_key bytea NULL;
+ALTER TABLE {schema}.jobs_hot ADD COLUMN IF NOT EXISTS unique_settings text NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_hot_unique_key ON {schema}.jobs_hot (unique_key) WHERE unique_key IS NOT NULL;

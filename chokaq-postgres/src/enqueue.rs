@@ -49,6 +49,11 @@ pub(crate) enum Slot {
     SameAs(usize),
 }
 
+/// A unique key's 32 bytes (the hex digits chokaq-core computed), as the hot row stores them.
+fn key_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()).collect()
+}
+
 impl PgBackend {
     /// Enqueues inside the caller's transaction (outbox pattern): the job exists, and its
     /// wake-up is sent, only if that transaction commits. Pass `&mut *tx`. The wake-up is
@@ -123,7 +128,10 @@ impl PgBackend {
         batch: &[&'q NewRow],
         with_unique: bool,
     ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, (Uuid, i64), sqlx::postgres::PgArguments> {
-        let u = |r: &&'q NewRow| r.unique.as_ref().filter(|_| with_unique);
+        // A unique key of the default (live-only) state set goes on the job's row
+        // (`jobs_hot_unique_key`); any other in the uniques table (migration 17).
+        let u = |r: &&'q NewRow| r.unique.as_ref().filter(|k| with_unique && !k.states.is_live_only());
+        let h = |r: &&'q NewRow| r.unique.as_ref().filter(|k| k.states.is_live_only());
         sqlx::query_as(&self.sql().enqueue)
             .bind(batch.iter().map(|r| r.id).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| r.queue.as_str()).collect::<Vec<_>>())
@@ -141,6 +149,8 @@ impl PgBackend {
             .bind(batch.iter().map(|r| u(r).map(|k| k.states.bits())).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| u(r).map(|k| k.settings.as_str())).collect::<Vec<_>>())
             .bind(batch.iter().map(|r| u(r).and_then(|k| k.expires_at)).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| h(r).map(|k| key_bytes(&k.key))).collect::<Vec<_>>())
+            .bind(batch.iter().map(|r| h(r).map(|k| k.settings.as_str())).collect::<Vec<_>>())
     }
 
     /// Inserts `rows` (one statement), then resolves the keys that were taken to the live
@@ -178,9 +188,33 @@ impl PgBackend {
                 }
             }
             todo.clear();
+            // Unique jobs whose key a live job holds on its row (the default state set): that
+            // job's id; a key freed meanwhile is inserted again, a row kept out by its
+            // idempotency key goes to that key's look-up.
+            let (htaken, taken): (Vec<usize>, Vec<usize>) =
+                taken.into_iter().partition(|&i| rows[i].unique.as_ref().is_some_and(|k| k.states.is_live_only()));
+            let mut taken = taken;
+            if !htaken.is_empty() {
+                let keys: Vec<Vec<u8>> =
+                    htaken.iter().filter_map(|&i| rows[i].unique.as_ref().map(|k| key_bytes(&k.key))).collect();
+                let q = || sqlx::query_as::<_, (String, Uuid)>(&self.sql().lookup_hot_unique).bind(&keys);
+                let live: HashMap<String, Uuid> = match &mut target {
+                    Target::Pool(pool) => with_retry(|| q().fetch_all(*pool)).await?,
+                    Target::Conn(conn) => q().fetch_all(&mut **conn).await.map_err(map_sqlx_error)?,
+                }
+                .into_iter()
+                .collect();
+                for i in htaken {
+                    match rows[i].unique.as_ref().and_then(|k| live.get(&k.key)) {
+                        Some(id) => result[i] = Some(Enqueued { id: JobId(*id), duplicate: true }),
+                        None if rows[i].key.is_some() => taken.push(i),
+                        None => todo.push(i),
+                    }
+                }
+            }
             // Unique jobs whose key row was taken: the holder's state decides (`unique.rs`).
             let (utaken, mut taken): (Vec<usize>, Vec<usize>) =
-                taken.into_iter().partition(|&i| rows[i].unique.is_some());
+                taken.into_iter().partition(|&i| rows[i].unique.as_ref().is_some_and(|k| !k.states.is_live_only()));
             if !utaken.is_empty() {
                 for (i, r) in self.resolve_uniques(&mut target, rows, &utaken).await? {
                     match r {

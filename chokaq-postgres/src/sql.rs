@@ -236,6 +236,8 @@ statements! {
     enqueue = ENQUEUE;
     lookup_keys = LOOKUP_KEYS;
     unique_holders = UNIQUE_HOLDERS;
+    lookup_hot_unique = LOOKUP_HOT_UNIQUE;
+    unique_of_hot = UNIQUE_OF_HOT;
     unique_lock = UNIQUE_LOCK;
     unique_take = UNIQUE_TAKE;
     unique_of = UNIQUE_OF;

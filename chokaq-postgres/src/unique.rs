@@ -135,8 +135,19 @@ impl PgBackend {
     }
 }
 
-/// [`chokaq_core::Backend::unique_of`].
+/// [`chokaq_core::Backend::unique_of`]: the key on the job's hot row (the default state set;
+/// the end of its period from the job's due time), else its row of the uniques table.
 pub(crate) async fn unique_of(b: &PgBackend, id: JobId) -> Result<Option<UniqueHold>> {
+    let hot: Option<(String, String, chokaq_core::Timestamp)> =
+        with_retry(|| sqlx::query_as(&b.sql().unique_of_hot).bind(id.0).fetch_optional(&b.kept)).await?;
+    if let Some((key, settings, due)) = hot {
+        let opts = UniqueOpts::from_json(&settings)?;
+        let expires_at = opts.period_secs.and_then(|p| {
+            let p = i64::try_from(p).ok()?;
+            chokaq_core::Timestamp::from_timestamp((due.timestamp().div_euclid(p) + 1) * p, 0)
+        });
+        return Ok(Some(UniqueHold { key, job_id: id, opts, expires_at }));
+    }
     let row: Option<(String, String, Option<chokaq_core::Timestamp>)> =
         with_retry(|| sqlx::query_as(&b.sql().unique_of).bind(id.0).fetch_optional(&b.kept)).await?;
     row.map(|(key, settings, expires_at)| {

@@ -96,3 +96,31 @@ async fn a_take_over_in_a_transaction_holds_the_key_until_the_commit() {
     assert_eq!(db.stats().await.unwrap().queue("utake").map(|q| (q.pending, q.archived)), Some((1, 1)));
     f.drop().await;
 }
+
+/// The same with a key in the uniques table (the waiting-only set, whose holder stops counting
+/// once it runs): the take-over holds the key row's lock until the caller's commit.
+#[tokio::test]
+async fn a_take_over_of_a_key_row_in_a_transaction_holds_it_until_the_commit() {
+    use chokaq_core::UniqueStates;
+    let f = fixture!();
+    let db = f.db.clone();
+    let waiting =
+        || job("urow").json(json!({ "n": 1 })).unique(UniqueOpts::new().by_args().states(UniqueStates::WAITING));
+    let first = db.enqueue(waiting()).await.unwrap();
+    let w = WorkerId::random();
+    let j = claim_one(&db, w, "urow", ClaimMode::Start).await;
+    assert_eq!(j.id, first.id);
+    let mut tx = db.pool().begin().await.unwrap();
+    let second = db.enqueue_in_tx(&mut tx, waiting()).await.unwrap();
+    assert!(!second.duplicate && second.id != first.id, "the running holder does not count: {second:?}");
+    let racer = {
+        let db = db.clone();
+        tokio::spawn(async move { db.enqueue(waiting()).await.unwrap() })
+    };
+    tx.commit().await.unwrap();
+    let theirs = tokio::time::timeout(Duration::from_secs(10), racer).await.unwrap().unwrap();
+    assert_eq!((theirs.duplicate, theirs.id), (true, second.id));
+    assert_eq!(db.unique_of(second.id).await.unwrap().map(|h| h.job_id), Some(second.id));
+    assert_eq!(db.stats().await.unwrap().queue("urow").map(|q| (q.pending, q.processing)), Some((1, 1)));
+    f.drop().await;
+}

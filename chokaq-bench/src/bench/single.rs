@@ -193,11 +193,13 @@ impl Bench {
                         .bind(vec![None::<&str>])
                         // No concurrency key (issue 25).
                         .bind(vec![None::<&str>])
-                        // Not unique (issue 42): key, states, settings, end of period.
+                        // Not unique (issue 42): key, states, settings, end of period; key and settings on the row.
                         .bind(vec![None::<&str>])
                         .bind(vec![None::<i32>])
                         .bind(vec![None::<&str>])
-                        .bind(vec![None::<DateTime<Utc>>]);
+                        .bind(vec![None::<DateTime<Utc>>])
+                        .bind(vec![None::<&str>])
+                        .bind(vec![None::<&str>]);
                     let rows: Vec<(uuid::Uuid, i64)> = match conn.as_mut() {
                         Some(c) => q.fetch_all(c).await,
                         None => q.fetch_all(&pool).await,

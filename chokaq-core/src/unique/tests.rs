@@ -31,7 +31,7 @@ fn key_is_sha256_hex_and_stable() {
     assert_eq!(k.len(), UNIQUE_KEY_LEN);
     assert!(k.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     // Pinned: a change of the preimage is a change of every stored key (docs/unique.md).
-    let pre = r#"["chokaq.unique.v1","refresh.v1",null,"{\"account\":42}",null]"#;
+    let pre = r#"["chokaq.unique.v1","refresh.v1",null,"{\"account\":42}",null,31]"#;
     let want: String = Sha256::digest(pre.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(k, want);
 }
@@ -68,6 +68,14 @@ fn without_args_the_kind_alone_decides() {
     assert_eq!(key(&a, at(0)), key(&b, at(0)));
     let other_kind = NewJob::build("q", "other.v1").unwrap().unique(UniqueOpts::new());
     assert_ne!(key(&a, at(0)), key(&other_kind, at(0)));
+}
+
+#[test]
+fn the_state_set_is_part_of_the_key() {
+    let j = |s: UniqueStates| job(serde_json::json!(1)).unique(UniqueOpts::new().states(s));
+    assert_ne!(key(&j(UniqueStates::DEFAULT), at(0)), key(&j(UniqueStates::WAITING), at(0)));
+    assert_eq!(key(&j(UniqueStates::WAITING), at(0)), key(&j(UniqueStates::WAITING), at(5)));
+    assert!(UniqueStates::DEFAULT.is_live_only() && !UniqueStates::ALL.is_live_only());
 }
 
 #[test]

@@ -5,9 +5,10 @@ pub(super) const ENQUEUE: &str = concat!(
 WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[],
                          $8::timestamptz[], $9::int8[], $10::int4[], $11::text[], $12::text[],
-                         $13::text[], $14::int4[], $15::text[], $16::timestamptz[])
+                         $13::text[], $14::int4[], $15::text[], $16::timestamptz[], $17::bytea[], $18::text[])
         WITH ORDINALITY AS t(id, queue, kind, payload, tags, idempotency_key, priority, scheduled_at, delay_us,
-                             max_attempts, created_by, ckey, ukey, ustates, usettings, uexpires, ord)
+                             max_attempts, created_by, ckey, ukey, ustates, usettings, uexpires, hkey, hsettings,
+                             ord)
 ),
 -- Unique jobs (migration 17, docs/unique.md): the key row of each unique job, inserted in key
 -- order (two batches whose keys overlap wait for each other at most once). A key some row
@@ -33,13 +34,13 @@ due AS (
 -- optimisation only: see migration 13); else Pending (0). Keyless rows skip the window.
 st AS (
     SELECT d.id, d.queue, d.kind, d.payload, d.tags, d.idempotency_key, d.priority, d.max_attempts, d.created_by,
-           d.ckey, d.ord, d.at, CASE WHEN d.at > now() THEN 3 ELSE 0 END AS status
+           d.ckey, d.hkey, d.hsettings, d.ord, d.at, CASE WHEN d.at > now() THEN 3 ELSE 0 END AS status
       FROM due d
      WHERE d.ckey IS NULL
         OR NOT EXISTS (SELECT 1 FROM {schema}.queues c WHERE c.name = d.queue AND c.key_max_workers IS NOT NULL)
     UNION ALL
     SELECT k.id, k.queue, k.kind, k.payload, k.tags, k.idempotency_key, k.priority, k.max_attempts, k.created_by,
-           k.ckey, k.ord, k.at,
+           k.ckey, k.hkey, k.hsettings, k.ord, k.at,
            CASE WHEN k.at > now() THEN 3
                 WHEN k.rk > k.depth THEN 4
                 WHEN ",
@@ -54,15 +55,18 @@ st AS (
 ),
 ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority,
-                                   max_attempts, scheduled_at, status, created_by)
+                                   max_attempts, scheduled_at, status, created_by, unique_key, unique_settings)
     SELECT i.id, i.queue, i.kind, i.payload::jsonb, ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)),
-           i.ckey, i.idempotency_key, i.priority, i.max_attempts, i.at, i.status, i.created_by
+           i.ckey, i.idempotency_key, i.priority, i.max_attempts, i.at, i.status, i.created_by, i.hkey, i.hsettings
       FROM st i
      -- Keyed rows in one order for every batch (queue, key), so that two batches whose keys
      -- overlap wait on each other at most once and never deadlock (40P01 seen in
-     -- idempotency_concurrent_overlapping_batches with the input order).
-     ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.ord
-    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+     -- idempotency_concurrent_overlapping_batches with the input order); then unique keys held
+     -- on the row (the default state set, migration 17), in key order.
+     ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.hkey, i.ord
+    -- No conflict target: a taken idempotency key (queue, idempotency_key) or a taken unique key
+    -- of a live job (jobs_hot_unique_key) inserts nothing; the caller finds which.
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
 xid AS (SELECT txid_current() AS x)
@@ -131,3 +135,13 @@ DELETE FROM {schema}.uniques u
         OR u.expires_at <= now()
         OR (NOT EXISTS (SELECT 1 FROM {schema}.jobs_archive a WHERE a.id = u.job_id)
             AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_dlq d WHERE d.id = u.job_id)))";
+
+/// The live jobs holding unique keys on their hot row (the default state set, migration 17):
+/// `$1` keys (32 bytes each); returns key (as hex), id.
+pub(super) const LOOKUP_HOT_UNIQUE: &str = "SELECT encode(h.unique_key, 'hex'), h.id FROM {schema}.jobs_hot h \
+    WHERE h.unique_key = ANY($1::bytea[])";
+
+/// `$1` job id: the unique key its hot row holds and its settings (the default state set).
+pub(super) const UNIQUE_OF_HOT: &str = "SELECT encode(unique_key, 'hex'), unique_settings, \
+    coalesce(scheduled_at, created_at) \
+    FROM {schema}.jobs_hot WHERE id = $1 AND unique_key IS NOT NULL";

@@ -392,7 +392,7 @@ impl Statements {
             s.start = render(START_FETCHED_ONLY, schema);
         }
         if faults.enqueue_in_batch_order {
-            let keyed = "ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.ord";
+            let keyed = "ORDER BY i.idempotency_key IS NULL, i.queue, i.idempotency_key, i.hkey, i.ord";
             assert_eq!(super::ENQUEUE.matches(keyed).count(), 1, "the enqueue's ORDER BY changed");
             s.enqueue = render(&super::ENQUEUE.replace(keyed, "ORDER BY i.ord"), schema);
         }
