@@ -198,7 +198,7 @@ impl Bench {
                         .bind(vec![None::<i32>])
                         .bind(vec![None::<&str>])
                         .bind(vec![None::<DateTime<Utc>>])
-                        .bind(vec![None::<&str>])
+                        .bind(vec![None::<Vec<u8>>])
                         .bind(vec![None::<&str>]);
                     let rows: Vec<(uuid::Uuid, i64)> = match conn.as_mut() {
                         Some(c) => q.fetch_all(c).await,
