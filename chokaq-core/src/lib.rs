@@ -61,8 +61,9 @@ pub use retry::RetryPolicy;
 pub use stats::{KeyCount, QueueStats, StatsSnapshot, MAX_BUSIEST_KEYS};
 pub use types::*;
 pub use unique::{
-    canonical_json, due_for_period, prunable, prune_limit, unique_key, unique_keys, UniqueArgs, UniqueHold, UniqueKey,
-    UniqueOpts, UniqueState, UniqueStates, MAX_PRUNE_UNIQUES, MAX_UNIQUE_FIELDS, MAX_UNIQUE_PERIOD, UNIQUE_KEY_LEN,
+    canonical_json, due_for_period, prunable, prune_from, prune_limit, unique_key, unique_keys, UniqueArgs, UniqueHold,
+    UniqueKey, UniqueOpts, UniqueState, UniqueStates, MAX_PRUNE_UNIQUES, MAX_UNIQUE_FIELDS, MAX_UNIQUE_PERIOD,
+    UNIQUE_KEY_LEN,
 };
 pub use wake::{Wake, Wakeups};
 

@@ -458,8 +458,25 @@ pub fn unique_key(job: &NewJob, now: Timestamp) -> Result<Option<UniqueKey>> {
     let queue = if opts.by_queue { serde_json::Value::from(job.queue.as_str()) } else { serde_json::Value::Null };
     let preimage = serde_json::json!(["chokaq.unique.v1", job.kind.as_str(), queue, args, bucket, opts.states.bits()]);
     let digest = Sha256::digest(canonical_json(&preimage).as_bytes());
-    let key = digest.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let key = hex(&digest);
     Ok(Some(UniqueKey { key, states: opts.states, expires_at, settings: opts.to_json() }))
+}
+
+/// `bytes` as lowercase hexadecimal digits.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+/// A random point of the key space (64 hex digits, as a key): where a
+/// [`crate::Backend::prune_uniques`] pass starts, so passes spread over the keys.
+pub fn prune_from() -> String {
+    hex(&rand::random::<[u8; 32]>())
 }
 
 /// Checks a [`crate::Backend::prune_uniques`] limit: 1 to [`MAX_PRUNE_UNIQUES`].

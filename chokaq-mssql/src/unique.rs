@@ -46,7 +46,7 @@ pub(crate) async fn unique_of(b: &MssqlBackend, id: JobId) -> Result<Option<Uniq
 pub(crate) async fn prune_uniques(b: &MssqlBackend, limit: u32) -> Result<u64> {
     prune_limit(limit)?;
     let op = "prune_uniques";
-    let from: String = (0..4).map(|_| format!("{:016x}", rand::random::<u64>())).collect();
+    let from = chokaq_core::prune_from();
     let limit = i32::try_from(limit).unwrap_or(i32::MAX);
     let row = first_row(op, vec![last_set(b.run(op, &b.sql().prune_uniques, &[&limit, &from]).await?)])?;
     Ok(col::<i64>(op, &row, "Pruned")?.unwrap_or(0).max(0) as u64)

@@ -103,7 +103,7 @@ pub(crate) async fn unique_of(b: &MysqlBackend, id: JobId) -> Result<Option<Uniq
 /// any more deleted.
 pub(crate) async fn prune_uniques(b: &MysqlBackend, limit: u32) -> Result<u64> {
     prune_limit(limit)?;
-    let from: String = (0..4).map(|_| format!("{:016x}", rand::random::<u64>())).collect();
+    let from = chokaq_core::prune_from();
     b.retrying(Path::Other, || async {
         let mut tx = b.begin().await?;
         let now = b.now(&mut tx).await?;

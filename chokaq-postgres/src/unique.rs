@@ -160,7 +160,7 @@ pub(crate) async fn unique_of(b: &PgBackend, id: JobId) -> Result<Option<UniqueH
 /// point of the key space; those locked by an enqueue are skipped.
 pub(crate) async fn prune_uniques(b: &PgBackend, limit: u32) -> Result<u64> {
     prune_limit(limit)?;
-    let from: String = (0..4).map(|_| format!("{:016x}", rand::random::<u64>())).collect();
+    let from = chokaq_core::prune_from();
     with_retry(|| async {
         let mut tx = b.kept.begin().await?;
         let keys: Vec<String> = sqlx::query_scalar(&b.sql().unique_prune_lock)

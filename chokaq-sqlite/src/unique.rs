@@ -74,7 +74,7 @@ pub(crate) async fn unique_of(b: &SqliteBackend, id: JobId) -> Result<Option<Uni
 /// point of the key space.
 pub(crate) async fn prune_uniques(b: &SqliteBackend, limit: u32) -> Result<u64> {
     prune_limit(limit)?;
-    let from: String = (0..4).map(|_| format!("{:016x}", rand::random::<u64>())).collect();
+    let from = chokaq_core::prune_from();
     let mut tx = b.begin_write().await?;
     let n = sqlx::query(&b.sql.unique_prune)
         .bind(i64::from(limit))

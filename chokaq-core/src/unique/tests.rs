@@ -146,3 +146,11 @@ fn states_sets_and_names() {
         "args: a; period: 60s; queue: yes; states: pending,scheduled,fetched,processing,retrying"
     );
 }
+
+#[test]
+fn a_prune_start_is_a_point_of_the_key_space() {
+    let a = crate::prune_from();
+    assert_eq!(a.len(), crate::UNIQUE_KEY_LEN);
+    assert!(a.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{a}");
+    assert_ne!(a, crate::prune_from());
+}
