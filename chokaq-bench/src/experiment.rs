@@ -16,6 +16,10 @@ pub(crate) enum Experiment {
     /// `archive-brin`, and no `(kind, id)` index on the archive either (the listing by kind
     /// then reads the archive in id order): the least the archive's listings can be kept with.
     ArchiveLean,
+    /// Issue 42: the unique key stays on the job's row, without the index that enforces it
+    /// (`jobs_hot_unique_key`): what that index costs the `enqueue-unique` workload. Not a
+    /// design: without it duplicates go in.
+    UniqueUnindexed,
 }
 
 impl Experiment {
@@ -28,6 +32,7 @@ impl Experiment {
         match self {
             Experiment::ArchiveBrin => &BRIN,
             Experiment::ArchiveLean => &LEAN,
+            Experiment::UniqueUnindexed => &["DROP INDEX {schema}.jobs_hot_unique_key"],
         }
     }
 }

@@ -154,3 +154,21 @@ fn a_prune_start_is_a_point_of_the_key_space() {
     assert!(a.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{a}");
     assert_ne!(a, crate::prune_from());
 }
+
+#[test]
+fn stored_settings_leave_out_the_defaults_and_read_back() {
+    assert_eq!(UniqueOpts::new().by_args().to_json(), r#"{"args":"all"}"#);
+    assert_eq!(UniqueOpts::new().to_json(), "{}");
+    let full = UniqueOpts::new()
+        .by_fields(["a"])
+        .by_period(std::time::Duration::from_secs(60))
+        .by_queue()
+        .states(UniqueStates::ALL);
+    assert_eq!(full.to_json(), r#"{"args":{"fields":["a"]},"period_secs":60,"by_queue":true,"states":255}"#);
+    for o in [UniqueOpts::new(), UniqueOpts::new().by_args(), full] {
+        assert_eq!(UniqueOpts::from_json(&o.to_json()).unwrap(), o);
+    }
+    // What earlier versions stored (every field) reads as before.
+    let old = r#"{"args":"all","period_secs":null,"by_queue":false,"states":31}"#;
+    assert_eq!(UniqueOpts::from_json(old).unwrap(), UniqueOpts::new().by_args());
+}
