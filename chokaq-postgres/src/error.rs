@@ -20,6 +20,10 @@ pub fn map_sqlx_error(e: sqlx::Error) -> Error {
                 "40P01" | "40001" | "55P03" => ErrorKind::Transient,
                 "23505" => ErrorKind::Conflict,
                 "57P01" | "57P02" | "57P03" => ErrorKind::Unavailable,
+                // query_canceled: the sessions' statement_timeout (`PgConfig::statement_timeout`)
+                // or a cancel stopped the statement; the database did not answer in the time
+                // it was given, as a bounded read's deadline and MariaDB's max_statement_time.
+                "57014" => ErrorKind::Unavailable,
                 c if c.starts_with("08") => ErrorKind::Unavailable,
                 c if c.starts_with("22") => ErrorKind::InvalidInput,
                 // insufficient_privilege: the URL's role lacks a grant, which no retry brings.

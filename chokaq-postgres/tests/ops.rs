@@ -7,6 +7,8 @@ mod common;
 mod admin;
 #[path = "ops/claims.rs"]
 mod claims;
+#[path = "ops/errors.rs"]
+mod errors;
 #[path = "ops/guards.rs"]
 mod guards;
 

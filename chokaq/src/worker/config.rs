@@ -192,12 +192,13 @@ impl WorkerBuilder {
         self
     }
 
-    /// With `prefetch` 0: the most jobs claimed straight to Processing
-    /// ([`ClaimMode::Start`](chokaq_core::ClaimMode::Start)) beyond the free slots, held in a
-    /// look-ahead buffer so a freed slot takes the next job at once while the next claim is in
-    /// flight (0 to 1000). Default: 4 x `concurrency`. The buffer adapts below this bound:
-    /// `concurrency` jobs until a handler has finished, then about what the slots get through
-    /// in two claim round trips (short jobs: the bound; jobs much longer than a claim: one).
+    /// With `prefetch` 0: the most jobs held beyond the free slots, claimed Fetched with
+    /// [`ClaimMode::Hold`](chokaq_core::ClaimMode::Hold) (their attempt counted only when
+    /// they start), in a look-ahead buffer so a freed slot takes the next job at once while
+    /// the next claim is in flight (0 to 1000). Default: 4 x `concurrency`. The buffer
+    /// adapts below this bound: `concurrency` jobs until a handler has finished, then about
+    /// what the slots get through in two claim round trips (short jobs: the bound; jobs much
+    /// longer than a claim: one).
     /// Buffered jobs are heart-beaten like running ones, count against queue caps, and are
     /// handed back with [`FailAction::Snooze`](chokaq_core::FailAction::Snooze) (attempt not
     /// counted) at shutdown. 0 claims only free slots.
