@@ -1,10 +1,16 @@
-//! Issue 40 L5: every filter the dashboard offers answers in under 100 ms over 1,000,000
-//! archived jobs on PostgreSQL (a fresh schema `chokaq_t_<hex>`, dropped afterwards; URL from
-//! `CHOKAQ_TEST_POSTGRES_URL`). Queue, kind and creation-time filters read an index range
-//! (`jobs_archive_queue_idx`, `jobs_archive_kind_idx`, the primary key); the tag filter, which
-//! no index serves (`$1 = ANY (tags)`: 6.25 s a request at 1,000,000 rows), is scoped: it
+//! Issue 40 L5: every filter the dashboard offers reads a bounded part of the archive at
+//! 1,000,000 archived jobs on PostgreSQL (a fresh schema `chokaq_t_<hex>`, dropped afterwards;
+//! URL from `CHOKAQ_TEST_POSTGRES_URL`). Queue, kind and creation-time filters read an index
+//! range (`jobs_archive_queue_idx`, `jobs_archive_kind_idx`, the primary key); the tag filter,
+//! which no index serves (`$1 = ANY (tags)`: 6.25 s a request at 1,000,000 rows), is scoped: it
 //! searches at most `TAG_SCAN_ROWS` (1,000) jobs of the listing from the page's cursor, in
 //! chunks that are plain primary-key ranges, says so, and links to the next range.
+//!
+//! What is asserted is the database's work, not the time: each page's largest statement (the
+//! listing of up to 1,000 ids its total counts) runs under `EXPLAIN (ANALYZE, BUFFERS)` with no
+//! sequential scan and at most `MAX_BUFFERS` buffers (the whole archive is about 20,000). The
+//! requests' times are printed, never asserted: a timed test failed when two CI runs shared
+//! the machine (279 ms for the unfiltered page, whose statements read 30 buffers).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +28,9 @@ use tower::ServiceExt;
 
 const BEARER: &str = "Bearer scale-test-token-0123456789";
 const ROWS: i64 = 1_000_000;
+/// The most buffers one listing of 1,000 ids may touch: a kind's 1,000 rows lie about 1,000
+/// rows apart, one heap page each, plus the index's pages.
+const MAX_BUFFERS: i64 = 2_500;
 
 fn pg_url() -> String {
     std::env::var("CHOKAQ_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
@@ -49,8 +58,38 @@ async fn best_of_three(app: &Router, uri: &str) -> (String, Duration) {
     (body, best)
 }
 
+/// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the listing `p` runs: the buffers its plan
+/// touched (shared hits and reads, the top node's, which counts its children's) and the plan.
+async fn explain_analyze(pg: &PgBackend, schema: &str, p: &ListJobsParams) -> (i64, String) {
+    let q = list_query(SqlDialect::Postgres, schema, "id", p).unwrap();
+    let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", q.sql);
+    let mut eq = sqlx::query(&sql);
+    for a in q.args {
+        eq = bind(eq, a);
+    }
+    let row = eq.fetch_one(pg.pool()).await.unwrap();
+    let v: serde_json::Value = row.get(0);
+    let top = &v[0]["Plan"];
+    let n = |k: &str| top[k].as_i64().unwrap_or_else(|| panic!("{k} in {top}"));
+    (n("Shared Hit Blocks") + n("Shared Read Blocks"), serde_json::to_string_pretty(&v).unwrap())
+}
+
+fn bind<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    a: ListArg,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    match a {
+        ListArg::Text(s) => q.bind(s),
+        ListArg::SmallInt(n) => q.bind(n),
+        ListArg::BigInt(n) => q.bind(n),
+        ListArg::Bytes(b) => q.bind(b),
+        ListArg::Uuid(u) => q.bind(u),
+        ListArg::Time(t) => q.bind(t),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_filter_answers_within_100ms_at_a_million_archived_jobs() {
+async fn every_filter_reads_a_bounded_range_at_a_million_archived_jobs() {
     let schema = format!("chokaq_t_{:016x}", rand::random::<u64>());
     let pg = PgBackend::connect(PgConfig::new(pg_url()).schema(&schema).max_connections(4)).await.expect("postgres");
     pg.migrate().await.unwrap();
@@ -98,8 +137,30 @@ async fn checks(pg: Arc<PgBackend>, schema: String) {
         "/api/jobs?table=archive&tag=nosuchtag".into(),
     ] {
         let (_, took) = best_of_three(&app, &uri).await;
-        eprintln!("GET {uri}: {took:?}");
-        assert!(took < Duration::from_millis(100), "GET {uri} took {took:?} over {ROWS} archived jobs");
+        eprintln!("GET {uri}: {took:?} (printed, not asserted)");
+    }
+
+    // The statements behind those pages: each filter's listing of up to 1,000 ids (the page's
+    // total; its page of 50 reads a prefix of the same range). A tag adds no predicate: the
+    // scoped search lists the jobs without it (checked below).
+    let from_t = chrono::Utc::now() - chrono::Duration::minutes(10);
+    let filters: [(&str, fn(&mut ListJobsParams, chrono::DateTime<chrono::Utc>)); 6] = [
+        ("none", |_, _| {}),
+        ("queue q3", |p, _| p.queue = Some(chokaq_core::QueueName::new("q3").unwrap())),
+        ("queue nosuchqueue", |p, _| p.queue = Some(chokaq_core::QueueName::new("nosuchqueue").unwrap())),
+        ("kind k7", |p, _| p.kind = Some(chokaq_core::JobKind::new("k7").unwrap())),
+        ("kind nosuchkind", |p, _| p.kind = Some(chokaq_core::JobKind::new("nosuchkind").unwrap())),
+        ("from 10 minutes ago", |p, t| p.created_from = Some(t)),
+    ];
+    for (name, set) in filters {
+        let mut p = ListJobsParams::new(JobTable::Archive);
+        p.limit = 1000;
+        p.without_payloads = true;
+        set(&mut p, from_t);
+        let (buffers, plan) = explain_analyze(&pg, &schema, &p).await;
+        eprintln!("filter {name}: {buffers} buffers");
+        assert!(!plan.contains("Seq Scan"), "filter {name}: a sequential scan of the archive:\n{plan}");
+        assert!(buffers <= MAX_BUFFERS, "filter {name}: {buffers} buffers (at most {MAX_BUFFERS}):\n{plan}");
     }
 
     // The tag filter says what it searched and where to go on: exactly 1,000 jobs, the three
@@ -125,20 +186,24 @@ async fn checks(pg: Arc<PgBackend>, schema: String) {
     p.limit = 1000;
     p.without_payloads = true;
     let q = list_query(SqlDialect::Postgres, &schema, "id", &p).unwrap();
-    let explain = format!("EXPLAIN {}", q.sql);
-    let mut eq = sqlx::query(&explain);
+    let sql = format!("EXPLAIN {}", q.sql);
+    let mut eq = sqlx::query(&sql);
     for a in q.args {
-        eq = match a {
-            ListArg::Text(s) => eq.bind(s),
-            ListArg::SmallInt(n) => eq.bind(n),
-            ListArg::BigInt(n) => eq.bind(n),
-            ListArg::Bytes(b) => eq.bind(b),
-            ListArg::Uuid(u) => eq.bind(u),
-            ListArg::Time(t) => eq.bind(t),
-        };
+        eq = bind(eq, a);
     }
     let plan: Vec<String> = eq.fetch_all(pg.pool()).await.unwrap().iter().map(|r| r.get::<String, _>(0)).collect();
     let plan = plan.join("\n");
     assert!(plan.contains("jobs_archive_pkey") && plan.contains("Index Cond: (id >"), "{plan}");
     assert!(!plan.contains("Seq Scan") && !plan.contains("tags"), "{plan}");
+
+    // The check has teeth: without the kind index, the kind filter's listing reads through
+    // the archive (the check above would fail).
+    sqlx::query(&format!("DROP INDEX \"{schema}\".jobs_archive_kind_idx")).execute(pg.pool()).await.unwrap();
+    let mut p = ListJobsParams::new(JobTable::Archive);
+    p.limit = 1000;
+    p.without_payloads = true;
+    p.kind = Some(chokaq_core::JobKind::new("k7").unwrap());
+    let (buffers, plan) = explain_analyze(&pg, &schema, &p).await;
+    eprintln!("filter kind k7 without its index: {buffers} buffers");
+    assert!(plan.contains("Seq Scan") || buffers > MAX_BUFFERS, "not caught: {buffers} buffers\n{plan}");
 }
