@@ -58,6 +58,9 @@ async fn best_of_three(app: &Router, uri: &str) -> (String, Duration) {
     (body, best)
 }
 
+/// Sets one filter of a listing (the time: where `from` starts).
+type SetFilter = fn(&mut ListJobsParams, chrono::DateTime<chrono::Utc>);
+
 /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the listing `p` runs: the buffers its plan
 /// touched (shared hits and reads, the top node's, which counts its children's) and the plan.
 async fn explain_analyze(pg: &PgBackend, schema: &str, p: &ListJobsParams) -> (i64, String) {
@@ -144,7 +147,7 @@ async fn checks(pg: Arc<PgBackend>, schema: String) {
     // total; its page of 50 reads a prefix of the same range). A tag adds no predicate: the
     // scoped search lists the jobs without it (checked below).
     let from_t = chrono::Utc::now() - chrono::Duration::minutes(10);
-    let filters: [(&str, fn(&mut ListJobsParams, chrono::DateTime<chrono::Utc>)); 6] = [
+    let filters: [(&str, SetFilter); 6] = [
         ("none", |_, _| {}),
         ("queue q3", |p, _| p.queue = Some(chokaq_core::QueueName::new("q3").unwrap())),
         ("queue nosuchqueue", |p, _| p.queue = Some(chokaq_core::QueueName::new("nosuchqueue").unwrap())),
