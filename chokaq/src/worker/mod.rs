@@ -84,7 +84,9 @@ pub struct WorkerReport {
     pub cancelled: u64,
     /// Outcomes discarded because the lease was lost.
     pub lease_lost: u64,
-    /// Prefetched jobs released at shutdown.
+    /// Claimed jobs handed back unrun (Pending again, attempt not counted): prefetched jobs at
+    /// shutdown, look-ahead jobs that waited past `lookahead_wait`, and those of a queue paused
+    /// meanwhile.
     pub released: u64,
     /// Running jobs handed back at shutdown after the grace period.
     pub handed_back: u64,

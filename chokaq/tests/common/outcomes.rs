@@ -30,7 +30,18 @@ pub async fn typed_roundtrip<B: TestSupport>(b: Arc<B>) -> TestResult {
         .await?;
     let report = stop(token, h).await?;
     ensure!(report.completed == 51, "completed {} != 51", report.completed);
-    ensure!(report.claimed == 51, "claimed {} != 51", report.claimed);
+    // Every claim either ran its job or handed it back unrun: a look-ahead job that waited
+    // past `lookahead_wait` behind busy slots is released (its attempt not counted) and claimed
+    // again. On a loaded machine that happens (two CI runs at once: "claimed 55 != 51", each
+    // job still run once), so the claims are counted against the releases, not assumed 51.
+    ensure!(
+        report.claimed == report.completed + report.released,
+        "claimed {} != completed {} + released {}",
+        report.claimed,
+        report.completed,
+        report.released
+    );
+    ensure!(report.handed_back == 0 && report.lease_lost == 0, "{report:?}");
     let runs = runs.lock().unwrap().clone();
     ensure!(runs.len() == 51 && runs.values().all(|&n| n == 1), "handler runs: {runs:?}");
     let mut all = ids;
