@@ -261,16 +261,19 @@ async fn pg_shared_cap_claims_about_once_per_job() {
     let done = || stats.iter().map(|s| s.report().completed).sum::<u64>();
     wait_for("all completed", Duration::from_secs(60), || async { done() >= n }).await;
     token.cancel();
-    let (mut claimed, mut completed, mut claim_calls) = (0, 0, 0);
+    let (mut claimed, mut completed, mut released, mut claim_calls) = (0, 0, 0, 0);
     for run in runs {
         let r = run.await.unwrap().unwrap();
         assert_eq!((r.failed, r.lease_lost), (0, 0), "{r:?}");
         claimed += r.claimed;
         completed += r.completed;
+        released += r.released;
         claim_calls += r.claim_calls;
     }
     let s = b.stats().await.unwrap();
-    assert_eq!((s.archived, s.hot(), claimed, completed), (n, 0, n, n), "{s:?}");
+    // A look-ahead job that waited past `lookahead_wait` is released unrun and claimed again
+    // (two CI runs at once: claimed 201 for 200 jobs): claims are counted against releases.
+    assert_eq!((s.archived, s.hot(), claimed, completed), (n, 0, n + released, n), "{s:?}");
     // Before: a handoff claim, then an empty look-ahead claim against the full cap, per job.
     assert!(claim_calls <= n * 5 / 4, "{claim_calls} claim calls for {n} jobs");
     eprintln!("shared cap 4, 4 workers x 1 slot, {n} jobs: {claim_calls} claim calls");
