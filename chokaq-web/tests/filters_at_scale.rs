@@ -58,6 +58,14 @@ async fn best_of_three(app: &Router, uri: &str) -> (String, Duration) {
     (body, best)
 }
 
+/// A page's largest listing of the archive: up to 1,000 ids without payloads (its total).
+fn count_listing() -> ListJobsParams {
+    let mut p = ListJobsParams::new(JobTable::Archive);
+    p.limit = 1000;
+    p.without_payloads = true;
+    p
+}
+
 /// Sets one filter of a listing (the time: where `from` starts).
 type SetFilter = fn(&mut ListJobsParams, chrono::DateTime<chrono::Utc>);
 
@@ -156,9 +164,7 @@ async fn checks(pg: Arc<PgBackend>, schema: String) {
         ("from 10 minutes ago", |p, t| p.created_from = Some(t)),
     ];
     for (name, set) in filters {
-        let mut p = ListJobsParams::new(JobTable::Archive);
-        p.limit = 1000;
-        p.without_payloads = true;
+        let mut p = count_listing();
         set(&mut p, from_t);
         let (buffers, plan) = explain_analyze(&pg, &schema, &p).await;
         eprintln!("filter {name}: {buffers} buffers");
@@ -184,10 +190,8 @@ async fn checks(pg: Arc<PgBackend>, schema: String) {
 
     // The plan of what a tag-filtered page runs: the listing without the tag, from the
     // cursor, a range of the primary key (no Seq Scan, no tag predicate).
-    let mut p = ListJobsParams::new(JobTable::Archive);
+    let mut p = count_listing();
     p.after = Some(next.parse().unwrap());
-    p.limit = 1000;
-    p.without_payloads = true;
     let q = list_query(SqlDialect::Postgres, &schema, "id", &p).unwrap();
     let sql = format!("EXPLAIN {}", q.sql);
     let mut eq = sqlx::query(&sql);
@@ -202,9 +206,7 @@ async fn checks(pg: Arc<PgBackend>, schema: String) {
     // The check has teeth: without the kind index, the kind filter's listing reads through
     // the archive (the check above would fail).
     sqlx::query(&format!("DROP INDEX \"{schema}\".jobs_archive_kind_idx")).execute(pg.pool()).await.unwrap();
-    let mut p = ListJobsParams::new(JobTable::Archive);
-    p.limit = 1000;
-    p.without_payloads = true;
+    let mut p = count_listing();
     p.kind = Some(chokaq_core::JobKind::new("k7").unwrap());
     let (buffers, plan) = explain_analyze(&pg, &schema, &p).await;
     eprintln!("filter kind k7 without its index: {buffers} buffers");
