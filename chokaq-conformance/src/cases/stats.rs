@@ -77,12 +77,25 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
     let stop = Arc::new(AtomicBool::new(false));
     // Jobs that left the hot table (archived or dead-lettered), for the deadline's message.
     let finished = Arc::new(AtomicU64::new(0));
+    // Readers that have read once: the movers start after both, so the readers read while
+    // jobs move (a backend that never yields, the in-memory one, could otherwise let the
+    // movers finish before a reader ran: "the readers never read", under load).
+    let readers_ready = Arc::new(AtomicU64::new(0));
     let mut movers = tokio::task::JoinSet::new();
     let mover_count = cx.stress.claimers.clamp(2, 4);
     for t in 0..mover_count {
-        let (cx, q, stop, finished) = (cx.clone(), q.clone(), stop.clone(), finished.clone());
+        let (cx, q, stop, finished, ready) =
+            (cx.clone(), q.clone(), stop.clone(), finished.clone(), readers_ready.clone());
         movers.spawn(async move {
             let w = WorkerId::random();
+            let start_by = tokio::time::Instant::now() + CALL_DEADLINE;
+            while ready.load(Ordering::SeqCst) < 2 {
+                ensure!(
+                    tokio::time::Instant::now() < start_by,
+                    "the readers did not read once within {CALL_DEADLINE:?}"
+                );
+                tokio::task::yield_now().await;
+            }
             while !stop.load(Ordering::SeqCst) {
                 let got = within("a mover's claim", cx.claim(w, &q, 4, ClaimMode::Start)).await?;
                 if got.is_empty() {
@@ -129,7 +142,7 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
     }
     let mut readers = tokio::task::JoinSet::new();
     for r in 0..2 {
-        let (cx, q, ids, stop) = (cx.clone(), q.clone(), ids.clone(), stop.clone());
+        let (cx, q, ids, stop, ready) = (cx.clone(), q.clone(), ids.clone(), stop.clone(), readers_ready.clone());
         readers.spawn(async move {
             let mut reads = 0u64;
             while !stop.load(Ordering::SeqCst) {
@@ -144,6 +157,9 @@ pub async fn readers_see_consistent_sums(cx: Ctx) -> CaseResult {
                     ensure!(bad.is_empty(), "a concurrent reader saw jobs in two tables or none: {bad:?}");
                 }
                 reads += 1;
+                if reads == 1 {
+                    ready.fetch_add(1, Ordering::SeqCst);
+                }
                 // A backend whose calls never yield (the in-memory one) must not hold a
                 // runtime thread forever: the deadlines and the abort need their turn.
                 tokio::task::yield_now().await;
