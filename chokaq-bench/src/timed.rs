@@ -188,6 +188,18 @@ impl Backend for Timed {
         self.stats.other.record(1, t0);
         r
     }
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, output: &serde_json::Value) -> Result<Fenced> {
+        let t0 = Instant::now();
+        let r = self.inner.record_output(worker, lease, output).await;
+        self.stats.other.record(1, t0);
+        r
+    }
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        let t0 = Instant::now();
+        let r = self.inner.get_output(id).await;
+        self.stats.other.record(1, t0);
+        r
+    }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         let t0 = Instant::now();
         let r = self.inner.release(worker, leases).await;

@@ -101,6 +101,7 @@ impl Cx {
         };
         let mut v = JobView::of(&r, true);
         v.unique = self.backend.unique_of(id).await?.as_ref().map(UniqueView::of);
+        v.output = self.backend.get_output(id).await?;
         if self.json {
             output::json(&v);
             return Ok(Exit::Ok);
@@ -138,6 +139,8 @@ impl Cx {
         kv("created by", v.created_by.unwrap_or("-").into());
         kv("last error", clip(v.last_error.unwrap_or("-"), 200));
         kv("payload", clip(&r.payload.to_string(), 200));
+        // The recorded output (docs/outputs.md), clipped as the payload is; `--json` has it whole.
+        kv("output", v.output.as_ref().map_or_else(|| "-".into(), |o| clip(&o.to_string(), 200)));
         t.print();
         Ok(Exit::Ok)
     }

@@ -56,6 +56,9 @@ pub(crate) struct JobView<'a> {
     /// `jobs show` of a job holding a unique key (`docs/unique.md`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) unique: Option<UniqueView>,
+    /// `jobs show` of a job that recorded an output (`docs/outputs.md`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output: Option<serde_json::Value>,
 }
 
 /// The unique key a job holds and the settings it was enqueued with.
@@ -122,6 +125,7 @@ impl<'a> JobView<'a> {
             created_by: r.created_by.as_deref(),
             payload: with_payload.then_some(&r.payload),
             unique: None,
+            output: None,
         }
     }
 }

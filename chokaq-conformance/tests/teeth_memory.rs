@@ -48,6 +48,11 @@ async fn heartbeat_ignoring_the_lease_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn record_output_ignoring_the_lease_is_caught() {
+    assert_caught(Fault::RecordOutputIgnoresLease, &["output_stale_lease_writes_nothing"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_then_act_cap_is_caught() {
     assert_caught(Fault::CapCheckThenAct, &["cap_race_strict"]).await;
 }

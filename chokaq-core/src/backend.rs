@@ -75,6 +75,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// was accepted dead-letters it as `cancelled`.
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>>;
 
+    /// Records the output of the held job's run (`docs/outputs.md`): stored on its hot row,
+    /// replacing any earlier output, and carried by every move (archive, dead letters, requeue).
+    /// Fenced as `heartbeat`: only the worker holding `lease` of a Fetched or Processing job
+    /// writes; a lost lease writes nothing and returns [`Fenced::LeaseLost`]. Checked first
+    /// ([`validate::output`](crate::validate::output) with the backend's `max_output_bytes`):
+    /// too large is [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) and writes nothing.
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, output: &serde_json::Value) -> Result<Fenced>;
+
+    /// The output job `id` recorded, wherever the job is (hot, archive, dead-letter); `None`
+    /// when it recorded none or no such job exists.
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>>;
+
     /// Fetched → Pending for each lease still held; the attempt is unchanged.
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome>;
 
@@ -290,6 +302,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         (**self).fail(worker, lease, outcome).await
+    }
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, output: &serde_json::Value) -> Result<Fenced> {
+        (**self).record_output(worker, lease, output).await
+    }
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        (**self).get_output(id).await
     }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         (**self).release(worker, leases).await

@@ -26,6 +26,9 @@ pub const MAX_CONCURRENCY_KEY_LEN: usize = 255;
 pub const MAX_TAGS: usize = 32;
 /// Default payload limit (bytes of serialized JSON); backends make it configurable.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// Default limit of one job output (bytes of serialized JSON, `docs/outputs.md`); backends
+/// make it configurable (`max_output_bytes`).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Deepest nesting of arrays and objects in a payload: `1` and `"x"` are depth 0, `[1]` and
 /// `{"a": 1}` depth 1. serde_json's reader, which every backend's read path uses, stops at
 /// 128 levels, and a backend may read the payload inside a row or a claim result that adds
@@ -267,6 +270,21 @@ pub fn payload(value: &serde_json::Value, max_bytes: usize) -> Result<usize> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Checks a job output (`Backend::record_output`, `docs/outputs.md`): what a payload must be
+/// (depth, no NUL), and at most `max_bytes` bytes of serialized JSON. Too large is
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming both sizes; an output
+/// is never truncated. Returns its size in bytes.
+pub fn output(value: &serde_json::Value, max_bytes: usize) -> Result<usize> {
+    walk_payload(value).map_err(|e| Error::invalid(format!("output: {}", e.message())))?;
+    let bytes = serde_json::to_vec(value)?.len();
+    if bytes > max_bytes {
+        return Err(Error::invalid(format!(
+            "output is {bytes} bytes of JSON, more than the limit of {max_bytes} bytes (max_output_bytes)"
+        )));
+    }
+    Ok(bytes)
 }
 
 fn walk_payload(value: &serde_json::Value) -> Result<()> {

@@ -263,6 +263,14 @@ impl Backend for MssqlBackend {
         op!("release", lease::release(self, worker, leases).await)
     }
 
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, value: &serde_json::Value) -> Result<Fenced> {
+        op!("record_output", crate::output::record_output(self, worker, lease, value).await)
+    }
+
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        op!("get_output", crate::output::get_output(self, id).await)
+    }
+
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {
         op!("rescue", admin::rescue(self, params).await)
     }

@@ -39,6 +39,7 @@ pub struct MssqlConfig {
     pub(crate) schema: String,
     pub(crate) max_connections: u32,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) statement_timeout: Duration,
 }
@@ -54,6 +55,7 @@ impl fmt::Debug for MssqlConfig {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("max_output_bytes", &self.max_output_bytes)
             .field("connect_timeout", &self.connect_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .finish()
@@ -82,6 +84,7 @@ impl MssqlConfig {
             schema: DEFAULT_SCHEMA.to_string(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_output_bytes: validate::DEFAULT_MAX_OUTPUT_BYTES,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         })
     }
@@ -139,6 +142,13 @@ impl MssqlConfig {
     /// Sets the largest accepted payload, in bytes of serialized JSON.
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
+        self
+    }
+
+    /// Sets the largest accepted job output, in bytes of serialized JSON (default 1 MiB,
+    /// `docs/outputs.md`).
+    pub fn max_output_bytes(mut self, n: usize) -> Self {
+        self.max_output_bytes = n;
         self
     }
 

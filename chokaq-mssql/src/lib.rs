@@ -27,6 +27,7 @@ mod inspect;
 mod lease;
 mod list;
 mod migrate;
+mod output;
 mod periodic;
 mod pool;
 mod reply;

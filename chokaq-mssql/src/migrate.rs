@@ -18,7 +18,9 @@
 //! earlier version's batches are kept in `tests/upgrade/` and the upgrade from each is tested
 //! (`tests/upgrade.rs`). Schema version 10 (issue 42: the `Uniques` table of unique jobs) is
 //! a batch of its own after `MIGRATE_WORKERS`, `sql::unique`'s `MIGRATE_UNIQUES`, under the
-//! same lock row.
+//! same lock row. Schema version 11 (issue 41: the `Output` column of the three job tables,
+//! docs/outputs.md) is a batch of its own after that, `sql::output`'s `MIGRATE_OUTPUTS`, under
+//! the same lock row.
 
 use chokaq_core::Result;
 
@@ -34,5 +36,6 @@ pub(crate) async fn run(backend: &MssqlBackend) -> Result<()> {
     backend.run("migrate", &backend.sql().migrate_workers, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_start_ordinals, &[]).await?;
     backend.run("migrate", &backend.sql().migrate_uniques, &[]).await?;
+    backend.run("migrate", &backend.sql().migrate_outputs, &[]).await?;
     Ok(())
 }

@@ -34,6 +34,7 @@ mod inspect;
 mod lease;
 mod list;
 mod migrate;
+mod output;
 mod periodic;
 mod testing;
 mod unique;
@@ -139,6 +140,9 @@ pub(crate) struct Statements {
     pub(crate) enqueue_unique: String,
     pub(crate) unique_of: String,
     pub(crate) prune_uniques: String,
+    pub(crate) migrate_outputs: String,
+    pub(crate) record_output: String,
+    pub(crate) get_output: String,
 }
 
 impl Statements {
@@ -198,6 +202,9 @@ impl Statements {
             enqueue_unique: r(&unique::enqueue_unique())?,
             unique_of: r(unique::UNIQUE_OF)?,
             prune_uniques: r(unique::UNIQUE_PRUNE)?,
+            migrate_outputs: r(output::MIGRATE_OUTPUTS)?,
+            record_output: r(output::RECORD_OUTPUT)?,
+            get_output: r(output::GET_OUTPUT)?,
         })
     }
 
@@ -258,6 +265,9 @@ impl Statements {
             ("enqueue_unique", self.enqueue_unique.clone()),
             ("unique_of", self.unique_of.clone()),
             ("prune_uniques", self.prune_uniques.clone()),
+            ("migrate_outputs", self.migrate_outputs.clone()),
+            ("record_output", self.record_output.clone()),
+            ("get_output", self.get_output.clone()),
             ("ensure_test_database", ensure_test_database("chokaq_conformance_rcsi_on")?),
         ])
     }

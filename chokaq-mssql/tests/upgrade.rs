@@ -22,7 +22,7 @@ use chokaq_core::Backend;
 use common::server::{self, exec, CaseFn, CaseResult};
 
 /// Today's schema version: what `SchemaVersions` holds after the upgrade.
-const TODAY: u32 = 10;
+const TODAY: u32 = 11;
 
 fn main() -> ExitCode {
     let cases: Vec<(&'static str, CaseFn)> = vec![
@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         ("upgrade_from_v7", |u| Box::pin(upgrade_from(u, 7))),
         ("upgrade_from_v8", |u| Box::pin(upgrade_from(u, 8))),
         ("upgrade_from_v9", |u| Box::pin(upgrade_from(u, 9))),
+        ("upgrade_from_v10", |u| Box::pin(upgrade_from(u, 10))),
     ];
     assert_eq!(cases.len(), steps::VERSIONS.len(), "one trial per earlier version");
     let always = vec![Trial::test("upgrade_steps_are_complete", || {

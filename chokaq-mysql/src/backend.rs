@@ -67,6 +67,7 @@ pub struct MysqlBackend {
     /// Every statement, rendered once.
     pub(crate) sql: Arc<Statements>,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     pub(crate) retries: Arc<LockRetries>,
     /// The server's ids of the sessions this backend opened (`kill_connections`).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
@@ -111,6 +112,7 @@ impl MysqlBackend {
             lease_pool,
             sql,
             max_payload_bytes: cfg.max_payload_bytes,
+            max_output_bytes: cfg.max_output_bytes,
             retries: Arc::default(),
             sessions,
             options,
@@ -385,6 +387,14 @@ impl Backend for MysqlBackend {
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         op!("release", lease::release(self, worker, leases).await)
+    }
+
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, value: &serde_json::Value) -> Result<Fenced> {
+        op!("record_output", crate::output::record_output(self, worker, lease, value).await)
+    }
+
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        op!("get_output", crate::output::get_output(self, id).await)
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {

@@ -29,6 +29,7 @@ pub struct MysqlConfig {
     pub(crate) max_connections: u32,
     pub(crate) acquire_timeout: Duration,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) max_output_bytes: usize,
 }
 
 impl fmt::Debug for MysqlConfig {
@@ -39,6 +40,7 @@ impl fmt::Debug for MysqlConfig {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("max_output_bytes", &self.max_output_bytes)
             .finish()
     }
 }
@@ -52,6 +54,7 @@ impl MysqlConfig {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_output_bytes: validate::DEFAULT_MAX_OUTPUT_BYTES,
         }
     }
 
@@ -76,6 +79,12 @@ impl MysqlConfig {
     /// The largest serialized payload accepted (default 1 MiB).
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
+        self
+    }
+
+    /// The largest serialized job output accepted (default 1 MiB, `docs/outputs.md`).
+    pub fn max_output_bytes(mut self, n: usize) -> Self {
+        self.max_output_bytes = n;
         self
     }
 

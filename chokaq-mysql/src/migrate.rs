@@ -15,7 +15,7 @@ use crate::error::{map_err, mysql_code};
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -276,6 +276,13 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
             table_options!()
         ),
     ),
+    // Version 4 (issue 41, docs/outputs.md): job outputs. What a handler recorded, as JSON
+    // text, on the job's row in each table: `record_output` writes the hot row of a held
+    // lease; the three moves (`archive_many`, `dead_letter`, `requeue`) copy it. Not in
+    // `cols!`: a claim or a listing never reads it.
+    ("migrate_add_hot_output", "ALTER TABLE {schema}.jobs_hot ADD COLUMN output LONGTEXT NULL"),
+    ("migrate_add_archive_output", "ALTER TABLE {schema}.jobs_archive ADD COLUMN output LONGTEXT NULL"),
+    ("migrate_add_dlq_output", "ALTER TABLE {schema}.jobs_dlq ADD COLUMN output LONGTEXT NULL"),
 ];
 
 /// "Duplicate column name" and "duplicate key name": a `migrate_add_*` step applied already.

@@ -203,6 +203,7 @@ mod enqueue;
 mod inspect;
 mod lease;
 mod migrate;
+mod output;
 mod periodic;
 mod testing;
 mod workers;
@@ -260,6 +261,8 @@ statements! {
     next_leases: claim::NEXT_LEASES,
     claim_mark: claim::CLAIM_MARK,
     lock_held: lease::LOCK_HELD,
+    record_output: output::RECORD_OUTPUT,
+    get_output: output::GET_OUTPUT,
     start: lease::START,
     heartbeat: lease::HEARTBEAT,
     start_many: lease::START_MANY,

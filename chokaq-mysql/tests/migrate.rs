@@ -1,7 +1,8 @@
 //! Schema version 2 (issue 25: concurrency keys, key caps, rate limits) over a database of
 //! version 1: `migrate` adds the columns, the index and the starts log with `ALTER TABLE`, takes
 //! the steps a database has already as done, and runs again as a no-op. Version 3 (issue 40,
-//! L7) over a database of version 2 with starts logged: their ordinals.
+//! L7) over a database of version 2 with starts logged: their ordinals. Version 4 (issue 41,
+//! job outputs) over a database of version 3: the `output` columns.
 //!
 //! `cargo test -p chokaq-mysql --test migrate` (URL from `CHOKAQ_TEST_MYSQL_URL`;
 //! `CHOKAQ_TEST_REQUIRE=mysql` makes an unreachable server a failure).
@@ -154,5 +155,52 @@ async fn migrate_numbers_the_starts_of_version_2() {
         async move { b.claim(&ClaimParams::new(WorkerId::random(), vec![q], 20, ClaimMode::Start)).await.unwrap().len() }
     };
     assert_eq!((took(&wide).await, took(&bykey).await), (7, 3), "(queue-wide 10 less 3, per key 1 of a and 2 of b)");
+    b.drop_schema().await.expect("drop the schema");
+}
+
+/// Version 4 adds the `output` column to the three job tables of a version-3 database (the
+/// columns dropped again and the version row removed stand in for one): a job enqueued before
+/// reads no output, a second run is a no-op, and an output recorded afterwards is archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_adds_outputs_to_version_3() {
+    use chokaq_core::{BackendExt, Fenced};
+    let url = std::env::var("CHOKAQ_TEST_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
+    let schema = fresh_schema_name();
+    let b = match MysqlBackend::connect(MysqlConfig::new(url.clone()).schema(schema.clone())).await {
+        Ok(b) => b,
+        Err(e) if !is_required("mysql") => {
+            eprintln!("skipped: mysql unreachable: {e}");
+            return;
+        }
+        Err(e) => panic!("mysql unreachable (and CHOKAQ_TEST_REQUIRE requires it): {e}"),
+    };
+    b.migrate().await.expect("fresh migrate");
+    let id = b.enqueue_many(vec![NewJob::build("outputs", "k").unwrap()]).await.unwrap()[0].id;
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.expect("plain connection");
+    for ddl in [
+        "ALTER TABLE {s}.jobs_hot DROP COLUMN output",
+        "ALTER TABLE {s}.jobs_archive DROP COLUMN output",
+        "ALTER TABLE {s}.jobs_dlq DROP COLUMN output",
+        "DELETE FROM {s}.versions WHERE version >= 4",
+    ] {
+        sqlx::query(&ddl.replace("{s}", &format!("`{schema}`"))).execute(&mut conn).await.expect(ddl);
+    }
+    b.migrate().await.expect("migrate from version 3");
+    b.migrate().await.expect("migrate again");
+    let top: i64 = sqlx::query_scalar(&format!("SELECT max(version) FROM `{schema}`.versions"))
+        .fetch_one(&mut conn)
+        .await
+        .expect("the version");
+    assert_eq!(top, 4);
+    conn.close().await.expect("close");
+    assert_eq!(b.get_output(id).await.unwrap(), None);
+    let q = QueueName::new("outputs").unwrap();
+    let w = WorkerId::random();
+    let got = b.claim(&ClaimParams::new(w, vec![q], 1, ClaimMode::Start)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let out = serde_json::json!({"rows": 2});
+    assert_eq!(b.record_output(w, got[0].lease_ref(), &out).await.unwrap(), Fenced::Done(()));
+    assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::Done(()));
+    assert_eq!(b.get_output(id).await.unwrap(), Some(out));
     b.drop_schema().await.expect("drop the schema");
 }

@@ -391,12 +391,12 @@ BEGIN
     ),
     g AS (DELETE FROM {schema}.jobs_hot h USING l WHERE h.id = l.id RETURNING h.*),
     ins AS (
-        INSERT INTO {schema}.jobs_archive (id, queue, kind, payload, tags, concurrency_key, idempotency_key,
-                                           priority, attempt, max_attempts, lease, worker_id, heartbeat_at,
+        INSERT INTO {schema}.jobs_archive (id, queue, kind, payload, output, tags, concurrency_key,
+                                           idempotency_key, priority, attempt, max_attempts, lease, worker_id, heartbeat_at,
                                            scheduled_at, created_at, started_at, updated_at, last_error, created_by,
                                            finished_at)
-        SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority,
-               CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts,
+        SELECT g.id, g.queue, g.kind, g.payload, g.output, g.tags, g.concurrency_key, g.idempotency_key,
+               g.priority, CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts,
                g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at,
                CASE WHEN g.status = 1 THEN now() ELSE coalesce(g.started_at, now()) END,
                now(), g.last_error, g.created_by, now()

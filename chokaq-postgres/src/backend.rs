@@ -26,7 +26,7 @@ use crate::enqueue::Target;
 use crate::error::{map_sqlx_error, with_retry};
 use crate::kept::Kept;
 use crate::sql::{self, Statements};
-use crate::{admin, claim, inspect, lease, list, listen, migrate, workers};
+use crate::{admin, claim, inspect, lease, list, listen, migrate, output, workers};
 
 /// The PostgreSQL backend. Cheap to clone (the pool and statements are shared).
 #[derive(Clone)]
@@ -49,6 +49,7 @@ pub(crate) struct Shared {
     /// The NOTIFY channel (`<schema>_jobs`).
     pub(crate) channel: String,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     pub(crate) sql: Statements,
     /// Rescue calls in a row that found the rescue lock held (see [`PgBackend::note_rescue`]).
     pub(crate) rescue_skipped: AtomicU32,
@@ -126,6 +127,7 @@ impl PgBackend {
                 channel: sql::channel(&config.schema),
                 schema: config.schema,
                 max_payload_bytes: config.max_payload_bytes,
+                max_output_bytes: config.max_output_bytes,
                 rescue_skipped: AtomicU32::new(0),
                 wake: tokio::sync::Mutex::new(None),
                 notifier: std::sync::Mutex::new(None),
@@ -210,6 +212,7 @@ impl PgBackend {
             application_name: self.shared.application_name.clone(),
             channel: self.shared.channel.clone(),
             max_payload_bytes: self.shared.max_payload_bytes,
+            max_output_bytes: self.shared.max_output_bytes,
             rescue_skipped: AtomicU32::new(0),
             wake: tokio::sync::Mutex::new(None),
             notifier: std::sync::Mutex::new(None),
@@ -290,6 +293,14 @@ impl Backend for PgBackend {
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         op!("release", lease::release(self, worker, leases).await)
+    }
+
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, value: &serde_json::Value) -> Result<Fenced> {
+        op!("record_output", output::record_output(self, worker, lease, value).await)
+    }
+
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        op!("get_output", output::get_output(self, id).await)
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {

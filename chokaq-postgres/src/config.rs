@@ -17,6 +17,8 @@ pub struct PgConfig {
     pub max_connections: u32,
     /// Largest accepted payload, bytes of serialized JSON.
     pub max_payload_bytes: usize,
+    /// Largest accepted job output, bytes of serialized JSON (`docs/outputs.md`; default 1 MiB).
+    pub max_output_bytes: usize,
     /// How long to wait for a connection (default 10 s).
     pub connect_timeout: Duration,
     /// `statement_timeout` of every session, if set.
@@ -31,6 +33,7 @@ impl PgConfig {
             schema: "chokaq".to_owned(),
             max_connections: 10,
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_output_bytes: validate::DEFAULT_MAX_OUTPUT_BYTES,
             connect_timeout: Duration::from_secs(10),
             statement_timeout: None,
         }
@@ -51,6 +54,12 @@ impl PgConfig {
     /// Sets the payload limit.
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
+        self
+    }
+
+    /// Sets the job output limit (`docs/outputs.md`).
+    pub fn max_output_bytes(mut self, n: usize) -> Self {
+        self.max_output_bytes = n;
         self
     }
 
@@ -97,6 +106,7 @@ impl fmt::Debug for PgConfig {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("max_output_bytes", &self.max_output_bytes)
             .field("connect_timeout", &self.connect_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .finish()

@@ -49,6 +49,7 @@ mod list;
 mod listen;
 mod migrate;
 mod notify;
+mod output;
 mod periodic;
 mod rows;
 mod sql;

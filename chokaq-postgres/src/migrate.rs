@@ -49,6 +49,7 @@ migrations! {
     15, "key_walks", "0015_key_walks";
     16, "start_ordinals", "0016_start_ordinals";
     17, "uniques", "0017_uniques";
+    18, "outputs", "0018_outputs";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the

@@ -14,24 +14,26 @@ use crate::migrate::{FUNCTIONS, MIGRATIONS, MIGRATION_NAMES};
 /// Columns copied by a move from the hot table into the archive.
 macro_rules! archive_cols {
     () => {
-        "id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, attempt, max_attempts, lease, \
-         worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, created_by, finished_at"
+        "id, queue, kind, payload, output, tags, concurrency_key, idempotency_key, priority, attempt, max_attempts, \
+         lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, last_error, created_by, \
+         finished_at"
     };
 }
 
 /// Columns of a dead-letter row written by a move.
 macro_rules! dlq_cols {
     () => {
-        "id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, attempt, max_attempts, lease, \
-         worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, created_by, finished_at, reason, error"
+        "id, queue, kind, payload, output, tags, concurrency_key, idempotency_key, priority, attempt, max_attempts, \
+         lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, updated_at, created_by, finished_at, \
+         reason, error"
     };
 }
 
 /// Values for [`dlq_cols`] from a deleted hot row `g`, followed by the reason and error.
 macro_rules! dlq_vals {
     () => {
-        "g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, g.attempt, \
-         g.max_attempts, g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.created_by, now()"
+        "g.id, g.queue, g.kind, g.payload, g.output, g.tags, g.concurrency_key, g.idempotency_key, g.priority, \
+         g.attempt, g.max_attempts, g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at, g.started_at, now(), g.created_by, now()"
     };
 }
 
@@ -57,7 +59,7 @@ macro_rules! guard {
 /// `hold_held_outcome_records_its_own_start`).
 macro_rules! archive_vals_started {
     () => {
-        "g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, \
+        "g.id, g.queue, g.kind, g.payload, g.output, g.tags, g.concurrency_key, g.idempotency_key, g.priority, \
          CASE WHEN g.status = 1 THEN g.attempt + 1 ELSE g.attempt END, g.max_attempts, g.lease, g.worker_id, \
          g.heartbeat_at, g.scheduled_at, g.created_at, \
          CASE WHEN g.status = 1 THEN now() ELSE coalesce(g.started_at, now()) END, now(), g.last_error, \
@@ -176,6 +178,7 @@ mod inspect;
 mod lease;
 mod list;
 mod migrate;
+mod output;
 mod periodic;
 mod testing;
 mod workers;
@@ -186,6 +189,7 @@ use inspect::*;
 use lease::*;
 pub(crate) use list::list_query;
 use migrate::*;
+use output::*;
 use periodic::*;
 use testing::*;
 use workers::*;
@@ -252,6 +256,8 @@ statements! {
     complete_standing = COMPLETE_STANDING;
     fail = FAIL;
     fail_standing = FAIL_STANDING;
+    record_output = RECORD_OUTPUT;
+    get_output = GET_OUTPUT;
     dead_undecodable = DEAD_UNDECODABLE;
     cancel = CANCEL;
     rescue_lock = RESCUE_LOCK;

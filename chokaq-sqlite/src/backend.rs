@@ -66,6 +66,7 @@ pub struct SqliteBackend {
     /// Every statement, rendered once.
     pub(crate) sql: Arc<Statements>,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     pub(crate) wake: broadcast::Sender<Wake>,
     pub(crate) faults: Faults,
     /// The deadline of this view's reads ([`Backend::with_read_deadline`], `bounded.rs`).
@@ -109,6 +110,7 @@ impl SqliteBackend {
             reader,
             sql,
             max_payload_bytes: cfg.max_payload_bytes,
+            max_output_bytes: cfg.max_output_bytes,
             wake,
             faults: Faults::default(),
             read_deadline: None,
@@ -257,6 +259,14 @@ impl Backend for SqliteBackend {
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         op!("release", lease::release(self, worker, leases).await)
+    }
+
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, value: &serde_json::Value) -> Result<Fenced> {
+        op!("record_output", crate::output::record_output(self, worker, lease, value).await)
+    }
+
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        op!("get_output", crate::output::get_output(self, id).await)
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {

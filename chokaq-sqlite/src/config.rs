@@ -19,6 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 pub struct SqliteConfig {
     pub(crate) target: String,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     pub(crate) busy_timeout: Duration,
     pub(crate) max_readers: u32,
     pub(crate) acquire_timeout: Duration,
@@ -31,6 +32,7 @@ impl fmt::Debug for SqliteConfig {
         f.debug_struct("SqliteConfig")
             .field("target", &"<redacted>")
             .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("max_output_bytes", &self.max_output_bytes)
             .field("busy_timeout", &self.busy_timeout)
             .field("max_readers", &self.max_readers)
             .field("acquire_timeout", &self.acquire_timeout)
@@ -49,6 +51,7 @@ impl SqliteConfig {
         SqliteConfig {
             target: url_or_path.into(),
             max_payload_bytes: validate::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_output_bytes: validate::DEFAULT_MAX_OUTPUT_BYTES,
             busy_timeout: Duration::from_secs(5),
             max_readers: 4,
             acquire_timeout: Duration::from_secs(30),
@@ -71,6 +74,12 @@ impl SqliteConfig {
     /// The largest serialized payload accepted (default 1 MiB).
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
+        self
+    }
+
+    /// The largest serialized job output accepted (default 1 MiB, `docs/outputs.md`).
+    pub fn max_output_bytes(mut self, n: usize) -> Self {
+        self.max_output_bytes = n;
         self
     }
 

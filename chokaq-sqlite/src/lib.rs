@@ -53,6 +53,7 @@ mod inspect;
 mod lease;
 mod list;
 mod migrate;
+mod output;
 mod periodic;
 mod rows;
 mod sql;

@@ -13,7 +13,7 @@ use crate::rows::now_us;
 use crate::sql::Statements;
 
 /// The version [`MIGRATIONS`] brings a database to.
-pub(crate) const SCHEMA_VERSION: i64 = 10;
+pub(crate) const SCHEMA_VERSION: i64 = 11;
 
 /// The columns shared by the hot, archive and dead-letter tables.
 macro_rules! job_columns {
@@ -260,6 +260,13 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
          created_at INTEGER NOT NULL)",
     ),
     ("migrate_uniques_job", "CREATE INDEX IF NOT EXISTS {schema}.uniques_job ON uniques (job_id)"),
+    // Version 11: job outputs (issue 41, docs/outputs.md): what a handler recorded, as JSON
+    // text, on the job's row in each table. `record_output` writes the hot row under the
+    // lease's guard; the three moves (`ARCHIVE_HELD`, `DEAD_LETTER`, `REQUEUE`) copy it. Not
+    // in `cols!`: a claim or a listing never reads it.
+    ("migrate_add_column_hot_output", "ALTER TABLE {schema}.jobs_hot ADD COLUMN output TEXT"),
+    ("migrate_add_column_archive_output", "ALTER TABLE {schema}.jobs_archive ADD COLUMN output TEXT"),
+    ("migrate_add_column_dlq_output", "ALTER TABLE {schema}.jobs_dlq ADD COLUMN output TEXT"),
 ];
 
 /// Applies [`MIGRATIONS`] on `conn` (inside the caller's write transaction), refuses a

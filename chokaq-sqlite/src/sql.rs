@@ -156,6 +156,7 @@ mod inspect;
 mod lease;
 mod list;
 mod migrate;
+mod output;
 mod periodic;
 mod testing;
 mod workers;
@@ -202,6 +203,8 @@ statements! {
     dead_letter: lease::DEAD_LETTER,
     release: lease::RELEASE,
     release_cancelled: lease::RELEASE_CANCELLED,
+    record_output: output::RECORD_OUTPUT,
+    get_output: output::GET_OUTPUT,
     rescue_fetched: admin::RESCUE_FETCHED,
     find_expired_holds: admin::FIND_EXPIRED_HOLDS,
     release_expired_hold: admin::RELEASE_EXPIRED_HOLD,
@@ -273,7 +276,7 @@ mod tests {
 
     /// The moves copy the hot row column for column, in `cols!()` order, with `updated_at`
     /// replaced by the move time (and, into the dead-letter table, `last_error` by the new
-    /// error when there is one).
+    /// error when there is one), then the output (issue 41).
     #[test]
     fn moves_copy_every_column_in_order() {
         let st = Statements::new(MAIN).unwrap();
@@ -283,13 +286,13 @@ mod tests {
             .replace("status, attempt,", "2, attempt + (status = 1),")
             .replace("started_at", "CASE WHEN status = 1 THEN ?1 ELSE started_at END");
         assert!(
-            st.archive_held.contains(&format!("SELECT {archived}, ?1 FROM \"main\".jobs_hot")),
+            st.archive_held.contains(&format!("SELECT {archived}, ?1, output FROM \"main\".jobs_hot")),
             "{}",
             st.archive_held
         );
         let dead = moved.replace("last_error", "coalesce(?4, last_error)");
         assert!(
-            st.dead_letter.contains(&format!("SELECT {dead}, ?1, ?3 FROM \"main\".jobs_hot")),
+            st.dead_letter.contains(&format!("SELECT {dead}, ?1, ?3, output FROM \"main\".jobs_hot")),
             "{}",
             st.dead_letter
         );

@@ -25,8 +25,8 @@ async fn migration_7_adds_expired_holds_to_an_older_file() {
         .unwrap();
     assert_eq!(n, 0);
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    // This library's version (10: the starts log numbered per bucket, and unique keys).
-    assert_eq!(v, 10);
+    // This library's version (11: job outputs).
+    assert_eq!(v, 11);
 }
 
 /// Version 9 adds the concurrency key to the three job tables, the per-key cap and the rate
@@ -70,8 +70,8 @@ async fn migration_9_adds_keys_and_rate_limits_to_an_older_file() {
     let st = b.control_queue(&q, QueueControl::SetRateLimit(None)).await.unwrap();
     assert_eq!((st.key_max_workers, st.rate_limit), (Some(2), None));
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    // This library's version (10: the starts log numbered per bucket, and unique keys).
-    assert_eq!(v, 10);
+    // This library's version (11: job outputs).
+    assert_eq!(v, 11);
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM sqlite_schema WHERE name IN \
          ('rate_starts', 'rate_starts_queue_n', 'jobs_hot_key_running')",
@@ -264,5 +264,37 @@ async fn migration_10_adds_unique_keys_to_an_older_file() {
     let second = b.enqueue(u()).await.unwrap();
     assert_eq!((first.duplicate, second.duplicate, second.id), (false, true, first.id));
     let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
+}
+
+/// Version 11 adds the `output` column to the three job tables of a version-10 file (dropped
+/// again and the version row removed stand in for one): a job enqueued before reads no
+/// output, a second run is a no-op, and an output recorded on the file is archived with it.
+#[tokio::test]
+async fn migration_11_adds_outputs_to_an_older_file() {
+    use chokaq_core::{ClaimMode, ClaimParams, Fenced, WorkerId};
+    use sqlx::Connection;
+    let (b, db) = fresh().await;
+    let id = b.enqueue(job("m11")).await.unwrap().id;
+    let mut raw = sqlx::SqliteConnection::connect(&db.url()).await.unwrap();
+    for ddl in [
+        "ALTER TABLE jobs_hot DROP COLUMN output",
+        "ALTER TABLE jobs_archive DROP COLUMN output",
+        "ALTER TABLE jobs_dlq DROP COLUMN output",
+        "DELETE FROM versions WHERE version >= 11",
+    ] {
+        sqlx::query(ddl).execute(&mut raw).await.unwrap();
+    }
+    b.migrate().await.unwrap();
+    b.migrate().await.unwrap();
+    assert_eq!(b.get_output(id).await.unwrap(), None);
+    let w = WorkerId::random();
+    let got = b.claim(&ClaimParams::new(w, vec![q("m11")], 1, ClaimMode::Start)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let out = serde_json::json!({"rows": 2});
+    assert_eq!(b.record_output(w, got[0].lease_ref(), &out).await.unwrap(), Fenced::Done(()));
+    assert_eq!(b.complete_one(w, got[0].lease_ref()).await.unwrap(), Fenced::Done(()));
+    assert_eq!(b.get_output(id).await.unwrap(), Some(out));
+    let v: i64 = sqlx::query_scalar("SELECT max(version) FROM versions").fetch_one(&mut raw).await.unwrap();
+    assert_eq!(v, 11);
 }

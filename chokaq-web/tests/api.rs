@@ -70,6 +70,8 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 mod actions;
 #[path = "api/auth.rs"]
 mod auth;
+#[path = "api/outputs.rs"]
+mod outputs;
 #[path = "api/pages.rs"]
 mod pages;
 #[path = "api/support.rs"]
@@ -79,6 +81,7 @@ mod unique;
 
 use actions::*;
 use auth::*;
+use outputs::*;
 use pages::*;
 use support::*;
 use unique::*;
@@ -87,6 +90,7 @@ fn keyed_cases() -> Vec<(&'static str, Case)> {
     vec![
         ("keyed_controls_and_pages", |b| Box::pin(keyed_controls_and_pages(b))),
         ("unique_job_page", |b| Box::pin(unique_job_page(b))),
+        ("output_job_page", |b| Box::pin(output_job_page(b))),
     ]
 }
 

@@ -242,6 +242,23 @@ impl<B: Backend> Client<B> {
         self.backend.get_job(id).await
     }
 
+    /// The output job `id` recorded ([`JobContext::record_output`](crate::JobContext::record_output),
+    /// `docs/outputs.md`), decoded as `T`, wherever the job is (live, archived, dead-lettered);
+    /// `None` when it recorded none or no such job exists. An output that does not decode as
+    /// `T` is an [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind) error naming the job and
+    /// the type.
+    pub async fn output<T: serde::de::DeserializeOwned>(&self, id: JobId) -> Result<Option<T>> {
+        let Some(value) = self.backend.get_output(id).await? else {
+            return Ok(None);
+        };
+        serde_json::from_value(value).map(Some).map_err(|e| {
+            chokaq_core::Error::invalid(format!(
+                "the output of job {id} does not decode as {}: {e}",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+
     /// Every periodic schedule's row, by name (`docs/periodic.md`): spec, time zone, next and
     /// last enqueued tick, paused, stale.
     pub async fn schedules(&self) -> Result<Vec<chokaq_core::ScheduleRow>> {

@@ -302,4 +302,28 @@ impl JobContext {
         }
         Ok(!self.is_cancelled())
     }
+
+    /// Records this run's output (`docs/outputs.md`): any serde value, stored with the job,
+    /// kept when it is archived or dead-lettered, read back with
+    /// [`Client::output`](crate::Client::output). A later record replaces an earlier one, and a
+    /// retried job's last recorded output wins. An output the backend's `max_output_bytes`
+    /// refuses (1 MiB by default) is an [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind)
+    /// error naming both sizes, checked before any round trip, and nothing is stored: it is
+    /// never truncated. When the lease was lost, nothing is written, the cancellation token
+    /// fires, and the call fails with [`ErrorKind::Conflict`](chokaq_core::ErrorKind).
+    pub async fn record_output<T: Serialize + ?Sized>(&self, value: &T) -> chokaq_core::Result<()> {
+        let value = serde_json::to_value(value).map_err(|e| {
+            chokaq_core::Error::invalid(format!("job {}: the output does not serialize to JSON: {e}", self.inner.id))
+        })?;
+        match self.inner.backend.record_output(self.inner.worker, self.inner.lease, &value).await? {
+            chokaq_core::Fenced::Done(()) => Ok(()),
+            chokaq_core::Fenced::LeaseLost => {
+                self.inner.control.stop(StopReason::LeaseLost);
+                Err(chokaq_core::Error::new(
+                    chokaq_core::ErrorKind::Conflict,
+                    format!("job {}: the lease was lost, the output was not recorded", self.inner.id),
+                ))
+            }
+        }
+    }
 }

@@ -122,4 +122,7 @@ mod backend_doc_snippets {
 
     #[doc = include_str!("../../docs/unique.md")]
     struct Unique;
+
+    #[doc = include_str!("../../docs/outputs.md")]
+    struct Outputs;
 }

@@ -111,3 +111,47 @@ async fn dropped_worker_hands_back() {
 async fn keyed_cap_under_the_runtime() {
     common::keyed_cap_under_the_runtime(backend()).await.unwrap();
 }
+
+/// Issue 41 (docs/outputs.md): a handler's `JobContext::record_output` is read back typed by
+/// `Client::output`, kept in the archive; a type it does not decode as is `InvalidInput`, not a
+/// panic; an unknown id and a job that recorded nothing are `None`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_roundtrip() {
+    use chokaq::{Client, ErrorKind, JobContext, Worker};
+    use std::time::Duration;
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Doubled {
+        n: u32,
+    }
+
+    let b = backend();
+    let dynb: Arc<dyn chokaq::Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let w = Worker::builder(dynb)
+        .maintenance(common::no_maintenance())
+        .register(|job: common::Count, ctx: JobContext| async move {
+            if job.n > 0 {
+                ctx.record_output(&Doubled { n: job.n }).await?;
+                ctx.record_output(&Doubled { n: job.n * 2 }).await?;
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let id = client.enqueue(&common::Count { n: 21 }).await.unwrap().id;
+    let none = client.enqueue(&common::Count { n: 0 }).await.unwrap().id;
+    let (token, h) = common::spawn_worker(w);
+    common::wait_for("2 archived", Duration::from_secs(20), || async {
+        Ok(chokaq::Backend::stats(&*b).await.map_err(common::err)?.archived == 2)
+    })
+    .await
+    .unwrap();
+    common::stop(token, h).await.unwrap();
+    assert_eq!(client.output::<Doubled>(id).await.unwrap(), Some(Doubled { n: 42 }));
+    assert_eq!(client.output::<Doubled>(none).await.unwrap(), None);
+    assert_eq!(client.output::<Doubled>(chokaq::core::JobId::new()).await.unwrap(), None);
+    let e = client.output::<String>(id).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains(&id.to_string()), "{e}");
+}

@@ -52,6 +52,7 @@ mod lease;
 mod lifecycle;
 mod notify;
 mod outcome;
+mod output;
 mod pause;
 mod periodic;
 mod rate;
@@ -217,6 +218,7 @@ groups!(
     notify,
     cancel,
     outcome,
+    output,
     isolation,
     hostile,
     workers,

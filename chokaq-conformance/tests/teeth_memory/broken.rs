@@ -25,6 +25,8 @@ pub(crate) enum Fault {
     CompleteIgnoresLease,
     /// Heartbeat takes the row's current lease instead of checking the caller's.
     HeartbeatIgnoresLease,
+    /// `record_output` takes the row's current lease instead of checking the caller's.
+    RecordOutputIgnoresLease,
     /// The cap is read, then the claim runs uncapped for "the gap": a check-then-act race.
     CapCheckThenAct,
     /// Retry never dead-letters: attempts are not counted against max_attempts.
@@ -425,6 +427,16 @@ impl Backend for Broken {
             return Ok(out);
         }
         self.inner.fail(worker, lease, outcome).await
+    }
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, output: &serde_json::Value) -> Result<Fenced> {
+        if self.fault == Some(Fault::RecordOutputIgnoresLease) {
+            let cur = self.current(lease).await?;
+            return self.inner.record_output(worker, cur, output).await;
+        }
+        self.inner.record_output(worker, lease, output).await
+    }
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        self.inner.get_output(id).await
     }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.inner.release(worker, leases).await

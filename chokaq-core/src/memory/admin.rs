@@ -128,6 +128,9 @@ pub(crate) async fn purge(b: &MemoryBackend, req: &PurgeParams) -> Result<u64> {
     for id in &ids {
         table.remove(id);
     }
+    for id in &ids {
+        s.outputs.remove(id);
+    }
     Ok(ids.len() as u64)
 }
 

@@ -13,7 +13,7 @@ use crate::{
     UniqueHold, WorkerId, WorkerProcess, WorkerRegistration,
 };
 
-use super::{admin, enqueue, inspect, lease, list, periodic, unique, workers, MemoryBackend};
+use super::{admin, enqueue, inspect, lease, list, output, periodic, unique, workers, MemoryBackend};
 
 /// Names the operation on an error: every method of `impl Backend` below forwards through it.
 macro_rules! op {
@@ -65,6 +65,17 @@ impl Backend for MemoryBackend {
 
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         op!("fail", lease::fail(self, worker, lease, outcome).await)
+    }
+
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, value: &serde_json::Value) -> Result<Fenced> {
+        op!("record_output", output::record_output(self, worker, lease, value).await)
+    }
+
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        op!("get_output", {
+            self.check_read_deadline()?;
+            output::get_output(self, id).await
+        })
     }
 
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {

@@ -26,6 +26,7 @@ mod enqueue;
 mod inspect;
 mod lease;
 mod list;
+mod output;
 mod periodic;
 mod starts;
 #[cfg(feature = "testing")]
@@ -59,6 +60,9 @@ struct Store {
     next_id: Option<u64>,
     /// The unique keys (`unique.rs`): key -> the job holding it.
     uniques: HashMap<String, unique::KeyRow>,
+    /// The `output` column (`output.rs`): what a job recorded, kept by id wherever the job
+    /// moves (hot, archive, dead letters, back), removed with the job by `purge`.
+    outputs: HashMap<JobId, serde_json::Value>,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.

@@ -345,11 +345,11 @@ INNER JOIN @H AS x ON x.[Id] = h.[Id]
 WHERE x.[Dead] = 0 AND h.[Status] = 1 AND h.[CancelRequested] = 0;
 SET @FetchedReleased = @FetchedReleased + @@ROWCOUNT;
 DELETE h
-OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Output], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
     DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
-    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Output], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
@@ -380,12 +380,12 @@ INNER JOIN @Z AS z ON z.[Id] = h.[Id]
 WHERE z.[Retry] = 1 AND h.[Status] = 2 AND h.[CancelRequested] = 0;
 SET @ZombiesRetried = @@ROWCOUNT;
 DELETE h
-OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Output], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
     DELETED.[LastError], DELETED.[CreatedBy], @Now, CASE WHEN DELETED.[CancelRequested] = 1 THEN 'cancelled' \
     ELSE 'zombie' END, DELETED.[ConcurrencyKey] \
-    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Output], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
@@ -459,11 +459,11 @@ IF @Status = 3
     FROM {schema}.[JobsHot] AS p WITH (UPDLOCK, ROWLOCK, INDEX([IX_JobsHot_Scheduled]))
     WHERE p.[Queue] = @Queue AND p.[DueAtUtc] = @Due AND p.[Id] = @Id AND p.[Status] = 3;
 DELETE h
-OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Output], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt], DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], \
     DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], DELETED.[CreatedAtUtc], DELETED.[StartedAtUtc], @Now, \
     DELETED.[LastError], DELETED.[CreatedBy], @Now, 'cancelled', DELETED.[ConcurrencyKey] \
-    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    INTO {schema}.[JobsDlq] ([Id], [Queue], [Kind], [Payload], [Output], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [Reason], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)
@@ -496,12 +496,12 @@ DECLARE @Moved INT;
 BEGIN TRANSACTION;
 DELETE d
 OUTPUT
-    DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey],
+    DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Output], DELETED.[Tags], DELETED.[IdempotencyKey],
     DELETED.[Priority], 0, DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[CreatedAtUtc], @Now, \
     DELETED.[LastError],
     DELETED.[CreatedBy], 0, DELETED.[CreatedAtUtc], 0, 0, DELETED.[ConcurrencyKey]
 INTO {schema}.[JobsHot] (
-    [Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey],
+    [Id], [Queue], [Kind], [Payload], [Output], [Tags], [IdempotencyKey],
     [Priority], [Attempt], [MaxAttempts], [Lease], [CreatedAtUtc], [UpdatedAtUtc], [LastError],
     [CreatedBy], [Status], [DueAtUtc], [CancelRequested], [ExpiredHolds], [ConcurrencyKey]
 )

@@ -434,12 +434,12 @@ END;
 /// under the given leases and this worker (a repeat of a complete whose answer was lost finds
 /// its rows there).
 const ARCHIVE_DONE: &str = "DELETE h
-OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Tags], DELETED.[IdempotencyKey], \
+OUTPUT DELETED.[Id], DELETED.[Queue], DELETED.[Kind], DELETED.[Payload], DELETED.[Output], DELETED.[Tags], DELETED.[IdempotencyKey], \
     DELETED.[Priority], DELETED.[Attempt] + CASE WHEN DELETED.[Status] = 1 THEN 1 ELSE 0 END, \
     DELETED.[MaxAttempts], DELETED.[Lease], DELETED.[WorkerId], DELETED.[HeartbeatUtc], DELETED.[ScheduledAtUtc], \
     DELETED.[CreatedAtUtc], CASE WHEN DELETED.[Status] = 1 THEN @Now ELSE DELETED.[StartedAtUtc] END, @Now, DELETED.[LastError], DELETED.[CreatedBy], @Now, \
     DELETED.[ConcurrencyKey] \
-    INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Tags], [IdempotencyKey], [Priority], [Attempt], \
+    INTO {schema}.[JobsArchive] ([Id], [Queue], [Kind], [Payload], [Output], [Tags], [IdempotencyKey], [Priority], [Attempt], \
     [MaxAttempts], [Lease], [WorkerId], [HeartbeatUtc], [ScheduledAtUtc], [CreatedAtUtc], [StartedAtUtc], \
     [UpdatedAtUtc], [LastError], [CreatedBy], [FinishedAtUtc], [ConcurrencyKey])
 FROM {schema}.[JobsHot] AS h WITH (FORCESEEK)

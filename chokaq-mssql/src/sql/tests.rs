@@ -8,7 +8,7 @@ use super::*;
 #[test]
 fn every_statement_names_only_the_schema_it_was_given() {
     let all = all_statements("jobs_x").unwrap();
-    assert_eq!(all.len(), 55);
+    assert_eq!(all.len(), 58);
     let mut names: Vec<_> = all.iter().map(|(n, _)| *n).collect();
     names.sort_unstable();
     names.dedup();
@@ -313,13 +313,14 @@ fn every_bracketed_name_is_defined() {
     let all = all_statements("chokaq").unwrap();
     let st = Statements::new("chokaq").unwrap();
     let mut defined: std::collections::BTreeSet<String> = bracketed(&format!(
-        "{}{}{}{}{}{}",
+        "{}{}{}{}{}{}{}",
         st.migrate_locks,
         st.migrate_objects,
         st.migrate_keys,
         st.migrate_workers,
         st.migrate_start_ordinals,
-        st.migrate_uniques
+        st.migrate_uniques,
+        st.migrate_outputs
     ))
     .into_iter()
     .collect();
@@ -464,6 +465,9 @@ fn bound_values_match_parameters() {
         ("enqueue_unique", 2),
         ("unique_of", 1),
         ("prune_uniques", 2),
+        ("migrate_outputs", 0),
+        ("record_output", 4),
+        ("get_output", 1),
         ("ensure_test_database", 2),
     ];
     let all = all_statements("chokaq").unwrap();

@@ -124,8 +124,9 @@ pub(super) const DEAD_KEY_AND_QUEUE: &str =
 pub(super) const REQUEUE: &str = concat!(
     "INSERT INTO {schema}.jobs_hot (",
     cols!(),
-    ", expired_holds) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
-     max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?, last_error, 0, created_by, concurrency_key, 0 \
+    ", expired_holds, output) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 0, 0, \
+     max_attempts, NULL, NULL, NULL, NULL, created_at, NULL, ?, last_error, 0, created_by, concurrency_key, 0, \
+     output \
      FROM {schema}.jobs_dlq WHERE id = ?"
 );
 

@@ -46,7 +46,7 @@ pub(super) const STARTED_MANY: &str =
 pub(super) const ARCHIVE_MANY: &str = concat!(
     "INSERT INTO {schema}.jobs_archive (",
     cols!(),
-    ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
+    ", finished_at, output) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
      attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
      CASE WHEN status = 1 THEN ",
     now_us!(),
@@ -54,7 +54,7 @@ pub(super) const ARCHIVE_MANY: &str = concat!(
     now_us!(),
     ", last_error, cancel_requested, created_by, concurrency_key, ",
     now_us!(),
-    " FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) \
+    ", output FROM {schema}.jobs_hot FORCE INDEX (`PRIMARY`) WHERE id IN ({ids}) AND (id, lease) IN ({pairs}) \
      AND worker_id = ? AND status IN (1, 2) FOR UPDATE"
 );
 
@@ -88,9 +88,9 @@ pub(super) const BACK_TO_PENDING: &str = "UPDATE {schema}.jobs_hot SET status = 
 pub(super) const DEAD_LETTER: &str = concat!(
     "INSERT INTO {schema}.jobs_dlq (",
     cols!(),
-    ", finished_at, reason) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
-     max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?, \
-     COALESCE(?, last_error), cancel_requested, created_by, concurrency_key, ?, ? FROM {schema}.jobs_hot \
+    ", finished_at, reason, output) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, \
+     attempt, max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?, \
+     COALESCE(?, last_error), cancel_requested, created_by, concurrency_key, ?, ?, output FROM {schema}.jobs_hot \
      WHERE id = ?"
 );
 

@@ -12,12 +12,16 @@ fn moves_copy_every_column_in_order() {
         .replace("status, attempt,", "2, attempt + (status = 1),")
         .replace("started_at", &format!("CASE WHEN status = 1 THEN {now} ELSE started_at END"));
     assert!(
-        st.archive_many.contains(&format!("SELECT {archived}, {now} FROM `chokaq`.jobs_hot")),
+        st.archive_many.contains(&format!("SELECT {archived}, {now}, output FROM `chokaq`.jobs_hot")),
         "{}",
         st.archive_many
     );
     let dead = cols!().replace("updated_at", "?").replace("last_error", "COALESCE(?, last_error)");
-    assert!(st.dead_letter.contains(&format!("SELECT {dead}, ?, ? FROM `chokaq`.jobs_hot")), "{}", st.dead_letter);
+    assert!(
+        st.dead_letter.contains(&format!("SELECT {dead}, ?, ?, output FROM `chokaq`.jobs_hot")),
+        "{}",
+        st.dead_letter
+    );
 }
 
 /// The set-based shapes: powers of two up to CHUNK, each list expanded `n` times.

@@ -221,10 +221,10 @@ pub(super) const QUEUE_SETTINGS: &str = concat!("SELECT ", queue_cols!(), " FROM
 pub(super) const REQUEUE: &str = "
 WITH g AS (DELETE FROM {schema}.jobs_dlq d WHERE d.id = $1 RETURNING d.*),
 ins AS (
-    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, idempotency_key, priority, status,
-                                   attempt, max_attempts, lease, worker_id, scheduled_at, created_at, updated_at,
-                                   last_error, created_by, expired_holds)
-    SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, 0, 0,
+    INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, output, tags, concurrency_key, idempotency_key, priority,
+                                   status, attempt, max_attempts, lease, worker_id, scheduled_at, created_at,
+                                   updated_at, last_error, created_by, expired_holds)
+    SELECT g.id, g.queue, g.kind, g.payload, g.output, g.tags, g.concurrency_key, g.idempotency_key, g.priority, 0, 0,
            g.max_attempts, NULL, NULL, NULL, g.created_at, now(), g.error, g.created_by, 0
       FROM g
     RETURNING id, queue

@@ -120,7 +120,7 @@ pub(super) const FAIL: &str = concat!(
      dead AS (
         INSERT INTO {schema}.jobs_dlq (",
     dlq_cols!(),
-    ") SELECT g.id, g.queue, g.kind, g.payload, g.tags, g.concurrency_key, g.idempotency_key, g.priority, l.eff,
+    ") SELECT g.id, g.queue, g.kind, g.payload, g.output, g.tags, g.concurrency_key, g.idempotency_key, g.priority, l.eff,
                g.max_attempts,
                g.lease, g.worker_id, g.heartbeat_at, g.scheduled_at, g.created_at,
                CASE WHEN l.st = 1 THEN now() ELSE g.started_at END, now(), g.created_by, now(),

@@ -23,10 +23,10 @@ pub(super) const HEARTBEAT: &str = "UPDATE {schema}.jobs_hot SET heartbeat_at = 
 pub(super) const ARCHIVE_HELD: &str = concat!(
     "INSERT INTO {schema}.jobs_archive (",
     cols!(),
-    ", finished_at) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
+    ", finished_at, output) SELECT id, queue, kind, payload, tags, idempotency_key, priority, 2, \
      attempt + (status = 1), max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, \
      CASE WHEN status = 1 THEN ?1 ELSE started_at END, ?1, last_error, cancel_requested, created_by, \
-     concurrency_key, ?1 \
+     concurrency_key, ?1, output \
      FROM {schema}.jobs_hot \
      WHERE id = ?2 AND lease = ?3 AND worker_id = ?4 AND status IN (1, 2)"
 );
@@ -64,9 +64,9 @@ pub(super) const BACK_TO_PENDING: &str = "UPDATE {schema}.jobs_hot SET status = 
 pub(super) const DEAD_LETTER: &str = concat!(
     "INSERT INTO {schema}.jobs_dlq (",
     cols!(),
-    ", finished_at, reason) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, attempt, \
-     max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, \
-     coalesce(?4, last_error), cancel_requested, created_by, concurrency_key, ?1, ?3 FROM {schema}.jobs_hot \
+    ", finished_at, reason, output) SELECT id, queue, kind, payload, tags, idempotency_key, priority, status, \
+     attempt, max_attempts, lease, worker_id, heartbeat_at, scheduled_at, created_at, started_at, ?1, \
+     coalesce(?4, last_error), cancel_requested, created_by, concurrency_key, ?1, ?3, output FROM {schema}.jobs_hot \
      WHERE id = ?2"
 );
 

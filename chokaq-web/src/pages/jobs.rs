@@ -370,6 +370,14 @@ pub async fn job(Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath, Query(p
     }
     let payload = serde_json::to_string_pretty(&j.payload).unwrap_or_else(|_| "null".into());
     let _ = write!(s, "<h2>Payload</h2><pre class=\"json\" id=\"payload\">{}</pre>", esc(&payload));
+    // What the handler recorded (docs/outputs.md), escaped like the payload.
+    match ctx.backend.get_output(id).await.map_err(|e| backend_fail(&ctx, e))? {
+        Some(o) => {
+            let text = serde_json::to_string_pretty(&o).unwrap_or_else(|_| "null".into());
+            let _ = write!(s, "<h2>Output</h2><pre class=\"json\" id=\"output\">{}</pre>", esc(&text));
+        }
+        None => s.push_str("<h2>Output</h2><p class=\"muted\" id=\"output\">No output was recorded.</p>"),
+    }
     Ok(Html(page(&ctx, &format!("Job {id}"), Nav::None, "job", &s)).into_response())
 }
 
@@ -377,7 +385,16 @@ pub async fn api_job(Extension(ctx): Extension<Ctx>, OwnPath(path): OwnPath) -> 
     let id = own(&path, "id");
     let id = job_id(&ctx, &id)?;
     match ctx.backend.get_job(id).await.map_err(|e| backend_fail(&ctx, e))? {
-        Some(j) => Ok(Json(j).into_response()),
+        Some(j) => {
+            // The job's fields, and `output`: what its handler recorded (docs/outputs.md), or null.
+            let output = ctx.backend.get_output(id).await.map_err(|e| backend_fail(&ctx, e))?;
+            let mut v = serde_json::to_value(&j)
+                .map_err(|e| fail(&ctx, StatusCode::INTERNAL_SERVER_ERROR, &format!("job {id}: {e}")))?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("output".into(), output.unwrap_or(serde_json::Value::Null));
+            }
+            Ok(Json(v).into_response())
+        }
         None => Err(fail(&ctx, StatusCode::NOT_FOUND, &format!("no job with id {id}"))),
     }
 }

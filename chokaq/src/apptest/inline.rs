@@ -131,6 +131,12 @@ impl Backend for InlineBackend {
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {
         self.inner().fail(worker, lease, outcome).await
     }
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, output: &serde_json::Value) -> Result<Fenced> {
+        self.inner().record_output(worker, lease, output).await
+    }
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        self.inner().get_output(id).await
+    }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.inner().release(worker, leases).await
     }

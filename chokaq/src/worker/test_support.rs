@@ -262,6 +262,19 @@ impl chokaq_core::Backend for Faulty {
         self.write_gate().await?;
         self.inner.fail(worker, lease, outcome).await
     }
+    async fn record_output(
+        &self,
+        worker: chokaq_core::WorkerId,
+        lease: chokaq_core::LeaseRef,
+        output: &serde_json::Value,
+    ) -> chokaq_core::Result<chokaq_core::Fenced> {
+        self.alive().await;
+        self.inner.record_output(worker, lease, output).await
+    }
+    async fn get_output(&self, id: chokaq_core::JobId) -> chokaq_core::Result<Option<serde_json::Value>> {
+        self.alive().await;
+        self.inner.get_output(id).await
+    }
     async fn release(
         &self,
         worker: chokaq_core::WorkerId,

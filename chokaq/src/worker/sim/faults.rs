@@ -160,6 +160,15 @@ impl Backend for SimBackend {
         let r = self.world.db.fail(worker, lease, outcome).await;
         self.after("fail", r).await
     }
+    async fn record_output(&self, worker: WorkerId, lease: LeaseRef, output: &serde_json::Value) -> Result<Fenced> {
+        self.before("record_output", false).await?;
+        let r = self.world.db.record_output(worker, lease, output).await;
+        self.after("record_output", r).await
+    }
+    async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
+        self.alive().await;
+        self.world.db.get_output(id).await
+    }
     async fn release(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.before("release", false).await?;
         let r = self.world.db.release(worker, leases).await;
