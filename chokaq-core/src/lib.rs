@@ -34,6 +34,7 @@ mod unique;
 pub mod url_params;
 pub mod validate;
 mod wake;
+pub mod workflow;
 
 pub use backend::{Backend, BackendExt};
 pub use capabilities::{Capabilities, TimestampPrecision};
@@ -66,6 +67,7 @@ pub use unique::{
     UNIQUE_KEY_LEN,
 };
 pub use wake::{Wake, Wakeups};
+pub use workflow::{OnFailedDependency, Task, Workflow, WorkflowError, WorkflowPlan};
 
 /// Re-exported so backends and users agree on one version.
 pub use chrono;

@@ -125,4 +125,7 @@ mod backend_doc_snippets {
 
     #[doc = include_str!("../../docs/outputs.md")]
     struct Outputs;
+
+    #[doc = include_str!("../../docs/workflows.md")]
+    struct Workflows;
 }
