@@ -251,6 +251,21 @@ impl Backend for Timed {
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         self.inner.wakeups().await
     }
+    async fn enqueue_workflow(
+        &self,
+        wf: &chokaq::core::Workflow,
+    ) -> chokaq::core::Result<chokaq::core::EnqueuedWorkflow> {
+        self.inner.enqueue_workflow(wf).await
+    }
+    async fn get_workflow(
+        &self,
+        id: chokaq::core::WorkflowId,
+    ) -> chokaq::core::Result<Option<chokaq::core::WorkflowStatus>> {
+        self.inner.get_workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: chokaq::core::WorkflowId) -> chokaq::core::Result<u64> {
+        self.inner.cancel_workflow(id).await
+    }
     async fn register_worker(&self, reg: &chokaq::core::WorkerRegistration) -> chokaq::core::Result<()> {
         self.inner.register_worker(reg).await
     }

@@ -53,6 +53,20 @@ async fn record_output_ignoring_the_lease_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workflow_release_after_the_first_dependency_is_caught() {
+    assert_caught(
+        Fault::ReleaseAfterFirstDependency,
+        &["workflow_waits_for_every_dependency", "workflow_fan_in_starts_once_after_the_last"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workflow_release_after_a_failed_dependency_is_caught() {
+    assert_caught(Fault::ReleaseAfterFailedDependency, &["workflow_failure_cancels_dependents_transitively"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_then_act_cap_is_caught() {
     assert_caught(Fault::CapCheckThenAct, &["cap_race_strict"]).await;
 }

@@ -4,11 +4,11 @@
 use async_trait::async_trait;
 
 use crate::{
-    BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, FailAction, FailOutcome, Fenced,
-    HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName,
-    QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot,
-    ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, UniqueHold, Wakeups, WorkerId, WorkerProcess,
-    WorkerRegistration,
+    BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, EnqueuedWorkflow, FailAction,
+    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
+    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
+    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, UniqueHold, Wakeups,
+    WorkerId, WorkerProcess, WorkerRegistration, Workflow, WorkflowId, WorkflowStatus,
 };
 
 /// The contract every backend implements: the operations of the behaviour contract, each one
@@ -159,6 +159,34 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// one source of truth for whether a backend pushes wake-ups: there is no capability flag
     /// for it, and no default, so a new backend decides.
     async fn wakeups(&self) -> Result<Option<Wakeups>>;
+
+    // ---- Workflows (docs/workflows.md) ------------------------------------------------------
+    // Backends that store them say so in `Capabilities::workflows`; the others keep these
+    // defaults, which refuse with `ErrorKind::Unsupported` and write nothing.
+
+    /// Enqueues every task of `wf` or none, in one transaction: checked first
+    /// ([`Workflow::plan`](crate::Workflow::plan) against
+    /// [`DEFAULT_MAX_WORKFLOW_TASKS`](crate::workflow::DEFAULT_MAX_WORKFLOW_TASKS), each job
+    /// as `enqueue_many` checks it, no idempotency key or unique settings); a task with
+    /// dependencies waits, not claimable, until each has succeeded.
+    async fn enqueue_workflow(&self, wf: &Workflow) -> Result<EnqueuedWorkflow> {
+        let _ = wf;
+        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+    }
+
+    /// A stored workflow with each task's state; `None` for an unknown id.
+    async fn get_workflow(&self, id: WorkflowId) -> Result<Option<WorkflowStatus>> {
+        let _ = id;
+        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+    }
+
+    /// Cancels every task of the workflow not yet final (as [`Backend::cancel`] cancels a
+    /// job: a waiting or pending task is dead-lettered `cancelled`, a running one gets its
+    /// cancel requested); how many tasks it reached. `NotFound` for an unknown id.
+    async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
+        let _ = id;
+        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+    }
 
     // ---- Live worker processes (the workers table) and throughput -------------------------
 
@@ -350,6 +378,15 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         (**self).wakeups().await
+    }
+    async fn enqueue_workflow(&self, wf: &Workflow) -> Result<EnqueuedWorkflow> {
+        (**self).enqueue_workflow(wf).await
+    }
+    async fn get_workflow(&self, id: WorkflowId) -> Result<Option<WorkflowStatus>> {
+        (**self).get_workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
+        (**self).cancel_workflow(id).await
     }
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
         (**self).register_worker(reg).await

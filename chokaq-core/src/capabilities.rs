@@ -37,6 +37,9 @@ pub struct Capabilities {
     pub multi_process: bool,
     /// How the reads of [`crate::Backend::with_read_deadline`] are bounded.
     pub read_deadline: ReadDeadline,
+    /// Stores workflows ([`crate::Backend::enqueue_workflow`], `docs/workflows.md`). Off: those
+    /// calls are [`crate::ErrorKind::Unsupported`].
+    pub workflows: bool,
 }
 
 impl Capabilities {
@@ -50,6 +53,7 @@ impl Capabilities {
             kill_connections: false,
             multi_process: true,
             read_deadline: ReadDeadline::Unbounded,
+            workflows: false,
         }
     }
 
@@ -62,6 +66,12 @@ impl Capabilities {
     /// Sets `multi_process`.
     pub const fn with_multi_process(mut self, v: bool) -> Self {
         self.multi_process = v;
+        self
+    }
+
+    /// Sets `workflows`.
+    pub const fn with_workflows(mut self, v: bool) -> Self {
+        self.workflows = v;
         self
     }
 

@@ -67,7 +67,10 @@ pub use unique::{
     UNIQUE_KEY_LEN,
 };
 pub use wake::{Wake, Wakeups};
-pub use workflow::{OnFailedDependency, Task, Workflow, WorkflowError, WorkflowPlan};
+pub use workflow::{
+    EnqueuedWorkflow, OnFailedDependency, Task, TaskState, TaskStatus, Workflow, WorkflowError, WorkflowId,
+    WorkflowPlan, WorkflowStatus,
+};
 
 /// Re-exported so backends and users agree on one version.
 pub use chrono;

@@ -7,13 +7,15 @@
 //! task's success may release ([`WorkflowPlan::dependents`]) and which ones a dead-lettered or
 //! cancelled task cancels, transitively ([`WorkflowPlan::cascade`]).
 //!
-//! No backend stores workflows yet: this module has no database side.
+//! The memory backend stores workflows (the reference); the SQL backends do not yet
+//! ([`crate::Capabilities::workflows`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 
 use crate::error::Error;
 use crate::job::NewJob;
+use crate::{DeadReason, JobId};
 
 /// The most tasks one workflow may have unless the caller states another limit: a fan-out
 /// of 10,000 and its fan-in fit.
@@ -329,6 +331,147 @@ impl WorkflowPlan {
         }
         self.order.iter().copied().filter(|&i| hit[i]).collect()
     }
+
+    /// Whether `task` runs even when a dependency fails ([`Task::run_anyway`]).
+    pub fn runs_anyway(&self, task: usize) -> bool {
+        self.run_anyway[task]
+    }
+}
+
+/// A stored workflow's id (UUID v7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct WorkflowId(pub uuid::Uuid);
+
+impl WorkflowId {
+    /// A fresh id.
+    pub fn new() -> Self {
+        WorkflowId(uuid::Uuid::now_v7())
+    }
+}
+
+impl Default for WorkflowId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for WorkflowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What [`crate::Backend::enqueue_workflow`] wrote: the workflow's id and each task's job,
+/// in the order the tasks were added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueuedWorkflow {
+    /// The workflow's id.
+    pub id: WorkflowId,
+    /// `(task name, job id)`, in the order the tasks were added.
+    pub tasks: Vec<(String, JobId)>,
+}
+
+impl EnqueuedWorkflow {
+    /// The job of task `name`.
+    pub fn job(&self, name: &str) -> Option<JobId> {
+        self.tasks.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+    }
+}
+
+/// Where one task of a stored workflow stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskState {
+    /// Waiting for a dependency: not claimable.
+    Waiting,
+    /// Claimable (or due later).
+    Pending,
+    /// Claimed (Fetched or Processing).
+    Running,
+    /// Archived: it succeeded.
+    Succeeded,
+    /// Dead-lettered, with the reason (`Cancelled` for a task a failed dependency cancelled).
+    DeadLettered(DeadReason),
+    /// In no table any more (purged).
+    Gone,
+}
+
+impl TaskState {
+    /// Succeeded, dead-lettered or gone: nothing will change it (short of a requeue).
+    pub fn is_final(self) -> bool {
+        matches!(self, TaskState::Succeeded | TaskState::DeadLettered(_) | TaskState::Gone)
+    }
+
+    /// A short name: `waiting`, `pending`, `running`, `succeeded`, `dead`, `gone`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskState::Waiting => "waiting",
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::DeadLettered(_) => "dead",
+            TaskState::Gone => "gone",
+        }
+    }
+}
+
+/// One task of a stored workflow, as [`crate::Backend::get_workflow`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStatus {
+    /// Its name.
+    pub name: String,
+    /// Its job.
+    pub job: JobId,
+    /// The tasks it waits for.
+    pub deps: Vec<String>,
+    /// Where it stands.
+    pub state: TaskState,
+}
+
+/// A stored workflow: its tasks, each with its state, in the order they were added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowStatus {
+    /// Its id.
+    pub id: WorkflowId,
+    /// Its name.
+    pub name: String,
+    /// Its tasks.
+    pub tasks: Vec<TaskStatus>,
+}
+
+impl WorkflowStatus {
+    /// How many tasks are in each state, by [`TaskState::name`].
+    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
+        let mut m = BTreeMap::new();
+        for t in &self.tasks {
+            *m.entry(t.state.name()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// Every task is final.
+    pub fn is_final(&self) -> bool {
+        self.tasks.iter().all(|t| t.state.is_final())
+    }
+
+    /// Task `name`.
+    pub fn task(&self, name: &str) -> Option<&TaskStatus> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+}
+
+/// Refuses a task whose job carries an idempotency key or unique settings: such a job may be
+/// answered by another job's id, which would tie the graph to a job that is not its own.
+pub fn check_task_jobs(wf: &Workflow) -> Result<(), Error> {
+    for t in wf.tasks() {
+        if t.job.idempotency_key.is_some() || t.job.unique.is_some() {
+            return Err(Error::invalid(format!(
+                "workflow {:?}: task {:?} has an idempotency key or unique settings; a workflow's tasks take neither",
+                wf.name(),
+                t.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -259,6 +259,24 @@ impl<B: Backend> Client<B> {
         })
     }
 
+    /// Enqueues a workflow (`docs/workflows.md`): every task or none; a task with
+    /// dependencies is not claimable until each has succeeded. A backend that does not store
+    /// workflows ([`Capabilities::workflows`](chokaq_core::Capabilities) off: so far every SQL
+    /// backend) answers [`ErrorKind::Unsupported`](chokaq_core::ErrorKind) and writes nothing.
+    pub async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> Result<chokaq_core::EnqueuedWorkflow> {
+        self.backend.enqueue_workflow(wf).await
+    }
+
+    /// A stored workflow with each task's state; `None` for an unknown id.
+    pub async fn workflow(&self, id: chokaq_core::WorkflowId) -> Result<Option<chokaq_core::WorkflowStatus>> {
+        self.backend.get_workflow(id).await
+    }
+
+    /// Cancels every task of a workflow not yet final; how many there were.
+    pub async fn cancel_workflow(&self, id: chokaq_core::WorkflowId) -> Result<u64> {
+        self.backend.cancel_workflow(id).await
+    }
+
     /// Every periodic schedule's row, by name (`docs/periodic.md`): spec, time zone, next and
     /// last enqueued tick, paused, stale.
     pub async fn schedules(&self) -> Result<Vec<chokaq_core::ScheduleRow>> {

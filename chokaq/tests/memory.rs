@@ -155,3 +155,54 @@ async fn outputs_roundtrip() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     assert!(e.to_string().contains(&id.to_string()), "{e}");
 }
+
+/// Issue 41 (docs/workflows.md): the runtime runs a workflow on the reference backend: a
+/// fan-out of 8 tasks after `fetch` and a fan-in `load` after them, each task's handler run
+/// once, `fetch` first and `load` last, every task succeeded; the outputs stay readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflow_fan_out_fan_in_under_the_runtime() {
+    use chokaq::core::{TaskState, Workflow};
+    use chokaq::{Client, IntoNewJob, JobContext, Worker};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    let b = backend();
+    let dynb: Arc<dyn chokaq::Backend> = b.clone();
+    let client = Client::new(dynb.clone());
+    let ran: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let seen = ran.clone();
+    let w = Worker::builder(dynb)
+        .maintenance(common::no_maintenance())
+        .concurrency(4)
+        .register(move |job: common::Count, ctx: JobContext| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(job.n);
+                ctx.record_output(&(job.n * 10)).await?;
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let job = |n: u32| (&common::Count { n }).into_new_job().unwrap();
+    let mut wf = Workflow::new("pipeline").add("fetch", job(0), [] as [&str; 0]);
+    for i in 1..=8 {
+        wf = wf.add(format!("t{i}"), job(i), ["fetch"]);
+    }
+    wf = wf.add("load", job(100), (1..=8).map(|i| format!("t{i}")));
+    let e = client.enqueue_workflow(&wf).await.unwrap();
+    let (token, h) = common::spawn_worker(w);
+    common::wait_for("the workflow final", Duration::from_secs(20), || async {
+        Ok(client.workflow(e.id).await.map_err(common::err)?.is_some_and(|s| s.is_final()))
+    })
+    .await
+    .unwrap();
+    common::stop(token, h).await.unwrap();
+    let st = client.workflow(e.id).await.unwrap().unwrap();
+    assert!(st.tasks.iter().all(|t| t.state == TaskState::Succeeded), "{:?}", st.counts());
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), 10, "{ran:?}");
+    assert_eq!(ran.first(), Some(&0), "{ran:?}");
+    assert_eq!(ran.last(), Some(&100), "{ran:?}");
+    assert_eq!(client.output::<u32>(e.job("load").unwrap()).await.unwrap(), Some(1000));
+}

@@ -63,6 +63,7 @@ mod stats;
 mod stress;
 mod unique;
 mod workers;
+mod workflow;
 
 pub use bad_input::NASTY;
 pub(crate) use periodic::run_scheduler;
@@ -123,15 +124,19 @@ pub struct Needs {
     /// Runs alone: no other case of the run is in flight meanwhile (it disturbs the shared
     /// backend, e.g. kills its connections).
     pub exclusive: bool,
+    /// [`chokaq_core::Capabilities::workflows`].
+    pub workflows: bool,
 }
 
 impl Needs {
     /// Nothing beyond the contract.
-    pub const NONE: Needs = Needs { multi_process: false, kill_connections: false, exclusive: false };
+    pub const NONE: Needs = Needs { multi_process: false, kill_connections: false, exclusive: false, workflows: false };
     /// Child OS processes.
     pub const MULTI_PROCESS: Needs = Needs { multi_process: true, ..Needs::NONE };
     /// Killing connections (alone: the kills hit every session of the backend).
     pub const KILL_CONNECTIONS: Needs = Needs { kill_connections: true, exclusive: true, ..Needs::NONE };
+    /// A backend that stores workflows.
+    pub const WORKFLOWS: Needs = Needs { workflows: true, ..Needs::NONE };
 }
 
 /// One named case.
@@ -219,6 +224,7 @@ groups!(
     cancel,
     outcome,
     output,
+    workflow,
     isolation,
     hostile,
     workers,

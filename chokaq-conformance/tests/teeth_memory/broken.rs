@@ -37,6 +37,12 @@ pub(crate) enum Fault {
     /// Complete reports Done for a stale lease of a job that is archived (the look-up of the
     /// outcome that stands ignores the lease).
     CompleteStaleIsDone,
+    /// Workflows: each task waits for its first dependency only (a backend that releases a
+    /// dependent after the first of its dependencies succeeds).
+    ReleaseAfterFirstDependency,
+    /// Workflows: every task runs anyway (a backend that releases a dependent after a
+    /// dead-lettered dependency instead of cancelling it).
+    ReleaseAfterFailedDependency,
     /// Registering a worker again replaces its row: `started_at` moves with every heartbeat.
     RegisterResetsStarted,
     /// Pruning removes every worker row, stale or not.
@@ -486,6 +492,29 @@ impl Backend for Broken {
     }
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
+    }
+    async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
+        let broken = match self.fault {
+            Some(Fault::ReleaseAfterFirstDependency) => wf.tasks().iter().fold(Workflow::new(wf.name()), |w, t| {
+                let mut t = t.clone();
+                t.deps.truncate(1);
+                w.task(t)
+            }),
+            Some(Fault::ReleaseAfterFailedDependency) => {
+                wf.tasks().iter().fold(Workflow::new(wf.name()), |w, t| w.task(t.clone().run_anyway()))
+            }
+            _ => return self.inner.enqueue_workflow(wf).await,
+        };
+        self.inner.enqueue_workflow(&broken).await
+    }
+    async fn get_workflow(
+        &self,
+        id: chokaq_core::WorkflowId,
+    ) -> chokaq_core::Result<Option<chokaq_core::WorkflowStatus>> {
+        self.inner.get_workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: chokaq_core::WorkflowId) -> chokaq_core::Result<u64> {
+        self.inner.cancel_workflow(id).await
     }
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
         if self.fault == Some(Fault::RegisterResetsStarted) {

@@ -33,6 +33,7 @@ impl Backend for MemoryBackend {
             .with_multi_process(false)
             .with_kill_connections(false)
             .with_read_deadline(ReadDeadline::Server)
+            .with_workflows(true)
     }
 
     fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<std::sync::Arc<dyn Backend>> {
@@ -140,6 +141,18 @@ impl Backend for MemoryBackend {
 
     async fn wakeups(&self) -> Result<Option<crate::Wakeups>> {
         op!("wakeups", Ok(None))
+    }
+
+    async fn enqueue_workflow(&self, wf: &crate::Workflow) -> Result<crate::EnqueuedWorkflow> {
+        super::workflow::enqueue(self, wf).await
+    }
+
+    async fn get_workflow(&self, id: crate::WorkflowId) -> Result<Option<crate::WorkflowStatus>> {
+        super::workflow::get(self, id).await
+    }
+
+    async fn cancel_workflow(&self, id: crate::WorkflowId) -> Result<u64> {
+        super::workflow::cancel(self, id).await
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {

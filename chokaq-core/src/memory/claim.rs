@@ -45,7 +45,12 @@ impl MemoryBackend {
         let mut candidates: Vec<&JobRecord> = s
             .hot
             .values()
-            .filter(|r| status_of(r) == Some(JobStatus::Pending) && due_at(r) <= at && free.contains_key(&r.queue))
+            .filter(|r| {
+                status_of(r) == Some(JobStatus::Pending)
+                    && due_at(r) <= at
+                    && free.contains_key(&r.queue)
+                    && !s.flows.is_waiting(&r.id)
+            })
             .collect();
         candidates.sort_by(|a, b| b.priority.cmp(&a.priority).then(due_at(a).cmp(&due_at(b))).then(a.id.cmp(&b.id)));
         let mut picked = Vec::new();

@@ -60,6 +60,8 @@ pub(crate) async fn complete(b: &MemoryBackend, worker: WorkerId, leases: &[Leas
             r.finished_at = Some(at);
             r.updated_at = at;
             s.archive.insert(l.id, r);
+            // A workflow task's success releases its dependents (docs/workflows.md).
+            super::workflow::succeeded(&mut s, l.id);
             true
         } else {
             // Completed before with this very lease (a repeat whose first reply was lost):

@@ -33,6 +33,7 @@ mod starts;
 mod testing;
 mod unique;
 mod workers;
+mod workflow;
 #[cfg(feature = "testing")]
 pub use testing::RowView;
 
@@ -63,6 +64,8 @@ struct Store {
     /// The `output` column (`output.rs`): what a job recorded, kept by id wherever the job
     /// moves (hot, archive, dead letters, back), removed with the job by `purge`.
     outputs: HashMap<JobId, serde_json::Value>,
+    /// Workflows (`workflow.rs`): the graphs, the waiting tasks, the tasks already counted.
+    flows: workflow::Flows,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -246,6 +249,8 @@ impl MemoryBackend {
             r.finished_at = Some(at);
             r.updated_at = at;
             store.dead.insert(id, r);
+            // A workflow task's dependents are cancelled with it (docs/workflows.md).
+            workflow::failed(store, id, at);
         }
     }
 

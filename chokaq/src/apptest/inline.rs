@@ -179,6 +179,18 @@ impl Backend for InlineBackend {
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         self.inner().wakeups().await
     }
+    async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
+        self.inner().enqueue_workflow(wf).await
+    }
+    async fn get_workflow(
+        &self,
+        id: chokaq_core::WorkflowId,
+    ) -> chokaq_core::Result<Option<chokaq_core::WorkflowStatus>> {
+        self.inner().get_workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: chokaq_core::WorkflowId) -> chokaq_core::Result<u64> {
+        self.inner().cancel_workflow(id).await
+    }
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
         self.inner().register_worker(reg).await
     }

@@ -323,6 +323,18 @@ impl chokaq_core::Backend for Faulty {
     async fn wakeups(&self) -> chokaq_core::Result<Option<chokaq_core::Wakeups>> {
         self.inner.wakeups().await
     }
+    async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
+        self.inner.enqueue_workflow(wf).await
+    }
+    async fn get_workflow(
+        &self,
+        id: chokaq_core::WorkflowId,
+    ) -> chokaq_core::Result<Option<chokaq_core::WorkflowStatus>> {
+        self.inner.get_workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: chokaq_core::WorkflowId) -> chokaq_core::Result<u64> {
+        self.inner.cancel_workflow(id).await
+    }
     async fn register_worker(&self, reg: &chokaq_core::WorkerRegistration) -> chokaq_core::Result<()> {
         use std::sync::atomic::Ordering;
         self.register_calls.fetch_add(1, Ordering::AcqRel);

@@ -218,6 +218,18 @@ impl Backend for SimBackend {
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         Ok(None)
     }
+    async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
+        self.world.db.enqueue_workflow(wf).await
+    }
+    async fn get_workflow(
+        &self,
+        id: chokaq_core::WorkflowId,
+    ) -> chokaq_core::Result<Option<chokaq_core::WorkflowStatus>> {
+        self.world.db.get_workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: chokaq_core::WorkflowId) -> chokaq_core::Result<u64> {
+        self.world.db.cancel_workflow(id).await
+    }
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
         self.alive().await;
         self.world.db.register_worker(reg).await
