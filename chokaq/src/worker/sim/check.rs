@@ -48,6 +48,9 @@ pub(super) struct Margins {
 /// The invariant checker.
 #[derive(Debug)]
 pub(super) struct Checker {
+    /// Workflow tasks (issue 41): a task's job -> its dependencies' jobs, and whether it runs
+    /// anyway after a failed one.
+    pub(super) flow: HashMap<Job, (Vec<Job>, bool)>,
     margins: Margins,
     pub(super) jobs: BTreeMap<Job, JobInfo>,
     running: BTreeMap<(Job, LeaseNo), Run>,
@@ -94,6 +97,7 @@ impl Checker {
             margins,
             jobs: BTreeMap::new(),
             running: BTreeMap::new(),
+            flow: HashMap::new(),
             lease_end: HashMap::new(),
             leased_at: HashMap::new(),
             ok_ends: BTreeSet::new(),

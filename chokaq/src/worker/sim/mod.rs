@@ -24,6 +24,7 @@
 
 mod check;
 mod faults;
+mod flow;
 mod run;
 mod scenarios;
 mod teeth;
@@ -35,6 +36,7 @@ use chokaq_core::RateLimit;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use flow::{FlowPlan, FlowTask};
 use run::{JobPlan, Out, Plan, ProcPlan, QueuePlan, Spec};
 use world::{Rates, Window};
 
@@ -131,6 +133,7 @@ fn random_plan(seed: u64) -> Plan {
             pp
         })
         .collect();
+    let flow = draw_flow(seed, &queues);
     Plan {
         seed,
         queues,
@@ -142,7 +145,49 @@ fn random_plan(seed: u64) -> Plan {
         fault_end: Duration::from_secs(15),
         deadline: Duration::from_secs(120),
         broken: Vec::new(),
+        flow,
     }
+}
+
+/// A workflow in half the seeds (issue 41), from a generator of its own (the rest of the plan
+/// stays as the seed drew it before): 4 to 10 tasks, each after up to 2 earlier ones (so the
+/// graph has no cycle), one in 5 running anyway after a failed dependency; short handlers
+/// that mostly succeed (some retry, a few fail for good or panic), in random queues.
+fn draw_flow(seed: u64, queues: &[QueuePlan]) -> Option<FlowPlan> {
+    let mut r = StdRng::seed_from_u64(seed ^ 0xf10f ^ (1 << 40));
+    if !r.gen_bool(0.5) {
+        return None;
+    }
+    let n = r.gen_range(4..=10usize);
+    let tasks = (0..n)
+        .map(|i| {
+            let mut deps: Vec<usize> = Vec::new();
+            for _ in 0..r.gen_range(0..=2usize.min(i)) {
+                let d = r.gen_range(0..i);
+                if !deps.contains(&d) {
+                    deps.push(d);
+                }
+            }
+            let out = match r.gen_range(0..100) {
+                0..80 => Out::Ok,
+                80..90 => Out::Retry,
+                90..97 => Out::Fatal,
+                _ => Out::Panic,
+            };
+            FlowTask {
+                job: JobPlan {
+                    at: Duration::ZERO,
+                    queue: queues[r.gen_range(0..queues.len())].name.clone(),
+                    key: r.gen_bool(0.3).then(|| format!("k{}", r.gen_range(0..4))),
+                    max_attempts: r.gen_range(2..=3),
+                    spec: Spec { ms: r.gen_range(1..300), out, coop: r.gen_bool(0.5), poison: None },
+                },
+                deps,
+                anyway: r.gen_bool(0.2),
+            }
+        })
+        .collect();
+    Some(FlowPlan { at: Duration::from_millis(r.gen_range(0..4000)), tasks, fault: None })
 }
 
 /// Gives some processes queues with slots of their own (issue 40, item 5), from a generator of

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::check::{JobInfo, Margins};
 use super::faults::SimBackend;
+use super::flow::{check_flow_begin, enqueue_flow, FlowPlan};
 use super::world::{job_no, Rates, Window, World};
 use crate::job::{JobContext, JobError};
 use crate::worker::{Broken, MaintenanceConfig, Worker, BROKEN};
@@ -93,6 +94,8 @@ pub(super) struct Plan {
     pub(super) deadline: Duration,
     /// Broken runtime variants every process runs with (the teeth).
     pub(super) broken: Vec<Broken>,
+    /// A workflow among the jobs (issue 41).
+    pub(super) flow: Option<FlowPlan>,
 }
 
 /// What a run left: its event log and the rules it broke.
@@ -163,14 +166,7 @@ async fn simulate(plan: &Plan) -> Outcome {
                 if j.at > now {
                     tokio::time::sleep(j.at - now).await;
                 }
-                let mut job = NewJob::build(j.queue.as_str(), "sim")
-                    .expect("job")
-                    .json(serde_json::to_value(&j.spec).expect("spec"))
-                    .max_attempts(j.max_attempts);
-                if let Some(k) = &j.key {
-                    job = job.concurrency_key(k.as_str());
-                }
-                let id = world.db.enqueue(job).await.expect("enqueue").id;
+                let id = world.db.enqueue(sim_job(&j)).await.expect("enqueue").id;
                 let info = JobInfo {
                     queue: j.queue.clone(),
                     key: j.key.clone(),
@@ -182,6 +178,9 @@ async fn simulate(plan: &Plan) -> Outcome {
                 world.observe();
             }
         });
+    }
+    if let Some(flow) = plan.flow.clone() {
+        tokio::spawn(enqueue_flow(world.clone(), flow));
     }
     for pp in &plan.procs {
         let world = world.clone();
@@ -199,7 +198,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     if plan.operator {
         tokio::spawn(operator(world.clone(), plan.queues.clone(), plan.jobs.len()));
     }
-    let total = plan.jobs.len();
+    let total = plan.jobs.len() + plan.flow.as_ref().map_or(0, |f| f.tasks.len());
     let mut finals;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -222,6 +221,18 @@ async fn simulate(plan: &Plan) -> Outcome {
     }
     let violations = std::mem::take(&mut world.check.lock().unwrap().violations);
     Outcome { log: world.take_log(), violations, finals }
+}
+
+/// The sim job of a plan's job.
+pub(super) fn sim_job(j: &JobPlan) -> NewJob {
+    let mut job = NewJob::build(j.queue.as_str(), "sim")
+        .expect("job")
+        .json(serde_json::to_value(&j.spec).expect("spec"))
+        .max_attempts(j.max_attempts);
+    if let Some(k) = &j.key {
+        job = job.concurrency_key(k.as_str());
+    }
+    job
 }
 
 /// Starts a process: the real worker over its own fault layer.
@@ -307,6 +318,7 @@ async fn handler(world: Arc<World>, p: usize, payload: serde_json::Value, ctx: J
     world.log(format!("begin job {job} lease {lease} p{p} attempt {}", ctx.attempt()));
     let at = world.now();
     world.check.lock().unwrap().begin(at, p, job, lease);
+    check_flow_begin(&world, job, lease);
     let mut guard = EndGuard { world: world.clone(), p, job, lease, done: false, ctx: ctx.clone() };
     if let Some(after) = spec.poison {
         if after > 0 {

@@ -47,6 +47,7 @@ fn quiet(queues: Vec<QueuePlan>, jobs: Vec<JobPlan>, procs: Vec<ProcPlan>) -> Pl
         fault_end: Duration::from_secs(1),
         deadline: Duration::from_secs(60),
         broken: Vec::new(),
+        flow: None,
     }
 }
 

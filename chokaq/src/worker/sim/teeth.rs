@@ -1,6 +1,7 @@
 //! The simulator's teeth: each broken runtime variant (the behaviour before issue 36's fixes)
 //! must be caught by the random seeds of the CI budget, and by its scripted scenario.
 
+use super::flow::FlowFault;
 use super::run::{run, Plan};
 use super::{random_plan, scenarios, CI_SEEDS};
 use crate::worker::Broken;
@@ -54,4 +55,29 @@ fn tooth_queue_slots_shared() {
 #[test]
 fn tooth_lookahead_hoards() {
     caught(Broken::LookaheadHoards, |f| scenarios::no_hoarding(false, f));
+}
+
+/// The first CI seed with a workflow whose run, its store broken by `fault`, breaks a rule.
+fn first_flow_catch(fault: FlowFault) -> Option<(u64, String)> {
+    (0..CI_SEEDS).find_map(|seed| {
+        let mut plan: Plan = random_plan(seed);
+        plan.flow.as_mut()?.fault = Some(fault);
+        run(&plan).violations.first().map(|v| (seed, v.clone()))
+    })
+}
+
+#[test]
+fn tooth_workflow_released_after_the_first_dependency() {
+    match first_flow_catch(FlowFault::FirstDependencyOnly) {
+        Some((seed, v)) => eprintln!("sim teeth: FirstDependencyOnly caught by seed {seed}: {v}"),
+        None => panic!("tooth FirstDependencyOnly: NOT caught by any of the {CI_SEEDS} CI seeds"),
+    }
+}
+
+#[test]
+fn tooth_workflow_released_after_a_failed_dependency() {
+    match first_flow_catch(FlowFault::AllRunAnyway) {
+        Some((seed, v)) => eprintln!("sim teeth: AllRunAnyway caught by seed {seed}: {v}"),
+        None => panic!("tooth AllRunAnyway: NOT caught by any of the {CI_SEEDS} CI seeds"),
+    }
 }
