@@ -251,6 +251,19 @@ impl Backend for Timed {
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         self.inner.wakeups().await
     }
+    async fn enqueue_batch(&self, batch: &chokaq::core::Batch) -> chokaq::core::Result<chokaq::core::EnqueuedBatch> {
+        self.inner.enqueue_batch(batch).await
+    }
+    async fn add_to_batch(
+        &self,
+        id: chokaq::core::BatchId,
+        jobs: Vec<chokaq::core::NewJob>,
+    ) -> chokaq::core::Result<Vec<chokaq::core::JobId>> {
+        self.inner.add_to_batch(id, jobs).await
+    }
+    async fn get_batch(&self, id: chokaq::core::BatchId) -> chokaq::core::Result<Option<chokaq::core::BatchStatus>> {
+        self.inner.get_batch(id).await
+    }
     async fn enqueue_workflow(
         &self,
         wf: &chokaq::core::Workflow,

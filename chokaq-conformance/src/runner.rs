@@ -27,6 +27,9 @@ pub async fn missing_capability(case: &Case, backend: &dyn TestBackend, children
     if case.needs.kill_connections && !caps.kill_connections {
         return Some("backend lacks capability kill_connections".into());
     }
+    if case.needs.batches && !caps.batches {
+        return Some("backend lacks capability batches (it does not store batches yet: docs/workflows.md)".into());
+    }
     if case.needs.workflows && !caps.workflows {
         return Some("backend lacks capability workflows (it does not store workflows yet: docs/workflows.md)".into());
     }

@@ -53,6 +53,15 @@ async fn record_output_ignoring_the_lease_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_callback_twice_is_caught() {
+    assert_caught(
+        Fault::BatchCallbackTwice,
+        &["batch_all_succeeded_fires_finished_and_succeeded", "batch_racing_last_completions_fire_once"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn workflow_release_after_the_first_dependency_is_caught() {
     assert_caught(
         Fault::ReleaseAfterFirstDependency,

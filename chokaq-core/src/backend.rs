@@ -4,11 +4,12 @@
 use async_trait::async_trait;
 
 use crate::{
-    BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, EnqueuedWorkflow, FailAction,
-    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
-    QueueControl, QueueName, QueueSettings, RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef,
-    ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest, UniqueHold, Wakeups,
-    WorkerId, WorkerProcess, WorkerRegistration, Workflow, WorkflowId, WorkflowStatus,
+    Batch, BatchId, BatchOutcome, BatchStatus, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued,
+    EnqueuedBatch, EnqueuedWorkflow, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord,
+    LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, RequeueOutcome,
+    RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams,
+    TickOutcome, TickRequest, UniqueHold, Wakeups, WorkerId, WorkerProcess, WorkerRegistration, Workflow, WorkflowId,
+    WorkflowStatus,
 };
 
 /// The contract every backend implements: the operations of the behaviour contract, each one
@@ -186,6 +187,28 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
         let _ = id;
         Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+    }
+
+    /// Enqueues a batch (`docs/workflows.md`, "Batches"): its jobs, all or none, and its
+    /// callbacks, each enqueued exactly once when its event comes (every job final, every job
+    /// succeeded, the first dead letter), in the transaction of the move that brings it.
+    async fn enqueue_batch(&self, batch: &Batch) -> Result<EnqueuedBatch> {
+        let _ = batch;
+        Err(crate::Error::unsupported(format!("the {} backend does not store batches", self.name())))
+    }
+
+    /// Adds jobs to a batch that is not final (typically from a job of the batch, which keeps
+    /// it from being final while it runs); `Conflict` once it is final, `NotFound` for an
+    /// unknown id.
+    async fn add_to_batch(&self, id: BatchId, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        let _ = (id, jobs);
+        Err(crate::Error::unsupported(format!("the {} backend does not store batches", self.name())))
+    }
+
+    /// A stored batch's counts and the callbacks enqueued so far; `None` for an unknown id.
+    async fn get_batch(&self, id: BatchId) -> Result<Option<BatchStatus>> {
+        let _ = id;
+        Err(crate::Error::unsupported(format!("the {} backend does not store batches", self.name())))
     }
 
     // ---- Live worker processes (the workers table) and throughput -------------------------
@@ -387,6 +410,15 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
         (**self).cancel_workflow(id).await
+    }
+    async fn enqueue_batch(&self, batch: &Batch) -> Result<EnqueuedBatch> {
+        (**self).enqueue_batch(batch).await
+    }
+    async fn add_to_batch(&self, id: BatchId, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        (**self).add_to_batch(id, jobs).await
+    }
+    async fn get_batch(&self, id: BatchId) -> Result<Option<BatchStatus>> {
+        (**self).get_batch(id).await
     }
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {
         (**self).register_worker(reg).await

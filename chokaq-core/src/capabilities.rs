@@ -40,6 +40,9 @@ pub struct Capabilities {
     /// Stores workflows ([`crate::Backend::enqueue_workflow`], `docs/workflows.md`). Off: those
     /// calls are [`crate::ErrorKind::Unsupported`].
     pub workflows: bool,
+    /// Stores batches ([`crate::Backend::enqueue_batch`], `docs/workflows.md`). Off: those
+    /// calls are [`crate::ErrorKind::Unsupported`].
+    pub batches: bool,
 }
 
 impl Capabilities {
@@ -54,6 +57,7 @@ impl Capabilities {
             multi_process: true,
             read_deadline: ReadDeadline::Unbounded,
             workflows: false,
+            batches: false,
         }
     }
 
@@ -72,6 +76,12 @@ impl Capabilities {
     /// Sets `workflows`.
     pub const fn with_workflows(mut self, v: bool) -> Self {
         self.workflows = v;
+        self
+    }
+
+    /// Sets `batches`.
+    pub const fn with_batches(mut self, v: bool) -> Self {
+        self.batches = v;
         self
     }
 

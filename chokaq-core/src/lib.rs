@@ -11,6 +11,7 @@
 //! [`testing::TestSupport`] trait.
 
 mod backend;
+pub mod batch;
 mod capabilities;
 mod claim;
 pub mod deadline;
@@ -37,6 +38,7 @@ mod wake;
 pub mod workflow;
 
 pub use backend::{Backend, BackendExt};
+pub use batch::{Batch, BatchEvent, BatchId, BatchInfo, BatchStatus, EnqueuedBatch};
 pub use capabilities::{Capabilities, TimestampPrecision};
 pub use claim::{ClaimMode, ClaimParams, MAX_CLAIM_LIMIT, MAX_ENQUEUE_BATCH};
 pub use deadline::ReadDeadline;

@@ -277,6 +277,23 @@ impl<B: Backend> Client<B> {
         self.backend.cancel_workflow(id).await
     }
 
+    /// Enqueues a batch (`docs/workflows.md`, "Batches"): its jobs, all or none, and its
+    /// callbacks, each enqueued once when its event comes. [`ErrorKind::Unsupported`](chokaq_core::ErrorKind)
+    /// where the backend does not store batches (so far every SQL backend).
+    pub async fn enqueue_batch(&self, batch: &chokaq_core::Batch) -> Result<chokaq_core::EnqueuedBatch> {
+        self.backend.enqueue_batch(batch).await
+    }
+
+    /// Adds jobs to a batch that is not final; `Conflict` once it is.
+    pub async fn add_to_batch(&self, id: chokaq_core::BatchId, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        self.backend.add_to_batch(id, jobs).await
+    }
+
+    /// A batch's counts and the callbacks enqueued so far; `None` for an unknown id.
+    pub async fn batch(&self, id: chokaq_core::BatchId) -> Result<Option<chokaq_core::BatchStatus>> {
+        self.backend.get_batch(id).await
+    }
+
     /// Every periodic schedule's row, by name (`docs/periodic.md`): spec, time zone, next and
     /// last enqueued tick, paused, stale.
     pub async fn schedules(&self) -> Result<Vec<chokaq_core::ScheduleRow>> {

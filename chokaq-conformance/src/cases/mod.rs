@@ -38,6 +38,7 @@ impl Progress {
 }
 
 mod bad_input;
+mod batch;
 mod cancel;
 mod cap;
 mod cap_race;
@@ -126,17 +127,22 @@ pub struct Needs {
     pub exclusive: bool,
     /// [`chokaq_core::Capabilities::workflows`].
     pub workflows: bool,
+    /// [`chokaq_core::Capabilities::batches`].
+    pub batches: bool,
 }
 
 impl Needs {
     /// Nothing beyond the contract.
-    pub const NONE: Needs = Needs { multi_process: false, kill_connections: false, exclusive: false, workflows: false };
+    pub const NONE: Needs =
+        Needs { multi_process: false, kill_connections: false, exclusive: false, workflows: false, batches: false };
     /// Child OS processes.
     pub const MULTI_PROCESS: Needs = Needs { multi_process: true, ..Needs::NONE };
     /// Killing connections (alone: the kills hit every session of the backend).
     pub const KILL_CONNECTIONS: Needs = Needs { kill_connections: true, exclusive: true, ..Needs::NONE };
     /// A backend that stores workflows.
     pub const WORKFLOWS: Needs = Needs { workflows: true, ..Needs::NONE };
+    /// A backend that stores batches.
+    pub const BATCHES: Needs = Needs { batches: true, ..Needs::NONE };
 }
 
 /// One named case.
@@ -225,6 +231,7 @@ groups!(
     outcome,
     output,
     workflow,
+    batch,
     isolation,
     hostile,
     workers,

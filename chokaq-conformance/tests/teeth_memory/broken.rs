@@ -37,6 +37,9 @@ pub(crate) enum Fault {
     /// Complete reports Done for a stale lease of a job that is archived (the look-up of the
     /// outcome that stands ignores the lease).
     CompleteStaleIsDone,
+    /// Batches: the `finished` callback is enqueued again by every completion that finds the
+    /// batch final afterwards (a check after the move instead of in it).
+    BatchCallbackTwice,
     /// Workflows: each task waits for its first dependency only (a backend that releases a
     /// dependent after the first of its dependencies succeeds).
     ReleaseAfterFirstDependency,
@@ -331,6 +334,29 @@ impl Backend for Broken {
         self.inner.heartbeat(worker, leases).await
     }
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
+        if self.fault == Some(Fault::BatchCallbackTwice) {
+            let out = self.inner.complete(worker, leases).await?;
+            let fired: Vec<(chokaq_core::BatchId, NewJob)> = {
+                let m = batch_jobs().lock().unwrap();
+                out.done.iter().filter_map(|id| m.get(id).cloned()).collect()
+            };
+            for (bid, cb) in fired {
+                if let Some(st) = self.inner.get_batch(bid).await? {
+                    if st.is_final() {
+                        let info = chokaq_core::BatchInfo {
+                            id: bid,
+                            name: st.name.clone(),
+                            event: chokaq_core::BatchEvent::Finished,
+                            total: st.total,
+                            succeeded: st.succeeded,
+                            dead: st.dead,
+                        };
+                        self.inner.enqueue(chokaq_core::batch::callback_job(cb, &info)).await?;
+                    }
+                }
+            }
+            return Ok(out);
+        }
         if self.fault == Some(Fault::CompleteHangs) {
             static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             if CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 20 {
@@ -493,6 +519,28 @@ impl Backend for Broken {
     async fn list_jobs(&self, filter: &ListJobsParams) -> Result<JobPage> {
         self.inner.list_jobs(filter).await
     }
+    async fn enqueue_batch(&self, batch: &chokaq_core::Batch) -> chokaq_core::Result<chokaq_core::EnqueuedBatch> {
+        let e = self.inner.enqueue_batch(batch).await?;
+        if self.fault == Some(Fault::BatchCallbackTwice) {
+            if let Some((_, cb)) = batch.callbacks().iter().find(|(ev, _)| *ev == chokaq_core::BatchEvent::Finished) {
+                let mut m = batch_jobs().lock().unwrap();
+                for id in &e.jobs {
+                    m.insert(*id, (e.id, cb.clone()));
+                }
+            }
+        }
+        Ok(e)
+    }
+    async fn add_to_batch(
+        &self,
+        id: chokaq_core::BatchId,
+        jobs: Vec<chokaq_core::NewJob>,
+    ) -> chokaq_core::Result<Vec<chokaq_core::JobId>> {
+        self.inner.add_to_batch(id, jobs).await
+    }
+    async fn get_batch(&self, id: chokaq_core::BatchId) -> chokaq_core::Result<Option<chokaq_core::BatchStatus>> {
+        self.inner.get_batch(id).await
+    }
     async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
         let broken = match self.fault {
             Some(Fault::ReleaseAfterFirstDependency) => wf.tasks().iter().fold(Workflow::new(wf.name()), |w, t| {
@@ -590,4 +638,12 @@ impl TestSupport for Broken {
     async fn drop_schema(&self) -> Result<()> {
         self.inner.drop_schema().await
     }
+}
+
+/// `BatchCallbackTwice`: each batch job's batch and `finished` callback, as the broken
+/// completion looks them up.
+fn batch_jobs() -> &'static std::sync::Mutex<std::collections::HashMap<JobId, (chokaq_core::BatchId, NewJob)>> {
+    static M: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<JobId, (chokaq_core::BatchId, NewJob)>>> =
+        std::sync::OnceLock::new();
+    M.get_or_init(Default::default)
 }

@@ -34,6 +34,7 @@ impl Backend for MemoryBackend {
             .with_kill_connections(false)
             .with_read_deadline(ReadDeadline::Server)
             .with_workflows(true)
+            .with_batches(true)
     }
 
     fn with_read_deadline(&self, deadline: std::time::Instant) -> Option<std::sync::Arc<dyn Backend>> {
@@ -153,6 +154,18 @@ impl Backend for MemoryBackend {
 
     async fn cancel_workflow(&self, id: crate::WorkflowId) -> Result<u64> {
         super::workflow::cancel(self, id).await
+    }
+
+    async fn enqueue_batch(&self, batch: &crate::Batch) -> Result<crate::EnqueuedBatch> {
+        super::batch::enqueue(self, batch).await
+    }
+
+    async fn add_to_batch(&self, id: crate::BatchId, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        super::batch::add(self, id, jobs).await
+    }
+
+    async fn get_batch(&self, id: crate::BatchId) -> Result<Option<crate::BatchStatus>> {
+        super::batch::get(self, id).await
     }
 
     async fn register_worker(&self, reg: &WorkerRegistration) -> Result<()> {

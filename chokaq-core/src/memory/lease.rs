@@ -62,6 +62,7 @@ pub(crate) async fn complete(b: &MemoryBackend, worker: WorkerId, leases: &[Leas
             s.archive.insert(l.id, r);
             // A workflow task's success releases its dependents (docs/workflows.md).
             super::workflow::succeeded(&mut s, l.id);
+            super::batch::ended(&mut s, l.id, true, at);
             true
         } else {
             // Completed before with this very lease (a repeat whose first reply was lost):

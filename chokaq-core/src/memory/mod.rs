@@ -21,6 +21,7 @@ use chrono::{DurationRound, Utc};
 
 mod admin;
 mod backend;
+mod batch;
 mod claim;
 mod enqueue;
 mod inspect;
@@ -66,6 +67,8 @@ struct Store {
     outputs: HashMap<JobId, serde_json::Value>,
     /// Workflows (`workflow.rs`): the graphs, the waiting tasks, the tasks already counted.
     flows: workflow::Flows,
+    /// Batches (`batch.rs`): counts, callbacks, the jobs already counted.
+    batches: batch::Batches,
 }
 
 /// The in-memory reference backend. Cheap to create; each instance is its own store.
@@ -249,8 +252,10 @@ impl MemoryBackend {
             r.finished_at = Some(at);
             r.updated_at = at;
             store.dead.insert(id, r);
-            // A workflow task's dependents are cancelled with it (docs/workflows.md).
+            // A workflow task's dependents are cancelled with it, a batch counts it
+            // (docs/workflows.md).
             workflow::failed(store, id, at);
+            batch::ended(store, id, false, at);
         }
     }
 

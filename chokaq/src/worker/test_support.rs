@@ -323,6 +323,19 @@ impl chokaq_core::Backend for Faulty {
     async fn wakeups(&self) -> chokaq_core::Result<Option<chokaq_core::Wakeups>> {
         self.inner.wakeups().await
     }
+    async fn enqueue_batch(&self, batch: &chokaq_core::Batch) -> chokaq_core::Result<chokaq_core::EnqueuedBatch> {
+        self.inner.enqueue_batch(batch).await
+    }
+    async fn add_to_batch(
+        &self,
+        id: chokaq_core::BatchId,
+        jobs: Vec<chokaq_core::NewJob>,
+    ) -> chokaq_core::Result<Vec<chokaq_core::JobId>> {
+        self.inner.add_to_batch(id, jobs).await
+    }
+    async fn get_batch(&self, id: chokaq_core::BatchId) -> chokaq_core::Result<Option<chokaq_core::BatchStatus>> {
+        self.inner.get_batch(id).await
+    }
     async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
         self.inner.enqueue_workflow(wf).await
     }

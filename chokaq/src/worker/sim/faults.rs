@@ -218,6 +218,19 @@ impl Backend for SimBackend {
     async fn wakeups(&self) -> Result<Option<Wakeups>> {
         Ok(None)
     }
+    async fn enqueue_batch(&self, batch: &chokaq_core::Batch) -> chokaq_core::Result<chokaq_core::EnqueuedBatch> {
+        self.world.db.enqueue_batch(batch).await
+    }
+    async fn add_to_batch(
+        &self,
+        id: chokaq_core::BatchId,
+        jobs: Vec<chokaq_core::NewJob>,
+    ) -> chokaq_core::Result<Vec<chokaq_core::JobId>> {
+        self.world.db.add_to_batch(id, jobs).await
+    }
+    async fn get_batch(&self, id: chokaq_core::BatchId) -> chokaq_core::Result<Option<chokaq_core::BatchStatus>> {
+        self.world.db.get_batch(id).await
+    }
     async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
         self.world.db.enqueue_workflow(wf).await
     }
