@@ -51,6 +51,8 @@ pub(super) struct Checker {
     /// Workflow tasks (issue 41): a task's job -> its dependencies' jobs, and whether it runs
     /// anyway after a failed one.
     pub(super) flow: HashMap<Job, (Vec<Job>, bool)>,
+    /// The jobs of the plan's batch (issue 41).
+    pub(super) batch: Vec<Job>,
     margins: Margins,
     pub(super) jobs: BTreeMap<Job, JobInfo>,
     running: BTreeMap<(Job, LeaseNo), Run>,
@@ -98,6 +100,7 @@ impl Checker {
             jobs: BTreeMap::new(),
             running: BTreeMap::new(),
             flow: HashMap::new(),
+            batch: Vec::new(),
             lease_end: HashMap::new(),
             leased_at: HashMap::new(),
             ok_ends: BTreeSet::new(),

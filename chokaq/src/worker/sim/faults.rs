@@ -143,6 +143,7 @@ impl Backend for SimBackend {
     async fn complete(&self, worker: WorkerId, leases: &[LeaseRef]) -> Result<BatchOutcome> {
         self.before("complete", true).await?;
         let r = self.world.db.complete(worker, leases).await;
+        super::flow::batch_twice_after_complete(&self.world).await;
         self.after("complete", r).await
     }
     async fn complete_and_claim(
@@ -153,6 +154,7 @@ impl Backend for SimBackend {
     ) -> Result<(BatchOutcome, Vec<ClaimedJob>)> {
         self.before("complete_and_claim", true).await?;
         let r = self.world.db.complete_and_claim(worker, leases, req).await;
+        super::flow::batch_twice_after_complete(&self.world).await;
         self.after_claim("complete_and_claim", r, |(_, j)| j.iter().map(ClaimedJob::lease_ref).collect()).await
     }
     async fn fail(&self, worker: WorkerId, lease: LeaseRef, outcome: FailAction) -> Result<Fenced<FailOutcome>> {

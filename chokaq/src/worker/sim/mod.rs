@@ -36,7 +36,7 @@ use chokaq_core::RateLimit;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use flow::{FlowPlan, FlowTask};
+use flow::{BatchPlan, FlowPlan, FlowTask};
 use run::{JobPlan, Out, Plan, ProcPlan, QueuePlan, Spec};
 use world::{Rates, Window};
 
@@ -134,6 +134,7 @@ fn random_plan(seed: u64) -> Plan {
         })
         .collect();
     let flow = draw_flow(seed, &queues);
+    let batch = draw_batch(seed, &queues);
     Plan {
         seed,
         queues,
@@ -146,7 +147,35 @@ fn random_plan(seed: u64) -> Plan {
         deadline: Duration::from_secs(120),
         broken: Vec::new(),
         flow,
+        batch,
     }
+}
+
+/// A batch in half the seeds (issue 41), from a generator of its own: 3 to 12 jobs in random
+/// queues, mostly short and succeeding, some retried, a few failing for good or panicking.
+fn draw_batch(seed: u64, queues: &[QueuePlan]) -> Option<BatchPlan> {
+    let mut r = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xba7c);
+    if !r.gen_bool(0.5) {
+        return None;
+    }
+    let jobs = (0..r.gen_range(3..=12usize))
+        .map(|_| {
+            let out = match r.gen_range(0..100) {
+                0..82 => Out::Ok,
+                82..92 => Out::Retry,
+                92..98 => Out::Fatal,
+                _ => Out::Panic,
+            };
+            JobPlan {
+                at: Duration::ZERO,
+                queue: queues[r.gen_range(0..queues.len())].name.clone(),
+                key: r.gen_bool(0.3).then(|| format!("k{}", r.gen_range(0..4))),
+                max_attempts: r.gen_range(2..=3),
+                spec: Spec { ms: r.gen_range(1..300), out, coop: r.gen_bool(0.5), poison: None },
+            }
+        })
+        .collect();
+    Some(BatchPlan { at: Duration::from_millis(r.gen_range(0..4000)), jobs, twice: false })
 }
 
 /// A workflow in half the seeds (issue 41), from a generator of its own (the rest of the plan

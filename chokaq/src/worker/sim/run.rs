@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::check::{JobInfo, Margins};
 use super::faults::SimBackend;
-use super::flow::{check_flow_begin, enqueue_flow, FlowPlan};
+use super::flow::{check_batch_end, check_flow_begin, enqueue_batch, enqueue_flow, BatchPlan, FlowPlan};
 use super::world::{job_no, Rates, Window, World};
 use crate::job::{JobContext, JobError};
 use crate::worker::{Broken, MaintenanceConfig, Worker, BROKEN};
@@ -96,6 +96,8 @@ pub(super) struct Plan {
     pub(super) broken: Vec<Broken>,
     /// A workflow among the jobs (issue 41).
     pub(super) flow: Option<FlowPlan>,
+    /// A batch among the jobs (issue 41).
+    pub(super) batch: Option<BatchPlan>,
 }
 
 /// What a run left: its event log and the rules it broke.
@@ -182,6 +184,9 @@ async fn simulate(plan: &Plan) -> Outcome {
     if let Some(flow) = plan.flow.clone() {
         tokio::spawn(enqueue_flow(world.clone(), flow));
     }
+    if let Some(batch) = plan.batch.clone() {
+        tokio::spawn(enqueue_batch(world.clone(), batch));
+    }
     for pp in &plan.procs {
         let world = world.clone();
         let (pp, queues, broken) = (pp.clone(), queues.clone(), plan.broken.clone());
@@ -198,7 +203,9 @@ async fn simulate(plan: &Plan) -> Outcome {
     if plan.operator {
         tokio::spawn(operator(world.clone(), plan.queues.clone(), plan.jobs.len()));
     }
-    let total = plan.jobs.len() + plan.flow.as_ref().map_or(0, |f| f.tasks.len());
+    let total = plan.jobs.len()
+        + plan.flow.as_ref().map_or(0, |f| f.tasks.len())
+        + plan.batch.as_ref().map_or(0, |b| b.jobs.len());
     let mut finals;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -212,8 +219,14 @@ async fn simulate(plan: &Plan) -> Outcome {
             }
         }
         finals = world.finals();
-        let done = finals.len() == total && finals.values().all(|(l, _)| l == "archived" || l.starts_with("dead"));
+        // The plan's jobs (a batch's callbacks, in a queue no process takes, are not).
+        let known: Vec<u32> = world.check.lock().unwrap().jobs.keys().copied().collect();
+        let done = known.len() == total
+            && known.iter().all(|j| finals.get(j).is_some_and(|(l, _)| l == "archived" || l.starts_with("dead")));
         if (now >= plan.fault_end && done) || now >= plan.deadline {
+            if done {
+                check_batch_end(&world).await;
+            }
             let mut c = world.check.lock().unwrap();
             c.finish(now, &finals);
             break;

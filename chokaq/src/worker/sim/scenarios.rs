@@ -48,6 +48,7 @@ fn quiet(queues: Vec<QueuePlan>, jobs: Vec<JobPlan>, procs: Vec<ProcPlan>) -> Pl
         deadline: Duration::from_secs(60),
         broken: Vec::new(),
         flow: None,
+        batch: None,
     }
 }
 

@@ -81,3 +81,16 @@ fn tooth_workflow_released_after_a_failed_dependency() {
         None => panic!("tooth AllRunAnyway: NOT caught by any of the {CI_SEEDS} CI seeds"),
     }
 }
+
+#[test]
+fn tooth_batch_callback_twice() {
+    let caught = (0..CI_SEEDS).find_map(|seed| {
+        let mut plan: Plan = random_plan(seed);
+        plan.batch.as_mut()?.twice = true;
+        run(&plan).violations.first().map(|v| (seed, v.clone()))
+    });
+    match caught {
+        Some((seed, v)) => eprintln!("sim teeth: BatchCallbackTwice caught by seed {seed}: {v}"),
+        None => panic!("tooth BatchCallbackTwice: NOT caught by any of the {CI_SEEDS} CI seeds"),
+    }
+}

@@ -63,6 +63,11 @@ pub(super) struct World {
     pub(super) procs: Mutex<Vec<Proc>>,
     /// Random faults, crashes and operator actions happen while this is on.
     pub(super) faults_on: std::sync::atomic::AtomicBool,
+    /// The batch tooth (issue 41): the store enqueues the `finished` callback again at every
+    /// completion that finds the plan's batch final.
+    pub(super) batch_twice: std::sync::atomic::AtomicBool,
+    /// The plan's batch, once enqueued.
+    pub(super) batch_id: Mutex<Option<chokaq_core::BatchId>>,
     pub(super) rates: Rates,
     /// The store's view at the last look: job → (location, lease, worker).
     last: Mutex<BTreeMap<Job, Seen>>,
@@ -93,6 +98,8 @@ impl World {
             check: Mutex::new(Checker::new(margins)),
             procs: Mutex::new(Vec::new()),
             faults_on: std::sync::atomic::AtomicBool::new(true),
+            batch_twice: std::sync::atomic::AtomicBool::new(false),
+            batch_id: Mutex::new(None),
             rates,
             last: Mutex::new(BTreeMap::new()),
             by_worker: Mutex::new(HashMap::new()),
