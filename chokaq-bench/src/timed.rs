@@ -270,6 +270,9 @@ impl Backend for Timed {
     ) -> chokaq::core::Result<chokaq::core::EnqueuedWorkflow> {
         self.inner.enqueue_workflow(wf).await
     }
+    async fn workflow_of(&self, job: chokaq::core::JobId) -> chokaq::core::Result<Option<chokaq::core::WorkflowId>> {
+        self.inner.workflow_of(job).await
+    }
     async fn get_workflow(
         &self,
         id: chokaq::core::WorkflowId,

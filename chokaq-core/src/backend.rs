@@ -181,6 +181,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
     }
 
+    /// The workflow job `job` is a task of; `None` when it is no workflow's task (or unknown).
+    async fn workflow_of(&self, job: JobId) -> Result<Option<WorkflowId>> {
+        let _ = job;
+        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+    }
+
     /// Cancels every task of the workflow not yet final (as [`Backend::cancel`] cancels a
     /// job: a waiting or pending task is dead-lettered `cancelled`, a running one gets its
     /// cancel requested); how many tasks it reached. `NotFound` for an unknown id.
@@ -410,6 +416,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
         (**self).cancel_workflow(id).await
+    }
+    async fn workflow_of(&self, job: JobId) -> Result<Option<WorkflowId>> {
+        (**self).workflow_of(job).await
     }
     async fn enqueue_batch(&self, batch: &Batch) -> Result<EnqueuedBatch> {
         (**self).enqueue_batch(batch).await

@@ -326,4 +326,43 @@ impl JobContext {
             }
         }
     }
+
+    /// The output a dependency of this workflow task recorded, by the dependency's task name,
+    /// decoded as `T` (`docs/workflows.md`, rule 6): `None` when it recorded none. A job that
+    /// is no workflow's task, or a name that is not one of this task's dependencies, is
+    /// [`ErrorKind::InvalidInput`](chokaq_core::ErrorKind); an output that does not decode as
+    /// `T` too. (Its dependencies succeeded before this task could be claimed, so the output
+    /// is their last run's.)
+    pub async fn dependency_output<T: serde::de::DeserializeOwned>(
+        &self,
+        task: &str,
+    ) -> chokaq_core::Result<Option<T>> {
+        let id = self.inner.id;
+        let backend = &self.inner.backend;
+        let invalid = |m: String| chokaq_core::Error::invalid(m);
+        let Some(wid) = backend.workflow_of(id).await? else {
+            return Err(invalid(format!("job {id} is no workflow's task: it has no dependency {task:?}")));
+        };
+        let Some(wf) = backend.get_workflow(wid).await? else {
+            return Err(invalid(format!("job {id}: its workflow {wid} is gone")));
+        };
+        let me = wf.tasks.iter().find(|t| t.job == id);
+        if !me.is_some_and(|t| t.deps.iter().any(|d| d == task)) {
+            let name = me.map_or("?", |t| t.name.as_str());
+            return Err(invalid(format!("workflow {:?}: {task:?} is not a dependency of task {name:?}", wf.name)));
+        }
+        let Some(dep) = wf.task(task) else {
+            return Err(invalid(format!("workflow {:?} has no task {task:?}", wf.name)));
+        };
+        let Some(value) = backend.get_output(dep.job).await? else {
+            return Ok(None);
+        };
+        serde_json::from_value(value).map(Some).map_err(|e| {
+            invalid(format!(
+                "the output of task {task:?} (job {}) does not decode as {}: {e}",
+                dep.job,
+                std::any::type_name::<T>()
+            ))
+        })
+    }
 }

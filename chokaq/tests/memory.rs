@@ -158,11 +158,13 @@ async fn outputs_roundtrip() {
 
 /// Issue 41 (docs/workflows.md): the runtime runs a workflow on the reference backend: a
 /// fan-out of 8 tasks after `fetch` and a fan-in `load` after them, each task's handler run
-/// once, `fetch` first and `load` last, every task succeeded; the outputs stay readable.
+/// once, `fetch` first and `load` last, every task succeeded; `load` reads its dependencies'
+/// outputs by task name (`JobContext::dependency_output`) and records their sum; `fetch`
+/// asking for a task that is not its dependency gets `InvalidInput`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workflow_fan_out_fan_in_under_the_runtime() {
     use chokaq::core::{TaskState, Workflow};
-    use chokaq::{Client, IntoNewJob, JobContext, Worker};
+    use chokaq::{Client, ErrorKind, IntoNewJob, JobContext, Worker};
     use std::sync::Mutex;
     use std::time::Duration;
 
@@ -171,14 +173,30 @@ async fn workflow_fan_out_fan_in_under_the_runtime() {
     let client = Client::new(dynb.clone());
     let ran: Arc<Mutex<Vec<u32>>> = Arc::default();
     let seen = ran.clone();
+    let refused: Arc<Mutex<Option<ErrorKind>>> = Arc::default();
+    let refused_in = refused.clone();
     let w = Worker::builder(dynb)
         .maintenance(common::no_maintenance())
         .concurrency(4)
         .register(move |job: common::Count, ctx: JobContext| {
-            let seen = seen.clone();
+            let (seen, refused) = (seen.clone(), refused_in.clone());
             async move {
                 seen.lock().unwrap().push(job.n);
-                ctx.record_output(&(job.n * 10)).await?;
+                match job.n {
+                    0 => {
+                        let e = ctx.dependency_output::<u32>("t1").await.expect_err("t1 is not fetch's dependency");
+                        *refused.lock().unwrap() = Some(e.kind());
+                        ctx.record_output(&0u32).await?;
+                    }
+                    100 => {
+                        let mut sum = 0;
+                        for i in 1..=8 {
+                            sum += ctx.dependency_output::<u32>(&format!("t{i}")).await?.unwrap_or(0);
+                        }
+                        ctx.record_output(&sum).await?;
+                    }
+                    n => ctx.record_output(&(n * 10)).await?,
+                }
                 Ok(())
             }
         })
@@ -204,5 +222,7 @@ async fn workflow_fan_out_fan_in_under_the_runtime() {
     assert_eq!(ran.len(), 10, "{ran:?}");
     assert_eq!(ran.first(), Some(&0), "{ran:?}");
     assert_eq!(ran.last(), Some(&100), "{ran:?}");
-    assert_eq!(client.output::<u32>(e.job("load").unwrap()).await.unwrap(), Some(1000));
+    // 10 + 20 + ... + 80, read by task name.
+    assert_eq!(client.output::<u32>(e.job("load").unwrap()).await.unwrap(), Some(360));
+    assert_eq!(*refused.lock().unwrap(), Some(ErrorKind::InvalidInput));
 }

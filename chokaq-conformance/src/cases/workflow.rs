@@ -27,6 +27,7 @@ super::cases!(workflow:
     fan_in_starts_once_after_the_last [WORKFLOWS],
     cancel_reaches_every_task_not_final [WORKFLOWS],
     across_queues_with_a_cap [WORKFLOWS],
+    outputs_by_task_name [WORKFLOWS],
 );
 
 const NONE: [&str; 0] = [];
@@ -292,5 +293,31 @@ pub async fn across_queues_with_a_cap(cx: Ctx) -> CaseResult {
     ensure_eq!(cx.backend.complete_one(w, busy.lease_ref()).await?, Fenced::Done(()), "complete busy");
     let b = cx.claim_one_started(w, &q2).await?;
     ensure_eq!(b.id, e.job("b").unwrap(), "b once released and the cap has room");
+    Ok(())
+}
+
+/// A task finds its workflow (`workflow_of`), its dependency by name in it, and that
+/// dependency's recorded output; a job outside any workflow has none.
+pub async fn outputs_by_task_name(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let wf = Workflow::new("outputs").add("fetch", cx.job(&q), NONE).add("load", cx.job(&q), ["fetch"]);
+    let e = cx.backend.enqueue_workflow(&wf).await?;
+    let plain = cx.enqueue(cx.job(&q)).await?;
+    ensure_eq!(cx.backend.workflow_of(plain).await?, None, "workflow of a plain job");
+    let w = WorkerId::random();
+    let fetch = cx.claim_one_started(w, &q).await?;
+    ensure_eq!(fetch.id, e.job("fetch").unwrap(), "fetch first");
+    let out = serde_json::json!({"rows": 7});
+    ensure_eq!(cx.backend.record_output(w, fetch.lease_ref(), &out).await?, Fenced::Done(()), "record");
+    ensure_eq!(cx.backend.complete_one(w, fetch.lease_ref()).await?, Fenced::Done(()), "complete fetch");
+    let load = cx.claim_one_started(w, &q).await?;
+    ensure!(load.id == e.job("load").unwrap() || load.id == plain, "claimed {}", load.id);
+    let load_id = e.job("load").unwrap();
+    ensure_eq!(cx.backend.workflow_of(load_id).await?, Some(e.id), "workflow of load");
+    let st = cx.backend.get_workflow(e.id).await?.ok_or_else(|| Failure("get_workflow: None".into()))?;
+    let me = st.task("load").ok_or_else(|| Failure("no task load".into()))?;
+    ensure_eq!(me.deps.clone(), vec!["fetch".to_string()], "load's dependencies");
+    let dep = st.task("fetch").ok_or_else(|| Failure("no task fetch".into()))?;
+    ensure_eq!(cx.backend.get_output(dep.job).await?, Some(out), "fetch's output, by task name");
     Ok(())
 }

@@ -555,6 +555,9 @@ impl Backend for Broken {
         };
         self.inner.enqueue_workflow(&broken).await
     }
+    async fn workflow_of(&self, job: chokaq_core::JobId) -> chokaq_core::Result<Option<chokaq_core::WorkflowId>> {
+        self.inner.workflow_of(job).await
+    }
     async fn get_workflow(
         &self,
         id: chokaq_core::WorkflowId,

@@ -152,6 +152,10 @@ impl Backend for MemoryBackend {
         super::workflow::get(self, id).await
     }
 
+    async fn workflow_of(&self, job: JobId) -> Result<Option<crate::WorkflowId>> {
+        super::workflow::workflow_of(self, job).await
+    }
+
     async fn cancel_workflow(&self, id: crate::WorkflowId) -> Result<u64> {
         super::workflow::cancel(self, id).await
     }

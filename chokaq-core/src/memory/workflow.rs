@@ -190,3 +190,9 @@ pub(super) async fn cancel(b: &MemoryBackend, id: WorkflowId) -> Result<u64> {
     }
     Ok(reached)
 }
+
+/// [`crate::Backend::workflow_of`].
+pub(super) async fn workflow_of(b: &MemoryBackend, job: JobId) -> Result<Option<WorkflowId>> {
+    b.check_read_deadline()?;
+    Ok(b.lock().flows.task_of.get(&job).map(|(w, _)| *w))
+}

@@ -195,6 +195,9 @@ impl Backend for InlineBackend {
     async fn enqueue_workflow(&self, wf: &chokaq_core::Workflow) -> chokaq_core::Result<chokaq_core::EnqueuedWorkflow> {
         self.inner().enqueue_workflow(wf).await
     }
+    async fn workflow_of(&self, job: chokaq_core::JobId) -> chokaq_core::Result<Option<chokaq_core::WorkflowId>> {
+        self.inner().workflow_of(job).await
+    }
     async fn get_workflow(
         &self,
         id: chokaq_core::WorkflowId,
