@@ -190,12 +190,13 @@ pub async fn requeued_failure_counts_once(cx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// One root, `n` middle tasks, one fan-in; the claimers race: the fan-in is claimed exactly
+/// One root, `n` middle tasks (`CHOKAQ_STRESS_JOBS`, at least 1,000), one fan-in; 16 claimers race: the fan-in is claimed exactly
 /// once, and only once every dependency's completion was sent (counted before the call: a
 /// claim that sees the last commit may run before the completer's reply is read).
 pub async fn fan_in_starts_once_after_the_last(cx: Ctx) -> CaseResult {
     let q = cx.queue();
-    let n = cx.stress.jobs.max(16);
+    // At least 1,000 middle tasks (issue 41: 16 claimers over a fan-in of 1,000).
+    let n = cx.stress.jobs.max(1000);
     let mut wf = Workflow::new("fan").add("root", cx.job(&q), NONE);
     for i in 0..n {
         wf = wf.add(format!("t{i}"), cx.job(&q), ["root"]);
