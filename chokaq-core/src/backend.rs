@@ -172,19 +172,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// dependencies waits, not claimable, until each has succeeded.
     async fn enqueue_workflow(&self, wf: &Workflow) -> Result<EnqueuedWorkflow> {
         let _ = wf;
-        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+        Err(not_stored(self.name(), "workflows"))
     }
 
     /// A stored workflow with each task's state; `None` for an unknown id.
     async fn get_workflow(&self, id: WorkflowId) -> Result<Option<WorkflowStatus>> {
         let _ = id;
-        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+        Err(not_stored(self.name(), "workflows"))
     }
 
     /// The workflow job `job` is a task of; `None` when it is no workflow's task (or unknown).
     async fn workflow_of(&self, job: JobId) -> Result<Option<WorkflowId>> {
         let _ = job;
-        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+        Err(not_stored(self.name(), "workflows"))
     }
 
     /// Cancels every task of the workflow not yet final (as [`Backend::cancel`] cancels a
@@ -192,7 +192,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// cancel requested); how many tasks it reached. `NotFound` for an unknown id.
     async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
         let _ = id;
-        Err(crate::Error::unsupported(format!("the {} backend does not store workflows", self.name())))
+        Err(not_stored(self.name(), "workflows"))
     }
 
     /// Enqueues a batch (`docs/workflows.md`, "Batches"): its jobs, all or none, and its
@@ -200,7 +200,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// succeeded, the first dead letter), in the transaction of the move that brings it.
     async fn enqueue_batch(&self, batch: &Batch) -> Result<EnqueuedBatch> {
         let _ = batch;
-        Err(crate::Error::unsupported(format!("the {} backend does not store batches", self.name())))
+        Err(not_stored(self.name(), "batches"))
     }
 
     /// Adds jobs to a batch that is not final (typically from a job of the batch, which keeps
@@ -208,13 +208,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// unknown id.
     async fn add_to_batch(&self, id: BatchId, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
         let _ = (id, jobs);
-        Err(crate::Error::unsupported(format!("the {} backend does not store batches", self.name())))
+        Err(not_stored(self.name(), "batches"))
     }
 
     /// A stored batch's counts and the callbacks enqueued so far; `None` for an unknown id.
     async fn get_batch(&self, id: BatchId) -> Result<Option<BatchStatus>> {
         let _ = id;
-        Err(crate::Error::unsupported(format!("the {} backend does not store batches", self.name())))
+        Err(not_stored(self.name(), "batches"))
     }
 
     // ---- Live worker processes (the workers table) and throughput -------------------------
@@ -268,6 +268,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Marks stale every row of `group` whose name is not in `live` (at most
     /// [`MAX_LIVE_SCHEDULES`](crate::MAX_LIVE_SCHEDULES) names); how many rows it marked.
     async fn mark_stale_schedules(&self, group: &str, live: &[String]) -> Result<u64>;
+}
+
+/// The `Unsupported` answer of the workflow and batch defaults.
+fn not_stored(backend: &str, what: &str) -> crate::Error {
+    crate::Error::unsupported(format!("the {backend} backend does not store {what}"))
 }
 
 /// Conveniences over [`Backend`]; implemented for every backend, never by hand.

@@ -19,6 +19,18 @@ pub(super) struct JobInfo {
     pub(super) poison: bool,
 }
 
+impl JobInfo {
+    /// What the checker needs of a planned job.
+    pub(super) fn of(j: &super::run::JobPlan) -> Self {
+        JobInfo {
+            queue: j.queue.clone(),
+            key: j.key.clone(),
+            max_attempts: j.max_attempts,
+            poison: j.spec.poison.is_some(),
+        }
+    }
+}
+
 /// A handler running now.
 #[derive(Debug, Clone)]
 struct Run {

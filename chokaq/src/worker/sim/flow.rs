@@ -64,12 +64,7 @@ pub(super) async fn enqueue_flow(world: Arc<World>, flow: FlowPlan) {
     {
         let mut c = world.check.lock().unwrap();
         for (i, t) in flow.tasks.iter().enumerate() {
-            let info = JobInfo {
-                queue: t.job.queue.clone(),
-                key: t.job.key.clone(),
-                max_attempts: t.job.max_attempts,
-                poison: t.job.spec.poison.is_some(),
-            };
+            let info = JobInfo::of(&t.job);
             c.jobs.insert(nos[i], info);
             c.flow.insert(nos[i], (t.deps.iter().map(|&d| nos[d]).collect(), t.anyway));
         }
@@ -144,12 +139,7 @@ pub(super) async fn enqueue_batch(world: Arc<World>, batch: BatchPlan) {
     {
         let mut c = world.check.lock().unwrap();
         for (no, j) in nos.iter().zip(&batch.jobs) {
-            let info = JobInfo {
-                queue: j.queue.clone(),
-                key: j.key.clone(),
-                max_attempts: j.max_attempts,
-                poison: j.spec.poison.is_some(),
-            };
+            let info = JobInfo::of(j);
             c.jobs.insert(*no, info);
         }
         c.batch = nos.clone();

@@ -169,12 +169,7 @@ async fn simulate(plan: &Plan) -> Outcome {
                     tokio::time::sleep(j.at - now).await;
                 }
                 let id = world.db.enqueue(sim_job(&j)).await.expect("enqueue").id;
-                let info = JobInfo {
-                    queue: j.queue.clone(),
-                    key: j.key.clone(),
-                    max_attempts: j.max_attempts,
-                    poison: j.spec.poison.is_some(),
-                };
+                let info = JobInfo::of(&j);
                 world.check.lock().unwrap().jobs.insert(job_no(id), info);
                 world.log(format!("enqueue job {} {} {:?}", job_no(id), j.queue, j.spec));
                 world.observe();
