@@ -353,6 +353,14 @@ PY
     # The totals of every binary's `test result:` lines.
     cat "$run_dir"/*.log | awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
         END { printf "[test.sh] in all: %d passed, %d failed, %d ignored\n", p, f, g }' >&2
+    # The failures again, last, where a log's tail shows them: each failed job's failing tests
+    # and their panic messages.
+    for f in $failed; do
+        log "FAILED $(basename "$f" .rc):"
+        grep -E -A 4 '^---- .* stdout ----$|panicked at' "${f%.rc}.log" | head -n 60 >&2 || true
+        sed -n '/^failures:$/,/^test result:/p' "${f%.rc}.log" | grep -E '^    ' | head -n 20 >&2 || true
+    done
+    [ "$outage_rc" = 0 ] || log "FAILED the outage test (exit $outage_rc): its log is above"
     rm -rf "$run_dir"
     [ "$rc" = 0 ] || exit "$rc"
     [ "$outage_rc" = 0 ] || exit "$outage_rc"
