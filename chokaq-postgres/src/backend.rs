@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chokaq_core::{
-    validate, Backend, BatchOutcome, CancelOutcome, Capabilities, ClaimParams, ClaimedJob, Enqueued, Error, FailAction,
-    FailOutcome, Fenced, HeartbeatReport, JobId, JobPage, JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams,
-    QueueControl, QueueName, QueueSettings, ReadDeadline, RequeueOutcome, RescueParams, RescueReport, Result,
-    ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket, ThroughputParams, TickOutcome, TickRequest,
-    TimestampPrecision, UniqueHold, Wakeups, WorkerId, WorkerProcess, WorkerRegistration,
+    validate, Backend, Batch, BatchId, BatchOutcome, BatchStatus, CancelOutcome, Capabilities, ClaimParams, ClaimedJob,
+    Enqueued, EnqueuedBatch, EnqueuedWorkflow, Error, FailAction, FailOutcome, Fenced, HeartbeatReport, JobId, JobPage,
+    JobRecord, LeaseRef, ListJobsParams, NewJob, PurgeParams, QueueControl, QueueName, QueueSettings, ReadDeadline,
+    RequeueOutcome, RescueParams, RescueReport, Result, ScheduleDef, ScheduleRow, StatsSnapshot, ThroughputBucket,
+    ThroughputParams, TickOutcome, TickRequest, TimestampPrecision, UniqueHold, Wakeups, WorkerId, WorkerProcess,
+    WorkerRegistration, Workflow, WorkflowId, WorkflowStatus,
 };
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::PgPool;
@@ -26,7 +27,7 @@ use crate::enqueue::Target;
 use crate::error::{map_sqlx_error, with_retry};
 use crate::kept::Kept;
 use crate::sql::{self, Statements};
-use crate::{admin, claim, inspect, lease, list, listen, migrate, output, workers};
+use crate::{admin, batch, claim, inspect, lease, list, listen, migrate, output, workers, workflow};
 
 /// The PostgreSQL backend. Cheap to clone (the pool and statements are shared).
 #[derive(Clone)]
@@ -239,6 +240,8 @@ impl Backend for PgBackend {
             .with_kill_connections(true)
             .with_multi_process(true)
             .with_read_deadline(ReadDeadline::Server)
+            .with_workflows(true)
+            .with_batches(true)
     }
 
     /// The same pool and sessions; the reads run through `bounded.rs`.
@@ -301,6 +304,34 @@ impl Backend for PgBackend {
 
     async fn get_output(&self, id: JobId) -> Result<Option<serde_json::Value>> {
         op!("get_output", output::get_output(self, id).await)
+    }
+
+    async fn enqueue_workflow(&self, wf: &Workflow) -> Result<EnqueuedWorkflow> {
+        op!("enqueue_workflow", workflow::enqueue(self, Target::Pool(&self.kept), wf).await)
+    }
+
+    async fn get_workflow(&self, id: WorkflowId) -> Result<Option<WorkflowStatus>> {
+        op!("get_workflow", workflow::get(self, id).await)
+    }
+
+    async fn workflow_of(&self, job: JobId) -> Result<Option<WorkflowId>> {
+        op!("workflow_of", workflow::workflow_of(self, job).await)
+    }
+
+    async fn cancel_workflow(&self, id: WorkflowId) -> Result<u64> {
+        op!("cancel_workflow", workflow::cancel(self, id).await)
+    }
+
+    async fn enqueue_batch(&self, b: &Batch) -> Result<EnqueuedBatch> {
+        op!("enqueue_batch", batch::enqueue(self, Target::Pool(&self.kept), b).await)
+    }
+
+    async fn add_to_batch(&self, id: BatchId, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        op!("add_to_batch", batch::add(self, id, jobs).await)
+    }
+
+    async fn get_batch(&self, id: BatchId) -> Result<Option<BatchStatus>> {
+        op!("get_batch", batch::get(self, id).await)
     }
 
     async fn rescue(&self, params: &RescueParams) -> Result<RescueReport> {

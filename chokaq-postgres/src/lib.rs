@@ -37,6 +37,7 @@
 
 mod admin;
 mod backend;
+mod batch;
 mod bounded;
 mod claim;
 mod config;
@@ -58,6 +59,7 @@ mod testing;
 mod tls;
 mod unique;
 mod workers;
+mod workflow;
 
 pub use backend::PgBackend;
 pub use config::PgConfig;

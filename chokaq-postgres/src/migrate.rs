@@ -50,6 +50,7 @@ migrations! {
     16, "start_ordinals", "0016_start_ordinals";
     17, "uniques", "0017_uniques";
     18, "outputs", "0018_outputs";
+    19, "workflows", "0019_workflows";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the
@@ -57,9 +58,12 @@ migrations! {
 /// from the one the schema records. A function changes here, in one diff; a change of a
 /// signature also needs a versioned migration that drops the old one. One script in two files
 /// (`functions.sql`: `key_depth` and `claim`; `functions_keys.sql`: the keyed walk,
-/// `promote_blocked` and `complete_and_claim`), concatenated: its checksum is the whole text's.
-pub const FUNCTIONS: &str =
-    concat!(include_str!("../migrations/functions.sql"), include_str!("../migrations/functions_keys.sql"));
+/// `promote_blocked` and `complete_and_claim`; `functions_flows.sql`: the workflows' trigger), concatenated: its checksum is the whole text's.
+pub const FUNCTIONS: &str = concat!(
+    include_str!("../migrations/functions.sql"),
+    include_str!("../migrations/functions_keys.sql"),
+    include_str!("../migrations/functions_flows.sql")
+);
 
 /// The name of [`FUNCTIONS`] in the schema's `repeatables` table.
 const FUNCTIONS_NAME: &str = "functions";

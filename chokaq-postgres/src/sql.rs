@@ -139,7 +139,7 @@ macro_rules! hot_record {
             "'hot'::text AS loc, id, queue, kind, ",
             $payload,
             " AS payload, tags, concurrency_key, idempotency_key, priority, \
-             CASE WHEN status IN (3, 4) THEN 0::int2 ELSE status END AS status, \
+             CASE WHEN status IN (3, 4, 5) THEN 0::int2 ELSE status END AS status, \
              NULL::text AS reason, attempt, max_attempts, lease, worker_id, scheduled_at, created_at, started_at, \
              heartbeat_at, updated_at, NULL::timestamptz AS finished_at, last_error, cancel_requested, created_by"
         )
@@ -172,6 +172,7 @@ macro_rules! dlq_record {
 // The statements of each room, one file each (`sql/<room>.rs`); they use the macros above
 // (declared after them).
 mod admin;
+mod batch;
 mod claim;
 mod enqueue;
 mod inspect;
@@ -182,7 +183,9 @@ mod output;
 mod periodic;
 mod testing;
 mod workers;
+mod workflow;
 use admin::*;
+use batch::*;
 use claim::*;
 use enqueue::*;
 use inspect::*;
@@ -193,6 +196,7 @@ use output::*;
 use periodic::*;
 use testing::*;
 use workers::*;
+use workflow::*;
 
 // After the macros above, which it uses.
 #[cfg(feature = "fault-injection")]
@@ -325,6 +329,13 @@ statements! {
     rr_role_create = RR_ROLE_CREATE;
     rr_role_drop = RR_ROLE_DROP;
     session_isolation = SESSION_ISOLATION;
+    enqueue_workflow = ENQUEUE_WORKFLOW;
+    get_workflow = GET_WORKFLOW;
+    workflow_of = WORKFLOW_OF;
+    workflow_live_tasks = WORKFLOW_LIVE_TASKS;
+    enqueue_batch = ENQUEUE_BATCH;
+    add_to_batch = ADD_TO_BATCH;
+    get_batch = GET_BATCH;
 }
 
 /// FNV-1a, 64 bits: a stable short hash for identifiers derived from a schema name.

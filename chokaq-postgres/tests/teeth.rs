@@ -158,6 +158,24 @@ fn teeth() -> Vec<Tooth> {
             cases: &["outcome_repeated_start_is_done"],
             checks: &[],
         },
+        Tooth {
+            fault: "flow_release_early",
+            faults: Faults { flow_release_early: true, ..f },
+            cases: &["workflow_waits_for_every_dependency", "workflow_fan_in_starts_once_after_the_last"],
+            checks: &[],
+        },
+        Tooth {
+            fault: "flow_dead_releases",
+            faults: Faults { flow_dead_releases: true, ..f },
+            cases: &["workflow_failure_cancels_dependents_transitively"],
+            checks: &[],
+        },
+        Tooth {
+            fault: "batch_first_dead_every_time",
+            faults: Faults { batch_first_dead_every_time: true, ..f },
+            cases: &["batch_first_dead_fires_once"],
+            checks: &[],
+        },
     ]
 }
 

@@ -77,6 +77,15 @@ pub struct Faults {
     /// first due row claim()'s first statement found is never a candidate (nor the row a round
     /// ends on), so a claim skips the queue's first job. Functions script.
     pub key_read_skips_its_start: bool,
+    /// Issue 41: a waiting task released by the first of its dependencies to succeed (the
+    /// release does not wait for the count to reach zero). Functions script.
+    pub flow_release_early: bool,
+    /// Issue 41: a dead-lettered dependency counted as a success: its dependents are released
+    /// instead of cancelled. Functions script.
+    pub flow_dead_releases: bool,
+    /// Issue 41: the `first_dead` callback enqueued at every dead letter of the batch (no
+    /// "not yet enqueued" guard, a fresh job each time). Functions script.
+    pub batch_first_dead_every_time: bool,
 }
 
 /// The functions script with `from` replaced by `to`, `from` found exactly once.
@@ -385,6 +394,25 @@ impl Statements {
             };
             s.functions = render(&functions_keyed_faults(base, &faults), schema);
         }
+        if faults.flow_release_early {
+            s.functions = replace_once(&s.functions, "AND t.deps_left = 0 AND h.status = 5", "AND h.status = 5");
+        }
+        if faults.flow_dead_releases {
+            s.functions = replace_once(&s.functions, "IF NOT p_dead THEN", "IF true THEN");
+        }
+        if faults.batch_first_dead_every_time {
+            s.functions = replace_once(&s.functions, " AND c.fired_at IS NULL\n", "\n");
+            s.functions = replace_once(
+                &s.functions,
+                "(c.event = 'first_dead' AND p_dead AND v_b.dead = 1)",
+                "(c.event = 'first_dead' AND p_dead)",
+            );
+            s.functions = replace_once(
+                &s.functions,
+                "SELECT i.job_id, i.queue, i.kind,",
+                "SELECT gen_random_uuid(), i.queue, i.kind,",
+            );
+        }
         if faults.rate_kind_change_keeps_numbers {
             s.control_rate_renumber = render("SELECT $1::text, $2::int4, $3::bool", schema);
         }
@@ -432,6 +460,9 @@ mod tests {
             (Faults { rate_window_off_by_one: true, ..f }, vec!["functions"]),
             (Faults { key_read_skips_its_start: true, ..f }, vec!["functions"]),
             (Faults { rate_kind_change_keeps_numbers: true, ..f }, vec!["control_rate_renumber"]),
+            (Faults { flow_release_early: true, ..f }, vec!["functions"]),
+            (Faults { flow_dead_releases: true, ..f }, vec!["functions"]),
+            (Faults { batch_first_dead_every_time: true, ..f }, vec!["functions"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");

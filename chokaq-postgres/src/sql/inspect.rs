@@ -11,7 +11,7 @@ macro_rules! stats {
             "
 WITH h AS (
     SELECT queue,
-           count(*) FILTER (WHERE status IN (0, 3, 4)) AS pending,
+           count(*) FILTER (WHERE status IN (0, 3, 4, 5)) AS pending,
            count(*) FILTER (WHERE status = 1) AS fetched,
            count(*) FILTER (WHERE status = 2) AS processing,
            min(due_at) FILTER (WHERE status IN (0, 3, 4) AND due_at <= now()) AS oldest_due_at

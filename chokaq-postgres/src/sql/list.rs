@@ -29,7 +29,8 @@ pub(crate) fn list_query(schema: &str, p: &ListJobsParams) -> Result<ListQuery> 
 }
 
 /// The Pending filter of a hot listing (`"status" IN ($a, $b)`: Pending and Scheduled, as
-/// `chokaq_core::listing` renders it) with Blocked (4, migration 13) added: it reads as Pending.
+/// `chokaq_core::listing` renders it) with Blocked (4, migration 13) and Waiting (5, migration
+/// 19) added: they read as Pending.
 fn with_blocked(sql: &str) -> Result<String> {
     const AT: &str = "\"status\" IN (";
     let start = sql
@@ -39,5 +40,5 @@ fn with_blocked(sql: &str) -> Result<String> {
         .find(')')
         .ok_or_else(|| chokaq_core::Error::new(chokaq_core::ErrorKind::Other, "listing: status filter not closed"))?
         + start;
-    Ok(format!("{}, 4{}", &sql[..close], &sql[close..]))
+    Ok(format!("{}, 4, 5{}", &sql[..close], &sql[close..]))
 }

@@ -49,12 +49,12 @@ fn list_pages_name_only_their_filters() {
     p.status = Some(chokaq_core::JobStatus::Pending);
     let q = list_query("s", &p).unwrap();
     assert!(
-        q.sql.contains(r#"FROM "s"."jobs_hot" WHERE "status" IN ($1, $2, 4) ORDER BY "id" ASC LIMIT $3"#),
+        q.sql.contains(r#"FROM "s"."jobs_hot" WHERE "status" IN ($1, $2, 4, 5) ORDER BY "id" ASC LIMIT $3"#),
         "{}",
         q.sql
     );
     assert_eq!(params(&q.sql) as usize, q.args.len());
-    assert!(q.sql.contains("CASE WHEN status IN (3, 4) THEN 0::int2 ELSE status END AS status"), "{}", q.sql);
+    assert!(q.sql.contains("CASE WHEN status IN (3, 4, 5) THEN 0::int2 ELSE status END AS status"), "{}", q.sql);
     assert!(q.sql.contains(" payload AS payload"), "{}", q.sql);
     let mut p = ListJobsParams::new(JobTable::DeadLetter);
     p.without_payloads = true;
