@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chokaq_core::{
-    BackendExt, ClaimMode, DeadReason, ErrorKind, FailAction, Fenced, JobId, JobLocation, QueueName, Task, TaskState,
-    WorkerId, Workflow,
+    BackendExt, ClaimMode, DeadReason, ErrorKind, FailAction, Fenced, JobId, JobLocation, JobStatus, QueueControl,
+    QueueName, Task, TaskState, WorkerId, Workflow, ZombiePolicy,
 };
 
-use crate::ctx::{CaseResult, Ctx, Failure};
+use crate::ctx::{CaseResult, Ctx, Failure, AGED};
 use crate::{ensure, ensure_eq};
 
 super::cases!(workflow:
@@ -28,6 +28,8 @@ super::cases!(workflow:
     cancel_reaches_every_task_not_final [WORKFLOWS],
     across_queues_with_a_cap [WORKFLOWS],
     outputs_by_task_name [WORKFLOWS],
+    rescue_releases_nothing_and_a_zombie_cascades [WORKFLOWS],
+    repeated_completion_counts_once [WORKFLOWS],
 );
 
 const NONE: [&str; 0] = [];
@@ -320,5 +322,55 @@ pub async fn outputs_by_task_name(cx: Ctx) -> CaseResult {
     ensure_eq!(me.deps.clone(), vec!["fetch".to_string()], "load's dependencies");
     let dep = st.task("fetch").ok_or_else(|| Failure("no task fetch".into()))?;
     ensure_eq!(cx.backend.get_output(dep.job).await?, Some(out), "fetch's output, by task name");
+    Ok(())
+}
+
+/// a -> b. a's handler stops heart-beating (a crash of its process): rescue hands a back
+/// (retry policy), b still waits; a's second run's process dies too, under a dead-letter
+/// policy: a is dead-lettered `zombie` and b cancelled, naming a.
+pub async fn rescue_releases_nothing_and_a_zombie_cascades(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let wf = Workflow::new("rescued").add("a", cx.job(&q).max_attempts(5), NONE).add("b", cx.job(&q), ["a"]);
+    let e = cx.backend.enqueue_workflow(&wf).await?;
+    let (a, b) = (e.job("a").unwrap(), e.job("b").unwrap());
+    let j = cx.claim_one_started(WorkerId::random(), &q).await?;
+    ensure_eq!(j.id, a, "a first");
+    cx.age(a, AGED).await?;
+    cx.rescue_until_at(a, JobLocation::Hot(JobStatus::Pending)).await?;
+    let st = cx.backend.get_workflow(e.id).await?.ok_or_else(|| Failure("get_workflow: None".into()))?;
+    ensure_eq!(st.task("b").map(|t| t.state), Some(TaskState::Waiting), "b after a's rescue");
+    let again = cx.claim(WorkerId::random(), &q, 10, ClaimMode::Start).await?;
+    ensure_eq!(again.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a], "claimable after the rescue: a alone");
+    cx.backend.control_queue(&q, QueueControl::SetZombiePolicy(ZombiePolicy::DeadLetter)).await?;
+    cx.age(a, AGED).await?;
+    cx.rescue_until_at(a, JobLocation::Dead(DeadReason::Zombie)).await?;
+    let r = cx.record(b).await?;
+    ensure_eq!(r.location, JobLocation::Dead(DeadReason::Cancelled), "b after a's zombie dead letter");
+    let err = r.last_error.unwrap_or_default();
+    ensure!(err.contains("\"a\""), "b's last error names a: {err:?}");
+    Ok(())
+}
+
+/// a, b -> c. a's completion is sent twice (its first reply lost): c still waits for b, and
+/// b's completion releases it once.
+pub async fn repeated_completion_counts_once(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let wf =
+        Workflow::new("twice").add("a", cx.job(&q), NONE).add("b", cx.job(&q), NONE).add("c", cx.job(&q), ["a", "b"]);
+    let e = cx.backend.enqueue_workflow(&wf).await?;
+    let w = WorkerId::random();
+    let got = claim_ids(&cx, w, &q, 10).await?;
+    ensure_eq!(got.len(), 2, "a and b claimed");
+    let (a, b) = if got[0].0 == e.job("a").unwrap() { (got[0], got[1]) } else { (got[1], got[0]) };
+    ensure_eq!(cx.backend.complete_one(w, a.1).await?, Fenced::Done(()), "complete a");
+    cx.backend.complete_one(w, a.1).await?;
+    ensure_eq!(
+        claim_ids(&cx, w, &q, 10).await?.len(),
+        0,
+        "c after a's completion sent twice (counted twice: released)"
+    );
+    ensure_eq!(cx.backend.complete_one(w, b.1).await?, Fenced::Done(()), "complete b");
+    let c = claim_ids(&cx, w, &q, 10).await?;
+    ensure_eq!(c.iter().map(|j| j.0).collect::<Vec<_>>(), vec![e.job("c").unwrap()], "c once after b");
     Ok(())
 }
