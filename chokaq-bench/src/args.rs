@@ -45,6 +45,10 @@ pub(crate) enum Workload {
     Claim,
     /// Claim cost with a million jobs due tomorrow and a trickle of due ones.
     Scheduled,
+    /// Issue 41: a fan-out and fan-in of `--workflow-tasks` (its enqueue and its drain), a
+    /// chain of `--workflow-chain` steps (the step latency) and the claim beside
+    /// `--workflow-waiting` waiting tasks (PostgreSQL).
+    Workflow,
     /// A page of 50 of `list_jobs` under each single filter over `--list-archived` archived
     /// jobs (`list_page_ms`; PostgreSQL and MySQL).
     List,
@@ -193,11 +197,20 @@ pub(crate) struct Args {
     /// Concurrent claim loops on the rate-limited queue.
     #[arg(long, default_value_t = 4)]
     pub(crate) rate_claimers: u32,
+    /// Tasks of the workflow workload's fan-out and fan-in (a root, the middle ones, a sink).
+    #[arg(long, default_value_t = 10_001)]
+    pub(crate) workflow_tasks: u32,
+    /// Steps of the workflow workload's chain (the step latency).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) workflow_chain: u32,
+    /// Waiting tasks beside the claim of the workflow workload.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) workflow_waiting: u32,
     /// Which workloads to run (comma separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,enqueue-unique,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,list"
+        default_value = "enqueue,enqueue-unique,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,multi-process,keyed,rate,claim,scheduled,workflow,list"
     )]
     pub(crate) workloads: Vec<Workload>,
     /// Print one JSON object with every figure as the last line.
@@ -372,7 +385,8 @@ mod tests {
         assert_eq!((a.backlog_small, a.backlog_large, a.claim_queues), (10_000, 1_000_000, 10));
         assert_eq!((a.scheduled_jobs, a.scheduled_due, a.single_tasks, a.raw_min_loops), (1_000_000, 5, 8, 8));
         assert_eq!((a.handler_ms, a.mp_processes, a.mp_concurrency, a.mp_jobs()), (5, 4, 8, 100_000));
-        assert_eq!(a.workloads.len(), 17);
+        assert_eq!(a.workloads.len(), 18);
+        assert_eq!((a.workflow_tasks, a.workflow_chain, a.workflow_waiting), (10_001, 200, 1_000_000));
         assert_eq!((a.keyed_keys, a.key_cap, a.hot_jobs(), a.rate_secs, a.rate_claimers), (1_000, 2, 50_000, 10, 4));
         assert_eq!(a.rate_limit().unwrap().to_string(), "500/1000ms");
         assert_eq!(args(&["--jobs", "600"]).hot_jobs(), 300);

@@ -440,6 +440,25 @@ pub(crate) fn max_in_window(stamps: &[i64], width: i64) -> u64 {
     best as u64
 }
 
+/// The workflow workload (issue 41, item 5).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WorkflowFigures {
+    /// Tasks of the fan-out and fan-in.
+    pub(crate) tasks: u64,
+    /// Its enqueue (one call).
+    pub(crate) enqueue: Rate,
+    /// Its drain by the runtime (8 slots).
+    pub(crate) drain: Rate,
+    /// Steps of the chain.
+    pub(crate) chain: u32,
+    /// From a step's handler return to the next step's handler start, milliseconds.
+    pub(crate) step: Latency,
+    /// Waiting tasks beside the claim.
+    pub(crate) waiting: u64,
+    /// Claim-10 latency (every queue) beside them.
+    pub(crate) claim_waiting: Latency,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Results {
     pub(crate) enqueue: Option<Rate>,
@@ -447,6 +466,8 @@ pub(crate) struct Results {
     /// just before them with the same batch and callers.
     pub(crate) enqueue_unique: Option<Rate>,
     pub(crate) enqueue_unique_baseline: Option<Rate>,
+    /// The workflow workload (issue 41).
+    pub(crate) workflow: Option<WorkflowFigures>,
     pub(crate) single: Option<SingleFigures>,
     pub(crate) drains: Vec<DrainFigures>,
     pub(crate) raw: Option<RawFigures>,

@@ -214,7 +214,13 @@ mod tests {
             // Every workload but the multi-process drain (it builds an example in release
             // mode; `bench::multi` tests how its output is read).
             "--workloads",
-            "enqueue,enqueue-unique,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,keyed,rate,claim,scheduled,list",
+            "enqueue,enqueue-unique,enqueue-single,drain,drain-exposure,raw,raw-b500,raw-min,capped,heartbeat,pickup,keyed,rate,claim,scheduled,workflow,list",
+            "--workflow-tasks",
+            "60",
+            "--workflow-chain",
+            "10",
+            "--workflow-waiting",
+            "5000",
             "--keyed-keys",
             "50",
             "--hot-jobs",

@@ -26,22 +26,38 @@ impl Bench {
         }
         self.fill(&format!("fill backlog {}", human(backlog)), &queues, backlog - have, res).await?;
         self.vacuum_hot().await?;
+        let (all_ms, one_ms) = self.claim_samples(&queues, &format!("claim @ {}", human(backlog)), backlog).await?;
+        Ok(ClaimFigures { backlog, all_queues: Latency::of(all_ms), one_queue: Latency::of(one_ms) })
+    }
+
+    /// The timed claims of [`claim_cost`](Self::claim_cost) on `queues` (which hold `backlog`
+    /// Pending jobs): every queue, then one, alternately; each claim followed by an untimed
+    /// complete and a refill. Returns (every queue, one queue) in milliseconds.
+    pub(super) async fn claim_samples(
+        &self,
+        queues: &[QueueName],
+        label: &str,
+        backlog: u64,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
         let worker = WorkerId::random();
         let kind = JobKind::new(NOOP_KIND)?;
         let samples = self.args.claim_samples as usize;
         let warmup = 20usize;
-        let pb = self.bar(&format!("claim @ {}", human(backlog)), (2 * (samples + warmup)) as u64);
+        let pb = self.bar(label, (2 * (samples + warmup)) as u64);
         let mut all_ms = Vec::with_capacity(samples);
         let mut one_ms = Vec::with_capacity(samples);
         for i in 0..2 * (samples + warmup) {
             // Even samples ask every queue (a worker serving all of them), odd ones one queue.
-            let ask = if i % 2 == 0 { queues.clone() } else { vec![queues[(i / 2) % queues.len()].clone()] };
+            let ask = if i % 2 == 0 { queues.to_vec() } else { vec![queues[(i / 2) % queues.len()].clone()] };
             let req = ClaimParams::new(worker, ask, 10, ClaimMode::Start);
             let t0 = Instant::now();
             let jobs = self.pg.claim(&req).await?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             if jobs.len() != 10 {
-                return Err(other(format!("claim from a backlog of {backlog} returned {} jobs", jobs.len())));
+                return Err(other(format!(
+                    "{label}: a claim from a backlog of {backlog} returned {} jobs",
+                    jobs.len()
+                )));
             }
             if i >= 2 * warmup {
                 if i % 2 == 0 {
@@ -61,7 +77,7 @@ impl Bench {
             pb.inc(1);
         }
         pb.finish_with_message("done");
-        Ok(ClaimFigures { backlog, all_queues: Latency::of(all_ms), one_queue: Latency::of(one_ms) })
+        Ok((all_ms, one_ms))
     }
 }
 

@@ -14,6 +14,7 @@ mod pickup;
 mod raw;
 mod single;
 mod unique;
+mod workflow;
 
 pub(crate) use keyed::{keyed, rate_limited, KeyedSettings, NoSettle, Settle};
 
@@ -205,6 +206,9 @@ impl Bench {
         }
         if self.args.has(Workload::Scheduled) {
             res.scheduled = Some(self.scheduled_claim(res).await?);
+        }
+        if self.args.has(Workload::Workflow) {
+            self.workflow_workload(res).await?;
         }
         if self.args.has(Workload::List) {
             res.list = Some(self.list().await?);

@@ -71,6 +71,29 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
     o.insert("claim_ms_p50_backlog_10k".into(), json!(r.claims.first().map(|c| round3(c.all_queues.p50))));
     o.insert("claim_ms_p50_backlog_1m".into(), json!(r.claims.get(1).map(|c| round3(c.all_queues.p50))));
     o.insert("claim_ms_p50_scheduled_1m".into(), json!(r.scheduled.as_ref().map(|s| round3(s.all_queues.p50))));
+    // Issue 41: the workflow workload.
+    let wf = r.workflow.as_ref();
+    o.insert("workflow_jobs_per_s".into(), json!(f(wf.map(|w| w.drain.per_s()))));
+    o.insert("workflow_enqueue_jobs_per_s".into(), json!(f(wf.map(|w| w.enqueue.per_s()))));
+    o.insert("workflow_step_ms_p50".into(), json!(wf.map(|w| round3(w.step.p50))));
+    o.insert("workflow_step_ms_p99".into(), json!(wf.map(|w| round3(w.step.p99))));
+    o.insert("claim_ms_p50_waiting_1m".into(), json!(wf.map(|w| round3(w.claim_waiting.p50))));
+    if let Some(w) = wf {
+        o.insert(
+            "workflow".into(),
+            json!({
+                "tasks": w.tasks,
+                "enqueue_s": round3(w.enqueue.secs),
+                "enqueue_wal_bytes": w.enqueue.wal_bytes,
+                "drain_s": round3(w.drain.secs),
+                "drain_wal_bytes_per_task": round1(w.drain.wal_bytes as f64 / w.tasks.max(1) as f64),
+                "chain": w.chain,
+                "step_ms": { "p50": round3(w.step.p50), "p90": round3(w.step.p90), "p99": round3(w.step.p99), "max": round3(w.step.max) },
+                "waiting": w.waiting,
+                "claim_waiting_ms": { "p50": round3(w.claim_waiting.p50), "p99": round3(w.claim_waiting.p99) },
+            }),
+        );
+    }
     // Issue 25: null when not run, or when the backend does not support the control.
     let keyed = r.keyed.as_ref();
     o.insert("keyed_drain_jobs_per_s".into(), json!(f(keyed.and_then(|k| k.drain_per_s()))));
@@ -259,7 +282,7 @@ pub(crate) fn to_json(args: &Args, env: &Value, r: &Results) -> Value {
 
 /// The keys a full run puts at the top level of its JSON line (the default settings).
 #[cfg(test)]
-pub(crate) const HEADLINE_KEYS: [&str; 42] = [
+pub(crate) const HEADLINE_KEYS: [&str; 47] = [
     "enqueue_jobs_per_s",
     "enqueue_unique_jobs_per_s",
     "enqueue_unique_baseline_jobs_per_s",
@@ -292,6 +315,11 @@ pub(crate) const HEADLINE_KEYS: [&str; 42] = [
     "claim_ms_p50_backlog_10k",
     "claim_ms_p50_backlog_1m",
     "claim_ms_p50_scheduled_1m",
+    "workflow_jobs_per_s",
+    "workflow_enqueue_jobs_per_s",
+    "workflow_step_ms_p50",
+    "workflow_step_ms_p99",
+    "claim_ms_p50_waiting_1m",
     "pickup_ms_p50",
     "pickup_ms_p99",
     "keyed_drain_jobs_per_s",

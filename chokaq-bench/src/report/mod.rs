@@ -51,7 +51,7 @@ fn per_job_columns(r: &Results) -> [(&'static str, Option<PerJob>, Option<TableC
 pub(crate) fn sample_results() -> Results {
     use crate::figures::{
         ClaimFigures, Costs, HeartbeatFigures, KeyedFigures, Latency, MultiFigures, PickupFigures, Rate, RateFigures,
-        ScheduledFigures, SingleFigures,
+        ScheduledFigures, SingleFigures, WorkflowFigures,
     };
     let rate = |jobs: u64, secs: f64| Rate { jobs, secs, wal_bytes: jobs as i64 * 1000 };
     let p50 = |ms: f64| Latency { p50: ms, ..Default::default() };
@@ -76,6 +76,15 @@ pub(crate) fn sample_results() -> Results {
         enqueue: Some(rate(60_000, 1.0)),
         enqueue_unique: Some(rate(45_000, 1.0)),
         enqueue_unique_baseline: Some(rate(50_000, 1.0)),
+        workflow: Some(WorkflowFigures {
+            tasks: 10_001,
+            enqueue: rate(40_000, 1.0),
+            drain: rate(500, 1.0),
+            chain: 200,
+            step: p50(4.0),
+            waiting: 1_000_000,
+            claim_waiting: p50(2.8),
+        }),
         single: Some(SingleFigures { tasks: 8, client: rate(700, 1.0), raw: rate(1000, 1.0), ..Default::default() }),
         drains: vec![drain(1, 100), drain(8, 900), drain(64, 2000)],
         raw: Some(raw(10, 1000)),

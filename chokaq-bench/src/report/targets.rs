@@ -224,6 +224,34 @@ pub(super) fn targets(args: &Args, r: &Results) -> Vec<Target> {
             0.8,
             true,
         ),
+        target(
+            "workflow_vs_drain",
+            "workflow_jobs_per_s >= 0.5 x drain_jobs_per_s (a fan-out and fan-in of 10,001 tasks, same run)",
+            r.workflow.as_ref().zip(r.main_drain()).map(|(w, d)| w.drain.per_s() / d.rate.per_s()),
+            0.5,
+            true,
+        ),
+        target(
+            "workflow_enqueue_vs_enqueue",
+            "workflow_enqueue_jobs_per_s >= 0.5 x enqueue_jobs_per_s (the 10,001-task workflow in one call)",
+            r.workflow.as_ref().zip(r.enqueue.as_ref()).map(|(w, e)| w.enqueue.per_s() / e.per_s()),
+            0.5,
+            true,
+        ),
+        target(
+            "claim_waiting_1m_vs_10k",
+            "claim_ms_p50_waiting_1m <= 1.5 x claim_ms_p50_backlog_10k (a million tasks waiting beside)",
+            ratio(r.workflow.as_ref().map(|w| w.claim_waiting.p50), claim_small),
+            1.5,
+            false,
+        ),
+        target(
+            "workflow_step_p50",
+            "workflow_step_ms_p50 <= 10 ms (a dependency's completion to its dependent's start, idle worker)",
+            r.workflow.as_ref().map(|w| w.step.p50),
+            10.0,
+            false,
+        ),
     ];
     v.extend(keyed_targets(args, r));
     v
@@ -267,6 +295,11 @@ mod tests {
             ("enqueue_rate", 60_000.0, true),
             // 45,000 jobs/s against 50,000.
             ("enqueue_unique_vs_enqueue", 0.9, true),
+            // 500 / 900; 40,000 / 60,000; 2.8 ms / 2.0 ms; 4 ms.
+            ("workflow_vs_drain", 0.556, true),
+            ("workflow_enqueue_vs_enqueue", 0.667, true),
+            ("claim_waiting_1m_vs_10k", 1.4, true),
+            ("workflow_step_p50", 4.0, true),
             // 720 / 900; 0.9 s / 0.5 s; 2.4 ms / 2.0 ms.
             ("keyed_drain_vs_drain", 0.8, true),
             ("keyed_hot_ratio", 1.8, true),
