@@ -52,6 +52,13 @@ pub async fn run(cli: Cli) -> CliResult<Exit> {
             crate::ScheduleAction::Pause { name } => cx.set_schedule(&name, false).await,
             crate::ScheduleAction::Resume { name } => cx.set_schedule(&name, true).await,
         },
+        Command::Workflows { action } => match action {
+            crate::WorkflowAction::Show { id } => cx.workflow_show(&id).await,
+            crate::WorkflowAction::Cancel { id } => cx.workflow_cancel(&id).await,
+        },
+        Command::Batches { action } => match action {
+            crate::BatchAction::Show { id } => cx.batch_show(&id).await,
+        },
         Command::Web(args) => cx.web(args).await,
     }
 }

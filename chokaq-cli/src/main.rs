@@ -8,6 +8,7 @@
 
 mod commands;
 mod dead;
+mod flows;
 mod inspect;
 mod jobs;
 mod output;
@@ -209,8 +210,33 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<ScheduleAction>,
     },
+    /// Show a workflow (its tasks and their states) or cancel every task not yet final.
+    Workflows {
+        #[command(subcommand)]
+        action: WorkflowAction,
+    },
+    /// Show a batch: its counts and the callbacks enqueued so far.
+    Batches {
+        #[command(subcommand)]
+        action: BatchAction,
+    },
     /// Serve the web dashboard (`chokaq-web`) until Ctrl-C or SIGTERM.
     Web(WebArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowAction {
+    /// A workflow's name, counts per state and tasks (name, state, job, dependencies).
+    Show { id: String },
+    /// Cancel every task not yet final (waiting and pending ones dead-lettered, running ones
+    /// asked to stop).
+    Cancel { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BatchAction {
+    /// A batch's counts and the callbacks enqueued so far.
+    Show { id: String },
 }
 
 /// `chokaq web`: where to listen and how requests authenticate. One of `--token`,

@@ -50,6 +50,8 @@ mod commands;
 mod config;
 #[path = "cases/enqueue.rs"]
 mod enqueue;
+#[path = "cases/flows.rs"]
+mod flows;
 #[path = "cases/keyed.rs"]
 mod keyed;
 use commands::*;
@@ -457,6 +459,7 @@ fn main() -> ExitCode {
             trial("keyed_stats", kind, keyed::keyed_stats),
             trial("unique_show", kind, unique::unique_show),
             trial("output_show", kind, outputs::output_show),
+            trial("workflows_and_batches", kind, flows::workflows_and_batches),
             trial("confirmations", kind, operator::confirmations),
             trial("closed_pipe", kind, operator::closed_pipe),
         ];

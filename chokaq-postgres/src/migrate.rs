@@ -76,6 +76,7 @@ const FUNCTIONS_NAME: &str = "functions";
 pub(crate) async fn migrate(pool: &PgPool, sql: &Statements, schema: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(&sql.migrate_lock_timeout).execute(&mut *tx).await?;
+    sqlx::query(&sql.no_statement_timeout).execute(&mut *tx).await?;
     // Before anything else: CREATE SCHEMA IF NOT EXISTS itself races between sessions. Once
     // the schema has its `locks` table, the lock is its `migrate` row, which only roles with
     // privileges on the schema can hold; before that (the first migration), an advisory lock.

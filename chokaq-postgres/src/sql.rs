@@ -303,6 +303,7 @@ statements! {
     force_worker_seen = FORCE_WORKER_SEEN;
     force_finished_at = FORCE_FINISHED_AT;
     migrate_lock_timeout = MIGRATE_LOCK_TIMEOUT;
+    no_statement_timeout = NO_STATEMENT_TIMEOUT;
     migrate_lock = MIGRATE_LOCK;
     locks_table_exists = LOCKS_TABLE_EXISTS;
     migrate_row_lock = MIGRATE_ROW_LOCK;

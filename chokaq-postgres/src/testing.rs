@@ -161,7 +161,15 @@ impl TestSupport for PgBackend {
     }
 
     async fn drop_schema(&self) -> Result<()> {
-        with_retry(|| sqlx::query(&self.sql().drop_schema).execute(&self.kept)).await?;
+        // Under no statement timeout (a CASCADE over many tables takes its time on a loaded
+        // server), in a transaction of its own.
+        with_retry(|| async {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(&self.sql().no_statement_timeout).execute(&mut *tx).await?;
+            sqlx::query(&self.sql().drop_schema).execute(&mut *tx).await?;
+            tx.commit().await
+        })
+        .await?;
         with_retry(|| sqlx::query(&self.sql().rr_role_drop).execute(&self.kept)).await?;
         Ok(())
     }

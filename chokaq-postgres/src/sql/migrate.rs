@@ -2,6 +2,10 @@
 
 pub(super) const MIGRATE_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
 
+/// The schema's own statements (the migration scripts, the test support's drop) run under no
+/// `statement_timeout`: the sessions' (`PgConfig::statement_timeout`) bounds the application's.
+pub(super) const NO_STATEMENT_TIMEOUT: &str = "SET LOCAL statement_timeout = 0";
+
 /// `$1` the lock's key (`chokaq:migrate:<schema>`).
 /// Before the schema's first migration (no `locks` table yet): an advisory lock on `$1`.
 pub(super) const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";

@@ -19,3 +19,17 @@ async fn a_statement_stopped_by_the_timeout_is_unavailable() {
     assert!(err.to_string().contains("57014"), "{err}");
     fx.drop().await;
 }
+
+/// The sessions' `statement_timeout` bounds the application's statements, not the schema's
+/// own: `migrate` (a whole migration script in one statement) and the test support's
+/// `drop_schema` (a `DROP SCHEMA … CASCADE`) run under no timeout. CI (two runs at once, a
+/// loaded server) saw the drop at the end of the 50 ms test above cancelled: "drop schema:
+/// … 57014: canceling statement due to statement timeout". A timeout of 1 ms makes it certain.
+#[tokio::test]
+async fn migrate_and_drop_are_not_bound_by_the_statement_timeout() {
+    let Some(fx) = common::Fixture::with(|c| c.statement_timeout(Some(Duration::from_millis(1)))).await else {
+        return;
+    };
+    fx.db.migrate().await.expect("a second migrate (nothing to apply) under a 1 ms timeout");
+    fx.drop().await;
+}
