@@ -47,7 +47,8 @@ pub struct Faults {
     /// transaction: a reader can see the job in two tables, a killed session leaves it there.
     pub move_two_transactions: bool,
     /// A keyed queue's claim counts the running jobs per key before it takes the control row's
-    /// lock (check-then-act): racing claimers all see a key under its cap and all take it.
+    /// lock (check-then-act), 5 ms before it: racing claimers all see a key under its cap and
+    /// all take it.
     pub key_check_before_lock: bool,
     /// The rate window off by one: a bucket may take while `started <= jobs`, not `< jobs`
     /// (one start too many per window).

@@ -140,7 +140,12 @@ pub(super) async fn guarded_take<'a>(
     // Broken on purpose (check-then-act): the per-key counts are read before the lock.
     let early = if b.faults.key_check_before_lock && o.keyed {
         let mut conn = b.pool.acquire().await.map_err(map_err)?;
-        Some(key_counts(&mut conn, &b.sql.key_running, o.queue, None).await?)
+        let counts = key_counts(&mut conn, &b.sql.key_running, o.queue, None).await?;
+        // The window between the check and the lock, as a slow network or a busy server
+        // widens it: without it the race was not always hit (CI, two runs at once on 2 cores:
+        // "fault key_check_before_lock was NOT caught: every case passed").
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        Some(counts)
     } else {
         None
     };
