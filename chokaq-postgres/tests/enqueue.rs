@@ -121,6 +121,35 @@ async fn transactional_enqueue_commits_and_rolls_back_with_the_caller() {
     f.drop().await;
 }
 
+/// Issue 41: a workflow and a batch enqueued in the caller's transaction exist only if it
+/// commits (a rollback leaves no job, no task, no batch).
+#[tokio::test]
+async fn workflows_and_batches_in_the_callers_transaction() {
+    use chokaq_core::{Batch, Workflow};
+    let f = fixture!();
+    let db = &f.db;
+    let wf = || Workflow::new("tx").add("a", job("flowtx"), [] as [&str; 0]).add("b", job("flowtx"), ["a"]);
+    let mut tx = db.pool().begin().await.unwrap();
+    let rolled = db.enqueue_workflow_in_tx(&mut tx, &wf()).await.unwrap();
+    let rolled_batch = db.enqueue_batch_in_tx(&mut tx, &Batch::new("txb").job(job("flowtx"))).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(db.get_workflow(rolled.id).await.unwrap().is_none());
+    assert!(db.get_batch(rolled_batch.id).await.unwrap().is_none());
+    assert_eq!(db.presence(rolled.job("a").unwrap()).await.unwrap().total(), 0);
+    assert_eq!(db.presence(rolled_batch.jobs[0]).await.unwrap().total(), 0);
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let kept = db.enqueue_workflow_in_tx(&mut tx, &wf()).await.unwrap();
+    let batch = db.enqueue_batch_in_tx(&mut tx, &Batch::new("txb").job(job("flowtx"))).await.unwrap();
+    assert!(db.get_workflow(kept.id).await.unwrap().is_none(), "not visible before the commit");
+    tx.commit().await.unwrap();
+    let st = db.get_workflow(kept.id).await.unwrap().unwrap();
+    let counts: Vec<(&str, usize)> = st.counts().into_iter().collect();
+    assert_eq!(counts, [("pending", 1), ("waiting", 1)]);
+    assert_eq!(db.get_batch(batch.id).await.unwrap().unwrap().total, 1);
+    f.drop().await;
+}
+
 #[tokio::test]
 async fn notify_wakes_listeners_per_queue_and_after_reconnect() {
     let f = fixture!();

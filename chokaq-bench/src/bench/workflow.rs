@@ -21,6 +21,9 @@ const FAN_QUEUE: &str = "bench_flow";
 const CHAIN_QUEUE: &str = "bench_chain";
 const CHAIN_KIND: &str = "bench.chain.v1";
 
+/// Each chain step's handler (start, return).
+type StepTimes = Arc<Mutex<Vec<(Option<Instant>, Option<Instant>)>>>;
+
 impl Bench {
     pub(super) async fn workflow_workload(&mut self, res: &mut Results) -> Result<()> {
         let mut fig = WorkflowFigures { tasks: u64::from(self.args.workflow_tasks), ..Default::default() };
@@ -102,7 +105,7 @@ impl Bench {
         let n = self.args.workflow_chain.max(2) as usize;
         fig.chain = n as u32;
         // (start, return) of each step's handler.
-        let times: Arc<Mutex<Vec<(Option<Instant>, Option<Instant>)>>> = Arc::new(Mutex::new(vec![(None, None); n]));
+        let times: StepTimes = Arc::new(Mutex::new(vec![(None, None); n]));
         let seen = times.clone();
         let worker = Worker::builder(self.timed.clone())
             .queue(CHAIN_QUEUE)

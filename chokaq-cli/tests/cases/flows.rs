@@ -47,7 +47,8 @@ pub async fn workflows_and_batches(db: Arc<Db>) -> TestResult {
     );
     let w = WorkerId::random();
     for j in db.start(w, &q, 2).await? {
-        db.backend.complete_one(w, j.lease_ref()).await.map_err(err)?;
+        let done = db.backend.complete_one(w, j.lease_ref()).await.map_err(err)?;
+        ensure_eq!(done, chokaq::core::Fenced::Done(()), "complete");
     }
     let v = db.ok_json(&["batches", "show", &bid])?;
     ensure_eq!((v["succeeded"].as_u64(), v["final"].as_bool()), (Some(2), Some(true)), "{v}");

@@ -363,7 +363,8 @@ pub async fn repeated_completion_counts_once(cx: Ctx) -> CaseResult {
     ensure_eq!(got.len(), 2, "a and b claimed");
     let (a, b) = if got[0].0 == e.job("a").unwrap() { (got[0], got[1]) } else { (got[1], got[0]) };
     ensure_eq!(cx.backend.complete_one(w, a.1).await?, Fenced::Done(()), "complete a");
-    cx.backend.complete_one(w, a.1).await?;
+    let again = cx.backend.complete_one(w, a.1).await?;
+    ensure_eq!(again, Fenced::Done(()), "a's completion sent again reports the outcome that stands");
     ensure_eq!(
         claim_ids(&cx, w, &q, 10).await?.len(),
         0,

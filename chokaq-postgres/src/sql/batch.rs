@@ -3,7 +3,7 @@
 //! end and enqueueing the callbacks is not here: the trigger on `jobs_hot` runs it inside
 //! every move's own statement.
 
-/// The jobs' arrays of a batch statement (`$1` to `$11`, as [`JOBS`] inserts them).
+/// The jobs' arrays of a batch statement (`$1` to `$11`, as `jobs_insert!` inserts them).
 macro_rules! jobs_input {
     () => {
         "input AS (
