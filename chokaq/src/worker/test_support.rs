@@ -60,6 +60,9 @@ pub(super) struct Faulty {
     pub(super) write_failures: std::sync::atomic::AtomicU32,
     /// The next this many `complete_and_claim` calls fail with a transient error.
     pub(super) cac_failures: std::sync::atomic::AtomicU32,
+    /// The next this many `fail` calls fail with a transient error (before `write_failures`
+    /// is looked at): failures no other write can take.
+    pub(super) fail_failures: std::sync::atomic::AtomicU32,
     /// While true, outcome writes wait.
     stalled: std::sync::Mutex<bool>,
     unstall: tokio::sync::Notify,
@@ -97,6 +100,7 @@ impl Default for Faulty {
             inner: chokaq_core::memory::MemoryBackend::new(),
             write_failures: Default::default(),
             cac_failures: Default::default(),
+            fail_failures: Default::default(),
             stalled: Default::default(),
             unstall: Default::default(),
             dead: Default::default(),
@@ -259,6 +263,12 @@ impl chokaq_core::Backend for Faulty {
         lease: chokaq_core::LeaseRef,
         outcome: chokaq_core::FailAction,
     ) -> chokaq_core::Result<chokaq_core::Fenced<chokaq_core::FailOutcome>> {
+        use std::sync::atomic::Ordering;
+        self.alive().await;
+        if self.fail_failures.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok() {
+            self.write_calls.fetch_add(1, Ordering::AcqRel);
+            return Err(chokaq_core::Error::new(chokaq_core::ErrorKind::Transient, "injected transient fail error"));
+        }
         self.write_gate().await?;
         self.inner.fail(worker, lease, outcome).await
     }
