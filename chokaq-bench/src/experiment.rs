@@ -20,6 +20,10 @@ pub(crate) enum Experiment {
     /// (`jobs_hot_unique_key`): what that index costs the `enqueue-unique` workload. Not a
     /// design: without it duplicates go in.
     UniqueUnindexed,
+    /// Issue 41: no workflow and batch trigger on `jobs_hot` (`jobs_hot_job_ended`): what its
+    /// presence costs the jobs that never fire it (its `WHEN (OLD.hooked)` is false for them).
+    /// Not a design: without it no workflow task is released.
+    NoFlowTrigger,
 }
 
 impl Experiment {
@@ -33,6 +37,7 @@ impl Experiment {
             Experiment::ArchiveBrin => &BRIN,
             Experiment::ArchiveLean => &LEAN,
             Experiment::UniqueUnindexed => &["DROP INDEX {schema}.jobs_hot_unique_key"],
+            Experiment::NoFlowTrigger => &["DROP TRIGGER jobs_hot_job_ended ON {schema}.jobs_hot"],
         }
     }
 }
