@@ -108,6 +108,7 @@ impl Cx {
         let options = chokaq_web::WebOptions::new(auth).read_only(args.read_only).secure_cookie(args.secure_cookie);
         let options = args.limits.apply(options);
         chokaq_web::check_listen(args.listen, &options)?;
+        let shutdown = shutdown_signal();
         // Bound first, then announced (issue 40): a port in use is an error that says so, and
         // "serving" is never printed for a dashboard that does not listen.
         let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| {
@@ -121,29 +122,40 @@ impl Cx {
         })?;
         eprintln!("chokaq web: serving the dashboard on http://{} (Ctrl-C to stop)", args.listen);
         args.limits.init_log();
-        chokaq_web::serve_on(self.backend.clone(), listener, options, shutdown_signal()).await?;
+        chokaq_web::serve_on(self.backend.clone(), listener, options, shutdown).await?;
         eprintln!("chokaq web: stopped");
         Ok(Exit::Ok)
     }
 }
 
-/// Ctrl-C or SIGTERM: what stops `chokaq web`.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C or SIGTERM: what stops `chokaq web`. The handlers are installed when this is called
+/// (before the listener is bound), not when the future is first polled: a SIGTERM sent as soon
+/// as the port answers found no handler yet and killed the process (CI, two runs at once:
+/// `web_says_it_stopped` "exit code after SIGTERM: expected 0, got -1").
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (int, term) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (signal(SignalKind::interrupt()).ok(), signal(SignalKind::terminate()).ok())
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! { _ = wait(int) => {}, _ = wait(term) => {} }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 pub(crate) fn queue_name(s: &str) -> CliResult<QueueName> {
