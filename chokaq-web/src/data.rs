@@ -78,7 +78,7 @@ pub struct OverviewData {
     /// False when the backend does not report throughput (yet).
     pub throughput_available: bool,
     /// The shared snapshot's first throughput read has not answered yet: the chart follows at
-    /// the next refresh ([`ThroughputCache`]).
+    /// the next refresh (`ThroughputCache`).
     pub throughput_pending: bool,
     /// Every queue summed, per minute; None when throughput is not available.
     pub per_minute: Option<Series>,

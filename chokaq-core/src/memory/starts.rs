@@ -75,7 +75,8 @@ impl StartsLog {
         bucket.map_or((0, 0), |b| b.after(since))
     }
 
-    /// The latest stamp of a bucket.
+    /// The latest stamp of a bucket (read by the `testing` feature's `add_starts`).
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn last(&self, queue: &QueueName, key: Option<&str>) -> Option<Timestamp> {
         let bucket = match key {
             None => self.queues.get(queue),
