@@ -18,6 +18,23 @@ use crate::error::{map_sqlx_error, with_retry};
 use crate::rows;
 use crate::workflow::read_all;
 
+/// A wide fan-in's dependencies, and a large batch's jobs, are counted in this many parts
+/// (migration 20): the completions of its jobs wait for each other only when they end the same
+/// part, or the last jobs of the last parts.
+pub(crate) const PARTS: usize = 32;
+
+/// Each of `n` items' part (`None` for every one when `n` is at most [`PARTS`]: counted on
+/// the owner's row), and each part's number of items: item `i` in part `i % PARTS` (items added
+/// one after another, claimed and ended about in that order, end different parts).
+pub(crate) fn parts(n: usize) -> (Vec<Option<i16>>, Vec<i16>, Vec<i32>) {
+    if n <= PARTS {
+        return (vec![None; n], Vec::new(), Vec::new());
+    }
+    let of = (0..n).map(|i| Some((i % PARTS) as i16)).collect();
+    let counts = (0..PARTS).map(|p| (n - p).div_ceil(PARTS) as i32).collect();
+    (of, (0..PARTS as i16).collect(), counts)
+}
+
 /// The bound arrays of new jobs (`$1` to `$11` of the workflow and batch statements), in
 /// order; the ids are chosen here.
 #[derive(Default)]
@@ -125,9 +142,12 @@ pub(crate) async fn enqueue(b: &PgBackend, mut target: Target<'_>, batch: &Batch
     let cbs = JobArrays::of(batch.callbacks().iter().map(|(_, j)| j), max)?;
     let id = BatchId::new();
     let in_tx = matches!(target, Target::Conn(_));
+    let (part_of, part_no, part_jobs) = parts(jobs.ids.len());
+    let unfinished = i32::try_from(if part_no.is_empty() { jobs.ids.len() } else { PARTS })
+        .map_err(|_| Error::invalid("too many jobs in one batch"))?;
     let rows = fetch_all(&mut target, || {
         let q = jobs.bind(sqlx::query(&b.sql().enqueue_batch)).bind(id.0).bind(batch.name()).bind(&events);
-        cbs.bind(q)
+        cbs.bind(q).bind(&part_of).bind(unfinished).bind(&part_no).bind(&part_jobs)
     })
     .await?;
     if rows.len() != jobs.ids.len() {
@@ -198,4 +218,21 @@ pub(crate) async fn get(b: &PgBackend, id: BatchId) -> Result<Option<BatchStatus
 
 fn decode(e: sqlx::Error) -> Error {
     Error::with_source(ErrorKind::Other, "decoding a batch row", e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parts, PARTS};
+
+    #[test]
+    fn parts_cover_every_item_once() {
+        assert_eq!(parts(PARTS), (vec![None; PARTS], vec![], vec![]));
+        for n in [PARTS + 1, 100, 10_000] {
+            let (of, no, counts) = parts(n);
+            assert_eq!((of.len(), no.len(), counts.iter().sum::<i32>() as usize), (n, PARTS, n), "n = {n}");
+            for (p, &c) in counts.iter().enumerate() {
+                assert_eq!(of.iter().filter(|x| **x == Some(p as i16)).count(), c as usize, "n = {n}, part {p}");
+            }
+        }
+    }
 }

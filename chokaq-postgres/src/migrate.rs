@@ -51,6 +51,7 @@ migrations! {
     17, "uniques", "0017_uniques";
     18, "outputs", "0018_outputs";
     19, "workflows", "0019_workflows";
+    20, "fan_in_parts", "0020_fan_in_parts";
 }
 
 /// Every plpgsql function of the schema (`CREATE OR REPLACE`, `{schema}` placeholders): the

@@ -12,7 +12,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::backend::PgBackend;
-use crate::batch::{fetch_all, wake, JobArrays};
+use crate::batch::{fetch_all, parts, wake, JobArrays, PARTS};
 use crate::bounded::Session;
 use crate::enqueue::Target;
 use crate::error::with_retry;
@@ -27,6 +27,10 @@ struct Tasks {
     hooked: Vec<bool>,
     edge_from: Vec<Uuid>,
     edge_to: Vec<Uuid>,
+    edge_part: Vec<Option<i16>>,
+    part_job: Vec<Uuid>,
+    part_no: Vec<i16>,
+    part_deps: Vec<i32>,
 }
 
 impl PgBackend {
@@ -44,15 +48,31 @@ pub(crate) async fn enqueue(b: &PgBackend, mut target: Target<'_>, wf: &Workflow
     check_task_jobs(wf)?;
     let jobs = JobArrays::of(wf.tasks().iter().map(|t| &t.job), b.shared.max_payload_bytes)?;
     let mut a = Tasks::default();
+    // A wide task's part of each of its dependencies (by the dependency's place in its list).
+    let mut part_of = std::collections::HashMap::new();
     for (i, t) in wf.tasks().iter().enumerate() {
+        let deps = plan.deps(i);
         a.names.push(t.name.clone());
         a.deps.push(serde_json::to_string(&t.deps)?);
-        a.deps_left.push(i32::try_from(plan.deps(i).len()).map_err(|_| Error::invalid("too many dependencies"))?);
         a.run_anyway.push(plan.runs_anyway(i));
         a.hooked.push(!plan.dependents(i).is_empty());
+        let (of, no, counts) = parts(deps.len());
+        for (&d, p) in deps.iter().zip(of) {
+            if let Some(p) = p {
+                part_of.insert((d, i), p);
+            }
+        }
+        let left = if no.is_empty() { deps.len() } else { PARTS };
+        a.deps_left.push(i32::try_from(left).map_err(|_| Error::invalid("too many dependencies"))?);
+        a.part_job.extend(no.iter().map(|_| jobs.ids[i]));
+        a.part_no.extend(no);
+        a.part_deps.extend(counts);
+    }
+    for i in 0..wf.tasks().len() {
         for &k in plan.dependents(i) {
             a.edge_from.push(jobs.ids[i]);
             a.edge_to.push(jobs.ids[k]);
+            a.edge_part.push(part_of.get(&(i, k)).copied());
         }
     }
     let id = WorkflowId::new();
@@ -68,6 +88,10 @@ pub(crate) async fn enqueue(b: &PgBackend, mut target: Target<'_>, wf: &Workflow
             .bind(wf.name())
             .bind(&a.edge_from)
             .bind(&a.edge_to)
+            .bind(&a.edge_part)
+            .bind(&a.part_job)
+            .bind(&a.part_no)
+            .bind(&a.part_deps)
     })
     .await?;
     if rows.len() != jobs.ids.len() {

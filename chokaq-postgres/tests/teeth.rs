@@ -171,6 +171,18 @@ fn teeth() -> Vec<Tooth> {
             checks: &[],
         },
         Tooth {
+            fault: "flow_part_releases",
+            faults: Faults { flow_part_releases: true, ..f },
+            cases: &["workflow_wide_fan_in_waits_for_the_last", "workflow_fan_in_starts_once_after_the_last"],
+            checks: &[],
+        },
+        Tooth {
+            fault: "batch_part_finishes",
+            faults: Faults { batch_part_finishes: true, ..f },
+            cases: &["batch_large_finishes_after_the_last", "batch_racing_last_completions_fire_once"],
+            checks: &[],
+        },
+        Tooth {
             fault: "batch_first_dead_every_time",
             faults: Faults { batch_first_dead_every_time: true, ..f },
             cases: &["batch_first_dead_fires_once"],

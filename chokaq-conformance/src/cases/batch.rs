@@ -21,6 +21,7 @@ super::cases!(batch:
     all_succeeded_fires_finished_and_succeeded [BATCHES],
     first_dead_fires_once [BATCHES],
     racing_last_completions_fire_once [BATCHES],
+    large_finishes_after_the_last [BATCHES],
     jobs_added_while_not_final [BATCHES],
     refused_batch_writes_nothing [BATCHES],
     retry_counts_nothing [BATCHES],
@@ -139,6 +140,44 @@ pub async fn racing_last_completions_fire_once(cx: Ctx) -> CaseResult {
         vec![BatchEvent::Finished, BatchEvent::Succeeded],
         "callbacks"
     );
+    Ok(())
+}
+
+/// A batch of 100 (more than a backend may count in one place: PostgreSQL counts a large batch
+/// in parts), 98 ended ten at a time by one batch completion each, one dead-lettered: only
+/// `first_dead` so far, the batch not final; the 100th: `finished` once, with 99 / 1.
+pub async fn large_finishes_after_the_last(cx: Ctx) -> CaseResult {
+    let (q, cb) = (cx.queue(), cx.queue_named("cb"));
+    let n = 100;
+    let e = cx.backend.enqueue_batch(&with_callbacks(&cx, "large", &cb).jobs((0..n).map(|_| cx.job(&q)))).await?;
+    let w = WorkerId::random();
+    let mut held = Vec::new();
+    while held.len() < n {
+        let got = cx.claim(w, &q, 50, ClaimMode::Start).await?;
+        ensure!(!got.is_empty(), "claimed {} of {n} jobs, then nothing", held.len());
+        held.extend(got.iter().map(|j| (j.id, j.lease_ref())));
+    }
+    held.sort_by_key(|(id, _)| *id);
+    let dl = FailAction::DeadLetter { reason: DeadReason::Failed, error: "boom".into() };
+    ensure!(!cx.backend.fail(w, held[n - 2].1, dl).await?.is_lost(), "fail(dead-letter) the 99th");
+    for chunk in held[..n - 2].chunks(10) {
+        let leases: Vec<_> = chunk.iter().rev().map(|(_, l)| *l).collect();
+        let out = cx.backend.complete(w, &leases).await?;
+        ensure_eq!((out.done.len(), out.lost.len()), (chunk.len(), 0), "(done, lost) of a batch completion");
+    }
+    let st = cx.backend.get_batch(e.id).await?.ok_or_else(|| Failure("get_batch: None".into()))?;
+    ensure_eq!((st.total, st.succeeded, st.dead), (n as u64, n as u64 - 2, 1), "counts before the last");
+    ensure_eq!(st.fired.iter().map(|f| f.0).collect::<Vec<_>>(), vec![BatchEvent::FirstDead], "fired before the last");
+    ensure!(!st.is_final(), "final before the last job");
+    ensure_eq!(cx.backend.complete_one(w, held[n - 1].1).await?, Fenced::Done(()), "complete the last");
+    let got = callbacks(&cx, &cb).await?;
+    ensure_eq!(
+        got.iter().map(|i| i.event).collect::<Vec<_>>(),
+        vec![BatchEvent::Finished, BatchEvent::FirstDead],
+        "callbacks (sorted by name)"
+    );
+    ensure_eq!((got[0].total, got[0].succeeded, got[0].dead), (n as u64, n as u64 - 1, 1), "finished's counts");
+    ensure_eq!((got[1].total, got[1].succeeded, got[1].dead), (n as u64, 0, 1), "first_dead's counts");
     Ok(())
 }
 

@@ -25,6 +25,7 @@ super::cases!(workflow:
     retry_releases_nothing [WORKFLOWS],
     requeued_failure_counts_once [WORKFLOWS],
     fan_in_starts_once_after_the_last [WORKFLOWS],
+    wide_fan_in_waits_for_the_last [WORKFLOWS],
     cancel_reaches_every_task_not_final [WORKFLOWS],
     across_queues_with_a_cap [WORKFLOWS],
     outputs_by_task_name [WORKFLOWS],
@@ -242,6 +243,49 @@ pub async fn fan_in_starts_once_after_the_last(cx: Ctx) -> CaseResult {
     ensure_eq!(last_claims.load(Ordering::SeqCst), 1, "claims of the fan-in");
     let st = cx.backend.get_workflow(e.id).await?.ok_or_else(|| Failure("get_workflow: None".into()))?;
     ensure_eq!(st.counts().get("succeeded").copied(), Some(n + 2), "succeeded tasks");
+    Ok(())
+}
+
+/// A fan-in of 100 roots (more than a backend may count in one place: PostgreSQL counts a
+/// wide fan-in in parts), ended ten at a time by one batch completion each, the last root
+/// alone: the fan-in is Waiting and unclaimable after 99 of 100, claimable after the 100th.
+pub async fn wide_fan_in_waits_for_the_last(cx: Ctx) -> CaseResult {
+    let q = cx.queue();
+    let n = 100;
+    let mut wf = Workflow::new("wide");
+    for i in 0..n {
+        wf = wf.add(format!("r{i}"), cx.job(&q), NONE);
+    }
+    wf = wf.add("last", cx.job(&q), (0..n).map(|i| format!("r{i}")));
+    let e = cx.backend.enqueue_workflow(&wf).await?;
+    let last = e.job("last").unwrap();
+    let w = WorkerId::random();
+    let mut held = Vec::new();
+    while held.len() < n {
+        let got = claim_ids(&cx, w, &q, 50).await?;
+        ensure!(!got.is_empty(), "claimed {} of {n} roots, then nothing", held.len());
+        ensure!(got.iter().all(|(id, _)| *id != last), "the fan-in claimed before any root ended");
+        held.extend(got);
+    }
+    held.sort_by_key(|(id, _)| *id);
+    let (rest, final_one) = held.split_at(n - 1);
+    for chunk in rest.chunks(10) {
+        let leases: Vec<_> = chunk.iter().rev().map(|(_, l)| *l).collect();
+        let out = cx.backend.complete(w, &leases).await?;
+        ensure_eq!((out.done.len(), out.lost.len()), (chunk.len(), 0), "(done, lost) of a batch of roots");
+    }
+    ensure_eq!(claim_ids(&cx, w, &q, 10).await?.len(), 0, "claim after 99 of 100 roots");
+    ensure_eq!(
+        cx.backend.get_workflow(e.id).await?.and_then(|s| s.task("last").map(|t| t.state)),
+        Some(TaskState::Waiting),
+        "the fan-in after 99 of 100 roots"
+    );
+    ensure_eq!(cx.backend.complete_one(w, final_one[0].1).await?, Fenced::Done(()), "complete the 100th root");
+    let got = claim_ids(&cx, w, &q, 10).await?;
+    ensure_eq!(got.iter().map(|x| x.0).collect::<Vec<_>>(), vec![last], "the claim after the 100th root");
+    ensure_eq!(cx.backend.complete_one(w, got[0].1).await?, Fenced::Done(()), "complete the fan-in");
+    let st = cx.backend.get_workflow(e.id).await?.ok_or_else(|| Failure("get_workflow: None".into()))?;
+    ensure_eq!(st.counts().get("succeeded").copied(), Some(n + 1), "succeeded");
     Ok(())
 }
 

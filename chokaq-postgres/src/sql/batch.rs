@@ -16,10 +16,12 @@ macro_rules! jobs_input {
 }
 
 /// The insert of a batch's jobs (`hooked`: the trigger counts each one's end), from `input`
-/// crossed with the batch row `b` (none: nothing inserted).
+/// crossed with the batch row `b` (none: nothing inserted); `$part`: each job's part (an
+/// expression of `i`; null: counted on the batch row).
 macro_rules! jobs_insert {
-    () => {
-        "ins AS (
+    ($part:literal) => {
+        concat!(
+            "ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, priority, max_attempts,
                                    scheduled_at, status, created_by, hooked)
     SELECT i.id, i.queue, i.kind, i.payload::jsonb, ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)),
@@ -32,8 +34,12 @@ macro_rules! jobs_insert {
     RETURNING queue, status
 ),
 bj AS (
-    INSERT INTO {schema}.batch_jobs (job_id, batch_id) SELECT i.id, b.id FROM input i CROSS JOIN b RETURNING job_id
+    INSERT INTO {schema}.batch_jobs (job_id, batch_id, part)
+    SELECT i.id, b.id, ",
+            $part,
+            " FROM input i CROSS JOIN b RETURNING job_id
 )"
+        )
     };
 }
 
@@ -41,14 +47,21 @@ bj AS (
 /// (ids, queues, kinds, payloads and tags as JSON text, priorities, run times, delays in
 /// microseconds, max attempts, created_by, concurrency keys), `$12` the batch's id, `$13` its
 /// name, `$14` the callbacks' events, `$15`..`$25` their jobs (chosen ids, then as the
-/// jobs'). Returns each job's queue and status, and the transaction id.
+/// jobs'), `$26` each job's part (null: none), `$27` the batch's unfinished count (its jobs, or its
+/// parts), `$28` and `$29` the parts (number, jobs). Returns each job's queue and status, and
+/// the transaction id.
 pub(super) const ENQUEUE_BATCH: &str = concat!(
     "WITH ",
     jobs_input!(),
     ",
 b AS (
-    INSERT INTO {schema}.batches (id, name, total) VALUES ($12::uuid, $13::text, cardinality($1::uuid[]))
+    INSERT INTO {schema}.batches (id, name, total, unfinished) VALUES ($12::uuid, $13::text, cardinality($1::uuid[]), $27::int4)
     RETURNING id
+),
+bp AS (
+    INSERT INTO {schema}.batch_parts (batch_id, part, jobs_left)
+    SELECT b.id, p.part, p.n FROM unnest($28::int2[], $29::int4[]) AS p (part, n) CROSS JOIN b
+    RETURNING part
 ),
 cb AS (
     INSERT INTO {schema}.batch_callbacks (batch_id, event, job_id, queue, kind, payload, tags, priority,
@@ -64,10 +77,10 @@ cb AS (
     RETURNING event
 ),
 ",
-    jobs_insert!(),
+    jobs_insert!("($26::int2[])[i.ord::int4]"),
     "
 SELECT ins.queue, ins.status, txid_current() AS xid, (SELECT count(*) FROM cb) AS callbacks,
-       (SELECT count(*) FROM bj) AS jobs
+       (SELECT count(*) FROM bj) AS jobs, (SELECT count(*) FROM bp) AS parts
   FROM ins"
 );
 
@@ -79,22 +92,27 @@ pub(super) const ADD_TO_BATCH: &str = concat!(
     jobs_input!(),
     ",
 b AS (
-    UPDATE {schema}.batches b SET total = b.total + cardinality($1::uuid[])
-     WHERE b.id = $12::uuid AND b.succeeded + b.dead < b.total
+    UPDATE {schema}.batches b SET total = b.total + cardinality($1::uuid[]), unfinished = b.unfinished + cardinality($1::uuid[])
+     WHERE b.id = $12::uuid AND b.unfinished > 0
     RETURNING b.id
 ),
 ",
-    jobs_insert!(),
+    jobs_insert!("NULL::int2"),
     "
 SELECT ins.queue, ins.status, txid_current() AS xid, (SELECT count(*) FROM bj) AS jobs
   FROM ins"
 );
 
 /// A batch's counts and the callbacks enqueued so far, in the order they were enqueued (one
-/// row with null event when none). `$1` the batch's id.
+/// row with null event when none; `succeeded`: the total less the dead and the jobs not yet
+/// ended, those on the row and those of its parts). `$1` the batch's id.
 pub(super) const GET_BATCH: &str = "
-SELECT b.name, b.total, b.succeeded, b.dead, c.event, c.job_id
+SELECT b.name, b.total, b.total - b.dead - (b.unfinished - pp.open_parts + pp.jobs_left) AS succeeded, b.dead, c.event,
+       c.job_id
   FROM {schema}.batches b
+ CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE q.jobs_left > 0) AS open_parts,
+                            coalesce(sum(q.jobs_left), 0) AS jobs_left
+                       FROM {schema}.batch_parts q WHERE q.batch_id = b.id) AS pp
   LEFT JOIN {schema}.batch_callbacks c ON c.batch_id = b.id AND c.fired_at IS NOT NULL
  WHERE b.id = $1
  ORDER BY c.fired_at, CASE c.event WHEN 'first_dead' THEN 0 WHEN 'finished' THEN 1 ELSE 2 END";

@@ -86,6 +86,12 @@ pub struct Faults {
     /// Issue 41: the `first_dead` callback enqueued at every dead letter of the batch (no
     /// "not yet enqueued" guard, a fresh job each time). Functions script.
     pub batch_first_dead_every_time: bool,
+    /// Issue 41: a wide fan-in released when the first of its parts reaches zero (a part at
+    /// zero counts as every part: the task row's count is not waited for). Functions script.
+    pub flow_part_releases: bool,
+    /// Issue 41: a large batch final when the first of its parts reaches zero (a part at zero
+    /// counts as every job still open). Functions script.
+    pub batch_part_finishes: bool,
 }
 
 /// The functions script with `from` replaced by `to`, `from` found exactly once.
@@ -400,12 +406,26 @@ impl Statements {
         if faults.flow_dead_releases {
             s.functions = replace_once(&s.functions, "IF NOT p_dead THEN", "IF true THEN");
         }
+        if faults.flow_part_releases {
+            s.functions = replace_once(
+                &s.functions,
+                "SELECT p.job_id, 1 FROM p WHERE p.deps_left = 0",
+                "SELECT p.job_id, 1000000 FROM p WHERE p.deps_left = 0",
+            );
+        }
+        if faults.batch_part_finishes {
+            s.functions = replace_once(
+                &s.functions,
+                "SELECT p.batch_id, 1, 0 FROM p WHERE p.jobs_left = 0",
+                "SELECT p.batch_id, 1000000, 0 FROM p WHERE p.jobs_left = 0",
+            );
+        }
         if faults.batch_first_dead_every_time {
             s.functions = replace_once(&s.functions, " AND c.fired_at IS NULL\n", "\n");
             s.functions = replace_once(
                 &s.functions,
-                "(c.event = 'first_dead' AND p_dead AND v_b.dead = 1)",
-                "(c.event = 'first_dead' AND p_dead)",
+                "(c.event = 'first_dead' AND s.new_dead > 0 AND s.dead = s.new_dead)",
+                "(c.event = 'first_dead' AND s.new_dead > 0)",
             );
             s.functions = replace_once(
                 &s.functions,
@@ -463,6 +483,8 @@ mod tests {
             (Faults { flow_release_early: true, ..f }, vec!["functions"]),
             (Faults { flow_dead_releases: true, ..f }, vec!["functions"]),
             (Faults { batch_first_dead_every_time: true, ..f }, vec!["functions"]),
+            (Faults { flow_part_releases: true, ..f }, vec!["functions"]),
+            (Faults { batch_part_finishes: true, ..f }, vec!["functions"]),
         ];
         for (faults, want) in cases {
             assert_eq!(changed(faults), want, "{faults:?}");

@@ -12,7 +12,8 @@
 /// priorities, `$7` run times, `$8` delays in microseconds, `$9` max attempts, `$10`
 /// created_by, `$11` concurrency keys, `$12` task names, `$13` dependency names (JSON text),
 /// `$14` dependency counts, `$15` run anyway, `$16` has dependents, `$17` the workflow's id,
-/// `$18` its name, `$19` and `$20` the edges (dependency's job, dependent's job).
+/// `$18` its name, `$19` to `$21` the edges (dependency's job, dependent's job, part: null for
+/// a narrow dependent), `$22` to `$24` the parts of the wide ones (job, part, dependencies).
 pub(super) const ENQUEUE_WORKFLOW: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[],
@@ -31,9 +32,14 @@ tasks AS (
     RETURNING job_id
 ),
 edges AS (
-    INSERT INTO {schema}.workflow_edges (from_job, to_job)
-    SELECT e.f, e.t FROM unnest($19::uuid[], $20::uuid[]) AS e (f, t)
+    INSERT INTO {schema}.workflow_edges (from_job, to_job, part)
+    SELECT e.f, e.t, e.p FROM unnest($19::uuid[], $20::uuid[], $21::int2[]) AS e (f, t, p)
     RETURNING from_job
+),
+parts AS (
+    INSERT INTO {schema}.workflow_parts (job_id, part, deps_left)
+    SELECT p.j, p.p, p.n FROM unnest($22::uuid[], $23::int2[], $24::int4[]) AS p (j, p, n)
+    RETURNING job_id
 ),
 ins AS (
     INSERT INTO {schema}.jobs_hot (id, queue, kind, payload, tags, concurrency_key, priority, max_attempts,
@@ -49,7 +55,8 @@ ins AS (
     RETURNING queue, status
 )
 SELECT ins.queue, ins.status, txid_current() AS xid,
-       (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM edges) AS edges
+       (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM edges) AS edges,
+       (SELECT count(*) FROM parts) AS parts
   FROM ins";
 
 /// A workflow's name and each task (in the order added) with where its job stands: one
