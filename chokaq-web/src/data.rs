@@ -324,6 +324,24 @@ pub async fn refresh_now(st: &crate::Shared) -> Result<std::sync::Arc<OverviewDa
     Ok(d)
 }
 
+/// The start-up computation (`router`): stored only when no snapshot exists once it holds the
+/// computation's lock. Spawned when the router is built, it may run after a request computed
+/// and stored a newer snapshot; replacing it would show an older or newer state than the
+/// young snapshot every other viewer was served (`tests/snapshot.rs`).
+pub async fn refresh_first(st: &crate::Shared) -> Result<()> {
+    let _one = st.cache.compute.lock().await;
+    let generation = {
+        let s = st.cache.lock();
+        if s.snap.is_some() {
+            return Ok(());
+        }
+        s.generation
+    };
+    let d = std::sync::Arc::new(overview_cached(st).await?);
+    st.cache.store(generation, d);
+    Ok(())
+}
+
 /// The overview for a request, through the dashboard's [`SnapshotCache`].
 pub async fn overview_shared(st: &crate::Shared) -> Result<std::sync::Arc<OverviewData>> {
     let max_age = st.opts.snapshot_max_age;

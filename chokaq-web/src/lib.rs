@@ -125,7 +125,7 @@ pub fn router(backend: Arc<dyn Backend>, options: WebOptions) -> Router {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let st = state.clone();
             rt.spawn(async move {
-                if let Err(e) = data::refresh_now(&st).await {
+                if let Err(e) = data::refresh_first(&st).await {
                     tracing::debug!(error = %e, "dashboard: first overview snapshot failed");
                 }
             });
